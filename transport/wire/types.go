@@ -1,0 +1,235 @@
+package wire
+
+import "net/netip"
+
+// UDPPort is the RoCEv2 UDP destination port.
+const UDPPort = 4791
+
+// Opcode is a BTH opcode: the classic RC opcodes, the RoCEv2 CNP and spray's
+// own opcodes in the manufacturer-specific range 0xE0-0xFF.
+type Opcode uint8
+
+// Reliable Connection opcodes (IBA 9.2, table 38), the RoCEv2 CNP (annex
+// A17.9.3) and spray's opcodes.
+const (
+	OpSendFirst          Opcode = 0x00
+	OpSendMiddle         Opcode = 0x01
+	OpSendLast           Opcode = 0x02
+	OpSendLastImm        Opcode = 0x03
+	OpSendOnly           Opcode = 0x04
+	OpSendOnlyImm        Opcode = 0x05
+	OpWriteFirst         Opcode = 0x06
+	OpWriteMiddle        Opcode = 0x07
+	OpWriteLast          Opcode = 0x08
+	OpWriteLastImm       Opcode = 0x09
+	OpWriteOnly          Opcode = 0x0A
+	OpWriteOnlyImm       Opcode = 0x0B
+	OpReadRequest        Opcode = 0x0C
+	OpReadResponseFirst  Opcode = 0x0D
+	OpReadResponseMiddle Opcode = 0x0E
+	OpReadResponseLast   Opcode = 0x0F
+	OpReadResponseOnly   Opcode = 0x10
+	OpAcknowledge        Opcode = 0x11
+	OpCNP                Opcode = 0x81
+	OpSprayData          Opcode = 0xE0
+	OpSprayAck           Opcode = 0xE1
+)
+
+// OpKind is the operation a spray data packet belongs to.
+type OpKind uint8
+
+// Spray operation kinds.
+const (
+	KindSend     OpKind = 0
+	KindSendImm  OpKind = 1
+	KindWrite    OpKind = 2
+	KindWriteImm OpKind = 3
+	KindReadResp OpKind = 4
+)
+
+// AETH syndromes (IBA 9.7.5.1). A syndrome whose top three bits are 011 is a
+// NAK; the low bits say which.
+const (
+	SyndromeAck          uint8 = 0x00 // ACK, with credit count in the low 5 bits (0x1F: invalid)
+	SyndromeRNR          uint8 = 0x20 // RNR NAK, timer in the low 5 bits
+	NakPSNSequenceError  uint8 = 0x60
+	NakInvalidRequest    uint8 = 0x61
+	NakRemoteAccessError uint8 = 0x62
+	NakRemoteOperational uint8 = 0x63
+	NakInvalidRDRequest  uint8 = 0x64
+	syndromeKindMask     uint8 = 0x60
+)
+
+// IsNak reports whether an AETH or spray ACK syndrome is a NAK.
+func IsNak(s uint8) bool { return s&0xE0 == 0x60 }
+
+// ECN codepoints in the low two bits of the IPv4 TOS / IPv6 traffic class.
+const (
+	ECNNotECT uint8 = 0
+	ECNECT1   uint8 = 1
+	ECNECT0   uint8 = 2
+	ECNCE     uint8 = 3
+)
+
+// Header sizes in bytes.
+const (
+	EthLen       = 14
+	VLANLen      = 4
+	IPv4Len      = 20
+	IPv6Len      = 40
+	UDPLen       = 8
+	BTHLen       = 12
+	RETHLen      = 16
+	AETHLen      = 4
+	ImmLen       = 4
+	ICRCLen      = 4
+	CNPPadLen    = 16 // reserved bytes after the BTH of a CNP
+	DataHdrLen   = 24 // spray data header
+	AckHdrLen    = 40 // spray ACK header, before its SACK words and hop records
+	INTShimLen   = 4
+	HopLen       = 24
+	MaxINTHops   = 8
+	MaxSackWords = 4
+)
+
+// Data header flags.
+const (
+	// FlagINT says an INT region (shim + Data.INTMax hop slots) follows the
+	// data header.
+	FlagINT uint8 = 1 << 0
+)
+
+// Eth is an Ethernet II header, with at most one 802.1Q tag.
+type Eth struct {
+	Dst, Src [6]byte
+	// HasVLAN says an 802.1Q tag is present; VLAN is its TCI (PCP, DEI, VID).
+	HasVLAN bool
+	VLAN    uint16
+}
+
+// IP is an IPv4 (no options on encode; options skipped on decode) or IPv6
+// (no extension headers) header. The version follows from Src and Dst, which
+// must be both IPv4 or both IPv6.
+type IP struct {
+	Src, Dst netip.Addr
+	// TOS is the IPv4 type of service or IPv6 traffic class: DSCP<<2 | ECN.
+	TOS uint8
+	// TTL is the IPv4 time to live or IPv6 hop limit; 0 encodes as 64.
+	TTL uint8
+	// FlowLabel is the IPv6 flow label (20 bits); unused for IPv4.
+	FlowLabel uint32
+	// ID is the IPv4 identification field.
+	ID uint16
+}
+
+// UDP is a UDP header; the length and checksum are computed by Encode.
+type UDP struct {
+	Src, Dst uint16
+}
+
+// BTH is the InfiniBand base transport header (IBA 9.2).
+type BTH struct {
+	Opcode Opcode
+	SE     bool  // solicited event
+	M      bool  // migration request
+	PadCnt uint8 // pad bytes (0-3) before the ICRC; Encode computes it
+	TVer   uint8 // transport header version, 0
+	PKey   uint16
+	FECN   bool // BTH byte 4 is variant: masked in the ICRC
+	BECN   bool
+	DestQP uint32 // 24 bits
+	AckReq bool
+	PSN    uint32 // 24 bits
+}
+
+// RETH is the RDMA extended transport header.
+type RETH struct {
+	VA   uint64
+	RKey uint32
+	Len  uint32 // DMA length: the whole operation's length
+}
+
+// AETH is the ACK extended transport header.
+type AETH struct {
+	Syndrome uint8
+	MSN      uint32 // 24 bits
+}
+
+// Data is spray's data header, after the BTH of an OpSprayData packet.
+type Data struct {
+	MsgID  uint32 // per-QP message sequence number
+	Offset uint32 // byte offset of this packet's payload in the message
+	MsgLen uint32 // length of the whole message
+	Kind   OpKind
+	Flags  uint8
+	// INTMax is the number of hop slots reserved after the INT shim when
+	// Flags has FlagINT (at most MaxINTHops).
+	INTMax uint8
+	// TxTime is the sender's transmit timestamp (its own clock, ns).
+	TxTime uint64
+}
+
+// Ack is spray's acknowledgement header, after the BTH of an OpSprayAck
+// packet. It is followed by SackWords 64-bit SACK words and INTHops echoed
+// hop records.
+type Ack struct {
+	// CumPSN is the next PSN the receiver expects: every PSN before it has
+	// arrived.
+	CumPSN uint32
+	// AckedPSN is the PSN of the data packet that triggered this ACK.
+	AckedPSN uint32
+	// SackBase is the PSN of bit 0 of Sack[0]; bit i of word w is PSN
+	// SackBase+64w+i.
+	SackBase uint32
+	// MsgID is the message a NAK refers to.
+	MsgID uint32
+	// EchoTime is the TxTime of the packet AckedPSN.
+	EchoTime uint64
+	// HoldNs is how long the receiver held that packet before acknowledging.
+	HoldNs uint32
+	// ECNCount is the number of CE-marked data packets since the last ACK.
+	ECNCount uint16
+	// Entropy is the UDP source port of the packet AckedPSN.
+	Entropy uint16
+	// Syndrome is SyndromeAck or a NAK code.
+	Syndrome  uint8
+	SackWords uint8 // 1..MaxSackWords
+	INTHops   uint8 // echoed hop records, at most MaxINTHops
+	Sack      [MaxSackWords]uint64
+}
+
+// Hop is one INT hop record, written in place by a switch (HPCC's fields).
+type Hop struct {
+	Switch   uint16
+	Port     uint16
+	RateMbps uint32 // egress link rate
+	TS       uint64 // ns, egress timestamp of the switch's clock
+	QLen     uint32 // queue depth in bytes
+	TxBytes  uint32 // transmitted-bytes counter of the egress port (wraps)
+}
+
+// Packet is a decoded or to-be-encoded frame. Decode fills it with slices
+// into the frame (no copies, no allocations); Encode reads it. Fields that do
+// not apply to the opcode are ignored by Encode and left unchanged by Decode
+// unless stated otherwise.
+type Packet struct {
+	Eth  Eth
+	IP   IP
+	UDP  UDP
+	BTH  BTH
+	RETH RETH   // RDMA WRITE first/only (classic); KindWrite/KindWriteImm (spray)
+	AETH AETH   // OpAcknowledge
+	Imm  uint32 // classic *Imm opcodes; spray KindSendImm/KindWriteImm
+	Data Data   // OpSprayData
+	Ack  Ack    // OpSprayAck
+
+	// INT is, after Decode of a spray data packet with FlagINT, the filled hop
+	// records (Hops of them); after Decode of a spray ACK, the echoed records.
+	// For Encode of a spray ACK, the records to echo (len = 24*Ack.INTHops).
+	// Encode of a data packet reserves Data.INTMax zeroed slots instead.
+	INT []byte
+
+	// Payload is the payload, without pad and ICRC. Decode sets it to a slice
+	// of the frame.
+	Payload []byte
+}
