@@ -81,6 +81,12 @@ func (p *Pool) Buf(i uint32) []byte {
 	return p.mem[off : off+p.size : off+p.size]
 }
 
+// InUse reports whether buffer i is out of the pool (handed out by Get and
+// not yet returned by Put).
+func (p *Pool) InUse(i uint32) bool {
+	return uint64(i) < uint64(len(p.inUse)) && p.inUse[i]
+}
+
 // FrameSize is the size of every buffer.
 func (p *Pool) FrameSize() int { return p.size }
 

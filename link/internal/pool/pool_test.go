@@ -39,6 +39,9 @@ func TestAgainstModel(t *testing.T) {
 				t.Fatalf("step %d: Get returned %d, already out", step, i)
 			}
 			out[i] = true
+			if !p.InUse(i) {
+				t.Fatalf("InUse(%d) false after Get", i)
+			}
 			b := p.Buf(i)
 			if len(b) != size || cap(b) != size {
 				t.Fatalf("Buf len %d cap %d", len(b), cap(b))
@@ -63,6 +66,9 @@ func TestAgainstModel(t *testing.T) {
 					t.Fatalf("Put(%d) = %v", i, err)
 				}
 				delete(out, i)
+				if p.InUse(i) {
+					t.Fatalf("InUse(%d) true after Put", i)
+				}
 			}
 		}
 		if p.Free() != n-len(out) {
