@@ -132,4 +132,3 @@ func content(p []byte, seq uint32) {
 		binary.BigEndian.PutUint32(p, seq)
 	}
 }
-
