@@ -1,0 +1,136 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Errors returned by this package. Errors from the kernel wrap both the
+// sentinel that fits (when one does) and the unix errno, so errors.Is works
+// with either.
+var (
+	// ErrNotSupported: the kernel, the platform or the driver lacks a
+	// feature this socket needs (AF_XDP itself, need_wakeup, zero-copy when
+	// Mode is ZeroCopy, busy polling).
+	ErrNotSupported = errors.New("xdp: not supported")
+	// ErrInvalidConfig: a Config field is out of range.
+	ErrInvalidConfig = errors.New("xdp: invalid config")
+)
+
+// Mode selects how the kernel moves frames between the driver and the UMEM.
+type Mode int
+
+const (
+	// Auto binds in zero-copy mode when the driver offers it and in copy
+	// mode otherwise (the fallback is logged). It is the zero value.
+	Auto Mode = iota
+	// ZeroCopy insists on zero-copy: Open fails with ErrNotSupported when
+	// the driver cannot do it (veth cannot).
+	ZeroCopy
+	// Copy makes the kernel copy every frame between its own buffers and
+	// the UMEM. It works on every device, veth included.
+	Copy
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Auto:
+		return "auto"
+	case ZeroCopy:
+		return "zero-copy"
+	case Copy:
+		return "copy"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultFrameSize = 4096
+	DefaultFrames    = 4096
+	DefaultRingSize  = 2048
+	// maxFrames bounds RxFrames+TxFrames (4 GiB of UMEM with 4 KiB frames).
+	maxFrames = 1 << 20
+	// maxRingSize bounds each ring.
+	maxRingSize = 1 << 18
+)
+
+// headroom is the space the kernel leaves in front of every received frame
+// (XDP_PACKET_HEADROOM); a frame can be at most FrameSize-headroom long.
+const headroom = 256
+
+// Config configures one AF_XDP socket, bound to one queue of one device.
+// Its zero value is not usable (Ifindex must be set); every other field has
+// a default for its zero value. Open does not modify the Config it is given.
+type Config struct {
+	// Ifindex is the device's interface index in the calling thread's
+	// network namespace. Required.
+	Ifindex int
+	// Queue is the device queue to bind to (default 0). One socket serves
+	// one queue; a multi-queue device needs one socket per queue, each
+	// registered in the steering program's XSKMAP at its queue index.
+	Queue int
+	// FrameSize is the size of one UMEM chunk: 2048 or 4096 (default 4096).
+	// The largest frame is FrameSize-256 bytes (the kernel keeps 256 bytes
+	// of headroom in front of received frames).
+	FrameSize int
+	// RxFrames and TxFrames size the receive and transmit pools (default
+	// 4096 each). They are separate: a peer that floods the receiver can
+	// never starve transmission, and the other way around. The UMEM holds
+	// both, (RxFrames+TxFrames)*FrameSize bytes.
+	RxFrames, TxFrames int
+	// RingSize is the number of entries of each of the fill, completion, RX
+	// and TX rings: a power of two (default 2048).
+	RingSize int
+	// Mode chooses zero-copy or copy (default Auto).
+	Mode Mode
+	// NoNeedWakeup turns need_wakeup off. With need_wakeup on (the
+	// default) the kernel tells through a ring flag when it must be kicked
+	// with a system call, so that a busy socket makes few system calls.
+	NoNeedWakeup bool
+	// BusyPoll sets SO_PREFER_BUSY_POLL, SO_BUSY_POLL and
+	// SO_BUSY_POLL_BUDGET on the socket and makes Recv drive the device
+	// with a system call when the RX ring is empty. Off by default: busy
+	// polling burns a core.
+	BusyPoll bool
+	// MAC and IP are reported by Info as the local addresses; the socket
+	// itself does not use them.
+	MAC [6]byte
+	IP  netip.Addr
+	// Logf, when set, receives the few log lines the socket writes (the
+	// copy-mode fallback). Default: log/slog's default logger at Info.
+	Logf func(format string, args ...any)
+}
+
+// withDefaults returns cfg with its zero values replaced by defaults, or an
+// error wrapping ErrInvalidConfig.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.FrameSize == 0 {
+		cfg.FrameSize = DefaultFrameSize
+	}
+	if cfg.RxFrames == 0 {
+		cfg.RxFrames = DefaultFrames
+	}
+	if cfg.TxFrames == 0 {
+		cfg.TxFrames = DefaultFrames
+	}
+	if cfg.RingSize == 0 {
+		cfg.RingSize = DefaultRingSize
+	}
+	switch {
+	case cfg.Ifindex <= 0:
+		return cfg, fmt.Errorf("%w: Ifindex %d", ErrInvalidConfig, cfg.Ifindex)
+	case cfg.Queue < 0:
+		return cfg, fmt.Errorf("%w: Queue %d", ErrInvalidConfig, cfg.Queue)
+	case cfg.FrameSize != 2048 && cfg.FrameSize != 4096:
+		return cfg, fmt.Errorf("%w: FrameSize %d (want 2048 or 4096)", ErrInvalidConfig, cfg.FrameSize)
+	case cfg.RxFrames < 0 || cfg.TxFrames < 0 || cfg.RxFrames+cfg.TxFrames > maxFrames:
+		return cfg, fmt.Errorf("%w: RxFrames %d, TxFrames %d (each >= 0, sum <= %d)", ErrInvalidConfig, cfg.RxFrames, cfg.TxFrames, maxFrames)
+	case cfg.RingSize < 0 || cfg.RingSize > maxRingSize || cfg.RingSize&(cfg.RingSize-1) != 0:
+		return cfg, fmt.Errorf("%w: RingSize %d (want a power of two <= %d)", ErrInvalidConfig, cfg.RingSize, maxRingSize)
+	case cfg.Mode < Auto || cfg.Mode > Copy:
+		return cfg, fmt.Errorf("%w: %v", ErrInvalidConfig, cfg.Mode)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,113 @@
+package xdp
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/sprayfabric/spray/link"
+)
+
+// Socket is one AF_XDP socket bound to one queue of one device, with its own
+// UMEM split into an RX and a TX pool. It implements link.Link.
+//
+// The zero value is not usable: get a Socket from Open. Close and Wake are
+// safe to call from any goroutine, and so is Stats; Recv, Release, Alloc,
+// Send and Wait must be called from one goroutine at a time (the engine
+// loop that owns the queue). Frames handed out by Recv and Alloc point into
+// the UMEM, which Close unmaps: do not touch them after Close.
+type Socket struct {
+	// mu is read-held by every call that touches the rings or the file
+	// descriptors and write-held by Close while it releases them, so that
+	// no call ever sees an unmapped ring or a reused descriptor number.
+	mu        sync.RWMutex
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	c     core
+	cfg   Config
+	info  link.Info
+	mode  Mode
+	sys   sysSocket
+	final kernelStats // kernel counters as they were at Close
+}
+
+var (
+	_ link.Link = (*Socket)(nil)
+)
+
+// Info describes the socket. FrameSize is Config.FrameSize minus the 256
+// bytes of headroom that the kernel keeps in front of received frames.
+func (s *Socket) Info() link.Info { return s.info }
+
+// Mode returns the mode the socket is bound in: Copy or ZeroCopy.
+func (s *Socket) Mode() Mode { return s.mode }
+
+// Recv fills fs with received frames and returns how many. Frame.Buf is a
+// slice of the UMEM holding the frame, Frame.ID its UMEM address. It never
+// blocks.
+func (s *Socket) Recv(fs []link.Frame) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	return s.c.recv(fs), nil
+}
+
+// Release returns received frames to the RX pool: onto the fill ring, where
+// the kernel receives into them again. Frames not held from Recv are
+// ignored and counted (Stats.BadReleases).
+func (s *Socket) Release(fs []link.Frame) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.c.release(fs)
+}
+
+// Alloc fills fs with free TX frames (each Buf is Info().FrameSize long) and
+// returns how many. It first reaps completions when the free list is short.
+// Fewer than len(fs) means the TX pool is exhausted: Wait, then Alloc again.
+func (s *Socket) Alloc(fs []link.Frame) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0
+	}
+	return s.c.alloc(fs)
+}
+
+// Send puts the frames on the TX ring and kicks the kernel when it asks for
+// it (or always, with need_wakeup off). Each Buf must lie within the frame
+// that Alloc gave with that ID (it may start after the frame's start) and
+// be 14 to Info().FrameSize bytes long; other frames are dropped and
+// counted. When the TX ring is full the rest are dropped and counted too.
+// Send takes back every frame; it returns how many it queued, and an error
+// only when the kernel refused a kick for a reason other than being busy.
+func (s *Socket) Send(fs []link.Frame) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	return s.c.send(fs)
+}
+
+// Stats returns the socket's counters. After Close it returns the counters
+// as they were at Close.
+func (s *Socket) Stats() Stats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var st Stats
+	s.c.stats(&st)
+	k := s.final
+	if !s.closed.Load() {
+		if kk, err := s.sys.kernelStats(); err == nil {
+			k = kk
+		}
+	}
+	st.addKernel(k)
+	return st
+}

@@ -1,0 +1,386 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sprayfabric/spray/link"
+)
+
+// Bind retries: closing a socket releases its queue asynchronously, so a
+// bind right after a close of the previous socket on the same queue can
+// fail with EBUSY for a short while.
+const (
+	bindRetries    = 10
+	bindBackoff    = time.Millisecond
+	bindBackoffMax = 100 * time.Millisecond
+)
+
+// stuckRetry bounds a Wait while the kernel has left TX entries unconsumed
+// (device queue full): nothing wakes the socket when the device drains, so
+// Wait returns after this long to kick again.
+const stuckRetry = 200 * time.Microsecond
+
+// batchSize is Info().BatchSize.
+const batchSize = 64
+
+// eventfdOne is the value Wake adds to the eventfd (host byte order is
+// little endian on every platform Go's AF_XDP support builds for, and any
+// non-zero value wakes).
+var eventfdOne = [8]byte{1}
+
+// sysSocket holds the kernel objects of a Socket.
+type sysSocket struct {
+	fd, efd  int
+	umem     []byte
+	rings    [4][]byte
+	pfd      [2]unix.PollFd
+	ts       unix.Timespec
+	drainBuf [8]byte
+}
+
+// Open creates an AF_XDP socket and its UMEM, registers the UMEM, maps the
+// four rings, fills the fill ring and binds to cfg.Ifindex/cfg.Queue. The
+// socket belongs to the calling thread's network namespace: to open one in
+// another namespace, lock the OS thread (runtime.LockOSThread), enter the
+// namespace, Open, and go back.
+//
+// A steering XDP program must redirect frames to the socket (an XSKMAP entry
+// at the queue index, see package ebpf) for it to receive anything.
+//
+// Open retries a bind that fails with EBUSY (the previous socket on the
+// queue is still being torn down) a few times with a short backoff. Errors
+// wrap ErrInvalidConfig, ErrNotSupported and the unix errno as they apply.
+func Open(cfg Config) (*Socket, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	backoff := bindBackoff
+	for attempt := 0; ; attempt++ {
+		s, err := open(cfg)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, unix.EBUSY) || attempt == bindRetries {
+			return nil, err
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, bindBackoffMax)
+	}
+}
+
+func open(cfg Config) (_ *Socket, err error) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EAFNOSUPPORT) {
+			return nil, fmt.Errorf("xdp: AF_XDP socket: %w (%w)", ErrNotSupported, err)
+		}
+		return nil, fmt.Errorf("xdp: AF_XDP socket: %w", err)
+	}
+	s := &Socket{cfg: cfg}
+	s.sys.fd, s.sys.efd = fd, -1
+	defer func() {
+		if err != nil {
+			s.sys.close()
+		}
+	}()
+
+	frames := cfg.RxFrames + cfg.TxFrames
+	size := frames * cfg.FrameSize
+	s.sys.umem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("xdp: mmap UMEM of %d bytes: %w", size, err)
+	}
+	reg := unix.XDPUmemReg{
+		Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.sys.umem)))),
+		Len:  uint64(size),
+		Size: uint32(cfg.FrameSize),
+	}
+	if err := setsockopt(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		return nil, fmt.Errorf("xdp: register UMEM: %w", err)
+	}
+	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, cfg.RingSize); err != nil {
+			return nil, fmt.Errorf("xdp: ring size %d (option %d): %w", cfg.RingSize, opt, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	n, err := getsockopt(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off))
+	if err != nil {
+		return nil, fmt.Errorf("xdp: ring offsets: %w", err)
+	}
+	if n < unsafe.Sizeof(off) {
+		return nil, fmt.Errorf("xdp: ring offsets without flags (kernel older than 5.4): %w", ErrNotSupported)
+	}
+	size32 := uint32(cfg.RingSize)
+	maps := []struct {
+		pgoff int64
+		l     unix.XDPRingOffset
+		entry uintptr
+	}{
+		{unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, 8},
+		{unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, 8},
+		{unix.XDP_PGOFF_RX_RING, off.Rx, unsafe.Sizeof(desc{})},
+		{unix.XDP_PGOFF_TX_RING, off.Tx, unsafe.Sizeof(desc{})},
+	}
+	var layouts [4]ringLayout
+	for i, m := range maps {
+		layouts[i] = ringLayout{prod: m.l.Producer, cons: m.l.Consumer, desc: m.l.Desc, flags: m.l.Flags}
+		s.sys.rings[i], err = unix.Mmap(fd, m.pgoff, ringBytes(layouts[i], size32, m.entry),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return nil, fmt.Errorf("xdp: mmap ring %d: %w", i, err)
+		}
+	}
+	c := &s.c
+	c.fill = newAddrRing(s.sys.rings[0], layouts[0], size32, true)
+	c.comp = newAddrRing(s.sys.rings[1], layouts[1], size32, false)
+	c.rx = newDescRing(s.sys.rings[2], layouts[2], size32, false)
+	c.tx = newDescRing(s.sys.rings[3], layouts[3], size32, true)
+	c.needWakeup = !cfg.NoNeedWakeup
+	c.busyPoll = cfg.BusyPoll
+	c.sys = &s.sys
+	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames)
+
+	if cfg.BusyPoll {
+		for _, o := range [][2]int{{unix.SO_PREFER_BUSY_POLL, 1}, {unix.SO_BUSY_POLL, 20}, {unix.SO_BUSY_POLL_BUDGET, batchSize}} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], o[1]); err != nil {
+				return nil, fmt.Errorf("xdp: busy poll option %d: %w (%w)", o[0], ErrNotSupported, err)
+			}
+		}
+	}
+
+	var flags uint16
+	if c.needWakeup {
+		flags |= unix.XDP_USE_NEED_WAKEUP
+	}
+	switch cfg.Mode {
+	case Copy:
+		flags |= unix.XDP_COPY
+	case ZeroCopy:
+		flags |= unix.XDP_ZEROCOPY
+	}
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)}
+	if err := unix.Bind(fd, sa); err != nil {
+		where := fmt.Sprintf("xdp: bind ifindex %d queue %d (%v)", cfg.Ifindex, cfg.Queue, cfg.Mode)
+		if cfg.Mode == ZeroCopy && errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, fmt.Errorf("%s: zero-copy: %w (%w)", where, ErrNotSupported, err)
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	s.mode = Copy
+	var opts uint32
+	if _, err := getsockopt(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)); err == nil {
+		if opts&unix.XDP_OPTIONS_ZEROCOPY != 0 {
+			s.mode = ZeroCopy
+		}
+	} else if cfg.Mode == ZeroCopy {
+		s.mode = ZeroCopy
+	}
+	name := fmt.Sprintf("if%d", cfg.Ifindex)
+	if ifc, err := net.InterfaceByIndex(cfg.Ifindex); err == nil {
+		name = ifc.Name
+	}
+	if cfg.Mode == Auto && s.mode == Copy {
+		logf(cfg, "xdp: %s queue %d: driver offers no zero-copy, using copy mode", name, cfg.Queue)
+	}
+
+	s.sys.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("xdp: eventfd: %w", err)
+	}
+	s.sys.pfd[0].Fd = int32(fd)
+	s.sys.pfd[1] = unix.PollFd{Fd: int32(s.sys.efd), Events: unix.POLLIN}
+	s.info = link.Info{
+		Name:      fmt.Sprintf("xdp:%s/q%d", name, cfg.Queue),
+		FrameSize: cfg.FrameSize - headroom,
+		BatchSize: batchSize,
+		MAC:       cfg.MAC,
+		IP:        cfg.IP,
+	}
+	return s, nil
+}
+
+func logf(cfg Config, format string, args ...any) {
+	if cfg.Logf != nil {
+		cfg.Logf(format, args...)
+		return
+	}
+	slog.Info(fmt.Sprintf(format, args...))
+}
+
+// FD returns the socket's file descriptor, for registering it in an XSKMAP.
+// It is valid until Close.
+func (s *Socket) FD() int { return s.sys.fd }
+
+// Wait blocks until frames may be ready to receive, a TX frame may have
+// been freed (when the last Alloc came up short), Wake is called, Close is
+// called, or timeout passes (negative: no limit). Before sleeping it kicks
+// the kernel for TX entries still queued and returns at once when frames
+// are already waiting. It sleeps in ppoll on the socket (POLLIN, plus
+// POLLOUT while waiting for completions) and the wake eventfd. Spurious
+// returns happen. After Close it returns link.ErrClosed.
+func (s *Socket) Wait(timeout time.Duration) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return link.ErrClosed
+	}
+	c := &s.c
+	if err := c.flushTx(); err != nil {
+		return err
+	}
+	if c.ready() {
+		return nil
+	}
+	events := int16(unix.POLLIN)
+	if c.wantCompletions() {
+		events |= unix.POLLOUT
+	}
+	if c.tx.outstanding() > 0 && (timeout < 0 || timeout > stuckRetry) {
+		timeout = stuckRetry
+	}
+	s.sys.pfd[0].Events = events
+	s.sys.pfd[0].Revents = 0
+	s.sys.pfd[1].Revents = 0
+	var ts uintptr
+	if timeout >= 0 {
+		s.sys.ts = unix.NsecToTimespec(int64(timeout))
+		ts = uintptr(unsafe.Pointer(&s.sys.ts))
+	}
+	c.ctr.waits.Add(1)
+	_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.sys.pfd[0])), 2, ts, 0, 0, 0)
+	if e != 0 && e != unix.EINTR {
+		return fmt.Errorf("xdp: ppoll: %w", e)
+	}
+	if s.sys.pfd[1].Revents&unix.POLLIN != 0 {
+		syscall.Syscall(unix.SYS_READ, uintptr(s.sys.efd), uintptr(unsafe.Pointer(&s.sys.drainBuf[0])), 8)
+	}
+	if s.closed.Load() {
+		return link.ErrClosed
+	}
+	return nil
+}
+
+// Wake makes a pending or the next Wait return. Safe from any goroutine; a
+// no-op after Close.
+func (s *Socket) Wake() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.sys.wake()
+}
+
+// Close unbinds the socket (closes its descriptor), unmaps the rings and the
+// UMEM and closes the wake eventfd. A concurrent Wait returns
+// link.ErrClosed. Close is idempotent; every call returns the first call's
+// result.
+func (s *Socket) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.sys.wake() // a Wait in ppoll returns and lets go of mu
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if k, err := s.sys.kernelStats(); err == nil {
+			s.final = k
+		}
+		s.closeErr = s.sys.close()
+	})
+	return s.closeErr
+}
+
+func (y *sysSocket) wake() {
+	if y.efd >= 0 {
+		syscall.Syscall(unix.SYS_WRITE, uintptr(y.efd), uintptr(unsafe.Pointer(&eventfdOne[0])), 8)
+	}
+}
+
+// close releases everything open has created so far.
+func (y *sysSocket) close() error {
+	var errs []error
+	if y.fd >= 0 {
+		if err := unix.Close(y.fd); err != nil {
+			errs = append(errs, fmt.Errorf("xdp: close socket: %w", err))
+		}
+		y.fd = -1
+	}
+	for i, r := range y.rings {
+		if r != nil {
+			if err := unix.Munmap(r); err != nil {
+				errs = append(errs, fmt.Errorf("xdp: munmap ring: %w", err))
+			}
+			y.rings[i] = nil
+		}
+	}
+	if y.umem != nil {
+		if err := unix.Munmap(y.umem); err != nil {
+			errs = append(errs, fmt.Errorf("xdp: munmap UMEM: %w", err))
+		}
+		y.umem = nil
+	}
+	if y.efd >= 0 {
+		unix.Close(y.efd)
+		y.efd = -1
+	}
+	return errors.Join(errs...)
+}
+
+// kickTx implements kicker with sendto(fd, NULL, 0, MSG_DONTWAIT).
+func (y *sysSocket) kickTx() error {
+	_, _, e := syscall.Syscall6(unix.SYS_SENDTO, uintptr(y.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	switch e {
+	case 0, unix.EAGAIN, unix.ENOBUFS, unix.ENETDOWN:
+		// EAGAIN: the kernel's per-call budget ran out, the completion
+		// ring is full, or the device queue is; ENOBUFS: no memory for an
+		// skb; ENETDOWN: the device is down. All mean "kick again later".
+		return nil
+	case unix.EBUSY:
+		return errDeviceDrop
+	}
+	return fmt.Errorf("xdp: sendto: %w", e)
+}
+
+// kickRx implements kicker with recvfrom(fd, NULL, 0, MSG_DONTWAIT).
+func (y *sysSocket) kickRx() {
+	syscall.Syscall6(unix.SYS_RECVFROM, uintptr(y.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+}
+
+func (y *sysSocket) kernelStats() (kernelStats, error) {
+	var k kernelStats
+	if y.fd < 0 {
+		return k, link.ErrClosed
+	}
+	if _, err := getsockopt(y.fd, unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&k), unsafe.Sizeof(k)); err != nil {
+		return k, fmt.Errorf("xdp: statistics: %w", err)
+	}
+	return k, nil
+}
+
+func setsockopt(fd, level, name int, p unsafe.Pointer, n uintptr) error {
+	_, _, e := syscall.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name), uintptr(p), n, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// getsockopt returns the length the kernel wrote.
+func getsockopt(fd, level, name int, p unsafe.Pointer, n uintptr) (uintptr, error) {
+	l := uint32(n)
+	_, _, e := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name), uintptr(p), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return uintptr(l), nil
+}
