@@ -1,0 +1,24 @@
+// Package testbed builds throw-away network topologies out of Linux network
+// namespaces and veth pairs, for tests and benchmarks that need real kernel
+// networking on one machine. NewPair makes the simplest: two hosts joined by
+// one veth pair.
+//
+// Every testbed has a unique name prefix ("spt<pid%1000>-<n>-"), which names
+// its namespaces (bind mounts under /run/netns, so `ip netns exec` works on
+// them) and its interfaces. Its addresses live only inside its namespaces:
+// nothing is added to the calling process's namespace, so nothing is ever
+// routed outside. Close removes everything; a package-level registry also
+// closes every open testbed when the process gets SIGINT or SIGTERM (then
+// the signal is raised again, so the process still ends), and CloseAll does
+// the same for a program or TestMain that is about to exit. Cleanup removes
+// what a crashed run left behind.
+//
+// Caveats: everything needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). Host.Do
+// runs a function in a host's namespace on the calling goroutine's locked
+// OS thread; goroutines that the function starts do not inherit the
+// namespace, but sockets it opens stay in it. Processes started with
+// Host.Command keep a namespace alive after Close until they exit, so stop
+// them first.
+//
+// Pair and Host methods are safe for concurrent use.
+package testbed

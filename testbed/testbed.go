@@ -1,0 +1,427 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Errors. Methods wrap them, or the failing system call's error, with %w.
+var (
+	// ErrClosed is returned by Host.Do after the testbed was closed.
+	ErrClosed = errors.New("testbed: closed")
+	// ErrConfig is returned by NewPair for an invalid PairConfig.
+	ErrConfig = errors.New("testbed: invalid config")
+)
+
+// netnsDir is where named namespaces are bind-mounted (as iproute2 does).
+const netnsDir = "/run/netns"
+
+// PairConfig configures NewPair. The zero value is a valid configuration.
+type PairConfig struct {
+	// MTU of both veth ends. 0: 1500. 68 to 65535 (9000 for jumbo frames).
+	MTU int
+	// Subnet holds both hosts' addresses: A gets the first host address, B
+	// the second. It must be IPv4 with room for them. Zero: 10.77.x.0/24,
+	// with x chosen per testbed.
+	Subnet netip.Prefix
+}
+
+// Host is one end of a testbed: a network namespace and its interface. The
+// fields do not change after NewPair returns.
+type Host struct {
+	// Name is the namespace's name, for `ip netns exec`.
+	Name string
+	// NS is a handle to the namespace, valid until the testbed is closed.
+	NS netns.NsHandle
+	// Link is the veth interface's name inside the namespace.
+	Link    string
+	Ifindex int
+	MAC     [6]byte
+	IP      netip.Addr
+	// Prefix is IP with the subnet's length, as configured on Link.
+	Prefix netip.Prefix
+	MTU    int
+
+	closed *atomic.Bool
+}
+
+// Pair is two hosts joined by a veth pair. Close it when done.
+type Pair struct {
+	// Prefix names everything the testbed made.
+	Prefix string
+	A, B   *Host
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var seq atomic.Uint32
+
+// NewPair makes two namespaces joined by a veth pair with addresses in one
+// subnet, loopback up, and registers the pair for teardown on signals and
+// CloseAll. It needs root. ctx bounds the wait for the link to come up.
+func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if cfg.MTU < 68 || cfg.MTU > 65535 {
+		return nil, fmt.Errorf("%w: MTU %d", ErrConfig, cfg.MTU)
+	}
+	var p *Pair
+	var err error
+	for try := 0; try < 20; try++ {
+		n := seq.Add(1)
+		prefix := fmt.Sprintf("spt%d-%d-", os.Getpid()%1000, n%100000)
+		subnet := cfg.Subnet
+		if !subnet.IsValid() {
+			subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 0}), 24)
+		}
+		p, err = newPair(ctx, prefix, subnet.Masked(), cfg.MTU)
+		if !errors.Is(err, os.ErrExist) {
+			break
+		}
+		// Another process with the same pid%1000 holds this name: next.
+	}
+	if err != nil {
+		return nil, err
+	}
+	register(p)
+	return p, nil
+}
+
+func hostAddrs(subnet netip.Prefix) (netip.Addr, netip.Addr, error) {
+	a := subnet.Addr()
+	if !a.Is4() || subnet.Bits() > 30 {
+		return a, a, fmt.Errorf("%w: subnet %v: need IPv4 with room for two hosts", ErrConfig, subnet)
+	}
+	a = a.Next()
+	return a, a.Next(), nil
+}
+
+func newPair(ctx context.Context, prefix string, subnet netip.Prefix, mtu int) (_ *Pair, err error) {
+	ipA, ipB, err := hostAddrs(subnet)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pair{Prefix: prefix}
+	p.A = &Host{Name: prefix + "a", Link: prefix + "a", IP: ipA, MTU: mtu, NS: -1, closed: &p.closed}
+	p.B = &Host{Name: prefix + "b", Link: prefix + "b", IP: ipB, MTU: mtu, NS: -1, closed: &p.closed}
+	p.A.Prefix = netip.PrefixFrom(ipA, subnet.Bits())
+	p.B.Prefix = netip.PrefixFrom(ipB, subnet.Bits())
+	defer func() {
+		if err != nil {
+			p.teardown()
+		}
+	}()
+	for _, h := range []*Host{p.A, p.B} {
+		if h.NS, err = newNamed(h.Name); err != nil {
+			return nil, fmt.Errorf("testbed: namespace %s: %w", h.Name, err)
+		}
+	}
+	ha, err := netlink.NewHandleAt(p.A.NS)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: netlink in %s: %w", p.A.Name, err)
+	}
+	defer ha.Close()
+	hb, err := netlink.NewHandleAt(p.B.NS)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: netlink in %s: %w", p.B.Name, err)
+	}
+	defer hb.Close()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: p.A.Link, MTU: mtu},
+		PeerName:      p.B.Link,
+		PeerNamespace: netlink.NsFd(p.B.NS),
+	}
+	if err := ha.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("testbed: veth %s/%s: %w", p.A.Link, p.B.Link, err)
+	}
+	for _, x := range []struct {
+		h  *Host
+		nl *netlink.Handle
+	}{{p.A, ha}, {p.B, hb}} {
+		if err := setupHost(x.h, x.nl); err != nil {
+			return nil, err
+		}
+	}
+	for _, x := range []struct {
+		h  *Host
+		nl *netlink.Handle
+	}{{p.A, ha}, {p.B, hb}} {
+		if err := waitUp(ctx, x.h, x.nl); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func setupHost(h *Host, nl *netlink.Handle) error {
+	lo, err := nl.LinkByName("lo")
+	if err == nil {
+		err = nl.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: lo up in %s: %w", h.Name, err)
+	}
+	l, err := nl.LinkByName(h.Link)
+	if err != nil {
+		return fmt.Errorf("testbed: %s in %s: %w", h.Link, h.Name, err)
+	}
+	h.Ifindex = l.Attrs().Index
+	copy(h.MAC[:], l.Attrs().HardwareAddr)
+	addr := &netlink.Addr{IPNet: prefixToIPNet(h.Prefix)}
+	if err := nl.AddrAdd(l, addr); err != nil {
+		return fmt.Errorf("testbed: address %v on %s: %w", h.Prefix, h.Link, err)
+	}
+	if err := nl.LinkSetUp(l); err != nil {
+		return fmt.Errorf("testbed: %s up: %w", h.Link, err)
+	}
+	return nil
+}
+
+// waitUp waits until the host's interface has carrier.
+func waitUp(ctx context.Context, h *Host, nl *netlink.Handle) error {
+	for {
+		l, err := nl.LinkByIndex(h.Ifindex)
+		if err != nil {
+			return fmt.Errorf("testbed: %s: %w", h.Link, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: %s not up: %w", h.Link, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// newNamed makes a named namespace on a throw-away OS thread: netns.NewNamed
+// moves the calling thread into the new namespace, and a goroutine that
+// exits while locked takes its thread with it.
+func newNamed(name string) (netns.NsHandle, error) {
+	type result struct {
+		ns  netns.NsHandle
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with us
+		ns, err := netns.NewNamed(name)
+		ch <- result{ns, err}
+	}()
+	r := <-ch
+	return r.ns, r.err
+}
+
+// Do runs fn on the calling goroutine's OS thread inside the host's
+// namespace, and moves the thread back before returning. Sockets that fn
+// opens belong to the host's namespace for their lifetime.
+func (h *Host) Do(fn func() error) error {
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("testbed: current namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(h.NS); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("testbed: enter %s: %w", h.Name, err)
+	}
+	defer func() {
+		// A thread that cannot go back stays locked, and is discarded when
+		// this goroutine exits.
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	return fn()
+}
+
+// Command returns a command that runs name with args inside the host's
+// namespace (through `ip netns exec`).
+func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Name, name}, args...)...)
+}
+
+// Close removes the namespaces and the veth pair. It is idempotent.
+func (p *Pair) Close() error {
+	p.closeOnce.Do(func() {
+		unregister(p)
+		p.closeErr = p.teardown()
+	})
+	return p.closeErr
+}
+
+func (p *Pair) teardown() error {
+	p.closed.Store(true)
+	var errs []error
+	if p.A.NS >= 0 {
+		// Deleting one end deletes both, now rather than when the
+		// namespace goes away.
+		if nl, err := netlink.NewHandleAt(p.A.NS); err == nil {
+			if l, err := nl.LinkByName(p.A.Link); err == nil {
+				if err := nl.LinkDel(l); err != nil {
+					errs = append(errs, fmt.Errorf("testbed: delete %s: %w", p.A.Link, err))
+				}
+			}
+			nl.Close()
+		}
+	}
+	for _, h := range []*Host{p.A, p.B} {
+		if h.NS >= 0 {
+			h.NS.Close()
+		}
+		if err := deleteNamed(h.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteNamed unmounts and removes a named namespace; one that is already
+// gone is not an error.
+func deleteNamed(name string) error {
+	if _, err := os.Lstat(filepath.Join(netnsDir, name)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// An unmounted leftover file: remove it.
+		if rmErr := os.Remove(filepath.Join(netnsDir, name)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Cleanup removes the named namespaces, and links in the calling thread's
+// namespace, whose names start with prefix: what a crashed run left behind.
+// Pass a testbed's Prefix, or "spt" for every testbed of every process
+// (including running ones). An empty prefix is refused.
+func Cleanup(prefix string) error {
+	if prefix == "" {
+		return fmt.Errorf("%w: empty cleanup prefix", ErrConfig)
+	}
+	var errs []error
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			if err := deleteNamed(e.Name()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, prefix) {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("testbed: delete link %s: %w", l.Attrs().Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists the named namespaces and links in the calling thread's
+// namespace whose names start with prefix.
+func Leftovers(prefix string) ([]string, error) {
+	var out []string
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, "netns "+e.Name())
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return out, err
+	}
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, prefix) {
+			out = append(out, "link "+l.Attrs().Name)
+		}
+	}
+	return out, nil
+}
+
+// The registry of open testbeds, closed on SIGINT/SIGTERM and by CloseAll.
+var registry struct {
+	sync.Mutex
+	open    map[closer]struct{}
+	sigOnce sync.Once
+}
+
+type closer interface{ Close() error }
+
+func register(c closer) {
+	registry.Lock()
+	if registry.open == nil {
+		registry.open = map[closer]struct{}{}
+	}
+	registry.open[c] = struct{}{}
+	registry.Unlock()
+	registry.sigOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-ch
+			_ = CloseAll()
+			// Die of the signal as the process would have without us.
+			signal.Reset(s)
+			_ = syscall.Kill(os.Getpid(), s.(syscall.Signal))
+		}()
+	})
+}
+
+func unregister(c closer) {
+	registry.Lock()
+	delete(registry.open, c)
+	registry.Unlock()
+}
+
+// CloseAll closes every testbed this process has open. Call it before
+// exiting (from TestMain after m.Run, or main's defer); SIGINT and SIGTERM
+// call it by themselves.
+func CloseAll() error {
+	registry.Lock()
+	var all []closer
+	for c := range registry.open {
+		all = append(all, c)
+	}
+	registry.Unlock()
+	var errs []error
+	for _, c := range all {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
