@@ -1,0 +1,856 @@
+package retransmit
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/psn"
+)
+
+// Event reports one packet newly acknowledged or newly declared lost.
+type Event struct {
+	PSN psn.PSN
+	// Tag, Bytes and Entropy are the values given to OnSend for the latest
+	// transmission of the packet.
+	Tag     uint64
+	Bytes   int
+	Entropy uint16
+	// SentAt is the time of the latest transmission.
+	SentAt clock.Time
+	// Retransmitted says the packet was sent more than once.
+	Retransmitted bool
+	// Lost is true when the packet was newly declared lost (it is queued
+	// for PopLost), false when it was newly acknowledged. A PSN gets
+	// exactly one acknowledged Event, and a lost Event for each time one of
+	// its transmissions is declared lost before that.
+	Lost bool
+}
+
+// Ack is what an ACK says, in PSNs.
+type Ack struct {
+	// Cum is the next PSN the receiver expects: every PSN before it arrived.
+	Cum psn.PSN
+	// Sack is a bitmap (SelectiveRepeat only): bit i of word w set means
+	// PSN SackBase+64w+i arrived.
+	Sack     []uint64
+	SackBase psn.PSN
+	// Acked is the PSN of the packet that triggered the ACK, valid when
+	// HasAcked (SelectiveRepeat only).
+	Acked    psn.PSN
+	HasAcked bool
+}
+
+// AckResult sums up what one OnAck or OnNak did.
+type AckResult struct {
+	// AckedPkts and AckedBytes count the packets newly acknowledged.
+	AckedPkts, AckedBytes int
+	// LostPkts counts the packets newly declared lost.
+	LostPkts int
+	// RTT is the round-trip sample taken from the most recently sent packet
+	// newly acknowledged (the ACK's triggering packet when it qualifies),
+	// or 0 for none: by Karn's rule a retransmitted packet gives none.
+	RTT time.Duration
+	// Progress says at least one packet was newly acknowledged.
+	Progress bool
+}
+
+// TimeoutKind says what OnTimeout did.
+type TimeoutKind uint8
+
+// Timeout kinds.
+const (
+	// None: no timer was due.
+	None TimeoutKind = iota
+	// Reorder: RACK's reordering timer fired and re-ran loss detection.
+	Reorder
+	// Probe: the tail loss probe fired and queued the highest outstanding
+	// PSN for resend.
+	Probe
+	// RTO: the retransmission timeout fired; every outstanding packet was
+	// declared lost and queued, and the timeout backed off.
+	RTO
+	// Failed: MaxRetries timeouts passed without progress; the error wraps
+	// ErrRetryExceeded.
+	Failed
+)
+
+// String returns the kind's name.
+func (k TimeoutKind) String() string {
+	switch k {
+	case None:
+		return "none"
+	case Reorder:
+		return "reorder"
+	case Probe:
+		return "probe"
+	case RTO:
+		return "rto"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("TimeoutKind(%d)", uint8(k))
+}
+
+// Stats are a Scoreboard's counters since New.
+type Stats struct {
+	// Sent counts new packets, Retransmitted resends (probes included).
+	Sent, Retransmitted uint64
+	// Acked counts packets acknowledged, Lost loss declarations.
+	Acked, Lost uint64
+	// SpuriousRetransmits counts packets declared lost (or probed) whose
+	// earlier transmission turned out to arrive: acknowledged before the
+	// resend was sent, or sooner after it than the minimum RTT.
+	SpuriousRetransmits uint64
+	// TLPs counts tail loss probes, RTOs retransmission timeouts.
+	TLPs, RTOs uint64
+	// BadAcks counts ACKs and NAKs dropped whole because they refer to
+	// PSNs never sent (cumulative PSN, SACK bit or triggering PSN at or
+	// beyond Next).
+	BadAcks uint64
+	// StaleAcks counts ACKs whose cumulative PSN, and NAKs whose expected
+	// PSN, lies before the oldest unacknowledged PSN: reordered or
+	// duplicate feedback, normal with sprayed ACKs. Their SACK bits are
+	// still used.
+	StaleAcks uint64
+	// Naks counts NAKs acted on, DupNaks NAKs ignored because the resend
+	// that the same expected PSN asked for is still in progress.
+	Naks, DupNaks uint64
+}
+
+// entry flags.
+const (
+	fAcked    uint8 = 1 << iota
+	fLost           // declared lost: not in flight until resent
+	fQueued         // in the resend queue (bitmap bit set)
+	fPending        // returned by PopLost, awaiting OnSend
+	fRetx           // sent more than once
+	fRackLost       // the latest loss declaration was RACK's
+)
+
+// entry is one ring slot: the state of one outstanding PSN.
+type entry struct {
+	sentAt  clock.Time
+	tag     uint64
+	bytes   int32
+	entropy uint16
+	flags   uint8
+}
+
+// Scoreboard is the sender's state for one queue pair. Its zero value is
+// not usable: use New. It is not safe for concurrent use: one engine loop
+// owns it.
+type Scoreboard struct {
+	cfg  Config
+	ring []entry
+	mask uint32
+
+	// queue has one bit per ring slot: queued for resend. qHint is at or
+	// before the lowest queued PSN when nQueued > 0.
+	queue   []uint64
+	nQueued int
+	qHint   psn.PSN
+
+	una, next       psn.PSN // oldest unacknowledged, next new
+	inPkts, inBytes int
+
+	hasRTT               bool
+	srtt, rttvar, minRTT time.Duration
+	backoff              uint
+	retries              int
+	failed               error
+
+	rtoAt, ptoAt, reoAt clock.Time
+
+	// RACK state (RFC 8985 5.2): the most recently sent packet delivered.
+	rackOK   bool
+	rackXmit clock.Time
+	rackPSN  psn.PSN
+	rackRTT  time.Duration
+	reoMult  int
+	reoLeft  int // RACK.reo_wnd_persist
+	spurOK   bool
+	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
+	inRecov  bool
+	recovEnd psn.PSN
+
+	tlpActive bool
+	tlpEnd    psn.PSN
+
+	nakActive   bool
+	nakExpected psn.PSN
+	nakResent   bool
+	nakResentAt clock.Time
+
+	stats Stats
+}
+
+// New returns a Scoreboard whose first packet gets PSN first (masked to 24
+// bits). It allocates all its memory here.
+func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	size := 64
+	for size < cfg.Capacity {
+		size <<= 1
+	}
+	first = psn.New(uint32(first))
+	return &Scoreboard{
+		cfg:     cfg,
+		ring:    make([]entry, size),
+		mask:    uint32(size - 1),
+		queue:   make([]uint64, size/64),
+		una:     first,
+		next:    first,
+		rtoAt:   clock.Never,
+		ptoAt:   clock.Never,
+		reoAt:   clock.Never,
+		reoMult: 1,
+	}, nil
+}
+
+func (s *Scoreboard) slot(p psn.PSN) *entry { return &s.ring[uint32(p)&s.mask] }
+
+// Config returns the configuration in use, defaults filled in.
+func (s *Scoreboard) Config() Config { return s.cfg }
+
+// Next returns the PSN for the next new packet.
+func (s *Scoreboard) Next() psn.PSN { return s.next }
+
+// Oldest returns the oldest unacknowledged PSN (Next when none).
+func (s *Scoreboard) Oldest() psn.PSN { return s.una }
+
+// Outstanding returns the number of PSNs from the oldest unacknowledged one
+// up to Next.
+func (s *Scoreboard) Outstanding() int { return int(s.next.Diff(s.una)) }
+
+// Full reports whether Capacity packets are outstanding, so that OnSend of a
+// new packet would fail.
+func (s *Scoreboard) Full() bool { return s.Outstanding() >= s.cfg.Capacity }
+
+// InFlight returns the packets (and their bytes) sent and neither
+// acknowledged nor considered lost.
+func (s *Scoreboard) InFlight() (pkts, bytes int) { return s.inPkts, s.inBytes }
+
+// HasLost reports whether PopLost has a PSN to return.
+func (s *Scoreboard) HasLost() bool { return s.nQueued > 0 }
+
+// Stats returns the counters.
+func (s *Scoreboard) Stats() Stats { return s.stats }
+
+// Err returns nil, or the error wrapping ErrRetryExceeded once the
+// scoreboard has failed.
+func (s *Scoreboard) Err() error { return s.failed }
+
+// SRTT returns the smoothed RTT (RFC 6298), or Config.InitialRTT before the
+// first sample.
+func (s *Scoreboard) SRTT() time.Duration {
+	if !s.hasRTT {
+		return s.cfg.InitialRTT
+	}
+	return s.srtt
+}
+
+// MinRTT returns the smallest RTT sample, or Config.InitialRTT before the
+// first sample.
+func (s *Scoreboard) MinRTT() time.Duration {
+	if !s.hasRTT {
+		return s.cfg.InitialRTT
+	}
+	return s.minRTT
+}
+
+// RTO returns the current retransmission timeout: SRTT + 4*RTTVAR (RFC 6298
+// 2.2-2.3, with RTTVAR = InitialRTT/2 before the first sample) within
+// [MinRTO, MaxRTO], doubled for each timeout since the last valid RTT
+// sample (RFC 6298 5.5) and capped at MaxRTO.
+func (s *Scoreboard) RTO() time.Duration {
+	srtt, rttvar := s.srtt, s.rttvar
+	if !s.hasRTT {
+		srtt, rttvar = s.cfg.InitialRTT, s.cfg.InitialRTT/2
+	}
+	rto := srtt + 4*rttvar
+	rto = max(rto, s.cfg.MinRTO)
+	for i := uint(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
+		rto *= 2
+	}
+	return min(rto, s.cfg.MaxRTO)
+}
+
+// ReorderWindow returns RACK's reordering window: min(mult*MinRTT/4, SRTT),
+// at least Config.MinReorderWindow (RFC 8985 6.2 step 4).
+func (s *Scoreboard) ReorderWindow() time.Duration {
+	w := s.MinRTT() / 4 * time.Duration(s.reoMult)
+	w = min(w, s.SRTT())
+	return max(w, s.cfg.MinReorderWindow)
+}
+
+// NextTimeout returns when OnTimeout should next be called: the earliest of
+// RACK's reordering timer, the tail loss probe timer and the retransmission
+// timer (RFC 8985 8), or clock.Never when none is armed.
+func (s *Scoreboard) NextTimeout() clock.Time {
+	if s.failed != nil {
+		return clock.Never
+	}
+	return clock.Min(s.rtoAt, clock.Min(s.ptoAt, s.reoAt))
+}
+
+// OnSend records a transmission at now: a new packet when p == Next() (Next
+// then advances), or a resend of a PSN that PopLost returned. Each call with
+// a new PSN counts in Stats.Sent, each resend in Stats.Retransmitted. A
+// resend of a PSN acknowledged since PopLost returned it fails with
+// ErrUnexpectedPSN, which the transport may ignore.
+//
+// Timers (RFC 6298 5.1, RFC 8985 7.2): the retransmission timer starts if
+// it is not running; a new packet (re)starts the probe timer.
+func (s *Scoreboard) OnSend(now clock.Time, p psn.PSN, bytes int, tag uint64, entropy uint16) error {
+	if s.failed != nil {
+		return s.failed
+	}
+	if bytes < 0 || bytes > math.MaxInt32 {
+		return fmt.Errorf("%w: %d bytes for PSN %d", ErrBadLength, bytes, p)
+	}
+	if p == s.next {
+		if s.Full() {
+			return fmt.Errorf("%w: %d packets outstanding", ErrFull, s.Outstanding())
+		}
+		*s.slot(p) = entry{sentAt: now, tag: tag, bytes: int32(bytes), entropy: entropy}
+		s.next = s.next.Next()
+		s.inPkts++
+		s.inBytes += bytes
+		s.stats.Sent++
+		if s.rtoAt == clock.Never {
+			s.rtoAt = now.Add(s.RTO())
+		}
+		s.armProbe(now, true)
+		return nil
+	}
+	if !p.InWindow(s.una, uint32(s.Outstanding())) {
+		return fmt.Errorf("%w: PSN %d outside [%d, %d)", ErrUnexpectedPSN, p, s.una, s.next)
+	}
+	e := s.slot(p)
+	if e.flags&fAcked != 0 || e.flags&(fLost|fQueued|fPending) == 0 {
+		return fmt.Errorf("%w: PSN %d is not awaiting retransmission", ErrUnexpectedPSN, p)
+	}
+	if e.flags&fQueued != 0 {
+		s.unqueue(p)
+	}
+	if e.flags&fLost != 0 {
+		s.inPkts++
+		s.inBytes += bytes
+	} else {
+		s.inBytes += bytes - int(e.bytes)
+	}
+	e.flags = (e.flags | fRetx) &^ (fLost | fQueued | fPending)
+	e.sentAt, e.bytes, e.tag, e.entropy = now, int32(bytes), tag, entropy
+	s.stats.Retransmitted++
+	if s.nakActive && p == s.nakExpected && !s.nakResent {
+		s.nakResent, s.nakResentAt = true, now
+	}
+	if s.rtoAt == clock.Never {
+		s.rtoAt = now.Add(s.RTO())
+	}
+	return nil
+}
+
+// PopLost returns the lowest PSN queued for resend, with the tag given to
+// OnSend, and removes it from the queue. The caller rebuilds the packet from
+// the tag and calls OnSend with the same PSN.
+func (s *Scoreboard) PopLost() (p psn.PSN, tag uint64, ok bool) {
+	if s.nQueued == 0 {
+		return 0, 0, false
+	}
+	out := s.Outstanding()
+	p = s.qHint
+	if d := p.Diff(s.una); d < 0 || int(d) >= out {
+		p = s.una
+	}
+	for n := out - int(p.Diff(s.una)); n > 0; {
+		i := uint32(p) & s.mask
+		if w := s.queue[i>>6] >> (i & 63); w != 0 {
+			k := bits.TrailingZeros64(w)
+			if k >= n {
+				break
+			}
+			p = p.Add(uint32(k))
+			s.unqueue(p)
+			e := s.slot(p)
+			e.flags |= fPending
+			s.qHint = p.Next()
+			return p, e.tag, true
+		}
+		step := 64 - int(i&63)
+		p = p.Add(uint32(step))
+		n -= step
+	}
+	return 0, 0, false // unreachable while the queue bitmap is consistent
+}
+
+func (s *Scoreboard) enqueue(p psn.PSN) {
+	i := uint32(p) & s.mask
+	s.queue[i>>6] |= 1 << (i & 63)
+	s.slot(p).flags |= fQueued
+	if s.nQueued == 0 || p.Less(s.qHint) {
+		s.qHint = p
+	}
+	s.nQueued++
+}
+
+func (s *Scoreboard) unqueue(p psn.PSN) {
+	i := uint32(p) & s.mask
+	s.queue[i>>6] &^= 1 << (i & 63)
+	s.slot(p).flags &^= fQueued
+	s.nQueued--
+}
+
+func (s *Scoreboard) event(p psn.PSN, e *entry, lost bool) Event {
+	return Event{
+		PSN: p, Tag: e.tag, Bytes: int(e.bytes), Entropy: e.entropy, SentAt: e.sentAt,
+		Retransmitted: e.flags&fRetx != 0, Lost: lost,
+	}
+}
+
+// markLost declares p lost (RFC 8985 6.2 step 5, 6.3): out of flight and
+// queued for resend, unless already lost.
+func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res *AckResult) []Event {
+	if e.flags&(fAcked|fLost) != 0 {
+		return dst
+	}
+	s.inPkts--
+	s.inBytes -= int(e.bytes)
+	e.flags |= fLost
+	if byRACK {
+		e.flags |= fRackLost
+	} else {
+		e.flags &^= fRackLost
+	}
+	if e.flags&(fQueued|fPending) == 0 {
+		s.enqueue(p)
+	}
+	s.stats.Lost++
+	if res != nil {
+		res.LostPkts++
+	}
+	if !s.inRecov {
+		s.inRecov, s.recovEnd = true, s.next
+	}
+	return append(dst, s.event(p, e, true))
+}
+
+// ackState collects, during one ACK, what the sample and RACK need.
+type ackState struct {
+	res     AckResult
+	sampOK  bool
+	sampAt  clock.Time // send time of the RTT sample's packet
+	trigOK  bool
+	trigAt  clock.Time // send time of the triggering packet, when it qualifies
+	trigger psn.PSN
+	hasTrig bool
+}
+
+// ackOne marks p acknowledged. RFC 8985 6.2 step 2: the RACK state follows
+// the most recently sent packet delivered, skipping a retransmitted one
+// whose ACK came sooner than the minimum RTT (it acknowledges the original).
+func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, dst []Event) []Event {
+	if e.flags&fLost == 0 {
+		s.inPkts--
+		s.inBytes -= int(e.bytes)
+	}
+	retx := e.flags&fRetx != 0
+	early := retx && s.hasRTT && now.Sub(e.sentAt) < s.minRTT
+	if e.flags&fLost != 0 || early {
+		s.spurious(e)
+	}
+	if e.flags&fQueued != 0 {
+		s.unqueue(p)
+	}
+	e.flags = (e.flags | fAcked) &^ (fLost | fQueued | fPending)
+	dst = append(dst, s.event(p, e, false))
+	st.res.AckedPkts++
+	st.res.AckedBytes += int(e.bytes)
+	s.stats.Acked++
+	if !retx && !now.Before(e.sentAt) {
+		if !st.sampOK || e.sentAt.After(st.sampAt) {
+			st.sampOK, st.sampAt = true, e.sentAt
+		}
+		if st.hasTrig && p == st.trigger {
+			st.trigOK, st.trigAt = true, e.sentAt
+		}
+	}
+	if !early && !now.Before(e.sentAt) && s.cfg.Mode == SelectiveRepeat {
+		if !s.rackOK || sentAfter(e.sentAt, p, s.rackXmit, s.rackPSN) {
+			s.rackOK, s.rackXmit, s.rackPSN = true, e.sentAt, p
+			s.rackRTT = min(now.Sub(e.sentAt), MaxDuration)
+		}
+	}
+	return dst
+}
+
+// sentAfter is RFC 8985's RACK_sent_after: t1 later than t2, PSN breaking
+// ties.
+func sentAfter(t1 clock.Time, p1 psn.PSN, t2 clock.Time, p2 psn.PSN) bool {
+	return t1.After(t2) || (t1 == t2 && p2.Less(p1))
+}
+
+// spurious records that a loss declaration was wrong: the packet arrived.
+// Lacking DSACK, this drives RFC 8985 6.2 step 4: a wrong RACK declaration
+// widens the reordering window, at most once per round trip.
+func (s *Scoreboard) spurious(e *entry) {
+	s.stats.SpuriousRetransmits++
+	if e.flags&fRackLost == 0 {
+		return
+	}
+	if !s.spurOK || !s.una.Less(s.spurEnd) {
+		s.spurOK, s.spurEnd = true, s.next
+		s.reoMult = min(s.reoMult+1, maxReoMult)
+		s.reoLeft = reoPersist
+	}
+}
+
+// advance moves the oldest unacknowledged PSN past acknowledged ones.
+func (s *Scoreboard) advance() {
+	for s.una != s.next && s.slot(s.una).flags&fAcked != 0 {
+		s.una = s.una.Next()
+	}
+}
+
+// rttSample updates SRTT, RTTVAR and the minimum (RFC 6298 2.2-2.3) and ends
+// the timeout backoff (RFC 6298 5.7, Karn).
+func (s *Scoreboard) rttSample(r time.Duration) {
+	r = min(max(r, 1), MaxDuration)
+	if !s.hasRTT {
+		s.hasRTT = true
+		s.srtt, s.rttvar, s.minRTT = r, r/2, r
+	} else {
+		d := s.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		s.rttvar = (3*s.rttvar + d) / 4
+		s.srtt = (7*s.srtt + r) / 8
+		s.minRTT = min(s.minRTT, r)
+	}
+	s.backoff = 0
+}
+
+// OnAck processes an ACK received at now and appends to dst an Event for
+// each packet newly acknowledged and each packet newly declared lost (at
+// most Capacity in all; give dst that capacity to avoid allocation).
+//
+// SelectiveRepeat uses Cum, the SACK bitmap and Acked; RACK (RFC 8985 6.2)
+// then declares lost every packet sent before the most recently sent
+// delivered packet once RACK.rtt + reordering window has passed since it was
+// sent, and arms the reordering timer for the rest. GoBackN uses Cum only.
+// An ACK that refers to a PSN at or beyond Next is dropped whole and counted
+// in Stats.BadAcks; information about PSNs before the oldest unacknowledged
+// one is ignored (Stats.StaleAcks for an old Cum). A failed scoreboard
+// ignores ACKs.
+//
+// Progress (a packet newly acknowledged) resets the timeout retry count and
+// restarts the retransmission timer (RFC 6298 5.3) and the probe timer (RFC
+// 8985 7.2).
+func (s *Scoreboard) OnAck(now clock.Time, a Ack, dst []Event) ([]Event, AckResult) {
+	if s.failed != nil {
+		return dst, AckResult{}
+	}
+	out := s.Outstanding()
+	cum := psn.New(uint32(a.Cum))
+	cd := int(cum.Diff(s.una))
+	sr := s.cfg.Mode == SelectiveRepeat
+	var st ackState
+	bad := cd > out
+	if sr && !bad {
+		if a.HasAcked {
+			st.hasTrig, st.trigger = true, psn.New(uint32(a.Acked))
+			bad = int(st.trigger.Diff(s.una)) >= out
+		}
+		bad = bad || !s.sackValid(a.Sack, psn.New(uint32(a.SackBase)), out)
+	}
+	if bad {
+		s.stats.BadAcks++
+		return dst, AckResult{}
+	}
+	if cd < 0 {
+		s.stats.StaleAcks++
+	}
+	for p := s.una; cd > 0; p, cd = p.Next(), cd-1 {
+		if e := s.slot(p); e.flags&fAcked == 0 {
+			dst = s.ackOne(now, p, e, &st, dst)
+		}
+	}
+	if sr {
+		if st.hasTrig && int(st.trigger.Diff(s.una)) >= 0 {
+			if e := s.slot(st.trigger); e.flags&fAcked == 0 {
+				dst = s.ackOne(now, st.trigger, e, &st, dst)
+			}
+		}
+		dst = s.applySack(now, a.Sack, psn.New(uint32(a.SackBase)), &st, dst)
+	}
+	dst = s.afterAck(now, &st, dst)
+	return dst, st.res
+}
+
+// sackValid reports whether no SACK bit names a PSN at or beyond Next.
+func (s *Scoreboard) sackValid(sack []uint64, base psn.PSN, out int) bool {
+	for w, word := range sack {
+		if word == 0 {
+			continue
+		}
+		if w >= psn.Half/64 {
+			return false // a bitmap this long wraps the PSN space
+		}
+		d0 := int(base.Add(uint32(64 * w)).Diff(s.una))
+		if d0 >= 0 && d0+64 <= out {
+			continue
+		}
+		for ; word != 0; word &= word - 1 {
+			k := bits.TrailingZeros64(word)
+			if int(base.Add(uint32(64*w+k)).Diff(s.una)) >= out {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Scoreboard) applySack(now clock.Time, sack []uint64, base psn.PSN, st *ackState, dst []Event) []Event {
+	out := s.Outstanding()
+	for w, word := range sack {
+		for ; word != 0; word &= word - 1 {
+			k := bits.TrailingZeros64(word)
+			p := base.Add(uint32(64*w + k))
+			if d := int(p.Diff(s.una)); d < 0 || d >= out {
+				continue
+			}
+			if e := s.slot(p); e.flags&fAcked == 0 {
+				dst = s.ackOne(now, p, e, st, dst)
+			}
+		}
+	}
+	return dst
+}
+
+// afterAck finishes an ACK or NAK: RTT sample, episode ends, timers, and in
+// SelectiveRepeat RACK loss detection.
+func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event {
+	progress := st.res.AckedPkts > 0
+	if progress {
+		st.res.Progress = true
+		s.retries = 0
+		switch {
+		case st.trigOK:
+			st.res.RTT = min(max(now.Sub(st.trigAt), 1), MaxDuration)
+		case st.sampOK:
+			st.res.RTT = min(max(now.Sub(st.sampAt), 1), MaxDuration)
+		}
+		if st.res.RTT > 0 {
+			s.rttSample(st.res.RTT)
+		}
+		s.advance()
+		if s.inRecov && !s.una.Less(s.recovEnd) {
+			s.inRecov = false
+			if s.reoLeft > 0 {
+				s.reoLeft--
+				if s.reoLeft == 0 {
+					s.reoMult = 1
+				}
+			}
+		}
+		if s.tlpActive && !s.una.Less(s.tlpEnd) {
+			s.tlpActive = false
+		}
+		if s.nakActive && s.nakExpected.Less(s.una) {
+			s.nakActive = false
+		}
+		if s.una == s.next {
+			s.rtoAt, s.ptoAt, s.reoAt = clock.Never, clock.Never, clock.Never
+			return dst
+		}
+		s.rtoAt = now.Add(s.RTO())
+	}
+	if s.cfg.Mode == SelectiveRepeat {
+		dst = s.rackDetect(now, dst, &st.res)
+	}
+	s.armProbe(now, progress)
+	return dst
+}
+
+// rackDetect is RFC 8985 6.2 step 5: every packet in flight sent before the
+// most recently sent delivered packet is lost once RACK.rtt + reo_wnd has
+// passed since its transmission; the reordering timer is armed for the
+// earliest of the others. (The RFC arms it for the latest; the earliest
+// repairs each loss as soon as it is known, at the cost of more wake-ups.)
+//
+// Original transmissions are sent in PSN order, so the scan stops at the
+// first one sent after the RACK packet: only resends can follow it out of
+// order, and they were sent later still.
+func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []Event {
+	s.reoAt = clock.Never
+	if !s.rackOK {
+		return dst
+	}
+	wait := s.rackRTT + s.ReorderWindow()
+	for p := s.una; p != s.next; p = p.Next() {
+		e := s.slot(p)
+		if !sentAfter(s.rackXmit, s.rackPSN, e.sentAt, p) {
+			if e.flags&fRetx == 0 {
+				break
+			}
+			continue
+		}
+		if e.flags&(fAcked|fLost) != 0 {
+			continue
+		}
+		deadline := e.sentAt.Add(wait)
+		if !now.Before(deadline) {
+			dst = s.markLost(p, e, true, dst, res)
+		} else if deadline.Before(s.reoAt) {
+			s.reoAt = deadline
+		}
+	}
+	return dst
+}
+
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, plus
+// MaxAckDelay when one packet is in flight, no later than the retransmission
+// timer; only in SelectiveRepeat with TLP on, packets in flight, no probe
+// outstanding, nothing queued and no reordering timer. restart moves an
+// armed timer; otherwise only an unarmed one is set.
+//
+// Unlike RFC 8985 7.2 the probe is also armed during loss recovery: RACK
+// cannot see a lost resend at the tail (nothing sent later gets delivered),
+// and the RTO floor is some fifty fabric RTTs. In a simulated transfer of
+// 300 packets with 10% data loss (TestSimulation's harness, 200 seeds) this
+// cut RTOs from 30 to 11 and the worst completion time from 7.4ms to 3.4ms
+// for the same number of resends.
+func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
+	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive ||
+		s.nQueued > 0 || s.reoAt != clock.Never || s.inPkts == 0 {
+		s.ptoAt = clock.Never
+		return
+	}
+	if !restart && s.ptoAt != clock.Never {
+		return
+	}
+	pto := 2 * s.SRTT()
+	if s.inPkts == 1 {
+		pto += s.cfg.MaxAckDelay
+	}
+	s.ptoAt = clock.Min(now.Add(pto), s.rtoAt)
+}
+
+// OnNak processes a NAK sequence error received at now (both modes): the
+// receiver got every PSN before expected, so those are acknowledged, and
+// every unacknowledged PSN from expected to Next-1 is declared lost and
+// queued for resend in PSN order. A repeated NAK for the same expected PSN
+// is ignored (Stats.DupNaks) while that resend is in progress: until the
+// resend of expected has been sent and one SRTT has passed since, when a
+// fresh NAK is first due. A NAK whose expected PSN lies beyond Next is
+// dropped (Stats.BadAcks); one before the oldest unacknowledged PSN is stale
+// (Stats.StaleAcks).
+func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Event, AckResult) {
+	if s.failed != nil {
+		return dst, AckResult{}
+	}
+	exp := psn.New(uint32(expected))
+	d := int(exp.Diff(s.una))
+	switch {
+	case d > s.Outstanding():
+		s.stats.BadAcks++
+		return dst, AckResult{}
+	case d < 0:
+		s.stats.StaleAcks++
+		return dst, AckResult{}
+	case s.nakActive && exp == s.nakExpected &&
+		(!s.nakResent || now.Before(s.nakResentAt.Add(s.SRTT()))):
+		s.stats.DupNaks++
+		return dst, AckResult{}
+	}
+	s.stats.Naks++
+	var st ackState
+	for p := s.una; p != exp; p = p.Next() {
+		if e := s.slot(p); e.flags&fAcked == 0 {
+			dst = s.ackOne(now, p, e, &st, dst)
+		}
+	}
+	// Declare the losses before afterAck so that RACK and the probe see
+	// them; afterAck does not touch packets already lost.
+	for p := exp; p != s.next; p = p.Next() {
+		dst = s.markLost(p, s.slot(p), false, dst, &st.res)
+	}
+	dst = s.afterAck(now, &st, dst)
+	if exp != s.next {
+		s.nakActive, s.nakExpected, s.nakResent = true, exp, false
+	}
+	return dst, st.res
+}
+
+// OnTimeout handles the timer due at now (call it when now reaches
+// NextTimeout; it handles one timer per call, so call it again while
+// NextTimeout is still not after now). It appends newly lost packets to dst.
+//
+//   - RTO (RFC 6298 5.4-5.6, RFC 8985 6.3): every outstanding packet not
+//     acknowledged is declared lost and queued in PSN order, the timeout
+//     doubles (up to MaxRTO) and restarts. After MaxRetries consecutive RTOs
+//     without progress the next one returns Failed and an error wrapping
+//     ErrRetryExceeded instead, and the scoreboard stays failed.
+//   - Reorder (RFC 8985 6.2 step 5, 8): RACK loss detection runs again.
+//   - Probe (RFC 8985 7.3): the highest outstanding PSN is queued for resend
+//     (it stays in flight: a probe is no loss) and the retransmission timer
+//     restarts; no further probe until the ACKs pass the PSNs sent so far.
+func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKind, error) {
+	if s.failed != nil {
+		return dst, Failed, s.failed
+	}
+	switch {
+	case s.rtoAt != clock.Never && !now.Before(s.rtoAt):
+		if s.retries >= s.cfg.MaxRetries {
+			s.failed = fmt.Errorf("%w: PSN %d unacknowledged after %d timeouts", ErrRetryExceeded, s.una, s.retries)
+			s.rtoAt, s.ptoAt, s.reoAt = clock.Never, clock.Never, clock.Never
+			return dst, Failed, s.failed
+		}
+		s.retries++
+		s.stats.RTOs++
+		if s.RTO() < s.cfg.MaxRTO {
+			s.backoff++
+		}
+		for p := s.una; p != s.next; p = p.Next() {
+			e := s.slot(p)
+			dst = s.markLost(p, e, false, dst, nil)
+			if e.flags&fPending != 0 {
+				// Popped but never resent: queue it again.
+				e.flags &^= fPending
+				s.enqueue(p)
+			}
+		}
+		s.tlpActive, s.nakActive = false, false
+		s.ptoAt, s.reoAt = clock.Never, clock.Never
+		s.rtoAt = now.Add(s.RTO())
+		return dst, RTO, nil
+	case s.reoAt != clock.Never && !now.Before(s.reoAt):
+		dst = s.rackDetect(now, dst, nil)
+		s.armProbe(now, false)
+		return dst, Reorder, nil
+	case s.ptoAt != clock.Never && !now.Before(s.ptoAt):
+		s.ptoAt = clock.Never
+		for p := s.next.Prev(); p != s.una.Prev(); p = p.Prev() {
+			e := s.slot(p)
+			if e.flags&fAcked != 0 {
+				continue
+			}
+			if e.flags&(fQueued|fPending) == 0 {
+				s.enqueue(p)
+			}
+			break
+		}
+		s.stats.TLPs++
+		s.tlpActive, s.tlpEnd = true, s.next
+		s.rtoAt = now.Add(s.RTO())
+		return dst, Probe, nil
+	}
+	return dst, None, nil
+}
