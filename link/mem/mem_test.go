@@ -876,3 +876,30 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("clamped config %+v", c)
 	}
 }
+
+// BenchmarkSendRecv moves batches of 64 1500-byte frames through a port
+// pair under a simulated clock, with loss, jitter and a rate limit on.
+func BenchmarkSendRecv(b *testing.B) {
+	cfg := Config{Loss: 0.001, Jitter: 100, Bandwidth: 400e9, Frames: 256}
+	_, clk, ports := simFabric(b, cfg, 2)
+	fs := make([]link.Frame, BatchSize)
+	rx := make([]link.Frame, BatchSize)
+	b.ReportAllocs()
+	b.SetBytes(BatchSize * 1500)
+	for b.Loop() {
+		n := ports[0].Alloc(fs)
+		for i := range fs[:n] {
+			fs[i].Buf = fs[i].Buf[:1500]
+			copy(fs[i].Buf, []byte{0x02, 0, 0, 0, 0, 1})
+		}
+		ports[0].Send(fs[:n])
+		clk.Advance(2 * time.Microsecond)
+		for {
+			m, _ := ports[1].Recv(rx)
+			ports[1].Release(rx[:m])
+			if m == 0 {
+				break
+			}
+		}
+	}
+}
