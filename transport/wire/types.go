@@ -208,10 +208,12 @@ type Hop struct {
 	TxBytes  uint32 // transmitted-bytes counter of the egress port (wraps)
 }
 
-// Packet is a decoded or to-be-encoded frame. Decode fills it with slices
-// into the frame (no copies, no allocations); Encode reads it. Fields that do
-// not apply to the opcode are ignored by Encode and left unchanged by Decode
-// unless stated otherwise.
+// Packet is a decoded or to-be-encoded frame. Decode resets it and fills it
+// with the frame's fields and slices into the frame (no copies, no
+// allocations), so fields that do not apply to the opcode are zero after
+// Decode; Encode reads it and ignores fields that do not apply. The zero
+// value is usable (as a Decode target); a Packet is not safe for concurrent
+// use, and after Decode it aliases the frame.
 type Packet struct {
 	Eth  Eth
 	IP   IP
@@ -224,9 +226,12 @@ type Packet struct {
 	Ack  Ack    // OpSprayAck
 
 	// INT is, after Decode of a spray data packet with FlagINT, the filled hop
-	// records (Hops of them); after Decode of a spray ACK, the echoed records.
-	// For Encode of a spray ACK, the records to echo (len = 24*Ack.INTHops).
-	// Encode of a data packet reserves Data.INTMax zeroed slots instead.
+	// records (the shim's hop count of them); after Decode of a spray ACK, the
+	// echoed records. For Encode of a spray ACK, the records to echo (len =
+	// 24*Ack.INTHops). Encode of a data packet with FlagINT reserves
+	// Data.INTMax slots, copies INT (normally empty; at most INTMax whole
+	// records) into the first ones, sets the shim's hop count to them and
+	// zeroes the rest. Read records with HopAt.
 	INT []byte
 
 	// Payload is the payload, without pad and ICRC. Decode sets it to a slice
