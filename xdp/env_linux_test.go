@@ -35,6 +35,13 @@ var vethSeq atomic.Uint32
 // the steering program attached. Everything goes away in t.Cleanup.
 func newPair(t testing.TB) (a, b *side) {
 	t.Helper()
+	return newPairQueues(t, 1)
+}
+
+// newPairQueues is newPair with the given number of RX and TX queues on
+// each end.
+func newPairQueues(t testing.TB, queues int) (a, b *side) {
+	t.Helper()
 	testutil.SkipIfNotRoot(t)
 	a, b = &side{}, &side{}
 	n := vethSeq.Add(1)
@@ -42,9 +49,12 @@ func newPair(t testing.TB) (a, b *side) {
 	b.name = fmt.Sprintf("xdpb%d_%d", os.Getpid()%100000, n)
 	a.ns, b.ns = newNS(t), newNS(t)
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: a.name, Namespace: netlink.NsFd(a.ns)},
-		PeerName:      b.name,
-		PeerNamespace: netlink.NsFd(b.ns),
+		LinkAttrs: netlink.LinkAttrs{Name: a.name, Namespace: netlink.NsFd(a.ns),
+			NumTxQueues: queues, NumRxQueues: queues},
+		PeerName:        b.name,
+		PeerNamespace:   netlink.NsFd(b.ns),
+		PeerNumTxQueues: uint32(queues),
+		PeerNumRxQueues: uint32(queues),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatalf("add veth %s/%s: %v", a.name, b.name, err)
@@ -173,8 +183,8 @@ func steerInsns(m *ebpf.Map) asm.Instructions {
 	}
 }
 
-// open opens a socket on the side's device, queue 0, registers it in the
-// XSKMAP and closes it in t.Cleanup.
+// open opens a socket on the side's device and cfg.Queue, registers it in
+// the XSKMAP and closes it in t.Cleanup.
 func (s *side) open(t testing.TB, cfg xdp.Config) *xdp.Socket {
 	t.Helper()
 	cfg.Ifindex = s.ifindex
@@ -200,7 +210,7 @@ func (s *side) open(t testing.TB, cfg xdp.Config) *xdp.Socket {
 
 func (s *side) register(t testing.TB, sock *xdp.Socket) {
 	t.Helper()
-	if err := s.xsks.Put(uint32(0), uint32(sock.FD())); err != nil {
+	if err := s.xsks.Put(uint32(sock.Queue()), uint32(sock.FD())); err != nil {
 		t.Fatalf("register socket: %v", err)
 	}
 }

@@ -34,8 +34,13 @@ type pump struct {
 }
 
 func newPumps(a, b *side, sa, sb *xdp.Socket, ab, ba uint64) (pa, pb *pump) {
-	pa = &pump{s: sa, src: a.mac, dst: b.mac, dir: 0, total: ab, expect: ba, window: 128}
-	pb = &pump{s: sb, src: b.mac, dst: a.mac, dir: 1, total: ba, expect: ab, window: 128}
+	return newPumpsDir(a, b, sa, sb, ab, ba, 0)
+}
+
+// newPumpsDir tags a's frames with dir and b's with dir+1.
+func newPumpsDir(a, b *side, sa, sb *xdp.Socket, ab, ba uint64, dir byte) (pa, pb *pump) {
+	pa = &pump{s: sa, src: a.mac, dst: b.mac, dir: dir, total: ab, expect: ba, window: 128}
+	pb = &pump{s: sb, src: b.mac, dst: a.mac, dir: dir + 1, total: ba, expect: ab, window: 128}
 	pa.peer, pb.peer = pb, pa
 	pa.seen = make([]uint64, (ba+63)/64)
 	pb.seen = make([]uint64, (ab+63)/64)

@@ -40,6 +40,9 @@ var (
 // bytes of headroom that the kernel keeps in front of received frames.
 func (s *Socket) Info() link.Info { return s.info }
 
+// Queue returns the device queue the socket is bound to.
+func (s *Socket) Queue() int { return s.cfg.Queue }
+
 // Mode returns the mode the socket is bound in: Copy or ZeroCopy.
 func (s *Socket) Mode() Mode { return s.mode }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -110,6 +111,57 @@ func TestStress(t *testing.T) {
 	sa := a.open(t, xdp.Config{})
 	sb := b.open(t, xdp.Config{})
 	exchange(t, a, b, sa, sb, each, each)
+}
+
+// TestMultiQueue: one socket per queue; frames sent on queue q arrive on
+// the peer's queue q and nowhere else.
+func TestMultiQueue(t *testing.T) {
+	const queues = 2
+	a, b := newPairQueues(t, queues)
+	cfg := xdp.Config{RxFrames: 512, TxFrames: 512, RingSize: 512}
+	done := make(chan *pump, 2*queues)
+	var pumps []*pump
+	for q := range queues {
+		cfg.Queue = q
+		sa, sb := a.open(t, cfg), b.open(t, cfg)
+		if sa.Queue() != q || sa.Info().Name != fmt.Sprintf("xdp:%s/q%d", a.name, q) {
+			t.Fatalf("queue %d: socket says queue %d, name %q", q, sa.Queue(), sa.Info().Name)
+		}
+		pa, pb := newPumpsDir(a, b, sa, sb, 20000, 20000, byte(2*q))
+		pumps = append(pumps, pa, pb)
+		for _, p := range []*pump{pa, pb} {
+			go func() { p.run(); done <- p }()
+		}
+	}
+	for range pumps {
+		<-done
+	}
+	for _, p := range pumps {
+		if p.err != nil || p.recvd.Load() != p.expect || p.dups != 0 || p.bad != 0 {
+			t.Errorf("%s: received %d of %d, %d dups, %d bad (wrong queue), err %v",
+				p.s.Info().Name, p.recvd.Load(), p.expect, p.dups, p.bad, p.err)
+		}
+	}
+}
+
+// TestBusyPoll: with busy polling the socket still moves frames.
+func TestBusyPoll(t *testing.T) {
+	a, b := newPair(t)
+	sa := a.open(t, xdp.Config{BusyPoll: true})
+	sb := b.open(t, xdp.Config{BusyPoll: true})
+	pa, pb := newPumps(a, b, sa, sb, 5000, 5000)
+	done := make(chan struct{})
+	go func() { pb.run(); close(done) }()
+	pa.run()
+	<-done
+	for _, p := range []*pump{pa, pb} {
+		if p.err != nil || p.recvd.Load() != p.expect || p.dups != 0 || p.bad != 0 {
+			t.Errorf("dir %d: received %d of %d, %d dups, %d bad, err %v", p.peer.dir, p.recvd.Load(), p.expect, p.dups, p.bad, p.err)
+		}
+	}
+	if st := sa.Stats(); st.RxWakeups == 0 {
+		t.Errorf("busy polling made no recvfrom calls: %+v", st)
+	}
 }
 
 // TestNoNeedWakeup: with need_wakeup off the socket still moves frames (it
