@@ -175,12 +175,18 @@ func exchange(t *testing.T, a, b *side, sa, sb *xdp.Socket, ab, ba uint64) {
 // that both pools are full again.
 func drain(t *testing.T, s *xdp.Socket) {
 	t.Helper()
+	drainTo(t, s, xdp.DefaultFrames, xdp.DefaultFrames)
+}
+
+// drainTo is drain for a socket with rxFrames and txFrames in its pools.
+func drainTo(t *testing.T, s *xdp.Socket, rxFrames, txFrames int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Stats().TxInFlight > 0 && time.Now().Before(deadline) {
 		s.Wait(time.Millisecond)
 	}
 	st := s.Stats()
-	if st.RxFree != xdp.DefaultFrames || st.RxHeld != 0 || st.TxFree != xdp.DefaultFrames || st.TxHeld != 0 || st.TxInFlight != 0 {
+	if st.RxFree != rxFrames || st.RxHeld != 0 || st.TxFree != txFrames || st.TxHeld != 0 || st.TxInFlight != 0 {
 		t.Errorf("%s: pools not full at the end: rx free %d held %d, tx free %d held %d in flight %d",
 			s.Info().Name, st.RxFree, st.RxHeld, st.TxFree, st.TxHeld, st.TxInFlight)
 	}

@@ -255,6 +255,50 @@ func TestCloseUnblocksWait(t *testing.T) {
 	}
 }
 
+// TestTxPoolExhausted: with every TX frame in flight Alloc returns none;
+// Wait returns once completions free some, and Alloc then succeeds.
+func TestTxPoolExhausted(t *testing.T) {
+	a, b := newPair(t)
+	sa := a.open(t, xdp.Config{})
+	sb := b.open(t, xdp.Config{TxFrames: 64})
+	fs := make([]link.Frame, 64)
+	rx := make([]link.Frame, 64)
+	for round := range 50 {
+		n := sb.Alloc(fs)
+		for i := range n {
+			fs[i].Buf = fs[i].Buf[:buildFrame(fs[i].Buf, a.mac, b.mac, uint64(i), 1)]
+		}
+		if q, err := sb.Send(fs[:n]); err != nil || q != n {
+			t.Fatalf("round %d: Send = %d of %d, %v", round, q, n, err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for sb.Alloc(fs[:1]) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no TX frame came back: %+v", round, sb.Stats())
+			}
+			if err := sb.Wait(-1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sb.Send(fs[:0])
+		for {
+			m, _ := sa.Recv(rx)
+			if m == 0 {
+				break
+			}
+			sa.Release(rx[:m])
+		}
+		// Hand the frame back unsent: a frame of the wrong length is
+		// dropped and counted, and returns to the pool.
+		fs[0].Buf = fs[0].Buf[:1]
+		sb.Send(fs[:1])
+	}
+	drainTo(t, sb, xdp.DefaultFrames, 64)
+	if st := sb.Stats(); st.TxDropped != 50 {
+		t.Errorf("TxDropped %d, want 50", st.TxDropped)
+	}
+}
+
 // TestWake: Wake from another goroutine ends a Wait without a timeout.
 func TestWake(t *testing.T) {
 	a, _ := newPair(t)
