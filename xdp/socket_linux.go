@@ -65,7 +65,7 @@ func Open(cfg Config) (*Socket, error) {
 	}
 	backoff := bindBackoff
 	for attempt := 0; ; attempt++ {
-		s, err := open(cfg)
+		s, err := openOnce(cfg)
 		if err == nil {
 			return s, nil
 		}
@@ -76,6 +76,9 @@ func Open(cfg Config) (*Socket, error) {
 		backoff = min(2*backoff, bindBackoffMax)
 	}
 }
+
+// openOnce is open; tests replace it to exercise the EBUSY retries.
+var openOnce = open
 
 func open(cfg Config) (_ *Socket, err error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
