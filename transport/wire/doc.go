@@ -168,8 +168,9 @@
 //	BTH         byte 4 (FECN, BECN, reserved) as all ones
 //	the rest up to the ICRC, with spray's INT region (shim and all slots) as all ones
 //
-// and it is stored in the last 4 bytes little-endian (the bytes scapy's
-// contrib.roce writes, and that tshark shows as infiniband.invariant.crc).
+// and it is stored in the last 4 bytes little-endian: the bytes that scapy's
+// contrib.roce writes, and that tshark shows, read big-endian, as
+// infiniband.invariant.crc. The tests check both tools (IPv4 and IPv6).
 // Masking the INT region lets switches stamp hop records without touching the
 // ICRC; for IPv6 they must update the UDP checksum (StampHop does).
 //

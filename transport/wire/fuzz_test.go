@@ -21,6 +21,20 @@ func addSeeds(f *testing.F, extra ...any) {
 			f.Add(append(append([]any{}, extra...), fr)...)
 		}
 	}
+	// A 58-byte frame padded to the Ethernet minimum, and IPv4 options.
+	k := kase{p: lower(r, netVariants[0], OpSendOnly)}
+	fr, err := encodeKase(&k)
+	if err != nil || len(fr) != 58 {
+		f.Fatalf("short SEND: %d bytes, %v", len(fr), err)
+	}
+	f.Add(append(append([]any{}, extra...), append(fr, 0, 0))...)
+	o, _ := findOffs(fr)
+	opt := append(bytes.Clone(fr[:o.udp]), 1, 1, 1, 0) // NOP NOP NOP EOL
+	opt = append(opt, fr[o.udp:]...)
+	opt[o.ip] = 0x46
+	binary.BigEndian.PutUint16(opt[o.ip+2:], uint16(len(opt)-o.ip))
+	fixChecksums(opt)
+	f.Add(append(append([]any{}, extra...), opt)...)
 }
 
 // FuzzDecode: Decode never panics; whatever it accepts re-encodes to a frame
@@ -87,4 +101,29 @@ func FuzzICRC(f *testing.F) {
 			t.Fatalf("ICRC %#x, model %#x", c, m)
 		}
 	})
+}
+
+// The extra seeds of addSeeds decode: padding and options are accepted.
+func TestExtraSeeds(t *testing.T) {
+	r := testutil.Rand(t)
+	k := kase{p: lower(r, netVariants[0], OpSendOnly)}
+	fr, err := encodeKase(&k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Packet
+	if err := Decode(append(fr, 0, 0), &p); err != nil || p.BTH != k.p.BTH {
+		t.Fatalf("padded to 60: %v", err)
+	}
+	o, _ := findOffs(fr)
+	opt := append(bytes.Clone(fr[:o.udp]), 1, 1, 1, 0)
+	opt = append(opt, fr[o.udp:]...)
+	opt[o.ip] = 0x46
+	binary.BigEndian.PutUint16(opt[o.ip+2:], uint16(len(opt)-o.ip))
+	if !fixChecksums(opt) {
+		t.Fatal("options frame does not parse")
+	}
+	if err := Decode(opt, &p); err != nil || p.BTH != k.p.BTH {
+		t.Fatalf("IPv4 options: %v", err)
+	}
 }

@@ -13,8 +13,9 @@
 // Caveats: importing the package changes gopacket's global decoding of UDP
 // port 4791 (gopacket itself decodes it as a plain payload). Each layer type
 // also works in a gopacket.DecodingLayerParser, but there a RETH or INT layer
-// cannot know the opcode that it belongs to, so it always names the payload as
-// the next layer; for RDMA WRITE Only with Immediate and spray data packets
-// with INT, RETH or ImmDt use gopacket.NewPacket, whose decoder follows the
-// opcode. Layer values are not safe for concurrent use.
+// cannot know the opcode that it belongs to, so it names the payload as the
+// next layer even where ImmDt (RDMA WRITE Only with Immediate, spray
+// KindWriteImm) or RETH/ImmDt (after the INT region of spray data) follow;
+// gopacket.NewPacket, whose decoder follows the opcode, gets these right.
+// Layer values are not safe for concurrent use.
 package wirelayers
