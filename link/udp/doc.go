@@ -27,7 +27,12 @@
 // Send blocks while a socket's send buffer is full (the kernel's
 // backpressure). ECN and DSCP survive: the TOS of a sent frame is set per
 // datagram and the received TOS is written into the synthesized header. TTL
-// and the IPv4 identification are not carried (64 and 0 on receive).
+// and the IPv4 identification are not carried (64 and 0 on receive). The
+// RoCEv2 ICRC covers the IPv4 identification and the UDP source port, so a
+// frame passes the receiver's ICRC check only if it was encoded with
+// identification 0 (the wire codec's default) and a source port the link
+// has a socket for (Port or one of Entropies; see
+// Counters.TxUnknownEntropy).
 //
 // A Link is safe for concurrent use only as link.Link says: one goroutine
 // calls Recv, Release, Alloc, Send and Wait; Wake, Close and the counters

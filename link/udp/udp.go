@@ -70,7 +70,8 @@ type Counters struct {
 	// Ethernet | IP | UDP of the link's address family.
 	TxMalformed uint64
 	// TxUnknownEntropy counts frames whose UDP source port has no socket;
-	// they were sent from another one (still counted in TxFrames).
+	// they were sent from another one (still counted in TxFrames), so they
+	// arrive with another source port and fail the peer's ICRC check.
 	TxUnknownEntropy uint64
 	// TxErrors counts frames the kernel refused (EMSGSIZE, ENETUNREACH...);
 	// TxErrno is the last such error number.
