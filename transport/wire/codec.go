@@ -553,8 +553,8 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	l.udp = l.ip + l.ipLen
 	l.bth = l.udp + UDPLen
 	l.end = n
-	if n-l.ip > 0xFFFF {
-		return 0, fmt.Errorf("%w: IP packet of %d bytes", ErrBadLength, n-l.ip)
+	if (v6 && n-l.udp > 0xFFFF) || (!v6 && n-l.ip > 0xFFFF) {
+		return 0, fmt.Errorf("%w: a %d-byte IP packet overflows the IP length field", ErrBadLength, n-l.ip)
 	}
 
 	copy(buf[0:6], p.Eth.Dst[:])

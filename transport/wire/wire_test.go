@@ -784,3 +784,29 @@ func BenchmarkEncodeIPv6(b *testing.B) {
 		}
 	}
 }
+
+// The largest frames: IPv6 carries a 65535-byte UDP datagram, IPv4 a
+// 65535-byte packet, one byte more is ErrBadLength.
+func TestMaxLength(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		p := Packet{IP: IP{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2")}, BTH: BTH{Opcode: OpSendOnly}}
+		max := 0xFFFF - IPv4Len - UDPLen - BTHLen - ICRCLen
+		if v6 {
+			p.IP = IP{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2")}
+			max = 0xFFFF - UDPLen - BTHLen - ICRCLen
+		}
+		max &^= 3
+		buf := make([]byte, 70000)
+		n, err := Encode(buf, &p, make([]byte, max))
+		if err != nil {
+			t.Fatalf("v6=%v: %d-byte payload: %v", v6, max, err)
+		}
+		var q Packet
+		if err := Decode(buf[:n], &q); err != nil || len(q.Payload) != max {
+			t.Fatalf("v6=%v: decode of the largest frame: %v", v6, err)
+		}
+		if _, err := Encode(buf, &p, make([]byte, max+4)); !errors.Is(err, ErrBadLength) {
+			t.Fatalf("v6=%v: %d-byte payload: %v", v6, max+4, err)
+		}
+	}
+}
