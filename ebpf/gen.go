@@ -1,0 +1,6 @@
+package ebpf
+
+// The generated steer_bpfel.go and steer_bpfel.o are committed so that `go
+// build` needs no clang; regen.sh regenerates them and fails on a diff.
+
+//go:generate go tool bpf2go -tags linux -target bpfel -type steer_counters -type steer_config -type steer_addr steer steer.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror
