@@ -14,6 +14,7 @@ const (
 	DefaultBatch        = 64
 	MaxBatch            = 1024 // the kernel's limit on one sendmmsg/recvmmsg
 	DefaultSocketBuffer = 4 << 20
+	MaxPoolBytes        = 1 << 30 // Frames * FrameSize, for each of the two pools
 	minFrameSize        = 14 + 40 + 8 + 16
 )
 

@@ -95,7 +95,7 @@ func Open(cfg Config) (*Link, error) {
 	switch {
 	case c.FrameSize < minFrameSize || c.FrameSize > 1<<18:
 		return nil, fmt.Errorf("%w: FrameSize %d", ErrConfig, c.FrameSize)
-	case c.Frames < 0 || c.Frames > 1<<20:
+	case c.Frames < 0 || c.Frames > 1<<20 || c.Frames*c.FrameSize > MaxPoolBytes:
 		return nil, fmt.Errorf("%w: Frames %d", ErrConfig, c.Frames)
 	case c.Batch < 0 || c.Batch > MaxBatch:
 		return nil, fmt.Errorf("%w: Batch %d", ErrConfig, c.Batch)

@@ -20,6 +20,7 @@ const (
 	MaxBatch            = 1024 // the kernel's limit on one sendmmsg/recvmmsg
 	MaxEntropies        = 1024
 	DefaultSocketBuffer = 4 << 20
+	MaxPoolBytes        = 1 << 30 // Frames * FrameSize, for each of the two pools
 )
 
 // Errors. Open wraps ErrConfig or the failing system call's error; methods
@@ -116,8 +117,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: Local must be a specific IP address", ErrConfig)
 	case d.Batch < 0 || d.Batch > MaxBatch:
 		return d, fmt.Errorf("%w: Batch out of range", ErrConfig)
-	case d.Frames < 0 || d.Frames > 1<<20:
-		return d, fmt.Errorf("%w: Frames out of range", ErrConfig)
+	case d.Frames < 0 || d.Frames > 1<<20 || d.Frames*d.FrameSize > MaxPoolBytes:
+		return d, fmt.Errorf("%w: Frames out of range (at most %d bytes per pool)", ErrConfig, MaxPoolBytes)
 	case d.FrameSize < headroom(d.Local.Is6())+16 || d.FrameSize > 65535+ethLen:
 		return d, fmt.Errorf("%w: FrameSize out of range", ErrConfig)
 	case len(d.Entropies) > MaxEntropies:

@@ -401,6 +401,7 @@ func TestConfigErrors(t *testing.T) {
 		{Local: netip.MustParseAddr("127.0.0.1"), FrameSize: 70000},
 		{Local: netip.MustParseAddr("127.0.0.1"), Entropies: []uint16{0}},
 		{Local: netip.MustParseAddr("127.0.0.1"), Frames: -1},
+		{Local: netip.MustParseAddr("127.0.0.1"), Frames: 1 << 20, FrameSize: 9014},
 	} {
 		if _, err := Open(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("Open(%+v) = %v, want ErrConfig", c, err)

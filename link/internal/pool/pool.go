@@ -3,12 +3,13 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Errors returned by New and Put.
 var (
-	// ErrConfig is returned by New for a non-positive size or count, or one
-	// too large to index.
+	// ErrConfig is returned by New for a non-positive size or count, or
+	// more than MaxFrames buffers or MaxBytes bytes.
 	ErrConfig = errors.New("pool: bad configuration")
 	// ErrBadIndex is returned by Put for an index that the pool never
 	// handed out.
@@ -18,8 +19,11 @@ var (
 	ErrNotInUse = errors.New("pool: buffer released twice")
 )
 
-// MaxFrames is the largest number of buffers in one pool.
-const MaxFrames = 1 << 24
+// Limits of one pool.
+const (
+	MaxFrames = 1 << 24
+	MaxBytes  = math.MaxInt32 // Frames * FrameSize
+)
 
 // Pool is a set of Len buffers of FrameSize bytes each. The zero value is
 // not usable: make one with New. It is not safe for concurrent use.
@@ -32,7 +36,7 @@ type Pool struct {
 
 // New returns a pool of frames buffers of frameSize bytes, all free.
 func New(frameSize, frames int) (*Pool, error) {
-	if frameSize <= 0 || frames <= 0 || frames > MaxFrames || frameSize > (1<<40)/frames {
+	if frameSize <= 0 || frames <= 0 || frames > MaxFrames || int64(frameSize)*int64(frames) > MaxBytes {
 		return nil, fmt.Errorf("%w: %d frames of %d bytes", ErrConfig, frames, frameSize)
 	}
 	p := &Pool{

@@ -8,7 +8,7 @@ import (
 )
 
 func TestConfig(t *testing.T) {
-	for _, c := range [][2]int{{0, 1}, {1, 0}, {-1, 5}, {64, MaxFrames + 1}, {1 << 30, 1 << 20}} {
+	for _, c := range [][2]int{{0, 1}, {1, 0}, {-1, 5}, {64, MaxFrames + 1}, {1 << 30, 1 << 24}} {
 		if _, err := New(c[0], c[1]); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%d, %d) = %v, want ErrConfig", c[0], c[1], err)
 		}
