@@ -1,0 +1,220 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sprayfabric/spray/cc"
+	"github.com/sprayfabric/spray/clock"
+)
+
+// Profile selects a coherent set of defaults: which path policy, which loss
+// recovery, which wire opcodes. Every default can still be overridden one
+// field at a time, so that ablations (spray + Go-Back-N, ECMP + selective
+// repeat) are one setting away.
+type Profile uint8
+
+const (
+	// Spray sprays every packet over all paths (per-packet entropy), places
+	// out of order, acknowledges selectively and retransmits only what is
+	// lost. It uses spray's own opcodes (0xE0-0xFF).
+	Spray Profile = iota
+	// RoCE is classic RoCEv2: one path (entropy) per QP, in-order reception
+	// with Go-Back-N on a NAK sequence error, standard RC opcodes.
+	RoCE
+)
+
+func (p Profile) String() string {
+	switch p {
+	case Spray:
+		return "spray"
+	case RoCE:
+		return "roce"
+	}
+	return fmt.Sprintf("profile(%d)", uint8(p))
+}
+
+// ParseProfile returns the profile named s ("spray" or "roce").
+func ParseProfile(s string) (Profile, error) {
+	switch s {
+	case "spray":
+		return Spray, nil
+	case "roce":
+		return RoCE, nil
+	}
+	return 0, fmt.Errorf("transport: unknown profile %q (want spray or roce)", s)
+}
+
+// Recovery is the loss recovery scheme.
+type Recovery uint8
+
+const (
+	// RecoveryDefault takes the profile's: selective repeat for Spray,
+	// Go-Back-N for RoCE.
+	RecoveryDefault Recovery = iota
+	// SelectiveRepeat retransmits only packets detected lost (SACK, RACK-TLP).
+	SelectiveRepeat
+	// GoBackN resends everything from the first missing PSN on a NAK or RTO.
+	GoBackN
+)
+
+// PathPolicy is how packets pick their entropy (UDP source port).
+type PathPolicy uint8
+
+const (
+	// PathsDefault takes the profile's: oblivious spraying for Spray, ECMP for RoCE.
+	PathsDefault PathPolicy = iota
+	// PathsECMP gives each QP one entropy for its whole life.
+	PathsECMP
+	// PathsSpray sprays packets over Config.Entropies entropies.
+	PathsSpray
+)
+
+// Config configures an Engine or Endpoint and the QPs it creates. The zero
+// value is usable: every field documents its default. Both peers of a QP
+// must use the same Profile, Recovery and MTU.
+type Config struct {
+	// Profile picks the defaults below; zero is Spray.
+	Profile Profile
+	// Recovery overrides the profile's loss recovery.
+	Recovery Recovery
+	// Paths overrides the profile's path policy.
+	Paths PathPolicy
+	// Entropies is the number of paths a spraying QP uses; 0 means 8.
+	Entropies int
+	// MTU is the largest frame in bytes, Ethernet header included (1514 for
+	// a 1500-byte IP MTU). 0 means the link's frame size, at most 1514.
+	MTU int
+	// Window bounds the packets a QP has outstanding (sender) and the PSN
+	// window it accepts (receiver); a multiple of 64, 0 means 4096.
+	Window int
+	// MaxMessages bounds the messages a QP has in progress in each direction;
+	// 0 means 256.
+	MaxMessages int
+	// MaxMessageSize bounds one message; 0 means 1 GiB.
+	MaxMessageSize int64
+	// MaxRecvBytes bounds the receive buffers a QP holds for messages in
+	// progress; 0 means 4 GiB.
+	MaxRecvBytes int64
+	// SendQueue bounds the work requests a QP queues before PostSend
+	// returns ErrQueueFull; 0 means 1024.
+	SendQueue int
+	// AckEvery is how many data packets a receiver acknowledges at once;
+	// 0 means 2 (Spray) or 16 (RoCE, which also acknowledges when the
+	// sender asks with the BTH AckReq bit). Out-of-order and duplicate
+	// packets are acknowledged at once.
+	AckEvery int
+	// AckDelay is how long a receiver holds an acknowledgement that has not
+	// reached AckEvery; 0 means 20µs.
+	AckDelay time.Duration
+	// MinRTO, MaxRTO and MaxRetries bound retransmission timeouts: the QP
+	// fails with ErrPeerUnreachable after MaxRetries consecutive timeouts
+	// with no progress. Zero values take the retransmit package's defaults.
+	MinRTO, MaxRTO time.Duration
+	MaxRetries     int
+	// INTHops reserves room for that many INT hop records in every data
+	// packet (Spray only) for switches to fill; 0 reserves none.
+	INTHops int
+	// CC makes a congestion controller for each QP; nil means a fixed,
+	// unlimited one (the window is still bounded by Window).
+	CC func() cc.Controller
+	// PacingBurst is the pacer's burst in bytes; 0 means 16 KiB.
+	PacingBurst int
+	// ECN marks data packets ECN-capable (ECT(0)); default off: DCQCN and
+	// ECN-echo need it, and the testbed enables it.
+	ECN bool
+	// Seed seeds every random choice (initial PSNs, entropies, spraying
+	// order). Equal seeds give equal runs over a deterministic link.
+	Seed uint64
+	// StartPSN, when not nil, gives the initial send PSN of each new QP
+	// instead of a seeded random one.
+	StartPSN func(qpn uint32) uint32
+	// Clock is the clock an Endpoint reads; nil means the system's monotonic
+	// clock. Engines and QPs never read it: they are handed the time.
+	Clock clock.Clock
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("transport: invalid config")
+
+// withDefaults returns a copy with zero fields replaced by defaults for a
+// link whose frames hold at most frameSize bytes.
+func (c Config) withDefaults(frameSize int) (Config, error) {
+	if c.Profile > RoCE {
+		return c, fmt.Errorf("%w: profile %d", ErrConfig, c.Profile)
+	}
+	if c.Recovery == RecoveryDefault {
+		c.Recovery = SelectiveRepeat
+		if c.Profile == RoCE {
+			c.Recovery = GoBackN
+		}
+	}
+	if c.Paths == PathsDefault {
+		c.Paths = PathsSpray
+		if c.Profile == RoCE {
+			c.Paths = PathsECMP
+		}
+	}
+	if c.Entropies == 0 {
+		c.Entropies = 8
+	}
+	if c.Entropies < 1 || c.Entropies > 1024 {
+		return c, fmt.Errorf("%w: Entropies %d not in [1, 1024]", ErrConfig, c.Entropies)
+	}
+	if c.MTU == 0 {
+		c.MTU = min(frameSize, 1514)
+	}
+	if frameSize > 0 && c.MTU > frameSize {
+		return c, fmt.Errorf("%w: MTU %d larger than the link's frames (%d)", ErrConfig, c.MTU, frameSize)
+	}
+	if c.MTU < 256 || c.MTU > 65535 {
+		return c, fmt.Errorf("%w: MTU %d not in [256, 65535]", ErrConfig, c.MTU)
+	}
+	if c.Window == 0 {
+		c.Window = 4096
+	}
+	if c.Window < 64 || c.Window%64 != 0 || c.Window > 1<<20 {
+		return c, fmt.Errorf("%w: Window %d: want a multiple of 64 in [64, 1<<20]", ErrConfig, c.Window)
+	}
+	if c.MaxMessages == 0 {
+		c.MaxMessages = 256
+	}
+	if c.MaxMessages < 1 || c.MaxMessages > 1<<16 {
+		return c, fmt.Errorf("%w: MaxMessages %d not in [1, 65536]", ErrConfig, c.MaxMessages)
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 1 << 30
+	}
+	if c.MaxMessageSize < 0 || c.MaxMessageSize > 1<<32-1 {
+		return c, fmt.Errorf("%w: MaxMessageSize %d not in [0, 4 GiB)", ErrConfig, c.MaxMessageSize)
+	}
+	if c.MaxRecvBytes == 0 {
+		c.MaxRecvBytes = 4 << 30
+	}
+	if c.SendQueue == 0 {
+		c.SendQueue = 1024
+	}
+	if c.SendQueue < 1 || c.SendQueue > 1<<20 {
+		return c, fmt.Errorf("%w: SendQueue %d not in [1, 1<<20]", ErrConfig, c.SendQueue)
+	}
+	if c.AckEvery == 0 {
+		c.AckEvery = 2
+		if c.Profile == RoCE {
+			c.AckEvery = 16
+		}
+	}
+	if c.AckEvery < 1 {
+		return c, fmt.Errorf("%w: AckEvery %d", ErrConfig, c.AckEvery)
+	}
+	if c.AckDelay == 0 {
+		c.AckDelay = 20 * time.Microsecond
+	}
+	if c.INTHops < 0 || c.INTHops > 8 {
+		return c, fmt.Errorf("%w: INTHops %d not in [0, 8]", ErrConfig, c.INTHops)
+	}
+	if c.PacingBurst == 0 {
+		c.PacingBurst = 16 << 10
+	}
+	return c, nil
+}

@@ -1,0 +1,246 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// EngineStats are an engine's counters for frames that never reached a QP.
+type EngineStats struct {
+	RxFrames, TxFrames uint64
+	RxBytes, TxBytes   uint64
+	// Malformed counts frames that failed to decode, by reason.
+	Truncated, NotRoCE, BadICRC, BadHeader, BadOpcode, OtherMalformed uint64
+	// UnknownQP counts well-formed packets for a QP that does not exist.
+	UnknownQP uint64
+	// TxNoBuffer counts the times the link had no free transmit buffer.
+	TxNoBuffer uint64
+}
+
+// Malformed returns the sum of the malformed-frame counters.
+func (s EngineStats) Malformed() uint64 {
+	return s.Truncated + s.NotRoCE + s.BadICRC + s.BadHeader + s.BadOpcode + s.OtherMalformed
+}
+
+// Engine drives QPs over one link: it receives and decodes frames, hands
+// them to their QPs, runs timers and transmits in batches. It reads no clock:
+// every step takes the time, so a test can run engines under a simulated
+// clock over link/mem, deterministically. Endpoint runs an Engine in a
+// goroutine with the real clock.
+//
+// An Engine is not safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	link    link.Link
+	info    link.Info
+	rng     *rand.Rand
+	mrs     *mrTable
+	qps     map[uint32]*QP
+	order   []*QP
+	nextQPN uint32
+	rx, tx  []link.Frame
+	pkt     wire.Packet
+	stats   EngineStats
+	rr      int
+	have    int // transmit buffers at the front of tx, lent by the link
+}
+
+// NewEngine returns an engine that sends and receives on l.
+func NewEngine(l link.Link, cfg Config) (*Engine, error) {
+	info := l.Info()
+	c, err := cfg.withDefaults(info.FrameSize)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IP.IsValid() {
+		return nil, fmt.Errorf("%w: link %q has no IP address", ErrConfig, info.Name)
+	}
+	batch := max(info.BatchSize, 1)
+	rng := rand.New(rand.NewPCG(c.Seed, c.Seed^0x5350_5241_5953_5052))
+	return &Engine{
+		cfg: c, link: l, info: info, rng: rng, mrs: newMRTable(rng),
+		qps: map[uint32]*QP{}, nextQPN: 0x100 + rng.Uint32N(0x1000),
+		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
+	}, nil
+}
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Link returns the engine's link.
+func (e *Engine) Link() link.Link { return e.link }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() EngineStats { return e.stats }
+
+// CreateQP creates a QP; connect it with QP.Connect.
+func (e *Engine) CreateQP() (*QP, error) {
+	qpn := e.nextQPN
+	e.nextQPN++
+	start := e.rng.Uint32()
+	if e.cfg.StartPSN != nil {
+		start = e.cfg.StartPSN(qpn)
+	}
+	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, e.rng)
+	if err != nil {
+		return nil, err
+	}
+	q.mrs = e.mrs
+	e.qps[qpn] = q
+	e.order = append(e.order, q)
+	return q, nil
+}
+
+// DestroyQP removes a QP; its packets are then counted as UnknownQP.
+func (e *Engine) DestroyQP(q *QP) {
+	delete(e.qps, q.qpn)
+	for i, o := range e.order {
+		if o == q {
+			e.order = append(e.order[:i], e.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// QP returns the QP numbered qpn, or nil.
+func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
+
+// Register registers buf as a memory region that peers may access as acc.
+func (e *Engine) Register(buf []byte, acc Access) *MR { return e.mrs.register(buf, acc) }
+
+// Deregister removes a region: later remote accesses to it fail.
+func (e *Engine) Deregister(mr *MR) error { return e.mrs.deregister(mr) }
+
+// Step does one round of work at now: receive a batch, run expired timers,
+// transmit what is due. It reports whether it did anything; when it did not,
+// the driver may wait until NextDeadline or the next frame.
+func (e *Engine) Step(now clock.Time) (bool, error) {
+	work := false
+	n, err := e.link.Recv(e.rx)
+	if err != nil {
+		return false, err
+	}
+	if n > 0 {
+		work = true
+		for i := range n {
+			e.input(now, e.rx[i].Buf)
+		}
+		e.link.Release(e.rx[:n])
+	}
+	for _, q := range e.order {
+		if now >= q.NextTimeout() {
+			q.HandleTimeout(now)
+		}
+	}
+	sent, err := e.output(now)
+	return work || sent, err
+}
+
+func (e *Engine) input(now clock.Time, frame []byte) {
+	e.stats.RxFrames++
+	e.stats.RxBytes += uint64(len(frame))
+	if err := wire.Decode(frame, &e.pkt); err != nil {
+		switch {
+		case errors.Is(err, wire.ErrTruncated), errors.Is(err, wire.ErrBadLength):
+			e.stats.Truncated++
+		case errors.Is(err, wire.ErrNotRoCE):
+			e.stats.NotRoCE++
+		case errors.Is(err, wire.ErrBadICRC):
+			e.stats.BadICRC++
+		case errors.Is(err, wire.ErrBadOpcode):
+			e.stats.BadOpcode++
+		case errors.Is(err, wire.ErrBadHeader), errors.Is(err, wire.ErrIPChecksum):
+			e.stats.BadHeader++
+		default:
+			e.stats.OtherMalformed++
+		}
+		return
+	}
+	q := e.qps[e.pkt.BTH.DestQP]
+	if q == nil {
+		e.stats.UnknownQP++
+		return
+	}
+	q.Handle(now, &e.pkt)
+}
+
+// output transmits, round robin over QPs, everything due at now. Transmit
+// buffers that the link lent and no packet used stay with the engine for the
+// next round.
+func (e *Engine) output(now clock.Time) (bool, error) {
+	if len(e.order) == 0 {
+		return false, nil
+	}
+	const burst = 8 // packets a QP sends before the next QP's turn
+	any := false
+	idle, turn := 0, 0
+	for idle < len(e.order) {
+		if e.have < len(e.tx) {
+			e.have += e.link.Alloc(e.tx[e.have:])
+		}
+		if e.have == 0 {
+			e.stats.TxNoBuffer++
+			return any, nil
+		}
+		filled := 0
+		for filled < e.have && idle < len(e.order) {
+			q := e.order[e.rr%len(e.order)]
+			m, err := q.PollTransmit(now, e.tx[filled].Buf)
+			if err != nil {
+				return any, err
+			}
+			if m == 0 {
+				idle++
+				e.rr++
+				turn = 0
+				continue
+			}
+			idle = 0
+			e.tx[filled].Buf = e.tx[filled].Buf[:m]
+			e.stats.TxBytes += uint64(m)
+			filled++
+			if turn++; turn == burst {
+				e.rr++
+				turn = 0
+			}
+		}
+		if filled > 0 {
+			any = true
+			e.stats.TxFrames += uint64(filled)
+			_, err := e.link.Send(e.tx[:filled])
+			e.have = copy(e.tx, e.tx[filled:e.have])
+			if err != nil {
+				return any, err
+			}
+		}
+	}
+	return any, nil
+}
+
+// NextDeadline returns the earliest NextTimeout of the engine's QPs.
+func (e *Engine) NextDeadline() clock.Time {
+	t := clock.Never
+	for _, q := range e.order {
+		t = clock.Min(t, q.NextTimeout())
+	}
+	return t
+}
+
+// Completions appends the completions of every QP to dst.
+func (e *Engine) Completions(dst []Completion) []Completion {
+	for _, q := range e.order {
+		for {
+			c, ok := q.PollCompletion()
+			if !ok {
+				break
+			}
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
