@@ -10,8 +10,11 @@
 // routed outside. Close removes everything; a package-level registry also
 // closes every open testbed when the process gets SIGINT or SIGTERM (then
 // the signal is raised again, so the process still ends), and CloseAll does
-// the same for a program or TestMain that is about to exit. Cleanup removes
-// what a crashed run left behind.
+// the same for a program or TestMain that is about to exit. What a killed
+// or crashed process left behind is found through an owner file per testbed
+// (/run/spray-testbed/<prefix>, holding the pid) and removed by
+// CleanupStale, which NewPair runs once per process; Cleanup removes
+// everything under a prefix, owner alive or not.
 //
 // Caveats: everything needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). Host.Do
 // runs a function in a host's namespace on the calling goroutine's locked

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,7 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 	if cfg.MTU < 68 || cfg.MTU > 65535 {
 		return nil, fmt.Errorf("%w: MTU %d", ErrConfig, cfg.MTU)
 	}
+	staleOnce.Do(func() { _ = CleanupStale() })
 	var p *Pair
 	var err error
 	for try := 0; try < 20; try++ {
@@ -102,6 +104,7 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 		return nil, err
 	}
 	register(p)
+	writeOwner(p.Prefix)
 	return p, nil
 }
 
@@ -276,6 +279,7 @@ func (p *Pair) Close() error {
 
 func (p *Pair) teardown() error {
 	p.closed.Store(true)
+	_ = os.Remove(filepath.Join(ownerDir, p.Prefix))
 	var errs []error
 	if p.A.NS >= 0 {
 		// Deleting one end deletes both, now rather than when the
@@ -422,6 +426,52 @@ func CloseAll() error {
 	var errs []error
 	for _, c := range all {
 		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ownerDir holds one file per open testbed, named by its prefix, holding
+// the owning process's pid, so that CleanupStale can tell a crashed run's
+// leftovers from a running testbed.
+const ownerDir = "/run/spray-testbed"
+
+var staleOnce sync.Once
+
+func writeOwner(prefix string) {
+	if os.MkdirAll(ownerDir, 0o755) == nil {
+		_ = os.WriteFile(filepath.Join(ownerDir, prefix), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	}
+}
+
+// CleanupStale removes the testbeds of processes that are gone (killed,
+// crashed, timed out) and leaves running ones alone. NewPair calls it once
+// per process.
+func CleanupStale() error {
+	entries, err := os.ReadDir(ownerDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		prefix := e.Name()
+		b, err := os.ReadFile(filepath.Join(ownerDir, prefix))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || !strings.HasPrefix(prefix, "spt") {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			if err := Cleanup(prefix); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			_ = os.Remove(filepath.Join(ownerDir, prefix))
+		}
 	}
 	return errors.Join(errs...)
 }

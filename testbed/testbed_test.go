@@ -250,6 +250,46 @@ func TestSignal(t *testing.T) {
 		os.Exit(3)
 	}
 	testutil.SkipIfNotRoot(t)
+	cmd, prefix := child(t)
+	if left, _ := Leftovers(prefix); len(left) != 2 {
+		t.Errorf("child's testbed: %v", left)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("child ended with %v, want death by SIGTERM", err)
+	}
+	if left, _ := Leftovers(prefix); len(left) > 0 {
+		Cleanup(prefix)
+		t.Fatalf("left behind after SIGTERM: %v", left)
+	}
+}
+
+// TestCleanupStale kills a process that holds a testbed with SIGKILL, which
+// no handler sees, and checks that CleanupStale removes what it left.
+func TestCleanupStale(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	live := testPair(t, PairConfig{})
+	cmd, prefix := child(t)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if left, _ := Leftovers(prefix); len(left) != 2 {
+		t.Fatalf("killed child's testbed: %v", left)
+	}
+	if err := CleanupStale(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, prefix)
+	if left, _ := Leftovers(live.Prefix); len(left) != 2 {
+		t.Fatalf("CleanupStale touched a live testbed: %v", left)
+	}
+}
+
+// child starts this test binary as a process that makes a testbed and
+// sleeps; it returns the process and the testbed's prefix.
+func child(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSignal$")
 	cmd.Env = append(os.Environ(), "SPRAY_TESTBED_CHILD=1")
 	out, err := cmd.StdoutPipe()
@@ -266,17 +306,5 @@ func TestSignal(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	if left, _ := Leftovers(prefix); len(left) != 2 {
-		t.Errorf("child's testbed: %v", left)
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Errorf("child ended with %v, want death by SIGTERM", err)
-	}
-	if left, _ := Leftovers(prefix); len(left) > 0 {
-		Cleanup(prefix)
-		t.Fatalf("left behind after SIGTERM: %v", left)
-	}
+	return cmd, prefix
 }
