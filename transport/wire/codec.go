@@ -610,16 +610,16 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	binary.BigEndian.PutUint32(b[4:], uint32(bit(bt.FECN, 0x80)|bit(bt.BECN, 0x40))<<24|bt.DestQP)
 	binary.BigEndian.PutUint32(b[8:], uint32(bit(bt.AckReq, 0x80))<<24|bt.PSN)
 
+	// The extension headers fill buf[l.bth+BTHLen:hl] exactly.
 	x := buf[l.bth+BTHLen : hl]
 	switch bt.Opcode {
 	case OpSprayData:
-		x = encodeData(x, p, &l)
+		encodeData(x, p, &l)
 	case OpSprayAck:
-		x = encodeAck(x, p)
+		encodeAck(x, p)
 	default:
-		x = encodeClassic(x, p, opTable[bt.Opcode])
+		encodeClassic(x, p, opTable[bt.Opcode])
 	}
-	_ = x
 
 	if len(payload) > 0 && &buf[hl] != &payload[0] {
 		copy(buf[hl:], payload)

@@ -178,5 +178,8 @@
 //
 // Encode does not pad frames to the 60-byte Ethernet minimum (a SEND with an
 // empty payload over IPv4 is 58 bytes); links or NICs do. Decode accepts such
-// padding. Decode does not verify the UDP checksum.
+// padding. Decode does not verify the UDP checksum. Capture tools choose a
+// dissector by the lower of the two UDP ports, so frames whose entropy
+// (source port) is a well-known port below 4791 show up as that protocol in
+// tshark or scapy; RoCE NICs draw source ports from 49152-65535.
 package wire

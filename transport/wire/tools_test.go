@@ -53,6 +53,10 @@ func toolFrames(t *testing.T) ([]kase, [][]byte) {
 	var fs [][]byte
 	for _, nv := range netVariants {
 		for _, k := range allKinds(r, nv, 64) {
+			// Source ports in the dynamic range, as RoCE NICs use: a lower
+			// one can be a well-known port that the tools prefer to 4791
+			// (tshark tries the lower port first; scapy binds by sport too).
+			k.p.UDP.Src |= 0xC000
 			f, err := encodeKase(&k)
 			if err != nil {
 				t.Fatal(err)
