@@ -15,10 +15,11 @@
 // e.g. by a link/udp Link in the same namespace).
 //
 // Send and Recv move batches with sendmmsg and recvmmsg; Send blocks while
-// the socket's send buffer is full. Caveats: memory-mapped TPACKET_V3 rings
-// are not used (a possible speed-up); a VLAN tag that the NIC strips on
-// receive is not put back into the frame; frames larger than FrameSize are
-// dropped and counted.
+// the socket's send buffer is full. A VLAN tag that the kernel or the NIC
+// took off a received frame is put back in place (from PACKET_AUXDATA), so
+// Recv returns frames as they were on the wire. Caveats: memory-mapped
+// TPACKET_V3 rings are not used (a possible speed-up); received frames
+// larger than FrameSize (tag included) are dropped and counted.
 //
 // A Link is safe for concurrent use only as link.Link says: one goroutine
 // calls Recv, Release, Alloc, Send and Wait; Wake, Close and the counters

@@ -38,8 +38,9 @@ type Config struct {
 	// IP is the local address (link.Info.IP). The link does not filter on
 	// it; when valid, Open binds the port guard (see the package doc) to it.
 	IP netip.Addr
-	// FrameSize is the largest frame, Ethernet header included. 0: the
-	// interface's MTU + 18 (Ethernet header and one VLAN tag).
+	// FrameSize is the largest frame, Ethernet header and VLAN tag
+	// included. 0: the interface's MTU + 18. Received frames get 4 bytes
+	// less before their tag is put back.
 	FrameSize int
 	// Frames is the number of buffers in each of the receive and the
 	// transmit pool. 0: 1024.

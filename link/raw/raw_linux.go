@@ -3,6 +3,7 @@
 package raw
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -23,6 +24,13 @@ const (
 	tagTx = 2 << 32
 )
 
+const (
+	vlanLen       = 4
+	sizeofAuxdata = int(unsafe.Sizeof(unix.TpacketAuxdata{}))
+)
+
+var rxCtrlLen = unix.CmsgSpace(sizeofAuxdata)
+
 // Link is a link.Link over an AF_PACKET socket. Make one with Open; the
 // zero value is not usable. See the package doc for which methods are safe
 // for concurrent use.
@@ -39,6 +47,7 @@ type Link struct {
 	rxMsgs []unix.Mmsghdr
 	rxIov  []unix.Iovec
 	rxIDs  []uint32
+	rxCtrl []byte
 	txMsgs []unix.Mmsghdr
 	txIov  []unix.Iovec
 	txLen  []int
@@ -147,6 +156,11 @@ func (l *Link) openSocket() error {
 	if err := unix.SetsockoptSockFprog(l.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
 		return fmt.Errorf("raw: SO_ATTACH_FILTER: %w", err)
 	}
+	// The kernel takes VLAN tags off received frames; auxdata gives them
+	// back, to be put back in place.
+	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+		return fmt.Errorf("raw: PACKET_AUXDATA: %w", err)
+	}
 	// The filter refuses outgoing frames anyway; this saves the clone.
 	_ = unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
 	size := l.cfg.SocketBuffer
@@ -194,12 +208,14 @@ func (l *Link) setupMsgs() {
 	l.rxMsgs = make([]unix.Mmsghdr, b)
 	l.rxIov = make([]unix.Iovec, b)
 	l.rxIDs = make([]uint32, b)
+	l.rxCtrl = make([]byte, b*rxCtrlLen)
 	l.txMsgs = make([]unix.Mmsghdr, b)
 	l.txIov = make([]unix.Iovec, b)
 	l.txLen = make([]int, b)
 	for j := 0; j < b; j++ {
 		l.rxMsgs[j].Hdr.Iov = &l.rxIov[j]
 		l.rxMsgs[j].Hdr.Iovlen = 1
+		l.rxMsgs[j].Hdr.Control = &l.rxCtrl[j*rxCtrlLen]
 		l.txMsgs[j].Hdr.Iov = &l.txIov[j]
 		l.txMsgs[j].Hdr.Iovlen = 1
 	}
@@ -278,9 +294,10 @@ func (l *Link) Recv(fs []link.Frame) (int, error) {
 		id, _ := l.rx.Get()
 		l.rxIDs[k] = id
 		buf := l.rx.Buf(id)
-		l.rxIov[k].Base = &buf[0]
-		l.rxIov[k].SetLen(len(buf))
+		l.rxIov[k].Base = &buf[vlanLen] // room to put a tag back
+		l.rxIov[k].SetLen(len(buf) - vlanLen)
 		l.rxMsgs[k].Hdr.Flags = 0
+		l.rxMsgs[k].Hdr.SetControllen(rxCtrlLen)
 	}
 	r, errno := mmsg(unix.SYS_RECVMMSG, l.fd, l.rxMsgs[:n], unix.MSG_DONTWAIT)
 	got, bytes, trunc := 0, 0, 0
@@ -292,9 +309,17 @@ func (l *Link) Recv(fs []link.Frame) (int, error) {
 			_ = l.rx.Put(id)
 			continue
 		}
-		fs[got] = link.Frame{Buf: l.rx.Buf(id)[:m.Len], ID: tagRx | uint64(id)}
+		buf := l.rx.Buf(id)
+		frame := buf[vlanLen : vlanLen+int(m.Len)]
+		if tpid, tci, ok := l.vlanTag(k, int(m.Hdr.Controllen)); ok && len(frame) >= 12 {
+			copy(buf[0:12], frame[0:12])
+			binary.BigEndian.PutUint16(buf[12:], tpid)
+			binary.BigEndian.PutUint16(buf[14:], tci)
+			frame = buf[:vlanLen+int(m.Len)]
+		}
+		fs[got] = link.Frame{Buf: frame, ID: tagRx | uint64(id)}
 		got++
-		bytes += int(m.Len)
+		bytes += len(frame)
 	}
 	for k := r; k < n; k++ {
 		_ = l.rx.Put(l.rxIDs[k])
@@ -311,6 +336,35 @@ func (l *Link) Recv(fs []link.Frame) (int, error) {
 		return got, nil
 	}
 	return got, fmt.Errorf("raw: recvmmsg: %w", errno)
+}
+
+// vlanTag reads the tag the kernel took off message k from its auxdata.
+func (l *Link) vlanTag(k, clen int) (tpid, tci uint16, ok bool) {
+	c := l.rxCtrl[k*rxCtrlLen : k*rxCtrlLen+min(clen, rxCtrlLen)]
+	for len(c) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		hl := int(h.Len)
+		if hl < unix.SizeofCmsghdr || hl > len(c) {
+			return 0, 0, false
+		}
+		if h.Level == unix.SOL_PACKET && h.Type == unix.PACKET_AUXDATA && hl-unix.CmsgLen(0) >= sizeofAuxdata {
+			a := (*unix.TpacketAuxdata)(unsafe.Pointer(&c[unix.CmsgLen(0)]))
+			if a.Status&unix.TP_STATUS_VLAN_VALID == 0 {
+				return 0, 0, false
+			}
+			tpid = 0x8100
+			if a.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 && a.Vlan_tpid != 0 {
+				tpid = a.Vlan_tpid
+			}
+			return tpid, a.Vlan_tci, true
+		}
+		sp := unix.CmsgSpace(hl - unix.CmsgLen(0))
+		if sp > len(c) {
+			return 0, 0, false
+		}
+		c = c[sp:]
+	}
+	return 0, 0, false
 }
 
 // Send transmits the frames with sendmmsg and takes every one of them back.

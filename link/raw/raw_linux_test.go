@@ -361,3 +361,64 @@ func TestKernelDrops(t *testing.T) {
 	}
 	t.Logf("received %d, kernel dropped %d", c.RxFrames, c.RxKernelDrops)
 }
+
+// TestIPv6AndVLAN checks the kernel runs the filter as the model does for
+// IPv6 and 802.1Q-tagged frames: port 4791 in, anything else out, and a
+// tag that the receiving kernel takes off is put back in place.
+func TestIPv6AndVLAN(t *testing.T) {
+	p := pair(t, 1500)
+	a := openIn(t, p.A, Config{})
+	b := openIn(t, p.B, Config{})
+	type tc struct {
+		vlan, v6 bool
+		port     uint16
+	}
+	var cases []tc
+	for _, vlan := range []bool{false, true} {
+		for _, v6 := range []bool{false, true} {
+			for _, port := range []uint16{4791, 4792} {
+				cases = append(cases, tc{vlan, v6, port})
+			}
+		}
+	}
+	fs := make([]link.Frame, len(cases))
+	if a.Alloc(fs) != len(fs) {
+		t.Fatal("Alloc")
+	}
+	for i, c := range cases {
+		f := frame(c.vlan, c.v6, c.port)
+		copy(f[0:6], p.B.MAC[:])
+		copy(f[6:12], p.A.MAC[:])
+		f = append(f, byte(i))
+		fs[i].Buf = fs[i].Buf[:copy(fs[i].Buf, f)]
+	}
+	if n, err := a.Send(fs); n != len(fs) || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	in := make([]link.Frame, 16)
+	got := map[int]bool{}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(got) < len(cases)/2 && time.Now().Before(deadline) {
+		b.Wait(50 * time.Millisecond)
+		n, _ := b.Recv(in)
+		for _, f := range in[:n] {
+			i := int(f.Buf[len(f.Buf)-1])
+			got[i] = true
+			if want := frame(cases[i].vlan, cases[i].v6, 4791); len(f.Buf) != len(want)+1 ||
+				string(f.Buf[12:len(want)]) != string(want[12:]) {
+				t.Errorf("%+v: received % x", cases[i], f.Buf)
+			}
+		}
+		b.Release(in[:n])
+	}
+	time.Sleep(20 * time.Millisecond)
+	n, _ := b.Recv(in)
+	for _, f := range in[:n] {
+		got[int(f.Buf[len(f.Buf)-1])] = true
+	}
+	for i, c := range cases {
+		if got[i] != (c.port == 4791) {
+			t.Errorf("%+v: received %v", c, got[i])
+		}
+	}
+}
