@@ -36,7 +36,6 @@ type Endpoint struct {
 	conns   map[uint32]*Conn
 	nextID  uint64
 	cq      *CQ
-	comps   []Completion
 }
 
 // ErrClosed is returned by calls on a closed Endpoint; it wraps net.ErrClosed.
