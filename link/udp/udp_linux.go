@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,11 +98,13 @@ func Open(cfg Config) (*Link, error) {
 		copy(l.local[:], a[:])
 	}
 	if z := c.Local.Zone(); z != "" {
-		ifi, err := net.InterfaceByName(z)
-		if err != nil {
+		if n, err := strconv.ParseUint(z, 10, 32); err == nil {
+			l.scope = uint32(n)
+		} else if ifi, err := net.InterfaceByName(z); err == nil {
+			l.scope = uint32(ifi.Index)
+		} else {
 			return nil, fmt.Errorf("%w: zone of Local: %v", ErrConfig, err)
 		}
-		l.scope = uint32(ifi.Index)
 	}
 	l.info = link.Info{
 		Name:      "udp:" + netip.AddrPortFrom(c.Local, c.Port).String(),
