@@ -15,7 +15,7 @@ func Percentile(samples []time.Duration, p float64) time.Duration {
 	if !slices.IsSorted(samples) {
 		slices.Sort(samples)
 	}
-	rank := int(math.Ceil(p / 100 * float64(len(samples))))
+	rank := int(math.Ceil(p/100*float64(len(samples)) - 1e-9))
 	rank = min(max(rank, 1), len(samples))
 	return samples[rank-1]
 }

@@ -141,7 +141,7 @@ func TestPSNWrap(t *testing.T) {
 			s := newSimPair(t, mem.Config{Seed: seed, Delay: time.Microsecond, Bandwidth: 10e9},
 				Config{Profile: prof, Seed: seed, StartPSN: func(uint32) uint32 { return psn.Mask + 1 - 100 }})
 			rng := rand.New(rand.NewPCG(seed, 3))
-			msgs := randomMessages(rng, 20, 64<<10)
+			msgs := randomMessages(rng, 40, 256<<10)
 			transfer(t, s, msgs)
 			if next := s.qa.sb.Next(); next.Diff(psn.PSN(psn.Mask-99)) <= 100 {
 				t.Fatalf("sender only reached PSN %d: the wrap was not crossed", next)
