@@ -2,9 +2,15 @@
 // network device that moves whole Ethernet frames between the device and a
 // UMEM shared with the kernel, and implements link.Link.
 //
-// Use it for the fast path on Linux when a steering XDP program (package
-// ebpf) redirects the RoCEv2 frames (UDP 4791) of a queue to the socket
-// registered at that queue's XSKMAP index. One Socket serves one queue; a
+// Use it for the fast path on Linux, with the steering XDP program of package
+// ebpf redirecting the RoCEv2 frames (UDP 4791) of each queue to the socket
+// registered for that queue:
+//
+//	st, _ := ebpf.LoadSteering(ebpf.SteerConfig{})
+//	st.Attach(ifindex, ebpf.Auto)
+//	s, _ := xdp.Open(xdp.Config{Ifindex: ifindex, Queue: 0})
+//	st.Register(s.Queue(), s.FD())
+// One Socket serves one queue; a
 // multi-queue device needs one Socket per queue, each driven by its own
 // engine goroutine. Elsewhere, use link/raw or link/udp.
 //

@@ -8,25 +8,23 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	cilink "github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/xdp"
 )
 
 // side is one end of a veth pair, alone in its own network namespace, with
-// an XDP program that redirects UDP:4791 frames to the XSKMAP entry at the
-// receive queue's index.
+// spray's steering program, which redirects UDP:4791 frames to the socket
+// registered for their receive queue.
 type side struct {
 	ns      netns.NsHandle
 	name    string
 	ifindex int
 	mac     [6]byte
-	xsks    *ebpf.Map
+	steer   *ebpf.Steering
 }
 
 var vethSeq atomic.Uint32
@@ -129,58 +127,32 @@ func (s *side) in(t testing.TB, fn func()) {
 	fn()
 }
 
-// attach loads the test steering program and attaches it to the side's
-// device.
+// attach loads spray's steering program (package ebpf) and attaches it to
+// the side's device in native mode (veth has native XDP).
 func (s *side) attach(t testing.TB) {
 	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 16})
+	st, err := ebpf.LoadSteering(ebpf.SteerConfig{Queues: 16})
 	if err != nil {
-		t.Fatalf("XSKMAP: %v", err)
+		t.Fatalf("load steering: %v", err)
 	}
-	t.Cleanup(func() { m.Close() })
-	s.xsks = m
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:         ebpf.XDP,
-		License:      "GPL",
-		Instructions: steerInsns(m),
-	})
-	if err != nil {
-		t.Fatalf("XDP program: %v", err)
-	}
-	t.Cleanup(func() { prog.Close() })
+	t.Cleanup(func() { st.Close() })
+	s.steer = st
 	s.in(t, func() {
-		l, err := cilink.AttachXDP(cilink.XDPOptions{Program: prog, Interface: s.ifindex})
-		if err != nil {
-			t.Fatalf("attach XDP to %s: %v", s.name, err)
+		if err := st.Attach(s.ifindex, ebpf.Native); err != nil {
+			t.Fatalf("attach steering to %s: %v", s.name, err)
 		}
-		t.Cleanup(func() { l.Close() })
 	})
 }
 
-// steerInsns: IPv4 UDP frames to port 4791 (IHL 5) go to
-// bpf_redirect_map(xsks, rx_queue_index, XDP_PASS); everything else passes.
-func steerInsns(m *ebpf.Map) asm.Instructions {
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R2, asm.R6, 0, asm.Word), // data
-		asm.LoadMem(asm.R3, asm.R6, 4, asm.Word), // data_end
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, 42),
-		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType, network order
-		asm.JNE.Imm(asm.R5, 0x0008, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, 23, asm.Byte), // IP protocol
-		asm.JNE.Imm(asm.R5, 17, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, 36, asm.Half), // UDP destination port
-		asm.JNE.Imm(asm.R5, 0xB712, "pass"),       // 4791 in network order
-		asm.LoadMem(asm.R2, asm.R6, 16, asm.Word), // rx_queue_index
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.Mov.Imm(asm.R3, 2), // XDP_PASS when the slot is empty
-		asm.FnRedirectMap.Call(),
-		asm.Return(),
-		asm.Mov.Imm(asm.R0, 2).WithSymbol("pass"),
-		asm.Return(),
+// steered returns how many frames the side's steering program redirected
+// to a socket.
+func (s *side) steered(t testing.TB) uint64 {
+	t.Helper()
+	c, err := s.steer.Counters()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return c.Steered
 }
 
 // open opens a socket on the side's device and cfg.Queue, registers it in
@@ -210,7 +182,7 @@ func (s *side) open(t testing.TB, cfg xdp.Config) *xdp.Socket {
 
 func (s *side) register(t testing.TB, sock *xdp.Socket) {
 	t.Helper()
-	if err := s.xsks.Put(uint32(sock.Queue()), uint32(sock.FD())); err != nil {
+	if err := s.steer.Register(sock.Queue(), sock.FD()); err != nil {
 		t.Fatalf("register socket: %v", err)
 	}
 }

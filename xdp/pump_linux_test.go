@@ -129,6 +129,7 @@ func (p *pump) run() {
 // counters agree; and every frame is back in its pool.
 func exchange(t *testing.T, a, b *side, sa, sb *xdp.Socket, ab, ba uint64) {
 	t.Helper()
+	steeredA, steeredB := a.steered(t), b.steered(t)
 	pa, pb := newPumps(a, b, sa, sb, ab, ba)
 	start := time.Now()
 	done := make(chan struct{})
@@ -144,6 +145,12 @@ func exchange(t *testing.T, a, b *side, sa, sb *xdp.Socket, ab, ba uint64) {
 	}
 	drain(t, sa)
 	drain(t, sb)
+	if got := a.steered(t) - steeredA; got != pa.recvd.Load() {
+		t.Errorf("steering program on %s redirected %d frames, socket received %d", a.name, got, pa.recvd.Load())
+	}
+	if got := b.steered(t) - steeredB; got != pb.recvd.Load() {
+		t.Errorf("steering program on %s redirected %d frames, socket received %d", b.name, got, pb.recvd.Load())
+	}
 	for _, p := range []*pump{pa, pb} {
 		st := p.s.Stats()
 		pst := p.peer.s.Stats()

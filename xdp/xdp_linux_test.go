@@ -86,6 +86,9 @@ func TestReceiveIntact(t *testing.T) {
 	if pst.TxFrames != total || pst.TxBytes != sentBytes || pst.Completions != total || pst.TxDropped != 0 || pst.TxWakeups == 0 {
 		t.Errorf("sender stats %+v, want %d frames, %d bytes", pst, total, sentBytes)
 	}
+	if got := a.steered(t); got != total {
+		t.Errorf("steering program redirected %d frames, want %d", got, total)
+	}
 	if st.Fills != 2048+total {
 		t.Errorf("Fills %d, want %d", st.Fills, 2048+total)
 	}
