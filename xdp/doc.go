@@ -10,9 +10,10 @@
 //	st.Attach(ifindex, ebpf.Auto)
 //	s, _ := xdp.Open(xdp.Config{Ifindex: ifindex, Queue: 0})
 //	st.Register(s.Queue(), s.FD())
-// One Socket serves one queue; a
-// multi-queue device needs one Socket per queue, each driven by its own
-// engine goroutine. Elsewhere, use link/raw or link/udp.
+//
+// One Socket serves one queue; a multi-queue device needs one Socket per
+// queue, each driven by its own engine goroutine. Elsewhere, use link/raw or
+// link/udp.
 //
 // # Design
 //
