@@ -115,7 +115,7 @@ func payloads(seed uint64, k, n int) [][]byte {
 // ping-pongs. The caller fills in Link, Profile and Retransmits.
 func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error) {
 	cfg = cfg.withDefaults()
-	hdr, _ := json.Marshal(perfHeader{MsgSize: cfg.MsgSize, Total: cfg.Total, Pings: cfg.Pings, PingSize: cfg.PingSize})
+	hdr, _ := json.Marshal(perfHeader{MsgSize: cfg.MsgSize, Total: cfg.Total, Pings: max(cfg.Pings, 0), PingSize: cfg.PingSize})
 	bufs := payloads(cfg.Seed, 4, cfg.MsgSize)
 	// The expected digest, computed before the clock starts.
 	want := sha256.New()

@@ -45,6 +45,11 @@ type Info struct {
 	// as source.
 	MAC [6]byte
 	IP  netip.Addr
+	// Ports are the UDP source ports (entropies) the link can send from;
+	// empty means any. A link whose kernel owns the sockets (link/udp)
+	// binds one socket per port, and the transport then draws its QPs'
+	// entropies from this set.
+	Ports []uint16
 }
 
 // Link moves batches of frames. Implementations document whether they are safe

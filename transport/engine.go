@@ -86,7 +86,7 @@ func (e *Engine) CreateQP() (*QP, error) {
 	if e.cfg.StartPSN != nil {
 		start = e.cfg.StartPSN(qpn)
 	}
-	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, e.rng)
+	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, e.info.Ports, e.rng)
 	if err != nil {
 		return nil, err
 	}

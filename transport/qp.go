@@ -153,19 +153,20 @@ type QP struct {
 	gbn        bool
 
 	// sender
-	startPSN psn.PSN
-	sb       *retransmit.Scoreboard
-	paths    multipath.Policy
-	ctrl     cc.Controller
-	pacer    *cc.Pacer
-	seg      int // payload bytes per data packet
-	msgs     []sendMsg
-	head     uint64 // oldest incomplete message
-	cursor   uint64 // next message to segment
-	tail     uint64 // next free slot
-	curOff   uint32
-	nextID   uint32
-	events   []retransmit.Event
+	startPSN   psn.PSN
+	ackEntropy uint16 // source port of acknowledgements
+	sb         *retransmit.Scoreboard
+	paths      multipath.Policy
+	ctrl       cc.Controller
+	pacer      *cc.Pacer
+	seg        int // payload bytes per data packet
+	msgs       []sendMsg
+	head       uint64 // oldest incomplete message
+	cursor     uint64 // next message to segment
+	tail       uint64 // next free slot
+	curOff     uint32
+	nextID     uint32
+	events     []retransmit.Event
 
 	// receiver
 	win      *reorder.Window
@@ -214,7 +215,7 @@ type classicMsg struct {
 	off    uint32
 }
 
-func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, rng *rand.Rand) (*QP, error) {
+func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
 	q := &QP{cfg: cfg, qpn: qpn, lmac: lmac, lip: lip, startPSN: psn.New(startPSN)}
 	q.spray = cfg.Profile == Spray
 	q.gbn = cfg.Recovery == GoBackN
@@ -229,11 +230,16 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	q.sb = sb
-	if cfg.Paths == PathsECMP {
-		q.paths = multipath.NewECMP(multipath.Entropies(rng.Uint64(), 1)[0])
-	} else {
-		q.paths = multipath.NewSpray(multipath.Entropies(rng.Uint64(), cfg.Entropies), rng.Uint64())
+	set := ports // the link sends only from these
+	if len(set) == 0 {
+		set = multipath.Entropies(rng.Uint64(), cfg.Entropies)
 	}
+	if cfg.Paths == PathsECMP {
+		q.paths = multipath.NewECMP(set[rng.IntN(len(set))])
+	} else {
+		q.paths = multipath.NewSpray(set[:min(len(set), cfg.Entropies)], rng.Uint64())
+	}
+	q.ackEntropy = set[0]
 	if cfg.CC != nil {
 		q.ctrl = cfg.CC()
 	} else {
@@ -594,10 +600,7 @@ func classicOpcode(write, imm, first, last bool) wire.Opcode {
 // encodeAck builds the acknowledgement (or NAK) the receiver owes.
 func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 	pk := &q.pkt
-	q.headers(pk, q.last.entropy)
-	if q.last.entropy == 0 {
-		pk.UDP.Src = q.paths.Paths()[0]
-	}
+	q.headers(pk, q.ackEntropy)
 	if q.spray {
 		pk.BTH.Opcode = wire.OpSprayAck
 		a := &pk.Ack

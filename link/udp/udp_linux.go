@@ -112,6 +112,7 @@ func Open(cfg Config) (*Link, error) {
 		BatchSize: c.Batch,
 		MAC:       macOf(c.Local),
 		IP:        c.Local,
+		Ports:     append([]uint16(nil), c.Entropies...),
 	}
 	if l.rx, err = pool.New(c.FrameSize, c.Frames); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)

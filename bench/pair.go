@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/multipath"
+	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// PairRun describes one perf run between the two hosts of a pair testbed.
+type PairRun struct {
+	Kind      string           // KindXDP, KindRaw, KindUDP or KindTCP
+	Transport transport.Config // for the spray kinds
+	Perf      PerfConfig
+	// Wrap, when set, wraps the client's link (a capture, say).
+	Wrap func(link.Link) link.Link
+	// During, when set, runs in its own goroutine while the workload runs,
+	// with the two endpoints' links (nil for TCP); cancel its context to
+	// stop it. RunPair waits for it before returning.
+	During func(ctx context.Context, client, server link.Link)
+}
+
+// PairResult is a perf result with the endpoints' counters.
+type PairResult struct {
+	PerfResult
+	Client, Server     transport.EngineStats
+	ClientQP, ServerQP transport.QPStats
+}
+
+// RunPair runs the perf workload from host A (client) to host B (server).
+func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, error) {
+	if run.Kind == KindTCP {
+		return runPairTCP(ctx, p, run)
+	}
+	ports := multipath.Entropies(run.Transport.Seed^0x706f727473, max(run.Transport.Entropies, 8))
+	open := func(h *testbed.Host) (link.Link, error) {
+		var l link.Link
+		err := h.Do(func() error {
+			var err error
+			l, err = OpenLink(LinkSpec{Kind: run.Kind, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, Ports: ports, FrameSize: h.MTU + 14})
+			return err
+		})
+		return l, err
+	}
+	la, err := open(p.A)
+	if err != nil {
+		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, p.A.Name, err)
+	}
+	lb, err := open(p.B)
+	if err != nil {
+		la.Close()
+		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, p.B.Name, err)
+	}
+	clientLink := la
+	if run.Wrap != nil {
+		clientLink = run.Wrap(la)
+	}
+	cfg := run.Transport
+	ea, err := transport.NewEndpoint(clientLink, cfg)
+	if err != nil {
+		la.Close()
+		lb.Close()
+		return PairResult{}, err
+	}
+	defer ea.Close()
+	cfg.Seed++
+	eb, err := transport.NewEndpoint(lb, cfg)
+	if err != nil {
+		lb.Close()
+		return PairResult{}, err
+	}
+	defer eb.Close()
+	res, err := runSpray(ctx, ea, eb, run.Perf, func(ctx context.Context) {
+		if run.During != nil {
+			run.During(ctx, la, lb)
+		}
+	})
+	res.Link = run.Kind
+	res.Profile = cfg.Profile.String()
+	return res, err
+}
+
+// runSpray connects a QP on each endpoint and runs the workload from a to b.
+func runSpray(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig, during func(context.Context)) (PairResult, error) {
+	ca, err := a.CreateQP(ctx)
+	if err != nil {
+		return PairResult{}, err
+	}
+	cb, err := b.CreateQP(ctx)
+	if err != nil {
+		return PairResult{}, err
+	}
+	if err := ca.Connect(ctx, cb.Info()); err != nil {
+		return PairResult{}, err
+	}
+	if err := cb.Connect(ctx, ca.Info()); err != nil {
+		return PairResult{}, err
+	}
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); during(dctx) }()
+	// A failing server cancels the client, so that neither waits forever.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	srv := make(chan error, 1)
+	go func() {
+		err := PerfServer(wctx, &SprayConn{C: cb, CQ: b.CQ()})
+		if err != nil {
+			cancel(fmt.Errorf("bench: server: %w", err))
+		}
+		srv <- err
+	}()
+	pr, err := PerfClient(wctx, &SprayConn{C: ca, CQ: a.CQ()}, pc)
+	stop()
+	<-done
+	res := PairResult{PerfResult: pr}
+	if err != nil {
+		if cause := context.Cause(wctx); cause != nil && cause != context.Canceled {
+			return res, cause
+		}
+		return res, err
+	}
+	if err := <-srv; err != nil {
+		return res, fmt.Errorf("bench: server: %w", err)
+	}
+	if res.ClientQP, err = ca.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.ServerQP, err = cb.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.Client, err = a.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.Server, err = b.Stats(ctx); err != nil {
+		return res, err
+	}
+	res.Retransmits = res.ClientQP.Retransmits
+	return res, nil
+}
+
+func runPairTCP(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, error) {
+	client, server, err := tcpPair(ctx,
+		func() (ln net.Listener, err error) {
+			err = p.B.Do(func() error {
+				ln, err = net.Listen("tcp", netip.AddrPortFrom(p.B.IP, 0).String())
+				return err
+			})
+			return ln, err
+		},
+		func(addr string) (c net.Conn, err error) {
+			err = p.A.Do(func() error {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, "tcp", addr)
+				return err
+			})
+			return c, err
+		})
+	if err != nil {
+		return PairResult{}, fmt.Errorf("bench: TCP between the hosts: %w", err)
+	}
+	defer client.Close()
+	defer server.Close()
+	srv := make(chan error, 1)
+	go func() { srv <- PerfServer(ctx, NewTCPConn(server)) }()
+	pr, err := PerfClient(ctx, NewTCPConn(client), run.Perf)
+	pr.Link, pr.Profile = KindTCP, "kernel"
+	if err != nil {
+		return PairResult{PerfResult: pr}, err
+	}
+	if err := <-srv; err != nil {
+		return PairResult{PerfResult: pr}, fmt.Errorf("bench: server: %w", err)
+	}
+	return PairResult{PerfResult: pr}, nil
+}
