@@ -1,0 +1,332 @@
+package pcap
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/transport"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+var (
+	macA = [6]byte{0x02, 0, 0, 0, 0, 0x0a}
+	macB = [6]byte{0x02, 0, 0, 0, 0, 0x0b}
+	ipA  = netip.MustParseAddr("10.0.0.1")
+	ipB  = netip.MustParseAddr("10.0.0.2")
+)
+
+// transfer runs a few SENDs and WRITEs from A to B between two engines over
+// a link/mem fabric under a simulated clock, with A's link wrapped by Wrap
+// on wa and B's on wb, and checks that every message arrives intact.
+func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writer) {
+	t.Helper()
+	clk := &clock.Sim{}
+	fab := mem.NewFabric(mem.Config{
+		Seed: seed, Delay: 5 * time.Microsecond, Jitter: 2 * time.Microsecond,
+		Reorder: 0.1, ReorderDelay: 20 * time.Microsecond,
+	}, clk)
+	pa, err := fab.NewPort(macA, ipA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := fab.NewPort(macB, ipB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, lb := Wrap(pa, wa), Wrap(pb, wb)
+	defer la.Close()
+	defer lb.Close()
+	cfg := transport.Config{Profile: profile, MTU: 1514, Window: 128, Seed: seed, MinRTO: time.Millisecond}
+	ea, err := transport.NewEngine(la, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Seed++
+	eb, err := transport.NewEngine(lb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa, err := ea.CreateQP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := eb.CreateQP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Connect(qb.Info()); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Connect(qa.Info()); err != nil {
+		t.Fatal(err)
+	}
+	region := make([]byte, 64<<10)
+	mr := eb.Register(region, transport.AccessRemoteWrite)
+
+	rng := rand.New(rand.NewPCG(seed, uint64(profile)))
+	msg := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	sends := [][]byte{msg(0), msg(3), msg(1000), msg(5000), msg(20000)}
+	write := msg(9000)
+	var wrs []transport.WorkRequest
+	for i, m := range sends {
+		op := transport.OpSend
+		if i == 2 {
+			op = transport.OpSendImm
+		}
+		wrs = append(wrs, transport.WorkRequest{ID: uint64(len(wrs) + 1), Op: op, Data: m, Imm: 0xabcd})
+	}
+	wrs = append(wrs,
+		transport.WorkRequest{ID: uint64(len(wrs) + 1), Op: transport.OpWrite, Data: write[:100], Remote: mr.Remote(0)},
+		transport.WorkRequest{ID: uint64(len(wrs) + 2), Op: transport.OpWriteImm, Data: write, Remote: mr.Remote(100), Imm: 7})
+	for _, wr := range wrs {
+		if err := qa.Post(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ca, cb []transport.Completion
+	limit := clock.Time(10 * time.Second)
+	for len(ca) < len(wrs) || len(cb) < len(sends)+1 {
+		now := clk.Now()
+		wka, err := ea.Step(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wkb, err := eb.Step(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca, cb = ea.Completions(ca), eb.Completions(cb)
+		if wka || wkb {
+			continue
+		}
+		next := clock.Min(clock.Min(ea.NextDeadline(), eb.NextDeadline()), fab.NextDelivery())
+		if next == clock.Never || next > limit {
+			t.Fatalf("%v: stuck at %v with %d/%d sender and %d/%d receiver completions",
+				profile, now, len(ca), len(wrs), len(cb), len(sends)+1)
+		}
+		clk.Set(max(next, now+1))
+	}
+	// Let the last frames in flight (acknowledgements) arrive, so that both
+	// captures hold them.
+	for {
+		now := clk.Now()
+		wka, err := ea.Step(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wkb, err := eb.Step(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wka || wkb {
+			continue
+		}
+		next := fab.NextDelivery()
+		if next == clock.Never {
+			break
+		}
+		clk.Set(max(next, now+1))
+	}
+	for _, c := range ca {
+		if c.Err != nil {
+			t.Fatalf("%v: completion %d: %v", profile, c.ID, c.Err)
+		}
+	}
+	for i, m := range sends {
+		if !bytes.Equal(cb[i].Data, m) {
+			t.Fatalf("%v: message %d: received %d bytes, sent %d, or different bytes", profile, i, len(cb[i].Data), len(m))
+		}
+	}
+	if !bytes.Equal(region[:100], write[:100]) || !bytes.Equal(region[100:100+len(write)], write) {
+		t.Fatalf("%v: the WRITEs did not land intact", profile)
+	}
+	for _, e := range []*transport.Engine{ea, eb} {
+		if s := e.Stats(); s.Malformed() != 0 {
+			t.Fatalf("%v: malformed frames %+v", profile, s)
+		}
+	}
+	if s := fab.Stats(); s.Misuse != 0 {
+		t.Fatalf("fabric misuse %+v", s)
+	}
+}
+
+func createWriter(t *testing.T, path string) *Writer {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestEndToEnd captures both ends of a RoCE-profile and a Spray-profile
+// transfer, checks that the captures agree with each other and with spray's
+// decoder, and has tshark and scapy read them.
+func TestEndToEnd(t *testing.T) {
+	seed := testutil.Seed(t)
+	dir := t.TempDir()
+	pathA, pathB := filepath.Join(dir, "a.pcap"), filepath.Join(dir, "b.pcap")
+	wa, wb := createWriter(t, pathA), createWriter(t, pathB)
+	transfer(t, seed, transport.RoCE, wa, wb)
+	transfer(t, seed, transport.Spray, wa, wb)
+	if err := wa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := readFile(pathA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := readFile(pathB)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every frame decodes, and the frames A sent are the frames B received
+	// (as multisets: the fabric reorders), byte for byte; likewise the other
+	// way.
+	var aSent, aRecv, bSent, bRecv [][]byte
+	classic := 0
+	var p wire.Packet
+	for _, side := range []struct {
+		recs       []record
+		mac        [6]byte
+		sent, recv *[][]byte
+	}{{ra, macA, &aSent, &aRecv}, {rb, macB, &bSent, &bRecv}} {
+		for i, rc := range side.recs {
+			if err := wire.Decode(rc.data, &p); err != nil {
+				t.Fatalf("frame %d does not decode: %v", i+1, err)
+			}
+			if side.mac == macA && p.BTH.Opcode < wire.OpSprayData {
+				classic++
+			}
+			if [6]byte(rc.data[6:12]) == side.mac {
+				*side.sent = append(*side.sent, rc.data)
+			} else {
+				*side.recv = append(*side.recv, rc.data)
+			}
+		}
+	}
+	sameFrames := func(what string, x, y [][]byte) {
+		t.Helper()
+		x, y = slices.Clone(x), slices.Clone(y)
+		slices.SortFunc(x, bytes.Compare)
+		slices.SortFunc(y, bytes.Compare)
+		if !slices.EqualFunc(x, y, bytes.Equal) {
+			t.Fatalf("%s: %d and %d frames, not the same bytes", what, len(x), len(y))
+		}
+	}
+	sameFrames("A sent, B received", aSent, bRecv)
+	sameFrames("B sent, A received", bSent, aRecv)
+	if len(aSent) == 0 || len(aRecv) == 0 || classic == 0 || classic == len(ra) {
+		t.Fatalf("capture of A: %d sent, %d received, %d classic", len(aSent), len(aRecv), classic)
+	}
+	t.Logf("A's capture: %d frames sent, %d received, %d with classic opcodes", len(aSent), len(aRecv), classic)
+
+	t.Run("tshark", func(t *testing.T) {
+		fields, err := CheckWithTshark(pathA)
+		if errors.Is(err, ErrToolMissing) {
+			t.Skipf("skipping the Wireshark cross-check: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fields) != len(ra) {
+			t.Fatalf("tshark found a BTH in %d of %d frames", len(fields), len(ra))
+		}
+		t.Logf("tshark reads the opcode, QP and PSN of all %d frames as spray does", len(fields))
+	})
+	t.Run("scapy", func(t *testing.T) {
+		n, err := CheckICRCWithScapy(pathA)
+		if errors.Is(err, ErrToolMissing) {
+			t.Skipf("skipping the scapy ICRC cross-check: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != classic {
+			t.Fatalf("scapy checked %d frames, the capture has %d with classic opcodes", n, classic)
+		}
+		t.Logf("scapy computes the ICRC spray wrote in all %d classic frames", n)
+
+		// A corrupted payload byte must be caught.
+		bad := filepath.Join(t.TempDir(), "bad.pcap")
+		w := createWriter(t, bad)
+		for _, rc := range ra {
+			fr := bytes.Clone(rc.data)
+			if err := wire.Decode(fr, &p); err == nil && p.BTH.Opcode < wire.OpSprayData && len(p.Payload) > 0 {
+				p.Payload[0] ^= 1
+			}
+			if err := w.WritePacket(rc.ts, fr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := CheckICRCWithScapy(bad); !errors.Is(err, ErrMismatch) {
+			t.Fatalf("a corrupted frame passes the scapy check: %v", err)
+		}
+	})
+}
+
+func TestToolMissing(t *testing.T) {
+	t.Setenv("PATH", "")
+	_, err := CheckWithTshark("nowhere.pcap")
+	if !errors.Is(err, ErrToolMissing) {
+		t.Fatalf("tshark not in PATH: %v", err)
+	}
+}
+
+func TestICRCBytes(t *testing.T) {
+	var p wire.Packet
+	p.Eth = wire.Eth{Dst: macB, Src: macA}
+	p.IP = wire.IP{Src: ipA, Dst: ipB}
+	p.UDP = wire.UDP{Src: 50000, Dst: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: wire.OpSendOnly, DestQP: 0x123, PSN: 9}
+	for _, v6 := range []bool{false, true} {
+		for _, vlan := range []bool{false, true} {
+			if v6 {
+				p.IP.Src, p.IP.Dst = netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+			}
+			p.Eth.HasVLAN = vlan
+			buf := make([]byte, 200)
+			n, err := wire.Encode(buf, &p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			padded := append(buf[:n:n], make([]byte, 20)...) // Ethernet padding
+			got, ok := icrcBytes(padded)
+			if !ok || !bytes.Equal(got, buf[n-4:n]) {
+				t.Fatalf("v6 %v vlan %v: %x %v, want %x", v6, vlan, got, ok, buf[n-4:n])
+			}
+			for k := range n - 4 {
+				if _, ok := icrcBytes(buf[:k]); ok {
+					t.Fatalf("v6 %v vlan %v: ICRC found in %d of %d bytes", v6, vlan, k, n)
+				}
+			}
+		}
+	}
+}
