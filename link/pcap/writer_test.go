@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -325,4 +326,25 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkWritePacket measures the cost of recording one frame.
+func BenchmarkWritePacket(b *testing.B) {
+	for _, size := range []int{64, 1514, 9014} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			w, err := NewWriter(io.Discard)
+			if err != nil {
+				b.Fatal(err)
+			}
+			frame := make([]byte, size)
+			ts := time.Now()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := w.WritePacket(ts, frame); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
