@@ -85,6 +85,12 @@ func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, err
 	return res, err
 }
 
+// RunEndpoints connects a QP on each endpoint and runs the perf workload
+// from a (client) to b (server).
+func RunEndpoints(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig) (PairResult, error) {
+	return runSpray(ctx, a, b, pc, func(context.Context) {})
+}
+
 // runSpray connects a QP on each endpoint and runs the workload from a to b.
 func runSpray(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig, during func(context.Context)) (PairResult, error) {
 	ca, err := a.CreateQP(ctx)

@@ -6,49 +6,77 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/link/pcap"
+	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
 )
 
+const perfUsage = `usage: spray perf [server|client] [flags]
+
+  spray perf [--link mem,tcp]                 client and server in this process, over spray's
+                                              in-memory fabric and kernel TCP on loopback
+  sudo spray perf --testbed pair              two network namespaces joined by a veth pair,
+        [--link xdp,raw,udp,tcp]              one run per link kind, TCP on the same veth
+  spray perf server [--listen :18515]         on one host: answer clients (the link kind
+                                              and profile come from the client)
+  spray perf client --peer HOST [--link udp]  on another host: measure against the server
+
+Link kinds: xdp (AF_XDP with the eBPF steering program; root), raw (AF_PACKET; root),
+udp (kernel UDP sockets; no privilege), tcp (kernel TCP, the reference), mem (in-process).
+
+flags:
+`
+
 type perfFlags struct {
-	links   string
-	profile string
-	size    int
-	total   int64
-	pings   int
-	loss    float64
-	rate    float64
-	seed    uint64
-	jsonOut bool
-	timeout time.Duration
-	mtu     int
-	paths   int
+	links, profile, testbed, pcapFile, listen, peer string
+	size, pings, mtu, paths, window                 int
+	total                                           int64
+	loss, gbps                                      float64
+	seed                                            uint64
+	jsonOut                                         bool
+	timeout                                         time.Duration
 }
 
 func runPerf(args []string) error {
+	mode := ""
+	if len(args) > 0 && (args[0] == "server" || args[0] == "client") {
+		mode, args = args[0], args[1:]
+	}
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), perfUsage); fs.PrintDefaults() }
 	var f perfFlags
-	fs.StringVar(&f.links, "link", "mem,tcp", "comma-separated link kinds to run, one after the other: mem (in-memory fabric), tcp (kernel TCP over loopback)")
+	fs.StringVar(&f.links, "link", "", "comma-separated link kinds, run one after the other (default mem,tcp; xdp,raw,udp,tcp with --testbed; udp for client)")
 	fs.StringVar(&f.profile, "profile", "spray", "transport profile: spray or roce")
+	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed: pair")
+	fs.StringVar(&f.pcapFile, "pcap", "", "write the frames the client's link sent and received to this pcap file")
+	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", bench.DefaultControlPort), "server: control address to listen on")
+	fs.StringVar(&f.peer, "peer", "", "client: the server's host or host:port")
 	fs.IntVar(&f.size, "size", 1<<20, "bulk message size in bytes")
 	fs.Int64Var(&f.total, "total", 1<<30, "bulk bytes to transfer")
-	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time")
-	fs.Float64Var(&f.loss, "loss", 0, "random loss probability of the in-memory fabric (mem link)")
-	fs.Float64Var(&f.rate, "gbps", 0, "bandwidth of the in-memory fabric in Gbit/s (mem link; 0 = unlimited)")
+	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (negative: none)")
+	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
+	fs.Float64Var(&f.gbps, "gbps", 0, "mem link: bandwidth of the in-memory fabric in Gbit/s (0 = unlimited)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads, the fabric and the transport")
-	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per link")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
-	fs.IntVar(&f.mtu, "mtu", 9014, "largest frame in bytes (Ethernet header included)")
+	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per line")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.IntVar(&f.mtu, "mtu", 0, "largest frame in bytes, Ethernet header included (default: 9014 for mem, the interface MTU + 14 otherwise)")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
+	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,26 +84,90 @@ func runPerf(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	cfg := bench.PerfConfig{MsgSize: f.size, Total: f.total, Pings: f.pings, Seed: f.seed}
-	var results []bench.PerfResult
-	for _, kind := range strings.Split(f.links, ",") {
-		var res bench.PerfResult
-		var err error
-		switch kind {
-		case "mem":
-			res, err = perfMem(ctx, f, prof, cfg)
-		case "tcp":
-			res, err = perfTCP(ctx, cfg)
-		default:
-			return fmt.Errorf("perf: unknown link %q (want mem or tcp)", kind)
-		}
+	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
+	defer cancelT()
+
+	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window}
+	pcfg := bench.PerfConfig{MsgSize: f.size, Total: f.total, Pings: f.pings, Seed: f.seed}
+	var capture *pcap.Writer
+	wrap := func(l link.Link) link.Link { return l }
+	if f.pcapFile != "" {
+		file, err := os.Create(f.pcapFile)
 		if err != nil {
-			return fmt.Errorf("perf over %s: %w", kind, err)
+			return err
 		}
-		results = append(results, res)
+		defer file.Close()
+		if capture, err = pcap.NewWriter(file); err != nil {
+			return err
+		}
+		defer capture.Close()
+		wrap = func(l link.Link) link.Link { return pcap.Wrap(l, capture) }
 	}
+	logger := log.New(os.Stderr, "spray: ", 0)
+
+	switch mode {
+	case "server":
+		ln, err := net.Listen("tcp", f.listen)
+		if err != nil {
+			return err
+		}
+		logger.Printf("perf server listening on %v", ln.Addr())
+		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Wrap: wrap, Logf: logger.Printf})
+	case "client":
+		if f.peer == "" {
+			return fmt.Errorf("perf client: --peer is required")
+		}
+		addr := f.peer
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			addr = net.JoinHostPort(addr, strconv.Itoa(bench.DefaultControlPort))
+		}
+		var results []bench.PerfResult
+		for _, kind := range splitKinds(f.links, "udp") {
+			res, err := bench.DialPerf(ctx, addr, bench.RemoteRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap, Logf: logger.Printf})
+			if err != nil {
+				return fmt.Errorf("perf over %s: %w", kind, err)
+			}
+			results = append(results, res)
+		}
+		return report(f, results)
+	}
+
+	switch f.testbed {
+	case "":
+		var results []bench.PerfResult
+		for _, kind := range splitKinds(f.links, "mem,tcp") {
+			var res bench.PerfResult
+			var err error
+			switch kind {
+			case "mem":
+				res, err = perfMem(ctx, f, tcfg, pcfg, wrap)
+			case bench.KindTCP:
+				res, err = perfTCP(ctx, pcfg)
+			default:
+				return fmt.Errorf("perf: link %q needs --testbed pair, or server and client modes", kind)
+			}
+			if err != nil {
+				return fmt.Errorf("perf over %s: %w", kind, err)
+			}
+			results = append(results, res)
+		}
+		return report(f, results)
+	case "pair":
+		return perfPair(ctx, f, tcfg, pcfg, wrap, logger)
+	}
+	return fmt.Errorf("perf: unknown testbed %q (want pair)", f.testbed)
+}
+
+func splitKinds(s, def string) []string {
+	if s == "" {
+		s = def
+	}
+	return strings.Split(s, ",")
+}
+
+func report(f perfFlags, results []bench.PerfResult) error {
 	if f.jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		for _, r := range results {
@@ -103,68 +195,62 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 	tw.Flush()
 }
 
+// perfPair builds a pair testbed and runs each link kind across it.
+func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("perf --testbed pair needs root (network namespaces, XDP, AF_XDP): run it with sudo")
+	}
+	mtu := 3500 // the largest MTU the AF_XDP link takes (4 KiB UMEM frames less headroom)
+	if f.mtu > 0 {
+		mtu = f.mtu - 14
+	}
+	p, err := testbed.NewPair(ctx, testbed.PairConfig{MTU: mtu})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	logger.Printf("testbed %s: %s (%v) <-> %s (%v), veth MTU %d", p.Prefix, p.A.Name, p.A.IP, p.B.Name, p.B.IP, mtu)
+	tcfg.MTU = mtu + 14
+	var results []bench.PerfResult
+	for _, kind := range splitKinds(f.links, "xdp,raw,udp,tcp") {
+		res, err := bench.RunPair(ctx, p, bench.PairRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap})
+		if err != nil {
+			return fmt.Errorf("perf over %s: %w", kind, err)
+		}
+		results = append(results, res.PerfResult)
+	}
+	return report(f, results)
+}
+
 // perfMem runs client and server in this process, each with its own engine
 // goroutine, over the in-memory fabric.
-func perfMem(ctx context.Context, f perfFlags, prof transport.Profile, cfg bench.PerfConfig) (bench.PerfResult, error) {
-	fab := mem.NewFabric(mem.Config{Seed: f.seed, Loss: f.loss, Bandwidth: f.rate * 1e9, FrameSize: f.mtu, Delay: 2 * time.Microsecond}, clock.NewSystem())
-	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths}
-	a, err := memEndpoint(fab, 1, tcfg)
+func perfMem(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link) (bench.PerfResult, error) {
+	if tcfg.MTU == 0 {
+		tcfg.MTU = 9014
+	}
+	fab := mem.NewFabric(mem.Config{Seed: f.seed, Loss: f.loss, Bandwidth: f.gbps * 1e9, FrameSize: max(tcfg.MTU, 1514), Delay: 2 * time.Microsecond}, clock.NewSystem())
+	pa, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, 1}, netip.AddrFrom4([4]byte{10, 99, 0, 1}))
+	if err != nil {
+		return bench.PerfResult{}, err
+	}
+	a, err := transport.NewEndpoint(wrap(pa), tcfg)
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
 	defer a.Close()
+	pb, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, 2}, netip.AddrFrom4([4]byte{10, 99, 0, 2}))
+	if err != nil {
+		return bench.PerfResult{}, err
+	}
 	tcfg.Seed++
-	b, err := memEndpoint(fab, 2, tcfg)
+	b, err := transport.NewEndpoint(pb, tcfg)
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
 	defer b.Close()
-	ca, cb, err := connectPair(ctx, a, b)
-	if err != nil {
-		return bench.PerfResult{}, err
-	}
-	srvErr := make(chan error, 1)
-	go func() { srvErr <- bench.PerfServer(ctx, &bench.SprayConn{C: cb, CQ: b.CQ()}) }()
-	res, err := bench.PerfClient(ctx, &bench.SprayConn{C: ca, CQ: a.CQ()}, cfg)
-	if err != nil {
-		return res, err
-	}
-	if err := <-srvErr; err != nil {
-		return res, fmt.Errorf("server: %w", err)
-	}
-	st, err := ca.Stats(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.Link, res.Profile, res.Retransmits = "mem", prof.String(), st.Retransmits
-	return res, nil
-}
-
-func memEndpoint(fab *mem.Fabric, n byte, cfg transport.Config) (*transport.Endpoint, error) {
-	port, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, n}, netip.AddrFrom4([4]byte{10, 99, 0, n}))
-	if err != nil {
-		return nil, err
-	}
-	return transport.NewEndpoint(port, cfg)
-}
-
-// connectPair creates a QP on each endpoint and connects them.
-func connectPair(ctx context.Context, a, b *transport.Endpoint) (*transport.Conn, *transport.Conn, error) {
-	ca, err := a.CreateQP(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	cb, err := b.CreateQP(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := ca.Connect(ctx, cb.Info()); err != nil {
-		return nil, nil, err
-	}
-	if err := cb.Connect(ctx, ca.Info()); err != nil {
-		return nil, nil, err
-	}
-	return ca, cb, nil
+	res, err := bench.RunEndpoints(ctx, a, b, pcfg)
+	res.Link, res.Profile = "mem", tcfg.Profile.String()
+	return res.PerfResult, err
 }
 
 // perfTCP runs the same workload over kernel TCP on loopback.
@@ -184,7 +270,8 @@ func perfTCP(ctx context.Context, cfg bench.PerfConfig) (bench.PerfResult, error
 		defer c.Close()
 		srvErr <- bench.PerfServer(ctx, bench.NewTCPConn(c))
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
