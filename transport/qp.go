@@ -736,8 +736,8 @@ func (q *QP) recvSpray(now clock.Time, pk *wire.Packet) {
 	q.stats.RxPackets++
 	q.stats.RxBytes += uint64(len(pk.Payload))
 	q.noteData(now, pk, p, h.TxTime)
-	if d > 0 {
-		q.ackNow = true // a gap: tell the sender now
+	if d > 0 || pk.BTH.AckReq {
+		q.ackNow = true // a gap, or the last packet of a message: tell the sender now
 	}
 	q.deliverSpray()
 }
