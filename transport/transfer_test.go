@@ -231,3 +231,38 @@ func TestRemoteWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeMessage sends one 64 MiB message each way, in both profiles,
+// with loss and reordering.
+func TestLargeMessage(t *testing.T) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		t.Run(prof.String(), func(t *testing.T) {
+			seed := testutil.Seed(t)
+			s := newSimPair(t, mem.Config{Seed: seed, Loss: 0.001, Reorder: 0.05, ReorderDelay: 5 * time.Microsecond, Delay: 5 * time.Microsecond},
+				Config{Profile: prof, Seed: seed, MTU: 9014, Window: 512})
+			big := randomMessages(rand.New(rand.NewPCG(seed, 5)), 2, 64<<20)[1]
+			if len(big) != 64<<20 {
+				t.Fatalf("message of %d bytes", len(big))
+			}
+			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: big}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.qb.Post(WorkRequest{ID: 2, Op: OpSend, Data: big}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.run(clock.Time(10*time.Minute), func() bool { return len(s.ca) == 2 && len(s.cb) == 2 }); err != nil {
+				t.Fatal(err)
+			}
+			for _, cs := range [][]Completion{s.ca, s.cb} {
+				for _, c := range cs {
+					if c.Err != nil {
+						t.Fatal(c.Err)
+					}
+					if c.Op == OpRecv && (c.Len != len(big) || hash(c.Data) != hash(big)) {
+						t.Fatalf("64 MiB message: %d bytes, hash match %v", c.Len, hash(c.Data) == hash(big))
+					}
+				}
+			}
+		})
+	}
+}
