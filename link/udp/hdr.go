@@ -176,3 +176,12 @@ func fold(s uint64) uint16 {
 	}
 	return uint16(s)
 }
+
+// macOfRaw is macOf for an address as the kernel gives it (IPv4 in the
+// first four bytes).
+func macOfRaw(a *[16]byte, v6 bool) [6]byte {
+	if v6 {
+		return [6]byte{0x02, 0x00, a[12], a[13], a[14], a[15]}
+	}
+	return [6]byte{0x02, 0x00, a[0], a[1], a[2], a[3]}
+}

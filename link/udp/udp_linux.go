@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -15,14 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sprayfabric/spray/link"
-	"github.com/sprayfabric/spray/link/internal/pool"
-)
-
-// Frame IDs carry the pool they come from in their upper half, so that a
-// received frame can be sent on (forwarded) and still find its way back.
-const (
-	tagRx = 1 << 32
-	tagTx = 2 << 32
+	"github.com/sprayfabric/spray/link/internal/sock"
 )
 
 var (
@@ -45,37 +37,14 @@ type Link struct {
 	roce    int   // socket bound to Port: receives, and sends frames from Port
 	socks   []int // send sockets; socks[0] == roce
 	bySport map[uint16]int32
-	efd     int // eventfd for Wake
+	c       sock.Core
 
-	rx, tx *pool.Pool
+	txP    []parsed
+	txSock []int32 // socket of frame i, -1: dropped
+	count  []int32 // frames per socket in this batch
+	pos    []int32 // next message slot per socket
 
-	rxMsgs  []unix.Mmsghdr
-	rxIov   []unix.Iovec
-	rxNames []unix.RawSockaddrInet6
-	rxCtrl  []byte
-	rxIDs   []uint32
-
-	txMsgs  []unix.Mmsghdr
-	txIov   []unix.Iovec
-	txNames []unix.RawSockaddrInet6
-	txCtrl  []byte
-	txLen   []int // frame length of message j
-	txP     []parsed
-	txSock  []int32 // socket of frame i, -1: dropped
-	count   []int32 // frames per socket in this batch
-	pos     []int32 // next message slot per socket
-
-	pfd  [2]unix.PollFd
-	ts   unix.Timespec
-	one  [8]byte
-	junk [8]byte
-
-	mu     sync.RWMutex // write-held by Close while it closes the fds
-	closed atomic.Bool
-
-	rxFrames, rxBytes, txFrames, txBytes       atomic.Uint64
-	txDropped, txMalformed, txUnknown, txErrs  atomic.Uint64
-	txErrno, rxTrunc, rxKernelDrops, badFrames atomic.Uint64
+	txUnknown, rxKernelDrops atomic.Uint64
 }
 
 var _ link.Link = (*Link)(nil)
@@ -89,7 +58,7 @@ func Open(cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Link{cfg: c, v6: c.Local.Is6(), batch: c.Batch, roce: -1, efd: -1}
+	l := &Link{cfg: c, v6: c.Local.Is6(), batch: c.Batch, roce: -1}
 	l.hdr = headroom(l.v6)
 	l.local = c.Local.As16()
 	if !l.v6 {
@@ -114,39 +83,27 @@ func Open(cfg Config) (*Link, error) {
 		IP:        c.Local,
 		Ports:     append([]uint16(nil), c.Entropies...),
 	}
-	if l.rx, err = pool.New(c.FrameSize, c.Frames); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-	}
-	if l.tx, err = pool.New(c.FrameSize, c.Frames); err != nil {
+	if err := l.c.Init("udp", c.FrameSize, c.Frames, c.Batch); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := l.openSockets(); err != nil {
-		l.closeFDs()
+		l.c.Close(nil)
 		return nil, err
 	}
 	l.setupMsgs()
-	l.one[0] = 1 // eventfd adds a native-endian uint64; 1 on little-endian
-	if nativeBigEndian() {
-		l.one = [8]byte{7: 1}
-	}
 	return l, nil
 }
 
-func nativeBigEndian() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 0
-}
-
 func (l *Link) openSockets() error {
-	var err error
-	l.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("udp: eventfd: %w", err)
+	if err := l.c.OpenEventfd(); err != nil {
+		return err
 	}
+	var err error
 	l.roce, err = l.socket(l.cfg.Port, true)
 	if err != nil {
 		return err
 	}
+	l.c.AddFD(l.roce, true)
 	l.socks = append(l.socks, l.roce)
 	l.bySport = map[uint16]int32{l.cfg.Port: 0}
 	for _, e := range l.cfg.Entropies {
@@ -157,6 +114,7 @@ func (l *Link) openSockets() error {
 		if err != nil {
 			return err
 		}
+		l.c.AddFD(fd, false)
 		l.bySport[e] = int32(len(l.socks))
 		l.socks = append(l.socks, fd)
 	}
@@ -179,10 +137,7 @@ func (l *Link) socket(port uint16, recv bool) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("udp: %s (port %d): %w", what, port, err)
 	}
-	size := l.cfg.SocketBuffer
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size) != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, size) // capped, never refused
-	}
+	sock.SetSndBuf(fd, l.cfg.SocketBuffer)
 	if l.v6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
 			return fail("IPV6_V6ONLY", err)
@@ -194,9 +149,7 @@ func (l *Link) socket(port uint16, recv bool) (int, error) {
 		return fail("IP_MTU_DISCOVER", err)
 	}
 	if recv {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size) != nil {
-			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, size)
-		}
+		sock.SetRcvBuf(fd, l.cfg.SocketBuffer)
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1); err != nil {
 			return fail("SO_RXQ_OVFL", err)
 		}
@@ -209,9 +162,7 @@ func (l *Link) socket(port uint16, recv bool) (int, error) {
 			return fail("receive TOS", err)
 		}
 	} else {
-		drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
-		prog := unix.SockFprog{Len: 1, Filter: &drop[0]}
-		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
+		if err := sock.AttachDropFilter(fd); err != nil {
 			return fail("SO_ATTACH_FILTER", err)
 		}
 	}
@@ -227,177 +178,63 @@ func (l *Link) socket(port uint16, recv bool) (int, error) {
 	return fd, nil
 }
 
-// setupMsgs points every message header at its own iovec, name and control
-// buffer once, so that the hot path only sets lengths.
+// setupMsgs makes the message batches, each message with its own address
+// and control buffer, and the per-socket grouping arrays of Send.
 func (l *Link) setupMsgs() {
 	b := l.batch
-	l.rxMsgs = make([]unix.Mmsghdr, b)
-	l.rxIov = make([]unix.Iovec, b)
-	l.rxNames = make([]unix.RawSockaddrInet6, b)
-	l.rxCtrl = make([]byte, b*rxCtrlLen)
-	l.rxIDs = make([]uint32, b)
-	l.txMsgs = make([]unix.Mmsghdr, b)
-	l.txIov = make([]unix.Iovec, b)
-	l.txNames = make([]unix.RawSockaddrInet6, b)
-	l.txCtrl = make([]byte, b*txCtrlLen)
-	l.txLen = make([]int, b)
+	l.c.RxMsgs = sock.NewMsgs(b, true, rxCtrlLen)
+	l.c.TxMsgs = sock.NewMsgs(b, true, txCtrlLen)
 	l.txP = make([]parsed, b)
 	l.txSock = make([]int32, b)
 	l.count = make([]int32, len(l.socks))
 	l.pos = make([]int32, len(l.socks))
-	for j := 0; j < b; j++ {
-		h := &l.rxMsgs[j].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&l.rxNames[j]))
-		h.Iov = &l.rxIov[j]
-		h.Iovlen = 1
-		h.Control = &l.rxCtrl[j*rxCtrlLen]
-		h = &l.txMsgs[j].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&l.txNames[j]))
-		h.Iov = &l.txIov[j]
-		h.Iovlen = 1
-	}
 }
 
 // Info describes the link.
 func (l *Link) Info() link.Info { return l.info }
 
 // Alloc fills fs with free transmit buffers.
-func (l *Link) Alloc(fs []link.Frame) int {
-	if l.closed.Load() {
-		return 0
-	}
-	n := 0
-	for n < len(fs) {
-		id, ok := l.tx.Get()
-		if !ok {
-			break
-		}
-		fs[n] = link.Frame{Buf: l.tx.Buf(id), ID: tagTx | uint64(id)}
-		n++
-	}
-	return n
-}
+func (l *Link) Alloc(fs []link.Frame) int { return l.c.Alloc(fs) }
 
 // Release returns received frames (or unsent transmit buffers) to the link.
-func (l *Link) Release(fs []link.Frame) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed.Load() {
-		return
-	}
-	bad := 0
-	for i := range fs {
-		if !l.put(fs[i].ID) {
-			bad++
-		}
-	}
-	if bad > 0 {
-		l.badFrames.Add(uint64(bad))
-	}
-}
-
-func (l *Link) owned(id uint64) bool {
-	switch id &^ 0xFFFFFFFF {
-	case tagRx:
-		return l.rx.InUse(uint32(id))
-	case tagTx:
-		return l.tx.InUse(uint32(id))
-	}
-	return false
-}
-
-func (l *Link) put(id uint64) bool {
-	switch id &^ 0xFFFFFFFF {
-	case tagRx:
-		return l.rx.Put(uint32(id)) == nil
-	case tagTx:
-		return l.tx.Put(uint32(id)) == nil
-	}
-	return false
-}
+func (l *Link) Release(fs []link.Frame) { l.c.Release(fs) }
 
 // Recv fills fs with received datagrams, each behind synthesized Ethernet,
 // IP and UDP headers. It never blocks.
 func (l *Link) Recv(fs []link.Frame) (int, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed.Load() {
-		return 0, link.ErrClosed
+	return l.c.Recv(fs, l.roce, l.hdr, l.frame)
+}
+
+// frame writes the headers in front of received datagram k, of plen bytes
+// at buf[l.hdr:], and returns the frame.
+func (l *Link) frame(k int, buf []byte, plen int) []byte {
+	tos := l.readCtrl(k)
+	var src [16]byte
+	var sport uint16
+	name := &l.c.RxMsgs.Names[k]
+	if l.v6 {
+		src = name.Addr
+		sport = sock.Htons(name.Port)
+	} else {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		copy(src[:4], sa.Addr[:])
+		sport = sock.Htons(sa.Port)
 	}
-	n := min(len(fs), l.batch, l.rx.Free())
-	if n == 0 {
-		return 0, nil
-	}
-	for k := 0; k < n; k++ {
-		id, _ := l.rx.Get()
-		l.rxIDs[k] = id
-		buf := l.rx.Buf(id)
-		l.rxIov[k].Base = &buf[l.hdr]
-		l.rxIov[k].SetLen(len(buf) - l.hdr)
-		h := &l.rxMsgs[k].Hdr
-		h.Namelen = unix.SizeofSockaddrInet6
-		h.SetControllen(rxCtrlLen)
-		h.Flags = 0
-	}
-	r, errno := mmsg(unix.SYS_RECVMMSG, l.roce, l.rxMsgs[:n], unix.MSG_DONTWAIT)
-	got, bytes, trunc := 0, 0, 0
-	for k := 0; k < r; k++ {
-		id := l.rxIDs[k]
-		m := &l.rxMsgs[k]
-		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
-			trunc++
-			_ = l.rx.Put(id)
-			continue
-		}
-		buf := l.rx.Buf(id)
-		plen := int(m.Len)
-		tos := l.readCtrl(k, int(m.Hdr.Controllen))
-		var src [16]byte
-		var sport uint16
-		name := &l.rxNames[k]
-		if l.v6 {
-			src = name.Addr
-			sport = ntohs(name.Port)
-		} else {
-			sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
-			copy(src[:4], sa.Addr[:])
-			sport = ntohs(sa.Port)
-		}
-		srcMAC := macOfRaw(&src, l.v6)
-		writeHeaders(buf, l.v6, &src, &l.local, &srcMAC, &l.info.MAC, sport, RoCEPort, tos, plen)
-		fs[got] = link.Frame{Buf: buf[:l.hdr+plen], ID: tagRx | uint64(id)}
-		got++
-		bytes += l.hdr + plen
-	}
-	for k := max(r, 0); k < n; k++ {
-		_ = l.rx.Put(l.rxIDs[k])
-	}
-	if got > 0 {
-		l.rxFrames.Add(uint64(got))
-		l.rxBytes.Add(uint64(bytes))
-	}
-	if trunc > 0 {
-		l.rxTrunc.Add(uint64(trunc))
-	}
-	switch errno {
-	case 0, unix.EAGAIN, unix.EINTR:
-		return got, nil
-	}
-	return got, fmt.Errorf("udp: recvmmsg: %w", errno)
+	srcMAC := macOfRaw(&src, l.v6)
+	writeHeaders(buf, l.v6, &src, &l.local, &srcMAC, &l.info.MAC, sport, RoCEPort, tos, plen)
+	return buf[:l.hdr+plen]
 }
 
 // readCtrl walks message k's control data for the TOS and the socket's drop
 // counter and returns the TOS.
-func (l *Link) readCtrl(k, clen int) uint8 {
-	c := l.rxCtrl[k*rxCtrlLen : k*rxCtrlLen+min(clen, rxCtrlLen)]
+func (l *Link) readCtrl(k int) uint8 {
+	c := l.c.RxMsgs.Control(k)
 	var tos uint8
-	for len(c) >= unix.SizeofCmsghdr {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
-		hl := int(h.Len)
-		if hl < unix.SizeofCmsghdr || hl > len(c) {
-			break
+	for {
+		h, data, rest, ok := sock.NextCmsg(c)
+		if !ok {
+			return tos
 		}
-		data := c[unix.CmsgLen(0):hl]
 		switch {
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
 			d := uint64(*(*uint32)(unsafe.Pointer(&data[0])))
@@ -412,27 +249,8 @@ func (l *Link) readCtrl(k, clen int) uint8 {
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
 			tos = uint8(*(*int32)(unsafe.Pointer(&data[0])))
 		}
-		sp := unix.CmsgSpace(hl - unix.CmsgLen(0))
-		if sp > len(c) {
-			break
-		}
-		c = c[sp:]
+		c = rest
 	}
-	return tos
-}
-
-func ntohs(p uint16) uint16 {
-	b := (*[2]byte)(unsafe.Pointer(&p))
-	return uint16(b[0])<<8 | uint16(b[1])
-}
-
-func htons(p uint16) uint16 { return ntohs(p) }
-
-func macOfRaw(a *[16]byte, v6 bool) [6]byte {
-	if v6 {
-		return [6]byte{0x02, 0x00, a[12], a[13], a[14], a[15]}
-	}
-	return [6]byte{0x02, 0x00, a[0], a[1], a[2], a[3]}
 }
 
 // sockFor picks the send socket for a UDP source port and reports whether
@@ -449,20 +267,7 @@ func (l *Link) sockFor(sport uint16) (int32, bool) {
 
 // Send strips the lower headers of each frame and sends the UDP payloads
 // with sendmmsg, grouped by source socket. It takes back every frame.
-func (l *Link) Send(fs []link.Frame) (int, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed.Load() {
-		return 0, link.ErrClosed
-	}
-	sent := 0
-	for len(fs) > 0 {
-		c := fs[:min(len(fs), l.batch)]
-		fs = fs[len(c):]
-		sent += l.sendBatch(c)
-	}
-	return sent, nil
-}
+func (l *Link) Send(fs []link.Frame) (int, error) { return l.c.Send(fs, l.sendBatch) }
 
 func (l *Link) sendBatch(fs []link.Frame) int {
 	clear(l.count)
@@ -470,7 +275,7 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 	for i := range fs {
 		l.txSock[i] = -1
 		f := &fs[i]
-		if !l.owned(f.ID) {
+		if !l.c.Owned(f.ID) {
 			bad++
 			continue
 		}
@@ -508,40 +313,10 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 			continue
 		}
 		end := int(l.pos[s])
-		for off := end - int(c); off < end; {
-			r, errno := mmsg(unix.SYS_SENDMMSG, l.socks[s], l.txMsgs[off:end], 0)
-			if errno == unix.EINTR {
-				continue
-			}
-			if errno != 0 || r <= 0 {
-				// The message at off was refused; skip it.
-				errs++
-				l.txErrno.Store(uint64(errno))
-				off++
-				continue
-			}
-			for j := off; j < off+r; j++ {
-				bytes += l.txLen[j]
-			}
-			sent += r
-			off += r
-		}
+		n, b, e := l.c.SendMsgs(l.socks[s], end-int(c), end)
+		sent, bytes, errs = sent+n, bytes+b, errs+e
 	}
-	for i := range fs {
-		if l.txSock[i] >= 0 || bad == 0 || l.owned(fs[i].ID) {
-			if !l.put(fs[i].ID) {
-				l.badFrames.Add(1) // the same frame twice in one batch
-			}
-		}
-	}
-	l.txFrames.Add(uint64(sent))
-	l.txBytes.Add(uint64(bytes))
-	if d := uint64(len(fs) - sent); d > 0 {
-		l.txDropped.Add(d)
-		l.badFrames.Add(bad)
-		l.txMalformed.Add(malformed)
-		l.txErrs.Add(errs)
-	}
+	l.c.SendDone(fs, sent, bytes, bad, malformed, errs)
 	if unknown > 0 {
 		l.txUnknown.Add(unknown)
 	}
@@ -549,22 +324,23 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 }
 
 func (l *Link) fillMsg(j int, b []byte, p *parsed) {
-	l.txLen[j] = len(b)
-	iov := &l.txIov[j]
+	tx := &l.c.TxMsgs
+	tx.Len[j] = len(b)
+	iov := &tx.Iov[j]
 	if p.plen > 0 {
 		iov.Base = &b[p.payload]
 	} else {
 		iov.Base = nil
 	}
 	iov.SetLen(p.plen)
-	h := &l.txMsgs[j].Hdr
-	name := &l.txNames[j]
+	h := &tx.Hdr[j].Hdr
+	name := &tx.Names[j]
 	if l.v6 {
-		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: htons(l.cfg.PeerPort), Addr: p.dst, Scope_id: l.scope}
+		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: sock.Htons(l.cfg.PeerPort), Addr: p.dst, Scope_id: l.scope}
 		h.Namelen = unix.SizeofSockaddrInet6
 	} else {
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
-		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: htons(l.cfg.PeerPort), Addr: [4]byte(p.dst[:4])}
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: sock.Htons(l.cfg.PeerPort), Addr: [4]byte(p.dst[:4])}
 		h.Namelen = unix.SizeofSockaddrInet4
 	}
 	if p.tos == 0 {
@@ -572,7 +348,7 @@ func (l *Link) fillMsg(j int, b []byte, p *parsed) {
 		h.SetControllen(0)
 		return
 	}
-	c := l.txCtrl[j*txCtrlLen : (j+1)*txCtrlLen]
+	c := tx.CtrlSlot(j)
 	ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 	if l.v6 {
 		ch.Level, ch.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
@@ -585,102 +361,32 @@ func (l *Link) fillMsg(j int, b []byte, p *parsed) {
 	h.SetControllen(txCtrlLen)
 }
 
-// mmsg calls sendmmsg or recvmmsg on msgs and returns the number of
-// messages moved or the errno.
-func mmsg(trap uintptr, fd int, msgs []unix.Mmsghdr, flags int) (int, unix.Errno) {
-	if len(msgs) == 0 {
-		return 0, 0
-	}
-	r, _, errno := unix.Syscall6(trap, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(r), 0
-}
-
 // Wait blocks in ppoll until a datagram arrives at Port, Wake is called or
 // timeout passes (negative: no limit).
-func (l *Link) Wait(timeout time.Duration) error {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed.Load() {
-		return link.ErrClosed
-	}
-	l.pfd[0] = unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN}
-	l.pfd[1] = unix.PollFd{Fd: int32(l.roce), Events: unix.POLLIN}
-	var ts *unix.Timespec
-	if timeout >= 0 {
-		l.ts = unix.NsecToTimespec(timeout.Nanoseconds())
-		ts = &l.ts
-	}
-	_, err := unix.Ppoll(l.pfd[:], ts, nil)
-	if l.pfd[0].Revents&unix.POLLIN != 0 {
-		_, _ = unix.Read(l.efd, l.junk[:])
-	}
-	if l.closed.Load() {
-		return link.ErrClosed
-	}
-	if err != nil && err != unix.EINTR {
-		return fmt.Errorf("udp: ppoll: %w", err)
-	}
-	return nil
-}
+func (l *Link) Wait(timeout time.Duration) error { return l.c.Wait(timeout) }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
-func (l *Link) Wake() {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if !l.closed.Load() {
-		_, _ = unix.Write(l.efd, l.one[:])
-	}
-}
+func (l *Link) Wake() { l.c.Wake() }
 
 // Close closes the sockets, unblocking a pending Wait. It is idempotent and
 // safe from any goroutine; afterwards methods return link.ErrClosed.
-func (l *Link) Close() error {
-	if !l.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	_, _ = unix.Write(l.efd, l.one[:]) // the fd is open until we hold mu
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closeFDs()
-	return nil
-}
-
-func (l *Link) closeFDs() {
-	for _, fd := range l.socks {
-		unix.Close(fd)
-	}
-	if len(l.socks) == 0 && l.roce >= 0 {
-		unix.Close(l.roce)
-	}
-	l.socks, l.roce = nil, -1
-	if l.efd >= 0 {
-		unix.Close(l.efd)
-		l.efd = -1
-	}
-}
+func (l *Link) Close() error { return l.c.Close(nil) }
 
 // Stats returns the link.Stats counters. Safe from any goroutine.
 func (l *Link) Stats() link.Stats { return l.Counters().Stats }
 
 // Counters returns all counters. Safe from any goroutine.
 func (l *Link) Counters() Counters {
-	c := Counters{
-		TxMalformed:      l.txMalformed.Load(),
+	kd := l.rxKernelDrops.Load()
+	s := l.c.Snapshot(kd)
+	return Counters{
+		Stats:            s.Stats,
+		TxMalformed:      s.TxMalformed,
 		TxUnknownEntropy: l.txUnknown.Load(),
-		TxErrors:         l.txErrs.Load(),
-		TxErrno:          l.txErrno.Load(),
-		RxTruncated:      l.rxTrunc.Load(),
-		RxKernelDrops:    l.rxKernelDrops.Load(),
-		BadFrames:        l.badFrames.Load(),
+		TxErrors:         s.TxErrors,
+		TxErrno:          s.TxErrno,
+		RxTruncated:      s.RxTruncated,
+		RxKernelDrops:    kd,
+		BadFrames:        s.BadFrames,
 	}
-	c.RxFrames = l.rxFrames.Load()
-	c.RxBytes = l.rxBytes.Load()
-	c.TxFrames = l.txFrames.Load()
-	c.TxBytes = l.txBytes.Load()
-	c.TxDropped = l.txDropped.Load()
-	c.RxDropped = c.RxTruncated + c.RxKernelDrops
-	return c
 }

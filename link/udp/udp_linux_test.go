@@ -139,8 +139,8 @@ func TestExchange(t *testing.T) {
 	if ca.TxBytes != cb.RxBytes {
 		t.Fatalf("TxBytes %d != RxBytes %d", ca.TxBytes, cb.RxBytes)
 	}
-	if a.tx.Free() != a.tx.Len() || b.rx.Free() != b.rx.Len() {
-		t.Fatalf("buffers leaked: tx %d/%d rx %d/%d", a.tx.Free(), a.tx.Len(), b.rx.Free(), b.rx.Len())
+	if a.c.Tx.Free() != a.c.Tx.Len() || b.c.Rx.Free() != b.c.Rx.Len() {
+		t.Fatalf("buffers leaked: tx %d/%d rx %d/%d", a.c.Tx.Free(), a.c.Tx.Len(), b.c.Rx.Free(), b.c.Rx.Len())
 	}
 }
 
@@ -260,8 +260,8 @@ func TestBadInput(t *testing.T) {
 	if c := a.Counters(); c.BadFrames != 3 {
 		t.Fatalf("double Release not counted: %+v", c)
 	}
-	if a.tx.Free() != 8 {
-		t.Fatalf("%d of 8 transmit buffers back", a.tx.Free())
+	if a.c.Tx.Free() != 8 {
+		t.Fatalf("%d of 8 transmit buffers back", a.c.Tx.Free())
 	}
 	in := make([]link.Frame, 4)
 	for range 100 {

@@ -2,27 +2,17 @@
 
 package udp
 
-import (
-	"time"
+import "github.com/sprayfabric/spray/link/internal/sock"
 
-	"github.com/sprayfabric/spray/link"
-)
+type stub = sock.Stub
 
 // Link is a link.Link over kernel UDP sockets; on this platform Open always
-// fails with ErrNotSupported.
-type Link struct{}
+// fails with ErrNotSupported, and its methods act as on a closed link.
+type Link struct{ stub }
 
 // Open returns ErrNotSupported: the UDP link needs Linux (sendmmsg,
 // recvmmsg, ppoll).
 func Open(cfg Config) (*Link, error) { return nil, ErrNotSupported }
 
-func (l *Link) Info() link.Info                   { return link.Info{} }
-func (l *Link) Recv(fs []link.Frame) (int, error) { return 0, link.ErrClosed }
-func (l *Link) Release(fs []link.Frame)           {}
-func (l *Link) Alloc(fs []link.Frame) int         { return 0 }
-func (l *Link) Send(fs []link.Frame) (int, error) { return 0, link.ErrClosed }
-func (l *Link) Wait(timeout time.Duration) error  { return link.ErrClosed }
-func (l *Link) Wake()                             {}
-func (l *Link) Close() error                      { return nil }
-func (l *Link) Stats() link.Stats                 { return link.Stats{} }
-func (l *Link) Counters() Counters                { return Counters{} }
+// Counters returns the zero Counters.
+func (l *Link) Counters() Counters { return Counters{} }
