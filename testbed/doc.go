@@ -1,7 +1,12 @@
 // Package testbed builds throw-away network topologies out of Linux network
 // namespaces and veth pairs, for tests and benchmarks that need real kernel
 // networking on one machine. NewPair makes the simplest: two hosts joined by
-// one veth pair.
+// one veth pair. NewLeafSpine makes a leaf-spine fabric (ParseLeafSpine
+// reads "leafspine:HxLxS"): hosts, leaves and spines in namespaces of their
+// own, Linux forwarding with multipath routes hashed on L4 (the UDP source
+// port picks the spine), TBF egress shaping on every switch port so that the
+// fabric is the bottleneck, per-port counters (Fabric.PortStats) and link
+// failures (Fabric.SetLinkDown).
 //
 // Every testbed has a unique name prefix ("spt<pid%1000>-<n>-"), which names
 // its namespaces (bind mounts under /run/netns, so `ip netns exec` works on
@@ -13,8 +18,8 @@
 // the same for a program or TestMain that is about to exit. What a killed
 // or crashed process left behind is found through an owner file per testbed
 // (/run/spray-testbed/<prefix>, holding the pid) and removed by
-// CleanupStale, which NewPair runs once per process; Cleanup removes
-// everything under a prefix, owner alive or not.
+// CleanupStale, which NewPair and NewLeafSpine run once per process;
+// Cleanup removes everything under a prefix, owner alive or not.
 //
 // Caveats: everything needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). Host.Do
 // runs a function in a host's namespace on the calling goroutine's locked
@@ -23,5 +28,11 @@
 // Host.Command keep a namespace alive after Close until they exit, so stop
 // them first.
 //
-// Pair and Host methods are safe for concurrent use.
+// Leaf-spine caveats: IPv4 only (IPv6 is disabled in a fabric's
+// namespaces); the host->leaf direction is not shaped; a link taken down is
+// seen only by its two ends (no routing protocol reconverges the rest of
+// the fabric); the fabric programs for INT, ECN and loss (package ebpf) are
+// not attached by NewLeafSpine.
+//
+// Pair, Fabric, Switch and Host methods are safe for concurrent use.
 package testbed

@@ -1,0 +1,388 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+)
+
+func testFabric(t *testing.T, cfg LeafSpineConfig) *Fabric {
+	t.Helper()
+	testutil.SkipIfNotRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	f, err := NewLeafSpine(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s built in %v", cfg, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// spineTx returns the bytes that each spine has sent.
+func spineTx(t *testing.T, f *Fabric) []uint64 {
+	t.Helper()
+	st, err := f.PortStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]uint64, len(f.Spines))
+	for _, p := range st {
+		for i, s := range f.Spines {
+			if p.Switch == s.Name {
+				out[i] += p.TxBytes
+			}
+		}
+	}
+	return out
+}
+
+// udpReceiver counts the UDP payload bytes that arrive at h on a port, and
+// the times of the first and last datagram.
+type udpReceiver struct {
+	conn        net.PacketConn
+	mu          sync.Mutex
+	n, bytes    int
+	first, last time.Time
+	done        chan struct{}
+}
+
+func listenUDP(t *testing.T, h *Host) *udpReceiver {
+	t.Helper()
+	r := &udpReceiver{done: make(chan struct{})}
+	if err := h.Do(func() (err error) {
+		r.conn, err = net.ListenPacket("udp4", net.JoinHostPort(h.IP.String(), "0"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(r.done)
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := r.conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			r.mu.Lock()
+			if r.n == 0 {
+				r.first = now
+			}
+			r.n++
+			r.bytes += n
+			r.last = now
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+func (r *udpReceiver) stop() {
+	r.conn.Close()
+	<-r.done
+}
+
+func (r *udpReceiver) port() int { return r.conn.LocalAddr().(*net.UDPAddr).Port }
+
+// sprayUDP sends count datagrams of size bytes from each of ports fresh
+// sockets (so from as many source ports) in h to dst.
+func sprayUDP(t *testing.T, h *Host, dst netip.AddrPort, ports, count, size int) {
+	t.Helper()
+	msg := make([]byte, size)
+	err := h.Do(func() error {
+		for range ports {
+			c, err := net.ListenPacket("udp4", net.JoinHostPort(h.IP.String(), "0"))
+			if err != nil {
+				return err
+			}
+			for range count {
+				if _, err := c.WriteTo(msg, net.UDPAddrFromAddrPort(dst)); err != nil {
+					c.Close()
+					return err
+				}
+			}
+			c.Close()
+			time.Sleep(time.Millisecond) // let the queues drain: no drops
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeafSpine(t *testing.T) {
+	f := testFabric(t, LeafSpineConfig{Hosts: 2, Leaves: 2, Spines: 2})
+	if len(f.Hosts) != 4 || len(f.Leaves) != 2 || len(f.Spines) != 2 {
+		t.Fatalf("%d hosts, %d leaves, %d spines", len(f.Hosts), len(f.Leaves), len(f.Spines))
+	}
+	if got := f.Config; got.RateBps != 1e9 || got.HostRateBps != 1e9 || got.MTU != 1500 || got.BufferBytes != 125000 {
+		t.Fatalf("defaults %+v", got)
+	}
+	for _, s := range f.Leaves {
+		if len(s.Ports) != 4 || !strings.HasPrefix(s.Name, f.Prefix) {
+			t.Fatalf("leaf %+v", s)
+		}
+	}
+	for _, s := range f.Spines {
+		if len(s.Ports) != 2 || s.Ports[1].Peer != f.Leaves[1].Name || s.Ports[1].RateBps != 1e9 {
+			t.Fatalf("spine %+v", s)
+		}
+	}
+	a, b, c := f.Host(0, 0), f.Host(1, 1), f.Host(0, 1)
+	if a.IP != netip.MustParseAddr("10.80.0.1") || b.IP != netip.MustParseAddr("10.80.1.3") || !f.HostSubnet(1).Contains(b.IP) {
+		t.Fatalf("addresses %v %v", a.IP, b.IP)
+	}
+	if a.MAC == ([6]byte{}) || a.Ifindex == 0 || a.MTU != 1500 {
+		t.Fatalf("host %+v", a)
+	}
+	for _, x := range [][2]*Host{{a, b}, {b, a}, {a, c}} {
+		if err := ping(x[0], x[1].IP, 1400); err != nil {
+			t.Fatalf("ping %s -> %s: %v", x[0].Name, x[1].Name, err)
+		}
+	}
+	if err := tcpExchange(a, b); err != nil {
+		t.Fatal(err)
+	}
+	// Switch.Do runs in the switch's namespace.
+	if err := f.Spines[0].Do(func() error {
+		_, err := net.InterfaceByName("down1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("spread", func(t *testing.T) {
+		r := listenUDP(t, b)
+		before := spineTx(t, f)
+		const ports, count, size = 64, 20, 1000
+		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), ports, count, size)
+		after := spineTx(t, f)
+		d0, d1 := after[0]-before[0], after[1]-before[1]
+		t.Logf("spine bytes: %d %d", d0, d1)
+		total := uint64(ports * count * (size + 42))
+		if d0+d1 < total*9/10 {
+			t.Fatalf("spines carried %d bytes of %d sent", d0+d1, total)
+		}
+		// 64 source ports hashed over two spines: each gets at least 12 of
+		// them but with a chance of about 1e-6.
+		if d0 < total*12/64 || d1 < total*12/64 {
+			t.Fatalf("spine bytes %d and %d of %d: not spread", d0, d1, total)
+		}
+	})
+
+	t.Run("linkdown", func(t *testing.T) {
+		if err := f.SetLinkDown("leaf0", f.Spines[0].Name, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := ping(a, b.IP, 56); err != nil {
+			t.Fatalf("ping with spine0 cut from leaf0: %v", err)
+		}
+		r := listenUDP(t, b)
+		before := spineTx(t, f)
+		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), 32, 10, 1000)
+		after := spineTx(t, f)
+		d0, d1 := after[0]-before[0], after[1]-before[1]
+		t.Logf("spine bytes with leaf0-spine0 down: %d %d", d0, d1)
+		if d1 < 32*10*1000 || d0 > d1/100 {
+			t.Fatalf("spine bytes %d and %d: traffic still crosses the cut link", d0, d1)
+		}
+		if err := f.SetLinkDown(f.Spines[0].Name, "leaf0", false); err != nil {
+			t.Fatal(err)
+		}
+		before = spineTx(t, f)
+		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), 64, 10, 1000)
+		after = spineTx(t, f)
+		d0, d1 = after[0]-before[0], after[1]-before[1]
+		t.Logf("spine bytes after repair: %d %d", d0, d1)
+		if d0 < 12*10*1000 || d1 < 12*10*1000 {
+			t.Fatalf("spine bytes %d and %d after repair: not spread", d0, d1)
+		}
+		if err := f.SetLinkDown("leaf0", "leaf1", true); !errors.Is(err, ErrConfig) {
+			t.Fatalf("SetLinkDown of no link = %v", err)
+		}
+		if err := f.SetLinkDown("leaf0", "nowhere", true); !errors.Is(err, ErrConfig) {
+			t.Fatalf("SetLinkDown of unknown node = %v", err)
+		}
+	})
+
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	assertGone(t, f.Prefix)
+	if err := a.Do(func() error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after Close = %v", err)
+	}
+	if _, err := f.PortStats(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("PortStats after Close = %v", err)
+	}
+}
+
+// TestLeafSpineShaping sends UDP for a second at about three times the
+// fabric's rate over one path and checks that the receiver gets no more
+// than the rate, and that a switch queue dropped the excess.
+func TestLeafSpineShaping(t *testing.T) {
+	const rate = 50e6
+	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 2, Rate: "50mbit"})
+	if f.Config.HostRateBps != 100e6 {
+		t.Fatalf("host rate %d, want 2 spines x 50 Mbit/s", f.Config.HostRateBps)
+	}
+	a, b := f.Host(0, 0), f.Host(1, 0)
+	r := listenUDP(t, b)
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.IP, uint16(r.port())))
+	const size = 1400
+	msg := make([]byte, size)
+	sent := 0
+	err := a.Do(func() error {
+		c, err := net.ListenPacket("udp4", net.JoinHostPort(a.IP.String(), "0"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		start := time.Now()
+		for {
+			el := time.Since(start)
+			if el > time.Second {
+				return nil
+			}
+			for float64(sent*(size+42)*8) < 3*rate*el.Seconds() {
+				if _, err := c.WriteTo(msg, dst); err != nil {
+					return err
+				}
+				sent++
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the queues drain
+	r.stop()
+	r.mu.Lock()
+	n, first, last := r.n, r.first, r.last
+	r.mu.Unlock()
+	if n < 10 {
+		t.Fatalf("%d of %d datagrams arrived", n, sent)
+	}
+	got := float64((n-1)*(size+42)*8) / last.Sub(first).Seconds()
+	t.Logf("sent %d datagrams, %d arrived at %.1f Mbit/s (shaped at %.0f)", sent, n, got/1e6, rate/1e6)
+	if got > 1.2*rate {
+		t.Fatalf("receiver got %.1f Mbit/s through a %.0f Mbit/s fabric", got/1e6, rate/1e6)
+	}
+	st, err := f.PortStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drops uint64
+	for _, p := range st {
+		drops += p.QueueDrops
+	}
+	if n < sent && drops == 0 {
+		t.Fatalf("%d of %d datagrams lost but no queue drops counted", sent-n, sent)
+	}
+	t.Logf("queue drops %d", drops)
+}
+
+func TestLeafSpineConfig(t *testing.T) {
+	for _, c := range []LeafSpineConfig{
+		{},
+		{Hosts: 2, Leaves: 2},
+		{Hosts: 65, Leaves: 1, Spines: 1},
+		{Hosts: 64, Leaves: 64, Spines: 1},
+		{Hosts: 1, Leaves: 1, Spines: 1, MTU: 100},
+		{Hosts: 1, Leaves: 1, Spines: 1, Rate: "fast"},
+		{Hosts: 1, Leaves: 1, Spines: 1, Rate: "1gbit", RateBps: 2e9},
+		{Hosts: 1, Leaves: 1, Spines: 1, HostRateBps: 1},
+		{Hosts: 1, Leaves: 1, Spines: 1, BufferBytes: 100},
+		{Hosts: 1, Leaves: 1, Spines: 1, BufferBytes: -1},
+	} {
+		if _, err := NewLeafSpine(context.Background(), c); !errors.Is(err, ErrConfig) {
+			t.Errorf("NewLeafSpine(%+v) = %v, want ErrConfig", c, err)
+		}
+	}
+	c, err := LeafSpineConfig{Hosts: 4, Leaves: 2, Spines: 1, Rate: "1gbit", RateBps: 1e9}.resolve()
+	if err != nil || c.HostRateBps != 250e6 || c.BufferBytes != 125000 {
+		t.Fatalf("resolve = %+v, %v", c, err)
+	}
+}
+
+func TestParseLeafSpine(t *testing.T) {
+	for s, want := range map[string]LeafSpineConfig{
+		"leafspine:4x2x4": {Hosts: 4, Leaves: 2, Spines: 4},
+		"leafspine:1x1x1": {Hosts: 1, Leaves: 1, Spines: 1},
+		"leafspine:2x2x2,rate=100mbit,hostrate=1gbit,buffer=64k,mtu=9000": {Hosts: 2, Leaves: 2, Spines: 2,
+			Rate: "100mbit", HostRate: "1gbit", BufferBytes: 65536, MTU: 9000},
+	} {
+		got, err := ParseLeafSpine(s)
+		if err != nil || got != want {
+			t.Errorf("ParseLeafSpine(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+		if again, err := ParseLeafSpine(got.String()); err != nil || again != got {
+			t.Errorf("ParseLeafSpine(%q) = %+v, %v; want %+v", got.String(), again, err, got)
+		}
+	}
+	for _, s := range []string{
+		"", "pair", "leafspine:", "leafspine:4x2", "leafspine:4x2x4x1", "leafspine:0x1x1",
+		"leafspine:+1x1x1", "leafspine:1x1x65", "leafspine:ax1x1", "leafspine:1x1x1,",
+		"leafspine:1x1x1,rate", "leafspine:1x1x1,rate=1gbps", "leafspine:1x1x1,speed=1",
+		"leafspine:1x1x1,buffer=-1", "leafspine:1x1x1,buffer=10", "leafspine:1x1x1,mtu=0",
+		"leafspine:1x1x1,mtu=65536", "leafspine:64x64x64",
+	} {
+		if _, err := ParseLeafSpine(s); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseLeafSpine(%q) = %v, want ErrConfig", s, err)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for s, want := range map[string]uint64{
+		"1gbit": 1e9, "1Gbit/s": 1e9, "2.5g": 2.5e9, "100mbit": 100e6, "100M": 100e6,
+		"10kbit": 10e3, "1000000": 1e6, "1tbit": 1e12, " 1gbit ": 1e9, ".5gbit": 5e8,
+	} {
+		if got, err := ParseRate(s); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "gbit", "1gbps", "1 gbit", "-1gbit", "1kbit", "2tbit", "NaN", "Inf", "1e400", "0x10m", "1pbit"} {
+		if _, err := ParseRate(s); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseRate(%q) = %v, want ErrConfig", s, err)
+		}
+	}
+}
+
+// FuzzParseLeafSpine checks that the parser never panics and that what it
+// accepts survives a round trip through String.
+func FuzzParseLeafSpine(f *testing.F) {
+	for _, s := range []string{"leafspine:4x2x4", "leafspine:2x2x2,rate=100mbit,hostrate=1gbit,buffer=64k,mtu=9000",
+		"leafspine:1x1x1,rate=1e9", "leafspine:1x1x1,buffer=1m"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseLeafSpine(s)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error %v does not wrap ErrConfig", err)
+			}
+			return
+		}
+		again, err := ParseLeafSpine(c.String())
+		if err != nil || again != c {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, c, c.String(), again, err)
+		}
+	})
+}
