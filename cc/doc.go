@@ -1,5 +1,6 @@
 // Package cc is spray's congestion control: the Controller interface that
-// the transport drives, a fixed-rate controller and a pacer; it is sans-IO.
+// the transport drives, the HPCC, Swift and DCQCN controllers, a fixed-rate
+// controller and a pacer; it is sans-IO.
 //
 // Use a Controller per QP (or per destination) to decide how many bytes may
 // be in flight (Window) and how fast to send them (Rate), and a Pacer to turn
@@ -11,20 +12,62 @@
 // It calls OnTimer whenever NextTimer has passed, and reads Window and Rate
 // before it sends.
 //
-// The interface is shaped for the controllers that come next:
+// Three controllers follow published designs; each constructor takes a
+// config struct whose zero value gives the defaults listed here (paper
+// values unless marked "ours"):
 //
-//   - HPCC (Li et al., SIGCOMM 2019) computes a window from the INT hop
-//     records echoed in each ACK (per hop: link rate, timestamp, queue length
-//     and transmitted-bytes counter, Sample.INT in the wire layout of
-//     transport/wire.Hop) and paces at window/base RTT. It updates its
-//     reference window once per RTT, which it can tell from its own OnSend
-//     and OnAck byte counts.
-//   - Swift (Kumar et al., SIGCOMM 2020) computes a window from the RTT
-//     against a target delay; Sample.HoldTime separates the receiver's
-//     hold time (endpoint delay) from the fabric delay. When its window falls
-//     below one packet it keeps Window at one packet and paces with Rate.
-//   - DCQCN (Zhu et al., SIGCOMM 2015) cuts its rate on OnCNP and raises it
-//     from a byte counter (OnSend) and from timers (NextTimer/OnTimer).
+//   - HPCC (NewHPCC; Li et al., "HPCC: High Precision Congestion Control",
+//     SIGCOMM 2019) computes a window from the INT hop records echoed in
+//     each ACK (Sample.INT, transport/wire.Hop layout): per egress port,
+//     U = min(qlen, previous qlen)/(B·T) + txRate/B, with txRate from the
+//     wrapping TxBytes counter and TS deltas of consecutive records of the
+//     same port; the most loaded hop, smoothed over T; per ACK
+//     W = Wc/(U/η) + W_AI (or Wc + W_AI in the first maxStage RTTs below
+//     η), the reference Wc updated once per RTT; Rate = W/T. Defaults:
+//     η = 0.95, maxStage = 5, W_init = line rate × T (the paper's
+//     B_NIC × T), W_AI = W_init(1-η)/N with N = 100 (ours), T = 10µs (ours),
+//     line rate 100 Gb/s (ours), minimum window 1024 bytes (ours).
+//   - Swift (NewSwift; Kumar et al., "Swift: Delay is Simple and Effective
+//     for Congestion Control in the Datacenter", SIGCOMM 2020) keeps a
+//     fabric window against Sample.RTT minus Sample.HoldTime, with a target
+//     of base + hops·h + flow scaling (fs_range at fs_min_cwnd, falling as
+//     1/sqrt(cwnd) to 0 at fs_max_cwnd), and an endpoint window against
+//     Sample.HoldTime;
+//     additive increase ai per RTT, decrease by
+//     max(1 - β(delay-target)/delay, 1 - max_mdf) at most once per RTT,
+//     MaxMDF on loss, MinCwnd on a timeout, pacing at cwnd/RTT below one
+//     packet. Defaults: ai = 1, β = 0.8, max_mdf = 0.5, fs_min_cwnd = 0.1,
+//     fs_max_cwnd = 100 packets (the values used with the paper's
+//     algorithm); base target 25µs, fs_range 2 × base, endpoint target
+//     50µs, h = 0, cwnd 0.001..1024 packets of 1400 bytes, initial 16
+//     (ours: the paper derives targets from the deployment).
+//   - DCQCN (NewDCQCN and CNPGenerator; Zhu et al., "Congestion Control for
+//     Large-Scale RDMA Deployments", SIGCOMM 2015) is a rate controller: on
+//     a CNP, Rt = Rc, Rc = Rc(1 - α/2), α = (1-g)α + g; α decays by (1-g)
+//     every K without a CNP; a timer and a byte counter drive F stages of
+//     fast recovery, then additive (R_AI) and hyper (R_HAI) increase.
+//     Defaults: g = 1/256, K = 55µs, timer 55µs, byte counter 10 MB,
+//     F = 5, CNP interval at the receiver 50µs, R_AI = 40 Mb/s (the paper's
+//     values); R_HAI = 10 × R_AI, line rate 100 Gb/s, minimum rate
+//     10 Mb/s (ours).
+//
+// How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
+// echoing the acknowledged packet's records, switches stamping them) plus
+// OnSend/OnAck/OnLoss byte counts, which tell its RTTs apart. Swift needs
+// Sample.RTT from the echoed transmit timestamp and Sample.HoldTime, one
+// OnAck per ACK with the bytes it acknowledged, OnLoss and OnTimeout. DCQCN
+// needs ECN-capable data packets, a CNPGenerator per QP at the receiver
+// (answering CE-marked packets with OpCNP when OnCE says so) and OnCNP at
+// the sender, OnSend for its byte counter, and OnTimer whenever NextTimer
+// has passed; its Window is 0 (rate only) unless configured.
+//
+// Caveats: the controllers are tested against synthetic sample streams and
+// fluid models of one bottleneck, not yet against a fabric; the defaults
+// marked "ours" are starting points for tuning. HPCC treats each egress
+// port it hears of on its own, so a spraying sender smooths the most
+// loaded hop of each packet's path, as the paper's single-path algorithm
+// would; it ignores ACKs without INT. Swift counts hops only from INT
+// records. DCQCN ignores Sample.ECNCount (the spray profile's ECN echo).
 //
 // Nothing here reads a clock, starts a goroutine or draws global randomness:
 // time is an argument of every call. Controllers and Pacers are not safe for

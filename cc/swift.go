@@ -66,19 +66,19 @@ type SwiftConfig struct {
 // Its zero value is not usable: use NewSwift. It is not safe for concurrent
 // use.
 type Swift struct {
-	mss                  float64
-	base, hopScale       float64 // ns
-	fsRange, fsA, fsB    float64 // ns; flow-scaling curve fsA/sqrt(cwnd)+fsB
-	eTarget              float64 // ns
-	ai, beta, maxMDF     float64
-	minCwnd, maxCwnd     float64
-	retxReset            int
-	fcwnd, ecwnd         float64
-	rtt                  time.Duration // latest sample
-	lastDecrease         clock.Time
-	decreased            bool
-	retx                 int
-	decreases, increases uint64
+	mss               float64
+	base, hopScale    float64 // ns
+	fsRange, fsA, fsB float64 // ns; flow-scaling curve fsA/sqrt(cwnd)+fsB
+	eTarget           float64 // ns
+	ai, beta, maxMDF  float64
+	minCwnd, maxCwnd  float64
+	retxReset         int
+	fcwnd, ecwnd      float64
+	rtt               time.Duration // latest sample
+	lastDecrease      clock.Time
+	decreased         bool
+	retx              int
+	decreases         uint64
 }
 
 var _ Controller = (*Swift)(nil)

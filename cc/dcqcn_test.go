@@ -1,0 +1,286 @@
+package cc
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+const us = clock.Time(time.Microsecond)
+
+// dcqcnRun runs d's timers up to end, with a CNP at each time in cnps
+// (sorted), and sends sendBytes every µs while sendBytes > 0. A CNP and a
+// timer due at the same time: the CNP comes first.
+func dcqcnRun(d *DCQCN, from, end clock.Time, cnps []clock.Time, sendBytes int) {
+	now := from
+	for now < end {
+		next := min(end, d.NextTimer())
+		if len(cnps) > 0 {
+			next = min(next, cnps[0])
+		}
+		if sendBytes > 0 {
+			next = min(next, (now/us+1)*us)
+		}
+		now = max(now, next)
+		if len(cnps) > 0 && cnps[0] <= now {
+			d.OnCNP(now)
+			cnps = cnps[1:]
+		}
+		if d.NextTimer() <= now {
+			d.OnTimer(now)
+		}
+		if sendBytes > 0 && now%us == 0 {
+			d.OnSend(now, sendBytes)
+		}
+	}
+}
+
+func every(from clock.Time, period time.Duration, n int) []clock.Time {
+	ts := make([]clock.Time, n)
+	for i := range ts {
+		ts[i] = from.Add(period * time.Duration(i))
+	}
+	return ts
+}
+
+func TestDCQCNFirstCNP(t *testing.T) {
+	d := NewDCQCN(DCQCNConfig{})
+	if d.Rate() != 12.5e9 || d.Window() != 0 || d.Alpha() != 1 || d.NextTimer() != clock.Never {
+		t.Fatalf("initial: rate %v window %d alpha %v timer %v", d.Rate(), d.Window(), d.Alpha(), d.NextTimer())
+	}
+	d.OnSend(0, 1<<30) // at line rate: the byte counter does not run
+	d.OnAck(Sample{Now: 1, RTT: time.Microsecond, ECNCount: 5})
+	d.OnLoss(1, 1)
+	d.OnTimeout(1)
+	if d.Rate() != 12.5e9 || d.NextTimer() != clock.Never {
+		t.Fatal("events other than CNPs moved DCQCN")
+	}
+	d.OnCNP(10 * us)
+	// Alpha starts at 1: the first CNP halves the rate.
+	if d.Rate() != 12.5e9/2 || d.TargetRate() != 12.5e9 || d.Alpha() != 1 || d.CNPs() != 1 {
+		t.Fatalf("after a CNP: rate %v target %v alpha %v", d.Rate(), d.TargetRate(), d.Alpha())
+	}
+	if d.NextTimer() != 65*us {
+		t.Fatalf("next timer %v, want 65µs (K and T after the CNP)", d.NextTimer())
+	}
+	// A storm of CNPs stops at MinRate.
+	for i := range 100 {
+		d.OnCNP(10*us + clock.Time(i))
+	}
+	if d.Rate() != 1.25e6 {
+		t.Fatalf("rate %v after 100 CNPs, want MinRate 1.25e6", d.Rate())
+	}
+	bad := NewDCQCN(DCQCNConfig{LineRate: math.NaN(), G: 2, MinRate: -1, AlphaPeriod: -1, ByteCounter: -1, FastRecovery: -2, AdditiveRate: math.Inf(1), Window: -5})
+	if bad.Rate() != 12.5e9 || bad.Window() != 0 {
+		t.Fatalf("bad config: rate %v window %d", bad.Rate(), bad.Window())
+	}
+	bad.OnCNP(0)
+	if bad.NextTimer() != 55*us {
+		t.Fatalf("bad config: timer %v, want 55µs", bad.NextTimer())
+	}
+}
+
+// TestDCQCNAlpha checks that alpha tracks the CNP rate with gain g: CNPs
+// more often than K drive it to 1, none decays it by (1-g) per K, and a CNP
+// every 100µs (one decay between CNPs) holds it at the fixed point of
+// a = (1-g)((1-g)a + g).
+func TestDCQCNAlpha(t *testing.T) {
+	const g = 1.0 / 256
+	d := NewDCQCN(DCQCNConfig{})
+	d.OnCNP(0)
+	// No CNP for 100 periods of K.
+	dcqcnRun(d, 0, 100*55*us, nil, 0)
+	if want := math.Pow(1-g, 100); math.Abs(d.Alpha()-want) > 1e-9 {
+		t.Fatalf("alpha %v after 100 K without CNP, want %v", d.Alpha(), want)
+	}
+	// The cut at a CNP is alpha/2 of the rate.
+	c := *d
+	before, a := c.Rate(), c.Alpha()
+	c.OnCNP(100 * 55 * us)
+	if want := before * (1 - a/2); math.Abs(c.Rate()-want) > 1 || c.TargetRate() != before {
+		t.Fatalf("cut %v -> %v, want ×(1-α/2) = %v", before, c.Rate(), want)
+	}
+	// A long quiet spell: alpha decays, the rate recovers, the timers stop.
+	dcqcnRun(d, 100*55*us, clock.Time(time.Second), nil, 0)
+	if d.Alpha() > 1e-4 || d.Rate() != 12.5e9 || d.NextTimer() != clock.Never {
+		t.Fatalf("after 1 s: alpha %v rate %v timer %v", d.Alpha(), d.Rate(), d.NextTimer())
+	}
+	// A CNP every 50µs: alpha climbs as 1 - (1-g)^n (1 - a0) towards 1.
+	a0 := d.Alpha()
+	start := clock.Time(time.Second)
+	dcqcnRun(d, start, start+2000*50*us, every(start, 50*time.Microsecond, 2000), 0)
+	if want := 1 - math.Pow(1-g, 2000)*(1-a0); math.Abs(d.Alpha()-want) > 1e-9 || d.Alpha() < 0.99 {
+		t.Fatalf("alpha %v after 2000 CNPs 50µs apart, want %v", d.Alpha(), want)
+	}
+	// A CNP every 100µs: one decay at 55µs between CNPs.
+	start = clock.Time(2 * time.Second)
+	dcqcnRun(d, start, start+5000*100*us, every(start, 100*time.Microsecond, 5000), 0)
+	if want := (1 - g) * g / (1 - (1-g)*(1-g)); math.Abs(d.Alpha()-want) > 0.005 {
+		t.Fatalf("alpha %v with a CNP every 100µs, want about %v", d.Alpha(), want)
+	}
+}
+
+// TestDCQCNRecovery checks the increase stages after two back-to-back CNPs
+// (target rate L/2, rate L/4): F timer events of fast recovery halve the
+// distance to the target each, then additive increase raises the target by
+// R_AI per event; with the byte counter running too, hyper increase
+// raises it by i·R_HAI, and the rate gets back to line rate sooner.
+func TestDCQCNRecovery(t *testing.T) {
+	const L, rai = 12.5e9, 5e6
+	d := NewDCQCN(DCQCNConfig{})
+	d.OnCNP(0)
+	d.OnCNP(1)
+	if d.TargetRate() != L/2 || d.Rate() != L/4 {
+		t.Fatalf("after two CNPs: target %v rate %v, want L/2, L/4", d.TargetRate(), d.Rate())
+	}
+	gap := d.TargetRate() - d.Rate()
+	for i := 1; i <= 5; i++ {
+		d.OnTimer(1 + clock.Time(i)*55*us)
+		if d.TargetRate() != L/2 {
+			t.Fatalf("fast recovery %d moved the target to %v", i, d.TargetRate())
+		}
+		if want := L/2 - gap/math.Pow(2, float64(i)); math.Abs(d.Rate()-want) > 1 {
+			t.Fatalf("fast recovery %d: rate %v, want %v", i, d.Rate(), want)
+		}
+	}
+	for i := 1; i <= 20; i++ {
+		prevRate := d.Rate()
+		d.OnTimer(1 + clock.Time(5+i)*55*us)
+		if want := L/2 + float64(i)*rai; math.Abs(d.TargetRate()-want) > 1 {
+			t.Fatalf("additive increase %d: target %v, want %v", i, d.TargetRate(), want)
+		}
+		if d.Rate() <= prevRate || d.Rate() > d.TargetRate() {
+			t.Fatalf("additive increase %d: rate %v -> %v, target %v", i, prevRate, d.Rate(), d.TargetRate())
+		}
+	}
+	// Timer alone: 1 s brings a target of L/2 + (1s/55µs)·R_AI, ~ L/2 + 9e10:
+	// back at line rate.
+	noBytes := NewDCQCN(DCQCNConfig{})
+	noBytes.OnCNP(0)
+	noBytes.OnCNP(1)
+	withBytes := NewDCQCN(DCQCNConfig{})
+	withBytes.OnCNP(0)
+	withBytes.OnCNP(1)
+	// 10 MB every 55µs: byte counter events as often as timer events.
+	var tNo, tWith clock.Time
+	prevTarget, hyper := withBytes.TargetRate(), false
+	for now := clock.Time(1); now < clock.Time(time.Second) && (tNo == 0 || tWith == 0); now += us {
+		noBytes.OnTimer(now)
+		withBytes.OnTimer(now)
+		withBytes.OnSend(now, 10000000/55+1)
+		if step := withBytes.TargetRate() - prevTarget; step > rai+1 {
+			hyper = true
+		}
+		prevTarget = withBytes.TargetRate()
+		if tNo == 0 && noBytes.Rate() >= 0.99*L {
+			tNo = now
+		}
+		if tWith == 0 && withBytes.Rate() >= 0.99*L {
+			tWith = now
+		}
+	}
+	if !hyper {
+		t.Error("no hyper increase with both counters past F")
+	}
+	if tWith == 0 || tNo == 0 || tWith >= tNo {
+		t.Errorf("99%% of line rate after %v with the byte counter, %v without", tWith, tNo)
+	}
+	t.Logf("back to 99%% of line rate after %v (timer only) and %v (timer and byte counter)", tNo, tWith)
+}
+
+// TestDCQCNLateTimer checks that one late OnTimer catches up with every
+// missed period, with bounded work.
+func TestDCQCNLateTimer(t *testing.T) {
+	d := NewDCQCN(DCQCNConfig{})
+	d.OnCNP(0)
+	d.OnTimer(clock.Time(1000 * 55 * time.Microsecond))
+	if want := math.Pow(1-1.0/256, 1000); math.Abs(d.Alpha()-want) > 1e-9 {
+		t.Fatalf("alpha %v, want %v", d.Alpha(), want)
+	}
+	if d.Rate() != 12.5e9 || d.NextTimer() != 1001*55*us {
+		t.Fatalf("rate %v next %v", d.Rate(), d.NextTimer())
+	}
+	d.OnCNP(0)
+	d.OnSend(1, math.MaxInt)
+	if d.Rate() != 12.5e9 {
+		t.Fatalf("a huge send: rate %v", d.Rate())
+	}
+	d.OnCNP(0)
+	d.OnTimer(clock.Never - 1)
+	if d.Rate() != 12.5e9 || d.NextTimer() != clock.Never {
+		t.Fatalf("timer at the end of time: rate %v next %v", d.Rate(), d.NextTimer())
+	}
+}
+
+func TestCNPGenerator(t *testing.T) {
+	var g CNPGenerator // 50µs
+	sent := 0
+	for now := clock.Time(0); now < clock.Time(time.Millisecond); now += us {
+		if g.OnCE(now) {
+			if now%(50*us) != 0 {
+				t.Fatalf("CNP at %v", now)
+			}
+			sent++
+		}
+	}
+	if sent != 20 || g.Sent != 20 || g.Suppressed != 980 {
+		t.Fatalf("CE every µs for 1 ms: %d CNPs (sent %d, suppressed %d), want 20", sent, g.Sent, g.Suppressed)
+	}
+	g2 := CNPGenerator{Interval: 4 * time.Microsecond}
+	if !g2.OnCE(100) || g2.OnCE(4099) || !g2.OnCE(4100) {
+		t.Fatal("4µs interval")
+	}
+}
+
+func TestControllersNoAllocs(t *testing.T) {
+	p := &port{sw: 1, port: 1, mbps: 100000}
+	h := NewHPCC(HPCCConfig{})
+	s := NewSwift(SwiftConfig{})
+	d := NewDCQCN(DCQCNConfig{})
+	var g CNPGenerator
+	for _, c := range []Controller{h, s, d} {
+		var now clock.Time
+		rec := make([]byte, wire.HopLen)
+		allocs := testing.AllocsPerRun(1000, func() {
+			now += 1000
+			c.OnSend(now, 1500)
+			wire.PutHop(rec, 0, p.step(time.Microsecond, 0.9, 1000))
+			c.OnAck(Sample{Now: now, AckedBytes: 1500, RTT: 30 * time.Microsecond, HoldTime: time.Microsecond, INT: rec})
+			if g.OnCE(now) {
+				c.OnCNP(now)
+			}
+			c.OnTimer(now)
+			_, _, _ = c.Window(), c.Rate(), c.NextTimer()
+		})
+		if allocs != 0 {
+			t.Errorf("%T: %v allocations per packet", c, allocs)
+		}
+	}
+}
+
+func FuzzDCQCN(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 200, 9, 7})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := NewDCQCN(DCQCNConfig{ByteCounter: 1 << 16})
+		now := clock.Time(0)
+		for _, b := range data {
+			now += clock.Time(b&0x3f) * us
+			switch b >> 6 {
+			case 0:
+				d.OnCNP(now)
+			case 1:
+				d.OnSend(now, int(b)<<12)
+			default:
+				if next := d.NextTimer(); next != clock.Never && next < now {
+					d.OnTimer(now)
+				}
+			}
+			if r, a := d.Rate(), d.Alpha(); r < 1.25e6 || r > 12.5e9 || a < 0 || a > 1 || d.TargetRate() > 12.5e9 {
+				t.Fatalf("rate %v alpha %v target %v", r, a, d.TargetRate())
+			}
+		}
+	})
+}
