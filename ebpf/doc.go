@@ -1,7 +1,8 @@
-// Package ebpf holds spray's kernel programs and their Go loaders; today the
-// host steering XDP program, which sends RoCEv2-style frames (UDP to port
-// 4791 by default) arriving on an interface to the AF_XDP socket of their RX
-// queue and leaves every other frame to the kernel.
+// Package ebpf holds spray's kernel programs and their Go loaders: the host
+// steering XDP program, which sends RoCEv2-style frames (UDP to port 4791 by
+// default) arriving on an interface to the AF_XDP socket of their RX queue
+// and leaves every other frame to the kernel, and the fabric programs, which
+// play the switches of a test fabric (see "Fabric" below).
 //
 // Use it through the AF_XDP driver (package xdp), or directly: LoadSteering,
 // Attach to the interface, Register each queue's AF_XDP socket, read
@@ -31,11 +32,71 @@
 // the frames seen. The kernel would drop every frame dropped in 3, 5 and 7
 // anyway; the program takes nothing from other applications on the host.
 //
-// Errors: test with errors.Is for ErrNotSupported (not little-endian Linux),
-// ErrClosed (also matches net.ErrClosed), ErrInvalidConfig, ErrBadQueue and
-// ErrAttached; kernel errors are wrapped with %w.
+// # Fabric
 //
-// Caveats: loading and attaching need root (CAP_BPF, CAP_NET_ADMIN). Attach
+// LoadFabric loads two tc programs (fabric.c) that one Fabric attaches with
+// tcx links to both directions of switch ports: AttachPort(ifindex, cfg), in
+// the namespace of the calling thread, makes the interface the port cfg.ID
+// (switch and port numbers, unique in the Fabric; the other methods take the
+// PortID because ifindexes repeat across namespaces). SetFaults and SetECN
+// change a port while traffic flows; PortCounters reads its counters;
+// DetachPort and Close detach. One Fabric serves every switch of a testbed:
+// its maps are shared by all ports, in every namespace, which is how the
+// ingress of one port measures the queue of the port that sent the frame.
+//
+// On a port's egress, for every frame, in order:
+//
+//  1. Faults (all frames, or only RoCE frames with Faults.RoCEOnly):
+//     blackhole drops (DropBlackhole); random loss with probability Loss
+//     (DropLoss); Gilbert-Elliott burst loss (DropBurst).
+//  2. Packets and Bytes count the frame; its bytes are added to the port's
+//     transmit counter.
+//  3. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension
+//     headers) UDP datagram to port 4791, with at most one VLAN tag in the
+//     frame, whose UDP length holds a BTH and an ICRC. A spray data packet
+//     (opcode 0xE0) with FlagINT and a consistent INT region (version 1,
+//     1 <= max <= 8, max equal to the data header's INTMax, count <= max,
+//     region inside the datagram) with a free slot gets hop record <count>
+//     and count+1 (INTStamped); a full region counts INTFull. The record:
+//     Switch, Port = cfg.ID; RateMbps = cfg.RateMbps; TS = bpf_ktime_get_ns()
+//     (CLOCK_MONOTONIC of the machine, ns) when the frame leaves the egress
+//     program, that is before the port's qdisc; QLen = 0 until the next
+//     port's ingress fills it; TxBytes = the low 32 bits of the port's
+//     transmit counter including this frame. Every RoCE frame's egress time
+//     and port are remembered (an LRU map of MaxInflight frames, keyed by
+//     addresses, UDP source port, opcode, destination QP and PSN).
+//
+// On a port's ingress, every frame counts RxPackets. For a RoCE frame
+// remembered by an egress, delay = now - egress time: the time the frame
+// spent in the sending port's qdisc (where the testbed shapes and queues)
+// and on the veth, which is the queue delay of the sending port, measured on
+// one clock. It counts for the sending port (Measured, QueueDelaySum,
+// MaxQueueDelay); the hop record that port wrote (if the frame still holds
+// it, same TS) gets QLen = delay x RateMbps / 8000 bytes (saturating); and
+// the sending port's ECNConfig decides a CE mark of an ECT frame (ECNMarked
+// of the sending port): RED on delay instead of queue length. IPv4 marks fix
+// the header checksum incrementally; IPv6 has none in its header. INT writes
+// fix an IPv6 (or non-zero IPv4) UDP checksum; spray's zero IPv4 UDP
+// checksum stays zero. The ICRC masks the INT region, TOS and traffic class,
+// so it stays valid.
+//
+// Fabric caveats: a queue is measured only where the frame's next device runs
+// the ingress program, so the last hop to a host is measured only if the
+// host's interface is a port too, and not for frames that an XDP program
+// redirects (AF_XDP) before tc sees them; without it the last hop record
+// keeps QLen 0 (a receiver on the same machine can compute it from TS and its
+// own CLOCK_MONOTONIC). Faults and marks happen per frame with the kernel's
+// bpf_get_prandom_u32, not a seeded source; burst state is per port, shared
+// by CPUs without locking. Frames that the LRU map forgot (more than
+// MaxInflight in flight) and non-RoCE frames are never marked. Generated
+// fabric_bpfel.go and fabric_bpfel.o are committed like the steering
+// program's.
+//
+// Errors: test with errors.Is for ErrNotSupported (not little-endian Linux),
+// ErrClosed (also matches net.ErrClosed), ErrInvalidConfig, ErrBadQueue,
+// ErrAttached and ErrUnknownPort; kernel errors are wrapped with %w.
+//
+// Steering caveats: loading and attaching need root (CAP_BPF, CAP_NET_ADMIN). Attach
 // and AF_XDP sockets act in the network namespace of the calling OS thread:
 // lock the thread and enter the namespace first. Checksums are not verified
 // (the AF_XDP consumer checks the ICRC). Frames whose VLAN tag the NIC

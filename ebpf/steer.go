@@ -27,21 +27,23 @@ const (
 
 // Errors returned by this package. Test for them with errors.Is.
 var (
-	// ErrNotSupported is returned on platforms without XDP (anything but
-	// little-endian Linux).
-	ErrNotSupported = errors.New("ebpf: XDP steering is only supported on little-endian Linux")
-	// ErrClosed is returned by a Steering's methods after Close. It wraps
-	// net.ErrClosed.
-	ErrClosed = fmt.Errorf("ebpf: steering %w", net.ErrClosed)
-	// ErrInvalidConfig is returned for a SteerConfig that cannot be loaded:
-	// an invalid address, too many addresses or queues.
-	ErrInvalidConfig = errors.New("ebpf: invalid steering config")
+	// ErrNotSupported is returned on platforms without XDP and tcx
+	// (anything but little-endian Linux).
+	ErrNotSupported = errors.New("ebpf: only supported on little-endian Linux")
+	// ErrClosed is returned by the methods of a Steering or a Fabric after
+	// Close. It wraps net.ErrClosed.
+	ErrClosed = fmt.Errorf("ebpf: program %w", net.ErrClosed)
+	// ErrInvalidConfig is returned for a SteerConfig that cannot be loaded
+	// (an invalid address, too many addresses or queues) and for fabric
+	// settings out of range.
+	ErrInvalidConfig = errors.New("ebpf: invalid config")
 	// ErrBadQueue is returned by Register and Unregister for a queue outside
 	// 0..Queues-1, and by Register for a negative socket descriptor.
 	ErrBadQueue = errors.New("ebpf: queue or socket out of range")
 	// ErrAttached is returned by Attach for an interface that the Steering
-	// is already attached to.
-	ErrAttached = errors.New("ebpf: steering already attached to the interface")
+	// is already attached to, and by AttachPort for an interface or a
+	// PortID that is already a port of the Fabric.
+	ErrAttached = errors.New("ebpf: already attached")
 )
 
 // AttachMode selects how the XDP program is attached to an interface.

@@ -16,3 +16,9 @@ func TestNotSupported(t *testing.T) {
 		t.Errorf("LoadSteering with a bad config: %v, want ErrInvalidConfig", err)
 	}
 }
+
+func TestFabricNotSupported(t *testing.T) {
+	if _, err := LoadFabric(); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("LoadFabric: %v, want ErrNotSupported", err)
+	}
+}

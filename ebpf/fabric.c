@@ -1,0 +1,486 @@
+// fabric.c: spray's test-fabric switch programs (tcx ingress and egress).
+//
+// Attached to both directions of switch ports (veth ends inside switch
+// namespaces), they play what a fabric switch does for spray: INT hop
+// records, RED-like ECN marking on queue delay, and fault injection. Package
+// ebpf's doc (doc.go) describes the semantics in full; in short:
+//
+// Egress of port P, for every frame:
+//  1. Faults of P (blackhole, random loss, Gilbert-Elliott burst loss),
+//     on every frame or only on RoCE frames: drop and count the cause.
+//  2. Count packets and bytes; add the bytes to P's transmit counter.
+//  3. RoCE frames (IPv4/IPv6, UDP destination 4791, a whole BTH): a spray
+//     data packet with an INT region that has a free slot gets a hop record
+//     (switch, port, rate, TS = now, QLen 0, TxBytes); every RoCE frame
+//     leaves its egress time and P in fabric_inflight, keyed by the packet.
+//
+// Ingress of port Q: count the frame; a RoCE frame found in fabric_inflight
+// was sent by port P at time ts, so now - ts is the time it spent in P's
+// queue (the qdisc after P's tcx egress, where the testbed shapes) and on the
+// wire: the queue delay of P. It counts for P (measured, sum, maximum),
+// fills QLen = delay x rate of the hop record P wrote, and marks CE by P's
+// ECN settings.
+//
+// Shared with Go through bpf2go -type: struct fabric_port, fabric_counters,
+// fabric_port_key.
+
+//go:build ignore
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define ETH_HLEN 14
+#define VLAN_HLEN 4
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+#define IPV4_HLEN 20
+#define IPV6_HLEN 40
+#define UDP_HLEN 8
+#define PROTO_UDP 17
+#define ROCE_PORT 4791
+#define BTH_LEN 12
+#define ICRC_LEN 4
+#define DATA_HLEN 24
+#define OP_SPRAY_DATA 0xE0
+#define FLAG_INT 0x01
+#define INT_VERSION 1
+#define INT_SHIM_OFF (BTH_LEN + DATA_HLEN)  // from the BTH
+#define INT_SHIM_LEN 4
+#define HOP_LEN 24
+#define MAX_HOPS 8
+#define NO_HOP 0xff
+
+#define TCX_NEXT -1
+#define TC_ACT_SHOT 2
+
+// Default sizes; the Go loader may change max_entries before loading.
+#define MAX_PORTS 1024
+#define MAX_INFLIGHT 65536
+
+// fabric_port_key identifies an attached port: the cookie of its network
+// namespace and its ifindex there. Key of fabric_ports.
+struct fabric_port_key {
+	__u64 netns;
+	__u32 ifindex;
+	__u32 pad;  // zero
+};
+
+// fabric_port is the configuration of one port: the value of
+// fabric_cfg[slot]. Probabilities are thresholds on bpf_get_prandom_u32():
+// an event happens when the draw is below the threshold, so 0 is never and
+// 1<<32 always.
+struct fabric_port {
+	__u16 switch_id;
+	__u16 port_id;
+	__u32 rate_mbps;     // egress link rate, for INT and queue bytes
+	__u64 ecn_kmin_ns;   // no marks at or below this queue delay
+	__u64 ecn_kmax_ns;   // 0: no ECN marking; marks always at or above
+	__u64 ecn_pmax;      // mark threshold at kmax (linear from kmin), of 1<<32
+	__u64 loss;          // random loss
+	__u64 ge_p;          // Gilbert-Elliott: good -> bad per frame
+	__u64 ge_r;          // bad -> good per frame
+	__u64 ge_loss_good;  // loss in the good state
+	__u64 ge_loss_bad;   // loss in the bad state
+	__u8 blackhole;      // drop every frame
+	__u8 burst;          // Gilbert-Elliott on
+	__u8 roce_only;      // faults only for RoCE frames
+	__u8 pad[5];
+};
+
+// fabric_counters is the value of fabric_stats[slot], per CPU.
+struct fabric_counters {
+	__u64 packets;         // frames passed by egress
+	__u64 bytes;           // their bytes (skb->len, from the MAC header)
+	__u64 drop_loss;
+	__u64 drop_burst;
+	__u64 drop_blackhole;
+	__u64 ecn_marked;      // CE marks for this port's queue
+	__u64 int_stamped;     // hop records written
+	__u64 int_full;        // INT regions without a free slot
+	__u64 rx_packets;      // frames seen by ingress
+	__u64 measured;        // queue delays measured for this port's queue
+	__u64 qdelay_sum_ns;
+	__u64 qdelay_max_ns;
+};
+
+// fabric_pkt_key identifies a RoCE packet in flight between a port's
+// egress and the next port's ingress.
+struct fabric_pkt_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u32 dqp;
+	__u32 psn;
+	__u16 sport;
+	__u8 opcode;
+	__u8 family;
+};
+
+struct fabric_inflight_val {
+	__u64 ts;    // bpf_ktime_get_ns() at egress
+	__u32 slot;  // egress port
+	__u8 hop;    // hop slot that egress wrote, or NO_HOP
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, struct fabric_port_key);
+	__type(value, __u32);
+} fabric_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct fabric_port);
+} fabric_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct fabric_counters);
+} fabric_stats SEC(".maps");
+
+// Transmitted bytes per port, shared by all CPUs (INT TxBytes).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fabric_tx SEC(".maps");
+
+// Gilbert-Elliott state per port: 0 good, 1 bad.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} fabric_ge SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_INFLIGHT);
+	__type(key, struct fabric_pkt_key);
+	__type(value, struct fabric_inflight_val);
+} fabric_inflight SEC(".maps");
+
+// pkt is what parse learns about a frame.
+struct pkt {
+	__u32 l3;      // offset of the IP header
+	__u32 l4;      // offset of the UDP header
+	__u32 shim;    // offset of the INT shim, 0 without a usable region
+	__u16 ipw0;    // first 16-bit word of the IP header, as in the frame
+	__u16 udp_csum;
+	__u8 family;   // 4 or 6
+	__u8 tos;      // IPv4 TOS, IPv6 traffic class
+	__u8 roce;     // UDP to 4791 with a whole BTH
+	__u8 count;    // INT hop count
+	__u8 max;      // INT hop slots
+	struct fabric_pkt_key key;
+};
+
+static __always_inline __u16 load16(const __u8 *p)
+{
+	return ((__u16)p[0] << 8) | p[1];
+}
+
+// parse fills p for IPv4/IPv6 UDP frames and returns 0, or returns -1 for
+// anything else (p->roce and p->shim are then 0).
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	__u8 b[IPV6_HLEN];
+	__u32 off = ETH_HLEN;
+
+	if (bpf_skb_load_bytes(skb, 0, b, ETH_HLEN) < 0)
+		return -1;
+	__u16 proto = load16(b + 12);
+	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+		if (bpf_skb_load_bytes(skb, off, b, VLAN_HLEN) < 0)
+			return -1;
+		proto = load16(b + 2);
+		off += VLAN_HLEN;
+	}
+	p->l3 = off;
+	if (proto == ETH_P_IP) {
+		if (bpf_skb_load_bytes(skb, off, b, IPV4_HLEN) < 0)
+			return -1;
+		__u32 hl = (__u32)(b[0] & 0x0f) * 4;
+		if ((b[0] >> 4) != 4 || hl < IPV4_HLEN || b[9] != PROTO_UDP)
+			return -1;
+		if (load16(b + 6) & 0x3fff)  // fragment
+			return -1;
+		p->family = 4;
+		p->tos = b[1];
+		__builtin_memcpy(p->key.src, b + 12, 4);
+		__builtin_memcpy(p->key.dst, b + 16, 4);
+		off += hl;
+	} else if (proto == ETH_P_IPV6) {
+		if (bpf_skb_load_bytes(skb, off, b, IPV6_HLEN) < 0)
+			return -1;
+		if ((b[0] >> 4) != 6 || b[6] != PROTO_UDP)
+			return -1;
+		p->family = 6;
+		p->tos = (b[0] << 4) | (b[1] >> 4);
+		__builtin_memcpy(p->key.src, b + 8, 16);
+		__builtin_memcpy(p->key.dst, b + 24, 16);
+		off += IPV6_HLEN;
+	} else {
+		return -1;
+	}
+	__builtin_memcpy(&p->ipw0, b, 2);
+	p->key.family = p->family;
+	p->l4 = off;
+
+	if (bpf_skb_load_bytes(skb, off, b, UDP_HLEN + BTH_LEN) < 0)
+		return 0;
+	__u32 ulen = load16(b + 4);
+	if (load16(b + 2) != ROCE_PORT || ulen < UDP_HLEN + BTH_LEN + ICRC_LEN)
+		return 0;
+	if (off + ulen > skb->len)
+		return 0;
+	__builtin_memcpy(&p->udp_csum, b + 6, 2);
+	__u8 *bth = b + UDP_HLEN;
+	p->roce = 1;
+	p->key.sport = load16(b);
+	p->key.opcode = bth[0];
+	p->key.dqp = ((__u32)bth[5] << 16) | ((__u32)bth[6] << 8) | bth[7];
+	p->key.psn = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
+
+	if (bth[0] != OP_SPRAY_DATA)
+		return 0;
+	__u32 bthoff = off + UDP_HLEN;
+	if (bpf_skb_load_bytes(skb, bthoff + BTH_LEN, b, DATA_HLEN + INT_SHIM_LEN) < 0)
+		return 0;
+	__u8 *shim = b + DATA_HLEN;
+	if (!(b[13] & FLAG_INT) || shim[0] != INT_VERSION)
+		return 0;
+	__u8 max = shim[2];
+	if (max == 0 || max > MAX_HOPS || max != b[14] || shim[1] > max)
+		return 0;
+	// The region must lie before the ICRC.
+	if (UDP_HLEN + INT_SHIM_OFF + INT_SHIM_LEN + (__u32)max * HOP_LEN + ICRC_LEN > ulen)
+		return 0;
+	p->shim = bthoff + INT_SHIM_OFF;
+	p->count = shim[1];
+	p->max = max;
+	return 0;
+}
+
+// store_csum writes n bytes (a multiple of 4, at an offset from the UDP
+// header that is a multiple of 4 in the INT region) over old and updates the
+// UDP checksum; a zero (absent) IPv4 UDP checksum stays zero.
+static __always_inline void store_csum(struct __sk_buff *skb, struct pkt *p, __u32 off,
+				       __u8 *old, __u8 *new, __u32 n)
+{
+	__u64 flags = p->udp_csum ? 0 : BPF_F_RECOMPUTE_CSUM;
+	bpf_skb_store_bytes(skb, off, new, n, flags);
+	if (p->udp_csum) {
+		__s64 diff = bpf_csum_diff((__be32 *)old, n, (__be32 *)new, n, 0);
+		bpf_l4_csum_replace(skb, p->l4 + 6, 0, diff, BPF_F_MARK_MANGLED_0);
+	}
+}
+
+static __always_inline void put32(__u8 *b, __u32 v)
+{
+	b[0] = v >> 24;
+	b[1] = v >> 16;
+	b[2] = v >> 8;
+	b[3] = v;
+}
+
+static __always_inline int port_slot(struct __sk_buff *skb, __u32 *slot)
+{
+	struct fabric_port_key k = {
+		.netns = bpf_get_netns_cookie(skb),
+		.ifindex = skb->ifindex,
+	};
+	__u32 *s = bpf_map_lookup_elem(&fabric_ports, &k);
+	if (!s)
+		return -1;
+	*slot = *s;
+	return 0;
+}
+
+// chance reports whether an event of threshold thr (of 1<<32) happens.
+static __always_inline int chance(__u64 thr)
+{
+	return thr && (__u64)bpf_get_prandom_u32() < thr;
+}
+
+SEC("tc")
+int fabric_egress(struct __sk_buff *skb)
+{
+	__u32 slot;
+	if (port_slot(skb, &slot) < 0)
+		return TCX_NEXT;
+	struct fabric_port *cfg = bpf_map_lookup_elem(&fabric_cfg, &slot);
+	struct fabric_counters *cnt = bpf_map_lookup_elem(&fabric_stats, &slot);
+	__u64 *tx = bpf_map_lookup_elem(&fabric_tx, &slot);
+	__u32 *ge = bpf_map_lookup_elem(&fabric_ge, &slot);
+	if (!cfg || !cnt || !tx || !ge)
+		return TCX_NEXT;
+
+	struct pkt p;
+	__builtin_memset(&p, 0, sizeof(p));
+	parse(skb, &p);
+
+	if (!cfg->roce_only || p.roce) {
+		if (cfg->blackhole) {
+			cnt->drop_blackhole++;
+			return TC_ACT_SHOT;
+		}
+		if (chance(cfg->loss)) {
+			cnt->drop_loss++;
+			return TC_ACT_SHOT;
+		}
+		if (cfg->burst) {
+			__u32 bad = *ge;
+			if (bad ? chance(cfg->ge_r) : chance(cfg->ge_p)) {
+				bad = !bad;
+				*ge = bad;
+			}
+			if (chance(bad ? cfg->ge_loss_bad : cfg->ge_loss_good)) {
+				cnt->drop_burst++;
+				return TC_ACT_SHOT;
+			}
+		}
+	}
+
+	__u32 len = skb->len;
+	__u64 txb = __sync_fetch_and_add(tx, len) + len;
+	cnt->packets++;
+	cnt->bytes += len;
+	if (!p.roce)
+		return TCX_NEXT;
+
+	__u64 now = bpf_ktime_get_ns();
+	struct fabric_inflight_val v = {.ts = now, .slot = slot, .hop = NO_HOP};
+	if (p.shim) {
+		if (p.count < p.max && p.count < MAX_HOPS) {
+			__u32 off = p.shim + INT_SHIM_LEN + (__u32)p.count * HOP_LEN;
+			__u8 old[HOP_LEN], rec[HOP_LEN];
+			if (bpf_skb_load_bytes(skb, off, old, HOP_LEN) == 0) {
+				rec[0] = cfg->switch_id >> 8;
+				rec[1] = cfg->switch_id;
+				rec[2] = cfg->port_id >> 8;
+				rec[3] = cfg->port_id;
+				put32(rec + 4, cfg->rate_mbps);
+				put32(rec + 8, now >> 32);
+				put32(rec + 12, now);
+				put32(rec + 16, 0);
+				put32(rec + 20, txb);
+				store_csum(skb, &p, off, old, rec, HOP_LEN);
+				__u8 oshim[INT_SHIM_LEN], nshim[INT_SHIM_LEN];
+				if (bpf_skb_load_bytes(skb, p.shim, oshim, INT_SHIM_LEN) == 0) {
+					__builtin_memcpy(nshim, oshim, INT_SHIM_LEN);
+					nshim[1] = p.count + 1;
+					store_csum(skb, &p, p.shim, oshim, nshim, INT_SHIM_LEN);
+				}
+				v.hop = p.count;
+				cnt->int_stamped++;
+			}
+		} else {
+			cnt->int_full++;
+		}
+	}
+	bpf_map_update_elem(&fabric_inflight, &p.key, &v, BPF_ANY);
+	return TCX_NEXT;
+}
+
+SEC("tc")
+int fabric_ingress(struct __sk_buff *skb)
+{
+	__u32 slot;
+	if (port_slot(skb, &slot) < 0)
+		return TCX_NEXT;
+	struct fabric_counters *cnt = bpf_map_lookup_elem(&fabric_stats, &slot);
+	if (!cnt)
+		return TCX_NEXT;
+	cnt->rx_packets++;
+
+	struct pkt p;
+	__builtin_memset(&p, 0, sizeof(p));
+	parse(skb, &p);
+	if (!p.roce)
+		return TCX_NEXT;
+	struct fabric_inflight_val *vp = bpf_map_lookup_elem(&fabric_inflight, &p.key);
+	if (!vp)
+		return TCX_NEXT;
+	struct fabric_inflight_val v = *vp;
+	bpf_map_delete_elem(&fabric_inflight, &p.key);
+
+	__u64 now = bpf_ktime_get_ns();
+	__u64 delay = now > v.ts ? now - v.ts : 0;
+	__u32 from = v.slot;
+	struct fabric_port *cfg = bpf_map_lookup_elem(&fabric_cfg, &from);
+	struct fabric_counters *fc = bpf_map_lookup_elem(&fabric_stats, &from);
+	if (!cfg || !fc)
+		return TCX_NEXT;
+	fc->measured++;
+	fc->qdelay_sum_ns += delay;
+	if (delay > fc->qdelay_max_ns)
+		fc->qdelay_max_ns = delay;
+
+	// QLen of the hop record that the egress port wrote, if it is still
+	// the record it wrote (same timestamp).
+	if (p.shim && v.hop < p.count && v.hop < MAX_HOPS) {
+		__u32 off = p.shim + INT_SHIM_LEN + (__u32)v.hop * HOP_LEN + 8;
+		__u8 old[12], rec[12];
+		if (bpf_skb_load_bytes(skb, off, old, 12) == 0) {
+			__u64 ts = 0;
+			for (int i = 0; i < 8; i++)
+				ts = (ts << 8) | old[i];
+			__builtin_memcpy(rec, old, 12);
+			if (ts == v.ts) {
+				// bytes = ns * Mbps / 8000, saturated
+				__u64 q = delay * cfg->rate_mbps / 8000;
+				if (delay > (~0ULL) / 1000000 || q > 0xffffffffULL)
+					q = 0xffffffffULL;
+				put32(rec + 8, q);
+				store_csum(skb, &p, off, old, rec, 12);
+			}
+		}
+	}
+
+	// RED-like ECN marking of ECT packets on the egress port's queue delay.
+	__u8 ecn = p.tos & 3;
+	if (cfg->ecn_kmax_ns && (ecn == 1 || ecn == 2) && delay > cfg->ecn_kmin_ns) {
+		int mark = 1;
+		if (delay < cfg->ecn_kmax_ns) {
+			// threshold = pmax * (delay - kmin) / (kmax - kmin), in
+			// 1/65536 steps so that the product fits in 64 bits.
+			__u64 span = cfg->ecn_kmax_ns - cfg->ecn_kmin_ns;
+			__u64 x = delay - cfg->ecn_kmin_ns;
+			__u64 pm = cfg->ecn_pmax >> 16;  // 0..65536
+			if (span > (1ULL << 40)) {
+				span >>= 24;
+				x >>= 24;
+			}
+			__u64 thr = span ? pm * x / span : pm;
+			mark = (__u64)(bpf_get_prandom_u32() & 0xffff) < thr;
+		}
+		if (mark) {
+			if (p.family == 4) {
+				__u8 tos = p.tos | 3;
+				__u16 oldw = p.ipw0;
+				__u8 *nw = (__u8 *)&p.ipw0;
+				nw[1] = tos;
+				bpf_skb_store_bytes(skb, p.l3 + 1, &tos, 1, 0);
+				bpf_l3_csum_replace(skb, p.l3 + 10, oldw, p.ipw0, 2);
+			} else {
+				__u8 b1 = ((__u8 *)&p.ipw0)[1] | 0x30;
+				bpf_skb_store_bytes(skb, p.l3 + 1, &b1, 1, BPF_F_RECOMPUTE_CSUM);
+			}
+			fc->ecn_marked++;
+		}
+	}
+	return TCX_NEXT;
+}
+
+// The project's license; the programs call no GPL-only helper.
+char __license[] SEC("license") = "Apache-2.0";

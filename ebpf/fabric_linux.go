@@ -1,0 +1,388 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Fabric is the loaded pair of test-fabric switch programs (tcx ingress and
+// egress) with their maps, shared by every port attached to it, in any
+// network namespace: one Fabric plays all the switches of a testbed.
+//
+// Create it with LoadFabric; the zero value is not usable. It is safe for
+// concurrent use. Close detaches it from every port and frees it.
+type Fabric struct {
+	mu     sync.Mutex
+	objs   fabricObjects
+	ports  map[PortID]*fabricPort
+	keys   map[fabricFabricPortKey]PortID
+	free   []uint32 // slots of detached ports
+	next   uint32   // first never-used slot
+	ncpu   int
+	closed bool
+}
+
+type fabricPort struct {
+	slot            uint32
+	key             fabricFabricPortKey
+	params          portParams
+	ingress, egress link.Link
+}
+
+// LoadFabric loads the fabric programs and their maps into the kernel. No
+// port is attached until AttachPort. It needs CAP_BPF and CAP_NET_ADMIN
+// (root) and a kernel with tcx (6.6 or later) whose tc programs may call
+// bpf_get_netns_cookie.
+func LoadFabric() (*Fabric, error) {
+	spec, err := loadFabric()
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: %w", err)
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: %w", err)
+	}
+	for _, name := range []string{fabricMapFabricPorts, fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
+		spec.Maps[name].MaxEntries = MaxPorts
+	}
+	spec.Maps[fabricMapFabricInflight].MaxEntries = MaxInflight
+	f := &Fabric{
+		ports: make(map[PortID]*fabricPort),
+		keys:  make(map[fabricFabricPortKey]PortID),
+		ncpu:  ncpu,
+	}
+	if err := spec.LoadAndAssign(&f.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("ebpf: load fabric programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("ebpf: load fabric programs: %w", err)
+	}
+	return f, nil
+}
+
+// netnsCookie returns the cookie of the calling thread's network namespace.
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("ebpf: socket for the netns cookie: %w", err)
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("ebpf: SO_NETNS_COOKIE: %w", err)
+	}
+	return c, nil
+}
+
+// AttachPort makes the interface with index ifindex, in the network
+// namespace of the calling thread, the switch port cfg.ID: it attaches the
+// ingress and egress programs through tcx links (after programs already
+// attached) and applies cfg. To attach inside another namespace, lock the OS
+// thread and enter it first. It returns ErrAttached if cfg.ID or the
+// interface is already a port of f, ErrInvalidConfig for a bad cfg or
+// ifindex, and ErrInvalidConfig wrapping the reason when all MaxPorts slots
+// are taken.
+func (f *Fabric) AttachPort(ifindex int, cfg PortConfig) error {
+	return f.addPort(ifindex, cfg, true)
+}
+
+// addPort registers the port and, if attach, attaches the programs to it.
+// Tests register ports without attaching to run the programs with
+// BPF_PROG_TEST_RUN (which runs them on the loopback device of the calling
+// thread's namespace).
+func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
+	if ifindex <= 0 {
+		return fmt.Errorf("%w: ifindex %d", ErrInvalidConfig, ifindex)
+	}
+	pp, err := cfg.params()
+	if err != nil {
+		return err
+	}
+	cookie, err := netnsCookie()
+	if err != nil {
+		return err
+	}
+	key := fabricFabricPortKey{Netns: cookie, Ifindex: uint32(ifindex)}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	if _, ok := f.ports[cfg.ID]; ok {
+		return fmt.Errorf("%w: port %v", ErrAttached, cfg.ID)
+	}
+	if id, ok := f.keys[key]; ok {
+		return fmt.Errorf("%w: ifindex %d is port %v", ErrAttached, ifindex, id)
+	}
+	var slot uint32
+	switch {
+	case len(f.free) > 0:
+		slot = f.free[len(f.free)-1]
+	case f.next < MaxPorts:
+		slot = f.next
+	default:
+		return fmt.Errorf("%w: all %d port slots in use", ErrInvalidConfig, MaxPorts)
+	}
+	p := &fabricPort{slot: slot, key: key, params: pp}
+	if err := f.resetSlot(slot); err != nil {
+		return err
+	}
+	if err := f.writeParams(p); err != nil {
+		return err
+	}
+	if err := f.objs.FabricPorts.Update(&key, slot, ebpf.UpdateNoExist); err != nil {
+		return fmt.Errorf("ebpf: register port %v: %w", cfg.ID, err)
+	}
+	undo := func() { _ = f.objs.FabricPorts.Delete(&key) }
+	if attach {
+		if err := f.attach(p, ifindex); err != nil {
+			undo()
+			return err
+		}
+	}
+	if len(f.free) > 0 && f.free[len(f.free)-1] == slot {
+		f.free = f.free[:len(f.free)-1]
+	} else {
+		f.next++
+	}
+	f.ports[cfg.ID] = p
+	f.keys[key] = cfg.ID
+	return nil
+}
+
+// attach attaches the ingress and egress programs to ifindex for p.
+func (f *Fabric) attach(p *fabricPort, ifindex int) error {
+	var err error
+	p.ingress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: f.objs.FabricIngress, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		return fmt.Errorf("ebpf: attach tcx ingress to ifindex %d: %w", ifindex, err)
+	}
+	p.egress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: f.objs.FabricEgress, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		p.ingress.Close()
+		p.ingress = nil
+		return fmt.Errorf("ebpf: attach tcx egress to ifindex %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// unlink closes p's links, if any.
+func (p *fabricPort) unlink() error {
+	var errs []error
+	if p.ingress != nil {
+		errs = append(errs, p.ingress.Close())
+	}
+	if p.egress != nil {
+		errs = append(errs, p.egress.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// resetSlot zeroes the counters and state of slot.
+func (f *Fabric) resetSlot(slot uint32) error {
+	zero := make([]fabricFabricCounters, f.ncpu)
+	if err := f.objs.FabricStats.Update(slot, zero, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ebpf: reset counters: %w", err)
+	}
+	if err := f.objs.FabricTx.Update(slot, uint64(0), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ebpf: reset tx bytes: %w", err)
+	}
+	if err := f.objs.FabricGe.Update(slot, uint32(0), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ebpf: reset burst state: %w", err)
+	}
+	return nil
+}
+
+// writeParams writes p.params into fabric_cfg.
+func (f *Fabric) writeParams(p *fabricPort) error {
+	pp := p.params
+	v := fabricFabricPort{
+		SwitchId: pp.id.Switch, PortId: pp.id.Port, RateMbps: pp.rate,
+		EcnKminNs: pp.kmin, EcnKmaxNs: pp.kmax, EcnPmax: pp.pmax,
+		Loss: pp.loss, GeP: pp.geP, GeR: pp.geR, GeLossGood: pp.geLG, GeLossBad: pp.geLB,
+	}
+	if pp.blackhole {
+		v.Blackhole = 1
+	}
+	if pp.burst {
+		v.Burst = 1
+	}
+	if pp.roceOnly {
+		v.RoceOnly = 1
+	}
+	if err := f.objs.FabricCfg.Update(p.slot, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ebpf: write port %v config: %w", pp.id, err)
+	}
+	return nil
+}
+
+// port returns the attached port id; call with f.mu held.
+func (f *Fabric) port(id PortID) (*fabricPort, error) {
+	if f.closed {
+		return nil, ErrClosed
+	}
+	p, ok := f.ports[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownPort, id)
+	}
+	return p, nil
+}
+
+// SetFaults replaces the faults of port id; they apply from the next frame.
+// Turning burst loss off and on again starts in the good state.
+func (f *Fabric) SetFaults(id PortID, faults Faults) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.port(id)
+	if err != nil {
+		return err
+	}
+	pp := p.params
+	if err := faults.params(&pp); err != nil {
+		return err
+	}
+	if !pp.burst {
+		if err := f.objs.FabricGe.Update(p.slot, uint32(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("ebpf: reset burst state: %w", err)
+		}
+	}
+	old := p.params
+	p.params = pp
+	if err := f.writeParams(p); err != nil {
+		p.params = old
+		return err
+	}
+	return nil
+}
+
+// SetECN replaces the ECN marking settings of port id.
+func (f *Fabric) SetECN(id PortID, ecn ECNConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.port(id)
+	if err != nil {
+		return err
+	}
+	pp := p.params
+	if err := ecn.params(&pp); err != nil {
+		return err
+	}
+	old := p.params
+	p.params = pp
+	if err := f.writeParams(p); err != nil {
+		p.params = old
+		return err
+	}
+	return nil
+}
+
+// PortCounters returns the counters of port id, summed over CPUs.
+func (f *Fabric) PortCounters(id PortID) (PortCounters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.port(id)
+	if err != nil {
+		return PortCounters{}, err
+	}
+	var per []fabricFabricCounters
+	if err := f.objs.FabricStats.Lookup(p.slot, &per); err != nil {
+		return PortCounters{}, fmt.Errorf("ebpf: read port %v counters: %w", id, err)
+	}
+	var s PortCounters
+	for _, c := range per {
+		s.Packets += c.Packets
+		s.Bytes += c.Bytes
+		s.DropLoss += c.DropLoss
+		s.DropBurst += c.DropBurst
+		s.DropBlackhole += c.DropBlackhole
+		s.ECNMarked += c.EcnMarked
+		s.INTStamped += c.IntStamped
+		s.INTFull += c.IntFull
+		s.RxPackets += c.RxPackets
+		s.Measured += c.Measured
+		s.QueueDelaySum += time.Duration(c.QdelaySumNs)
+		s.MaxQueueDelay = max(s.MaxQueueDelay, time.Duration(c.QdelayMaxNs))
+	}
+	return s, nil
+}
+
+// DetachPort detaches the programs from port id and forgets it; its slot is
+// reused by a later AttachPort. It returns ErrUnknownPort for a port that is
+// not attached.
+func (f *Fabric) DetachPort(id PortID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.port(id)
+	if err != nil {
+		return err
+	}
+	delete(f.ports, id)
+	delete(f.keys, p.key)
+	err = p.unlink()
+	if derr := f.objs.FabricPorts.Delete(&p.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		err = errors.Join(err, derr)
+	}
+	f.free = append(f.free, p.slot)
+	if err != nil {
+		return fmt.Errorf("ebpf: detach port %v: %w", id, err)
+	}
+	return nil
+}
+
+// Ports returns the ids of the attached ports, in no particular order.
+func (f *Fabric) Ports() []PortID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]PortID, 0, len(f.ports))
+	for id := range f.ports {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Ingress returns the ingress program (for BPF_PROG_TEST_RUN and
+// benchmarks); nil after Close.
+func (f *Fabric) Ingress() *ebpf.Program {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.objs.FabricIngress
+}
+
+// Egress returns the egress program; nil after Close.
+func (f *Fabric) Egress() *ebpf.Program {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.objs.FabricEgress
+}
+
+// Close detaches the programs from every port and frees the programs and
+// maps. It is idempotent; afterwards the methods return ErrClosed.
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	var errs []error
+	for _, p := range f.ports {
+		errs = append(errs, p.unlink())
+	}
+	f.ports, f.keys = nil, nil
+	errs = append(errs, f.objs.Close())
+	f.objs = fabricObjects{}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ebpf: close fabric: %w", err)
+	}
+	return nil
+}

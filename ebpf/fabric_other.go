@@ -1,0 +1,41 @@
+//go:build !linux || !(386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package ebpf
+
+import "github.com/cilium/ebpf"
+
+// Fabric is the loaded pair of test-fabric switch programs. On this platform
+// it cannot be loaded: LoadFabric returns ErrNotSupported.
+type Fabric struct{}
+
+// LoadFabric returns ErrNotSupported on this platform.
+func LoadFabric() (*Fabric, error) { return nil, ErrNotSupported }
+
+// AttachPort returns ErrNotSupported.
+func (f *Fabric) AttachPort(int, PortConfig) error { return ErrNotSupported }
+
+// DetachPort returns ErrNotSupported.
+func (f *Fabric) DetachPort(PortID) error { return ErrNotSupported }
+
+// SetFaults returns ErrNotSupported.
+func (f *Fabric) SetFaults(PortID, Faults) error { return ErrNotSupported }
+
+// SetECN returns ErrNotSupported.
+func (f *Fabric) SetECN(PortID, ECNConfig) error { return ErrNotSupported }
+
+// PortCounters returns ErrNotSupported.
+func (f *Fabric) PortCounters(PortID) (PortCounters, error) {
+	return PortCounters{}, ErrNotSupported
+}
+
+// Ports returns nil.
+func (f *Fabric) Ports() []PortID { return nil }
+
+// Ingress returns nil.
+func (f *Fabric) Ingress() *ebpf.Program { return nil }
+
+// Egress returns nil.
+func (f *Fabric) Egress() *ebpf.Program { return nil }
+
+// Close does nothing.
+func (f *Fabric) Close() error { return nil }
