@@ -6,19 +6,78 @@
 // one per packet: NewECMP for the classic RoCEv2 behaviour (one entropy per
 // QP, every packet on the same path), NewSpray for oblivious per-packet
 // spraying (every path gets exactly one packet per round, in a fresh seeded
-// order each round). The transport calls Next for every packet it sends and
-// reports what happened to it with OnAck and OnLoss, which keep the per-path
-// counters that Stats returns.
+// order each round), NewAdaptive for spraying that steers away from slow,
+// marked, lossy and dead paths. The transport calls Next for every packet
+// it sends and reports what happened to it with OnAck and OnLoss, which
+// keep the per-path counters that Stats returns; for a policy that
+// implements INTObserver it also passes on the INT queue delay that an ACK
+// echoes, with OnINT.
 //
 // A Policy reads no clock and draws no global randomness: time comes in as
 // an argument and randomness from the seed given to its constructor, so the
 // same seed and the same calls give the same entropies. Policies are not
 // safe for concurrent use; the engine that owns the QP calls them.
 //
+// # Adaptive spraying
+//
+// NewAdaptive keeps, for each path, the smoothed RTT and its minimum (from
+// OnAck), the smoothed INT queue delay (OnINT, EWMA gain 1/8), the fraction
+// of ECN-marked ACKs and the loss rate (EWMAs with gain 1/16, a loss
+// counting 1 and an ACK 0). From these it gives each active path a weight
+//
+//	w = 1 / (1 + max(SRTT - base, QueueDelay)/DelayScale + ECNWeight*ecn + LossWeight*loss)
+//
+// where base is the smallest RTT measured on any active path, so RTT counts
+// relative to the best path and a delay that all paths share (the
+// receiver's own link) changes nothing. Weights are divided by the largest
+// and raised to at least MinWeight, so the best path has weight 1 and every
+// active path keeps a share. Packets go out in rounds: at the start of a
+// round each active path adds its weight to a credit and joins the round
+// once for every whole packet of credit (deficit round robin), and the
+// round is shuffled with the seeded generator. A path of weight w thus
+// gets a share w / sum(weights) of the packets; on equal paths this is
+// exactly oblivious spraying. A round lasts at most len(set) packets;
+// weights and stalls (below) are re-evaluated at the start of each, while
+// a path taken out for losses leaves at once.
+//
+// A path is taken out of the spray set when
+//   - LossLimit losses are reported on it with no ACK between them, or its
+//     loss rate reaches MaxLossRate; or
+//   - it stalls: a packet has been sent on it more than StallRTTs times its
+//     smoothed RTT ago (at least MinStallTimeout; InitialRTT, then the
+//     largest active SRTT, stands in before its first sample) with no ACK on
+//     it since, while another path has acknowledged a packet sent later.
+//     The last condition keeps a stopped receiver from looking like a path
+//     failure; and a gap in sending longer than StallRTTs times the largest
+//     SRTT restarts every path's stall clock, so an idle sender does not
+//     either.
+//
+// The last active path is never taken out. A path that is out is probed:
+// ProbeInterval after its removal Next sends one packet on it (counted in
+// PathStats.Probes); an ACK of that probe (an OnAck whose RTT places the
+// acknowledged packet's send time at or after the probe's, so the RTT must
+// be positive) within the probe timeout, StallRTTs times the largest
+// active SRTT (at least MinStallTimeout), puts the path back with its loss
+// history cleared and its SRTT restarted from the probe's RTT. A probe that
+// times out doubles the interval to the next one, up to MaxProbeInterval.
+// Losses reported on a path that is out are counted but change nothing, as
+// they may be of packets sent before it went out.
+//
+// Defaults (AdaptiveConfig's zero value): StallRTTs 4, MinStallTimeout
+// 50µs, InitialRTT 100µs, LossLimit 3, MaxLossRate 0.25, ProbeInterval 1ms,
+// MaxProbeInterval 64ms, DelayScale the best path's RTT, ECNWeight 4,
+// LossWeight 16, MinWeight 1/16.
+//
 // Caveats: ECMP hashing is not a bijection, so distinct entropies can land
 // on the same path, and the mapping changes when the fabric does; an
-// oblivious sprayer keeps sending to a failed or congested path. Adaptive
-// spraying (scoring paths from the RTT, ECN and losses that OnAck and
-// OnLoss report, steering away from bad ones and failing over) comes in a
-// later change and will implement the same Policy interface.
+// oblivious sprayer keeps sending to a failed or congested path. The
+// adaptive policy cannot tell which packet an ACK or a loss is for beyond
+// the RTT that comes with it, so a burst of ACKs processed with a Next
+// between them after a long pause of the peer can take a healthy path out
+// for one probe interval. A path that carries a small share also gets few
+// RTT samples, so its weight recovers over some tens of its packets after
+// its congestion clears. Stall detection needs packets on a path more
+// often than its stall timeout; at lower rates a dead path goes out when
+// the retransmitter reports its losses. Weighting costs O(len(set)) per round, that is
+// O(1) per packet unless one path dominates.
 package multipath

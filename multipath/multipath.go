@@ -59,6 +59,23 @@ type PathStats struct {
 	SRTT, MinRTT time.Duration
 	// LastAck is the time of the last OnAck (0 before the first).
 	LastAck clock.Time
+
+	// The fields below are kept by the adaptive policy (NewAdaptive) only;
+	// they stay zero for the others.
+
+	// Down reports that the path is out of the spray set and being probed.
+	Down bool
+	// Removals counts the times the path was taken out of the set, Probes
+	// the probe packets sent on it while out (also counted in Packets).
+	Removals, Probes uint64
+	// QueueDelay is the smoothed INT queue delay (EWMA with gain 1/8) that
+	// OnINT reported for the path.
+	QueueDelay time.Duration
+	// Weight is the path's spraying weight relative to the best active
+	// path, in (0, 1], as of the last round (1 before the first); 0 while
+	// Down. The path's expected share of packets is its weight divided by
+	// the sum of the weights.
+	Weight float64
 }
 
 // Policy picks the entropy of each packet of a QP. Implementations are not

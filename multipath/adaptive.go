@@ -1,0 +1,471 @@
+package multipath
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+)
+
+// INTObserver is an optional extension of a Policy that takes the queue
+// delay that in-band network telemetry measured along a path. The transport
+// calls OnINT, for a policy that implements it, when an ACK echoes the INT
+// records of a data packet: queueDelay is the sum of the per-hop queue
+// delays of the packet sent on entropy. An entropy outside Paths is
+// ignored. The policy returned by NewAdaptive implements it.
+type INTObserver interface {
+	OnINT(now clock.Time, entropy uint16, queueDelay time.Duration)
+}
+
+// AdaptiveConfig tunes NewAdaptive. The zero value is usable: every zero
+// field takes the default given in its comment, and a negative (or NaN)
+// field is treated as zero unless its comment says otherwise. The package
+// doc explains how the parameters fit together.
+type AdaptiveConfig struct {
+	// StallRTTs is K: a path that has had a packet outstanding for more
+	// than K smoothed RTTs with no ACK, while another path acknowledged a
+	// packet sent later, is stalled and taken out. 0 means 4.
+	StallRTTs int
+	// MinStallTimeout is the floor of the stall and probe timeouts, so that
+	// microsecond RTTs do not make scheduling jitter look like a stall.
+	// 0 means 50µs.
+	MinStallTimeout time.Duration
+	// InitialRTT is the RTT assumed before any path has an RTT sample.
+	// 0 means 100µs.
+	InitialRTT time.Duration
+	// LossLimit is the number of losses in a row (no ACK between them) that
+	// takes a path out. 0 means 3.
+	LossLimit int
+	// MaxLossRate takes a path out when its smoothed loss rate (an EWMA
+	// with gain 1/16 over ACKs, counted as 0, and losses, counted as 1)
+	// reaches it. 0 means 0.25; values above 1 never trigger.
+	MaxLossRate float64
+	// ProbeInterval is the time from a path's removal to its first probe,
+	// and between probes at first; every probe that fails doubles it, up to
+	// MaxProbeInterval. 0 means 1ms.
+	ProbeInterval time.Duration
+	// MaxProbeInterval caps the probe backoff. 0 means 64 x ProbeInterval;
+	// a value below ProbeInterval is raised to it.
+	MaxProbeInterval time.Duration
+	// DelayScale is the extra delay that halves a path's weight (before
+	// the ECN and loss terms). 0 means the smallest RTT measured across the
+	// active paths, so that a path whose RTT is twice the best gets half
+	// its share.
+	DelayScale time.Duration
+	// ECNWeight is the penalty of a path whose every ACK is ECN-marked (the
+	// penalty is ECNWeight times the smoothed marked fraction, an EWMA with
+	// gain 1/16). 0 means 4; negative means ECN does not change weights.
+	ECNWeight float64
+	// LossWeight is the penalty of a path that loses every packet (times
+	// the smoothed loss rate). 0 means 16; negative means losses do not
+	// change weights (they still take a path out, see LossLimit).
+	LossWeight float64
+	// MinWeight is the floor of a path's weight relative to the best active
+	// path, so that every active path keeps carrying some traffic. 0 means
+	// 1/16; values above 1 are taken as 1 (equal shares).
+	MinWeight float64
+}
+
+func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
+	pos := func(f float64) float64 {
+		if math.IsNaN(f) || f < 0 {
+			return 0
+		}
+		return f
+	}
+	if c.StallRTTs <= 0 {
+		c.StallRTTs = 4
+	}
+	if c.MinStallTimeout <= 0 {
+		c.MinStallTimeout = 50 * time.Microsecond
+	}
+	if c.InitialRTT <= 0 {
+		c.InitialRTT = 100 * time.Microsecond
+	}
+	if c.LossLimit <= 0 {
+		c.LossLimit = 3
+	}
+	if c.MaxLossRate = pos(c.MaxLossRate); c.MaxLossRate == 0 {
+		c.MaxLossRate = 0.25
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = time.Millisecond
+	}
+	if c.MaxProbeInterval <= 0 {
+		c.MaxProbeInterval = 64 * c.ProbeInterval
+	}
+	c.MaxProbeInterval = max(c.MaxProbeInterval, c.ProbeInterval)
+	if c.DelayScale < 0 {
+		c.DelayScale = 0
+	}
+	switch {
+	case math.IsNaN(c.ECNWeight) || c.ECNWeight == 0:
+		c.ECNWeight = 4
+	case c.ECNWeight < 0:
+		c.ECNWeight = 0
+	}
+	switch {
+	case math.IsNaN(c.LossWeight) || c.LossWeight == 0:
+		c.LossWeight = 16
+	case c.LossWeight < 0:
+		c.LossWeight = 0
+	}
+	if c.MinWeight = pos(c.MinWeight); c.MinWeight == 0 {
+		c.MinWeight = 1.0 / 16
+	}
+	c.MinWeight = min(c.MinWeight, 1)
+	return c
+}
+
+// unit is a packet's worth of spraying credit; weights are fixed-point
+// fractions of it.
+const unit = 1 << 16
+
+// pathState is the adaptive policy's per-path state beside PathStats.
+type pathState struct {
+	down bool
+	// pending: a packet was sent since the path's last ACK, the first at
+	// pendingSince.
+	pending      bool
+	pendingSince clock.Time
+	consecLoss   int
+	lossRate     float64 // EWMA: ack 0, loss 1
+	ecnRate      float64 // EWMA: marked 1, unmarked 0
+	credit       uint32  // spraying credit, < 2*unit
+	weight       uint32  // at the last round, in [1, unit]
+	// Probing of a down path.
+	probing       bool
+	probeSent     clock.Time
+	probeAt       clock.Time
+	probeInterval time.Duration
+}
+
+// adaptive is the adaptive sprayer; see NewAdaptive.
+type adaptive struct {
+	paths
+	cfg    AdaptiveConfig
+	rng    *rand.Rand
+	st     []pathState
+	active int
+	order  []int // indices of the current round
+	pos    int
+	// nextProbe is the earliest time a probe may be due or time out
+	// (a hint: clock.Never when no path is down).
+	nextProbe clock.Time
+	// lastAckedSend is the latest send time of a packet acknowledged on
+	// an active path (valid when haveAckedSend).
+	lastAckedSend clock.Time
+	haveAckedSend bool
+	// lastSend is the time of the last Next (valid when haveSent); a gap
+	// in sending longer than idleGap (the stall timeout of the largest
+	// SRTT, as of the last round) sets resumedAt, and no path counts as
+	// stalled for packets sent before it.
+	lastSend  clock.Time
+	haveSent  bool
+	idleGap   time.Duration
+	resumedAt clock.Time
+}
+
+// NewAdaptive returns an adaptive sprayer over set (duplicates removed,
+// order kept; an empty set is replaced by Entropies(seed, 1)). It sprays
+// packets in rounds like NewSpray, each round in a fresh order drawn from
+// seed, but gives each path a share that falls with its delay (RTT above
+// the best path's, INT queue delay), its ECN marks and its losses; it takes
+// paths that lose or stall out of the set and probes them back in. The
+// package doc describes the policy. The returned Policy also implements
+// INTObserver. Next, OnAck, OnLoss and OnINT do not allocate.
+func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
+	if len(set) == 0 {
+		set = Entropies(seed, 1)
+	}
+	a := &adaptive{
+		paths:     newPaths(set),
+		cfg:       cfg.withDefaults(),
+		rng:       rand.New(rand.NewPCG(seed, seed^0x3C6EF372FE94F82B)),
+		nextProbe: clock.Never,
+	}
+	a.st = make([]pathState, len(a.set))
+	a.order = make([]int, 0, len(a.set))
+	a.active = len(a.set)
+	a.idleGap = max(time.Duration(a.cfg.StallRTTs)*a.cfg.InitialRTT, a.cfg.MinStallTimeout)
+	for i := range a.st {
+		a.st[i].weight = unit
+		a.stats[i].Weight = 1
+	}
+	return a
+}
+
+// Next returns the entropy of the next packet: a probe on a path that is
+// out of the set when one is due, otherwise the next entry of the current
+// weighted round. It does not allocate.
+func (a *adaptive) Next(now clock.Time) uint16 {
+	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
+		a.resumedAt = now
+	}
+	a.lastSend, a.haveSent = now, true
+	if now >= a.nextProbe {
+		if i, ok := a.probe(now); ok {
+			s := &a.st[i]
+			s.probing, s.probeSent = true, now
+			a.stats[i].Packets++
+			a.stats[i].Probes++
+			a.nextProbe = clock.Min(a.nextProbe, now.Add(a.probeTimeout()))
+			return a.set[i]
+		}
+	}
+	for {
+		if a.pos == len(a.order) {
+			a.newRound(now)
+		}
+		i := a.order[a.pos]
+		a.pos++
+		s := &a.st[i]
+		if s.down {
+			continue // taken out during this round
+		}
+		if !s.pending {
+			s.pending, s.pendingSince = true, now
+		}
+		a.stats[i].Packets++
+		return a.set[i]
+	}
+}
+
+// OnAck scores the path: RTT, ECN, and the end of a stall or a loss run. On
+// a path that is out of the set, an ACK of the probe (a packet sent at or
+// after the probe, so rtt must be positive) that came within the probe
+// timeout puts the path back.
+func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn bool) {
+	i, ok := a.index[entropy]
+	if !ok {
+		return
+	}
+	a.onAck(now, entropy, rtt, ecn)
+	s := &a.st[i]
+	mark := 0.0
+	if ecn {
+		mark = 1
+	}
+	s.ecnRate += (mark - s.ecnRate) / 16
+	if s.down {
+		if s.probing && rtt > 0 && now.Add(-rtt) >= s.probeSent && rtt <= a.probeTimeout() {
+			a.restore(i, rtt)
+		}
+		return
+	}
+	s.pending = false
+	s.consecLoss = 0
+	s.lossRate -= s.lossRate / 16
+	if rtt > 0 {
+		if sent := now.Add(-rtt); !a.haveAckedSend || sent > a.lastAckedSend {
+			a.lastAckedSend, a.haveAckedSend = sent, true
+		}
+	}
+}
+
+// OnLoss scores the path and takes it out of the set when its losses reach
+// LossLimit in a row or its loss rate reaches MaxLossRate (unless it is the
+// last active path). Losses on a path already out are counted only: they
+// may be packets sent before it went out.
+func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
+	i, ok := a.index[entropy]
+	if !ok {
+		return
+	}
+	a.onLoss(entropy)
+	s := &a.st[i]
+	if s.down {
+		return
+	}
+	s.consecLoss++
+	s.lossRate += (1 - s.lossRate) / 16
+	if s.consecLoss >= a.cfg.LossLimit || s.lossRate >= a.cfg.MaxLossRate {
+		a.remove(now, i)
+	}
+}
+
+// OnINT takes the INT queue delay of a packet sent on entropy into the
+// path's smoothed queue delay (EWMA with gain 1/8).
+func (a *adaptive) OnINT(_ clock.Time, entropy uint16, queueDelay time.Duration) {
+	i, ok := a.index[entropy]
+	if !ok {
+		return
+	}
+	queueDelay = max(queueDelay, 0)
+	s := &a.stats[i]
+	s.QueueDelay += (queueDelay - s.QueueDelay) / 8
+}
+
+// remove takes path i out of the set, unless it is the last active one,
+// and schedules its first probe.
+func (a *adaptive) remove(now clock.Time, i int) {
+	s := &a.st[i]
+	if s.down || a.active <= 1 {
+		return
+	}
+	s.down = true
+	a.active--
+	s.pending, s.probing = false, false
+	s.credit = 0
+	s.probeInterval = a.cfg.ProbeInterval
+	s.probeAt = now.Add(s.probeInterval)
+	a.nextProbe = clock.Min(a.nextProbe, s.probeAt)
+	a.stats[i].Down = true
+	a.stats[i].Weight = 0
+	a.stats[i].Removals++
+}
+
+// restore puts path i back into the set after an acknowledged probe, with
+// its loss history cleared and its RTT restarted from the probe's.
+func (a *adaptive) restore(i int, rtt time.Duration) {
+	s := &a.st[i]
+	s.down, s.probing, s.pending = false, false, false
+	s.consecLoss, s.lossRate = 0, 0
+	s.credit = 0
+	a.active++
+	a.stats[i].Down = false
+	a.stats[i].SRTT = rtt
+}
+
+// refRTT is the largest smoothed RTT of the active paths, or InitialRTT
+// before any sample.
+func (a *adaptive) refRTT() time.Duration {
+	var ref time.Duration
+	for i := range a.st {
+		if !a.st[i].down {
+			ref = max(ref, a.stats[i].SRTT)
+		}
+	}
+	if ref == 0 {
+		ref = a.cfg.InitialRTT
+	}
+	return ref
+}
+
+// probeTimeout is how long an ACK of a probe may take: StallRTTs times
+// refRTT, at least MinStallTimeout.
+func (a *adaptive) probeTimeout() time.Duration {
+	return max(time.Duration(a.cfg.StallRTTs)*a.refRTT(), a.cfg.MinStallTimeout)
+}
+
+// stallTimeout is how long an active path may go without an ACK while it
+// has a packet outstanding.
+func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
+	rtt := a.stats[i].SRTT
+	if rtt == 0 {
+		rtt = ref
+	}
+	return max(time.Duration(a.cfg.StallRTTs)*rtt, a.cfg.MinStallTimeout)
+}
+
+// probe fails the probes that timed out, then returns a down path whose
+// probe is due (the one waiting longest), and resets the nextProbe hint.
+func (a *adaptive) probe(now clock.Time) (int, bool) {
+	timeout := a.probeTimeout()
+	best, found := 0, false
+	next := clock.Never
+	for i := range a.st {
+		s := &a.st[i]
+		if !s.down {
+			continue
+		}
+		if s.probing {
+			deadline := s.probeSent.Add(timeout)
+			if now <= deadline {
+				next = clock.Min(next, deadline+1)
+				continue
+			}
+			s.probing = false
+			s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
+			s.probeAt = now.Add(s.probeInterval)
+		}
+		if s.probeAt > now {
+			next = clock.Min(next, s.probeAt)
+			continue
+		}
+		if !found || s.probeAt < a.st[best].probeAt {
+			if found {
+				next = clock.Min(next, a.st[best].probeAt)
+			}
+			best, found = i, true
+		} else {
+			next = clock.Min(next, s.probeAt)
+		}
+	}
+	a.nextProbe = next
+	return best, found
+}
+
+// newRound takes stalled paths out, recomputes the weights and fills the
+// next round: every active path adds its weight to its credit and takes a
+// place in the round for each unit of credit, so the best path is in every
+// round and a path of weight w in a fraction w of them. The round is then
+// shuffled.
+func (a *adaptive) newRound(now clock.Time) {
+	ref := a.refRTT()
+	a.idleGap = max(time.Duration(a.cfg.StallRTTs)*ref, a.cfg.MinStallTimeout)
+	if a.haveAckedSend {
+		for i := range a.st {
+			s := &a.st[i]
+			if s.down || !s.pending {
+				continue
+			}
+			since := max(s.pendingSince, a.resumedAt)
+			if a.lastAckedSend > since && now.Sub(since) > a.stallTimeout(i, ref) {
+				a.remove(now, i)
+			}
+		}
+	}
+
+	var base time.Duration // smallest RTT of the active paths
+	for i := range a.st {
+		if r := a.stats[i].MinRTT; !a.st[i].down && r > 0 && (base == 0 || r < base) {
+			base = r
+		}
+	}
+	scale := a.cfg.DelayScale
+	if scale == 0 {
+		scale = max(base, 1)
+	}
+	wmax := 0.0
+	for i := range a.st {
+		if a.st[i].down {
+			continue
+		}
+		w := a.score(i, base, scale)
+		wmax = max(wmax, w)
+	}
+	a.order = a.order[:0]
+	for i := range a.st {
+		s := &a.st[i]
+		if s.down {
+			continue
+		}
+		w := max(a.score(i, base, scale)/wmax, a.cfg.MinWeight)
+		s.weight = uint32(max(min(w*unit, unit), 1))
+		a.stats[i].Weight = float64(s.weight) / unit
+		s.credit += s.weight
+		if s.credit >= unit {
+			s.credit -= unit
+			a.order = append(a.order, i)
+		}
+	}
+	for i := len(a.order) - 1; i > 0; i-- { // Fisher-Yates
+		j := a.rng.IntN(i + 1)
+		a.order[i], a.order[j] = a.order[j], a.order[i]
+	}
+	a.pos = 0
+}
+
+// score is path i's unnormalized weight, 1/(1+penalty).
+func (a *adaptive) score(i int, base, scale time.Duration) float64 {
+	st, s := &a.stats[i], &a.st[i]
+	var excess time.Duration
+	if st.SRTT > 0 && base > 0 {
+		excess = st.SRTT - base
+	}
+	excess = max(excess, st.QueueDelay, 0)
+	pen := float64(excess)/float64(scale) + a.cfg.ECNWeight*s.ecnRate + a.cfg.LossWeight*s.lossRate
+	return 1 / (1 + pen)
+}
