@@ -325,7 +325,10 @@ type Fabric struct {
 	nodes []*node
 	links []*fabLink
 
-	mu        sync.Mutex // serializes SetLinkDown
+	// mu serializes SetLinkDown and PortStats with each other and with
+	// Close, so that none of them uses a namespace handle that Close has
+	// released (its number may already name another file).
+	mu        sync.Mutex
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -708,6 +711,8 @@ func (f *Fabric) Close() error {
 }
 
 func (f *Fabric) teardown() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.closed.Store(true)
 	_ = os.Remove(filepath.Join(ownerDir, f.Prefix))
 	var errs []error
@@ -741,6 +746,8 @@ type PortStat struct {
 // the order of Leaves, Spines and their Ports. The sum of TxBytes over a
 // spine's ports is the traffic that crossed that spine.
 func (f *Fabric) PortStats() ([]PortStat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -801,6 +808,8 @@ func portStat(h *netlink.Handle, s *Switch, p Port) (PortStat, error) {
 // of both ends. Errors wrap ErrConfig for unknown names or nodes that share
 // no link, ErrClosed after Close.
 func (f *Fabric) SetLinkDown(a, b string, down bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.closed.Load() {
 		return ErrClosed
 	}
@@ -817,8 +826,6 @@ func (f *Fabric) SetLinkDown(a, b string, down bool) error {
 	if k == nil {
 		return fmt.Errorf("%w: no link between %q and %q", ErrConfig, a, b)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	k.down = down
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,12 +1,17 @@
 package testbed
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,6 +235,9 @@ func TestLeafSpine(t *testing.T) {
 	if _, err := f.PortStats(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("PortStats after Close = %v", err)
 	}
+	if err := f.SetLinkDown("leaf0", "spine0", true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetLinkDown after Close = %v", err)
+	}
 }
 
 // TestLeafSpineShaping sends UDP for a second at about three times the
@@ -385,4 +393,97 @@ func FuzzParseLeafSpine(f *testing.F) {
 			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, c, c.String(), again, err)
 		}
 	})
+}
+
+// TestLeafSpineMesh pings between every pair of hosts of a few shapes of
+// fabric, including one leaf, one spine and jumbo frames.
+func TestLeafSpineMesh(t *testing.T) {
+	for _, c := range []LeafSpineConfig{
+		{Hosts: 4, Leaves: 2, Spines: 4},
+		{Hosts: 2, Leaves: 1, Spines: 1},
+		{Hosts: 1, Leaves: 3, Spines: 1},
+		{Hosts: 1, Leaves: 2, Spines: 3, MTU: 9000},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			f := testFabric(t, c)
+			if len(f.Hosts) != c.Hosts*c.Leaves || len(f.Leaves) != c.Leaves || len(f.Spines) != c.Spines {
+				t.Fatalf("%d hosts, %d leaves, %d spines", len(f.Hosts), len(f.Leaves), len(f.Spines))
+			}
+			size := 56
+			if c.MTU == 9000 {
+				size = 8900
+			}
+			for _, a := range f.Hosts {
+				for _, b := range f.Hosts {
+					if a == b {
+						continue
+					}
+					if err := ping(a, b.IP, size); err != nil {
+						t.Fatalf("ping %s -> %s: %v", a.Name, b.Name, err)
+					}
+				}
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			assertGone(t, f.Prefix)
+		})
+	}
+}
+
+// TestLeafSpineSignal runs a process that makes a fabric and gets SIGTERM,
+// then one that gets SIGKILL: the first fabric must be gone with its
+// process, the second after CleanupStale.
+func TestLeafSpineSignal(t *testing.T) {
+	if os.Getenv("SPRAY_TESTBED_FABRIC_CHILD") == "1" {
+		f, err := NewLeafSpine(context.Background(), LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 1})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(f.Prefix)
+		time.Sleep(time.Minute)
+		os.Exit(3)
+	}
+	testutil.SkipIfNotRoot(t)
+	const namespaces = 5
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLeafSpineSignal$")
+		cmd.Env = append(os.Environ(), "SPRAY_TESTBED_FABRIC_CHILD=1")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		prefix := strings.TrimSpace(line)
+		if err != nil || !strings.HasPrefix(prefix, "spt") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child said %q, %v", line, err)
+		}
+		if left, _ := Leftovers(prefix); len(left) != namespaces {
+			t.Errorf("child's fabric: %v", left)
+		}
+		cmd.Process.Signal(sig)
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != sig {
+			t.Errorf("child ended with %v, want death by %v", err, sig)
+		}
+		if sig == syscall.SIGKILL {
+			if left, _ := Leftovers(prefix); len(left) != namespaces {
+				t.Errorf("killed child's fabric: %v", left)
+			}
+			if err := CleanupStale(); err != nil {
+				t.Error(err)
+			}
+		}
+		if left, _ := Leftovers(prefix); len(left) > 0 {
+			Cleanup(prefix)
+			t.Fatalf("left behind after %v: %v", sig, left)
+		}
+	}
 }
