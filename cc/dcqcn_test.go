@@ -284,3 +284,20 @@ func FuzzDCQCN(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDCQCN(b *testing.B) {
+	d := NewDCQCN(DCQCNConfig{})
+	var g CNPGenerator
+	var now clock.Time
+	b.ReportAllocs()
+	for b.Loop() {
+		now += 100
+		d.OnSend(now, 4096)
+		if now%(20*us) == 0 && g.OnCE(now) {
+			d.OnCNP(now)
+		}
+		if d.NextTimer() <= now {
+			d.OnTimer(now)
+		}
+	}
+}

@@ -46,7 +46,6 @@ const hpccHops = 64
 // hpccHop is the last INT record seen from one egress port.
 type hpccHop struct {
 	sw, port uint16
-	used     bool
 	ts       uint64
 	qlen, tx uint32
 }
@@ -87,8 +86,9 @@ type HPCC struct {
 	updated        bool // lastTime is set
 	rtt            time.Duration
 
-	hops [hpccHops]hpccHop
-	next int // round-robin victim when the table is full
+	hops  [hpccHops]hpccHop
+	nhops int // entries in use
+	next  int // round-robin victim when the table is full
 }
 
 var _ Controller = (*HPCC)(nil)
@@ -197,9 +197,12 @@ func (h *HPCC) measure(records []byte) (float64, bool) {
 	found := false
 	for i := range len(records) / wire.HopLen {
 		r := wire.HopAt(records, i)
-		e := h.lookup(r.Switch, r.Port)
-		if !e.used || r.RateMbps == 0 {
-			*e = hpccHop{sw: r.Switch, port: r.Port, used: r.RateMbps != 0, ts: r.TS, qlen: r.QLen, tx: r.TxBytes}
+		if r.RateMbps == 0 {
+			continue // no rate: no utilization
+		}
+		e, ok := h.lookup(r.Switch, r.Port)
+		if !ok {
+			*e = hpccHop{sw: r.Switch, port: r.Port, ts: r.TS, qlen: r.QLen, tx: r.TxBytes}
 			continue
 		}
 		if r.TS <= e.ts {
@@ -210,7 +213,7 @@ func (h *HPCC) measure(records []byte) (float64, bool) {
 		txRate := float64(r.TxBytes-e.tx) * 1e9 / dt // bytes/s; uint32 wrap
 		q := float64(min(r.QLen, e.qlen))            // bytes
 		u := q/(b*h.t/1e9) + txRate/b                // queue over B*T, plus rate over B
-		*e = hpccHop{sw: r.Switch, port: r.Port, used: true, ts: r.TS, qlen: r.QLen, tx: r.TxBytes}
+		*e = hpccHop{sw: r.Switch, port: r.Port, ts: r.TS, qlen: r.QLen, tx: r.TxBytes}
 		if !found || u > umax {
 			umax, tau, found = u, dt, true
 		}
@@ -223,29 +226,22 @@ func (h *HPCC) measure(records []byte) (float64, bool) {
 	return h.u, true
 }
 
-// lookup returns the table entry for an egress port: its own, a free one,
-// or the round-robin victim.
-func (h *HPCC) lookup(sw, port uint16) *hpccHop {
-	free := -1
-	for i := range h.hops {
-		e := &h.hops[i]
-		if !e.used {
-			if free < 0 {
-				free = i
-			}
-			continue
-		}
-		if e.sw == sw && e.port == port {
-			return e
+// lookup returns the table entry for an egress port and true, or else a
+// free entry (or the round-robin victim when the table is full) and false.
+// Entries [0, nhops) are in use.
+func (h *HPCC) lookup(sw, port uint16) (*hpccHop, bool) {
+	for i := range h.nhops {
+		if e := &h.hops[i]; e.sw == sw && e.port == port {
+			return e, true
 		}
 	}
-	if free >= 0 {
-		return &h.hops[free]
+	if h.nhops < hpccHops {
+		h.nhops++
+		return &h.hops[h.nhops-1], false
 	}
 	e := &h.hops[h.next]
-	e.used = false
 	h.next = (h.next + 1) % hpccHops
-	return e
+	return e, false
 }
 
 // computeWindow is the paper's ComputeWind.

@@ -365,3 +365,41 @@ func FuzzHPCC(f *testing.F) {
 		}
 	})
 }
+
+// TestHPCCDrift checks that the reference window still moves about once
+// per RTT when the byte counts drift apart: a sender whose spurious
+// retransmissions are sent but never acknowledged a second time.
+func TestHPCCDrift(t *testing.T) {
+	h := NewHPCC(HPCCConfig{BaseRTT: hpccT, LineRate: hpccLine})
+	p := &port{sw: 1, port: 2, mbps: 100000}
+	r := newHPCCRun(h, 10, 1000, time.Microsecond)
+	h.OnSend(0, 1<<40) // bytes that will never be acknowledged
+	prev, updates := h.RefWindow(), 0
+	r.each = func() {
+		if wc := h.RefWindow(); wc != prev {
+			updates++
+			prev = wc
+		}
+	}
+	r.acks(200, func() []byte { return records(p.step(r.dt, 1, qlenFor(p, 0.5))) })
+	// 200 µs at one update per 2 × max(T, RTT) = 20µs.
+	if updates < 8 || updates > 11 {
+		t.Fatalf("%d reference updates in 200µs, want about 10", updates)
+	}
+}
+
+func BenchmarkHPCCOnAck(b *testing.B) {
+	h := NewHPCC(HPCCConfig{})
+	ps := []port{{sw: 1, port: 1, mbps: 100000}, {sw: 2, port: 3, mbps: 100000}, {sw: 3, port: 1, mbps: 100000}}
+	rec := make([]byte, len(ps)*wire.HopLen)
+	var now clock.Time
+	b.ReportAllocs()
+	for b.Loop() {
+		now += 1000
+		for i := range ps {
+			wire.PutHop(rec, i, ps[i].step(time.Microsecond, 0.9, 1000))
+		}
+		h.OnSend(now, 4096)
+		h.OnAck(Sample{Now: now, AckedBytes: 4096, RTT: 12 * time.Microsecond, INT: rec})
+	}
+}

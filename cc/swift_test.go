@@ -248,3 +248,13 @@ func FuzzSwift(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkSwiftOnAck(b *testing.B) {
+	s := NewSwift(SwiftConfig{})
+	var now clock.Time
+	b.ReportAllocs()
+	for b.Loop() {
+		now += 1000
+		s.OnAck(Sample{Now: now, AckedBytes: 1400, RTT: time.Duration(20000 + now%20000), HoldTime: time.Microsecond})
+	}
+}
