@@ -13,6 +13,7 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/internal/sock/socktest"
 	"github.com/sprayfabric/spray/testbed"
 )
 
@@ -78,17 +79,6 @@ func udpFrame(buf []byte, a, b *testbed.Host, sport, dport uint16, payload []byt
 	return buf[:42+n]
 }
 
-func content(p []byte, seq uint32) {
-	x := uint64(seq)*0x9E3779B97F4A7C15 + 1
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		p[i] = byte(x)
-	}
-	binary.BigEndian.PutUint32(p, seq)
-}
-
 // TestExchange sends 100k frames of random length from one host to the
 // other and checks every byte, while a TCP connection between the same hosts
 // keeps working and frames the filter must refuse are refused.
@@ -119,7 +109,7 @@ func TestExchange(t *testing.T) {
 			for i := range n {
 				seq := uint32(sent + i)
 				pl := payload[:4+r.IntN(len(payload)-3)]
-				content(pl, seq)
+				socktest.Content(pl, seq)
 				fs[i].Buf = udpFrame(fs[i].Buf, p.A, p.B, uint16(49152+r.IntN(16)), 4791, pl)
 			}
 			// Now and then a frame that B's filter must refuse.
@@ -149,7 +139,7 @@ func TestExchange(t *testing.T) {
 			}
 			seen[seq] = true
 			want := make([]byte, len(pl))
-			content(want, seq)
+			socktest.Content(want, seq)
 			if string(want) != string(pl) || [6]byte(f.Buf[0:6]) != p.B.MAC || [6]byte(f.Buf[6:12]) != p.A.MAC {
 				t.Fatalf("seq %d: frame differs", seq)
 			}
@@ -223,7 +213,7 @@ func tcpEcho(a, b *testbed.Host, n int) error {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	want := make([]byte, n)
-	content(want, 7)
+	socktest.Content(want, 7)
 	go c.Write(want)
 	got := make([]byte, n)
 	if _, err := io.ReadFull(c, got); err != nil {
@@ -309,23 +299,20 @@ func TestNoAllocs(t *testing.T) {
 	fs := make([]link.Frame, 16)
 	in := make([]link.Frame, 16)
 	payload := make([]byte, 512)
+	var sent, got int
 	allocs := testing.AllocsPerRun(200, func() {
 		n := a.Alloc(fs)
 		for i := range n {
 			fs[i].Buf = udpFrame(fs[i].Buf, p.A, p.B, 1, 4791, payload)
 		}
-		a.Send(fs[:n])
-		for got := 0; got < n; {
-			k, _ := b.Recv(in)
-			b.Release(in[:k])
-			got += k
-			if k == 0 {
-				b.Wait(50 * time.Millisecond)
-			}
-		}
+		s, g := socktest.Exchange(a, b, fs[:n], in, 50*time.Millisecond)
+		sent, got = sent+s, got+g
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per batch", allocs)
+	}
+	if sent == 0 || got != sent {
+		t.Fatalf("sent %d frames, received %d", sent, got)
 	}
 }
 
@@ -451,14 +438,6 @@ func BenchmarkVeth(b *testing.B) {
 		for i := range n {
 			fs[i].Buf = udpFrame(fs[i].Buf, p.A, p.B, 1, 4791, payload)
 		}
-		x.Send(fs[:n])
-		for got := 0; got < n; {
-			k, _ := y.Recv(in)
-			y.Release(in[:k])
-			got += k
-			if k == 0 {
-				y.Wait(100 * time.Millisecond)
-			}
-		}
+		socktest.Exchange(x, y, fs[:n], in, 100*time.Millisecond)
 	}
 }

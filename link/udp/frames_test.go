@@ -118,17 +118,3 @@ func parseRx(b []byte) (rx, error) {
 	r.payload = u[8:]
 	return r, nil
 }
-
-// content fills p with bytes that depend on seq only.
-func content(p []byte, seq uint32) {
-	x := uint64(seq)*0x9E3779B97F4A7C15 + 1
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		p[i] = byte(x)
-	}
-	if len(p) >= 4 {
-		binary.BigEndian.PutUint32(p, seq)
-	}
-}

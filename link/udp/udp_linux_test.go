@@ -15,6 +15,7 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/internal/sock/socktest"
 )
 
 // loopbackPair returns two distinct loopback addresses that no other test
@@ -75,7 +76,7 @@ func TestExchange(t *testing.T) {
 				}
 				sportOf[seq] = sport
 				p := make([]byte, plen)
-				content(p, seq)
+				socktest.Content(p, seq)
 				fs[i].Buf = buildFrame(fs[i].Buf, ipA, ipB, sport, 0, p)
 			}
 			m, err := a.Send(fs[:n])
@@ -99,7 +100,7 @@ func TestExchange(t *testing.T) {
 			}
 			seen[seq] = true
 			want := make([]byte, len(h.payload))
-			content(want, seq)
+			socktest.Content(want, seq)
 			if string(want) != string(h.payload) {
 				t.Fatalf("seq %d: payload differs", seq)
 			}
@@ -155,24 +156,18 @@ func exchangeOne(t *testing.T, a, b *Link, frame func([]byte) []byte) (rx, link.
 	if n, err := a.Send(fs); n != 1 || err != nil {
 		t.Fatalf("Send = %d, %v (%+v)", n, err, a.Counters())
 	}
-	for range 100 {
-		n, err := b.Recv(fs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 1 {
-			h, err := parseRx(fs[0].Buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return h, fs[0]
-		}
-		if err := b.Wait(100 * time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
+	n, err := socktest.Recv(b, fs, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("nothing received (%+v)", b.Counters())
-	return rx{}, link.Frame{}
+	if n != 1 {
+		t.Fatalf("nothing received (%+v)", b.Counters())
+	}
+	h, err := parseRx(fs[0].Buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, fs[0]
 }
 
 // TestIPv6 runs two links on ::1 with different ports, checks the
@@ -193,7 +188,7 @@ func TestIPv6(t *testing.T) {
 	b := open(t, Config{Local: lo, Port: pb, PeerPort: pa})
 	for _, plen := range []int{0, 1, 2, 3, 999, 1400} {
 		p := make([]byte, plen)
-		content(p, uint32(plen))
+		socktest.Content(p, uint32(plen))
 		h, f := exchangeOne(t, a, b, func(buf []byte) []byte { return buildFrame(buf, lo, lo, pa+1, 0xB9, p) })
 		if h.src != lo || h.dst != lo || h.sport != pa+1 || h.dport != 4791 || h.tos != 0xB9 || string(h.payload) != string(p) {
 			t.Fatalf("plen %d: got %+v", plen, h)
@@ -424,24 +419,20 @@ func TestNoAllocs(t *testing.T) {
 	fs := make([]link.Frame, 16)
 	in := make([]link.Frame, 16)
 	payload := make([]byte, 512)
+	var sent, got int
 	allocs := testing.AllocsPerRun(200, func() {
 		n := a.Alloc(fs)
 		for i := range n {
 			fs[i].Buf = buildFrame(fs[i].Buf, ipA, ipB, 30001+uint16(i%3), uint8(i%4), payload)
 		}
-		a.Send(fs[:n])
-		b.Wait(50 * time.Millisecond)
-		for got := 0; got < n; {
-			k, _ := b.Recv(in)
-			b.Release(in[:k])
-			got += k
-			if k == 0 {
-				b.Wait(50 * time.Millisecond)
-			}
-		}
+		s, g := socktest.Exchange(a, b, fs[:n], in, 50*time.Millisecond)
+		sent, got = sent+s, got+g
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per batch", allocs)
+	}
+	if sent == 0 || got != sent {
+		t.Fatalf("sent %d frames, received %d", sent, got)
 	}
 }
 
@@ -470,14 +461,6 @@ func BenchmarkLoopback(b *testing.B) {
 		for i := range n {
 			fs[i].Buf = buildFrame(fs[i].Buf, ipA, ipB, 30001+uint16(i%4), 0, payload)
 		}
-		x.Send(fs[:n])
-		for got := 0; got < n; {
-			k, _ := y.Recv(in)
-			y.Release(in[:k])
-			got += k
-			if k == 0 {
-				y.Wait(100 * time.Millisecond)
-			}
-		}
+		socktest.Exchange(x, y, fs[:n], in, 100*time.Millisecond)
 	}
 }

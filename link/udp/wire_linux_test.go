@@ -7,6 +7,7 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/internal/sock/socktest"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
@@ -35,7 +36,7 @@ func TestWireCodec(t *testing.T) {
 			}
 			ent := ca.Entropies[i%len(ca.Entropies)]
 			payload := make([]byte, r.IntN(1200))
-			content(payload, uint32(i))
+			socktest.Content(payload, uint32(i))
 			pk := wire.Packet{
 				Eth:  wire.Eth{Src: a.Info().MAC},
 				IP:   wire.IP{Src: a.Info().IP, Dst: b.Info().IP, TOS: uint8(i % 4), FlowLabel: uint32(i)},
@@ -51,14 +52,9 @@ func TestWireCodec(t *testing.T) {
 			if m, err := a.Send(fs); m != 1 || err != nil {
 				t.Fatalf("Send = %d, %v", m, err)
 			}
-			var k int
-			for try := 0; k == 0 && try < 100; try++ {
-				if k, err = b.Recv(in); err != nil {
-					t.Fatal(err)
-				}
-				if k == 0 {
-					b.Wait(50 * time.Millisecond)
-				}
+			k, err := socktest.Recv(b, in, 50*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if k != 1 {
 				t.Fatalf("packet %d not received", i)
