@@ -298,8 +298,6 @@ func withConnCtx(ctx context.Context, c net.Conn, fn func() error) error {
 	c.SetDeadline(d)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	err := fn()
-	if !stop() && ctx.Err() != nil && err != nil {
-		return ctx.Err()
-	}
-	return err
+	stop()
+	return ctxErr(ctx, err)
 }

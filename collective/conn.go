@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"time"
 )
 
@@ -30,7 +31,20 @@ func withConnDeadline(ctx context.Context, c net.Conn, write bool, fn func() err
 	if stop != nil {
 		stop()
 	}
-	if err != nil && ctx.Err() != nil {
+	return ctxErr(ctx, err)
+}
+
+// ctxErr returns the context's error when it is what made err happen: a
+// connection deadline taken from the context may fire a moment before the
+// context's own timer.
+func ctxErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+		<-ctx.Done()
+	}
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return err

@@ -1,0 +1,261 @@
+package collective
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBootstrapRounds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	got := make([][][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			cfg := BootstrapConfig{Rank: r, Size: n, Addr: ln.Addr().String()}
+			if r == 0 {
+				cfg.Listener = ln
+			} else {
+				time.Sleep(time.Duration(r) * 10 * time.Millisecond) // ranks join in any order
+			}
+			b, err := NewBootstrap(ctx, cfg)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer b.Close()
+			if got[r], errs[r] = b.AllGather(ctx, bytes.Repeat([]byte{byte(r)}, r)); errs[r] != nil {
+				return
+			}
+			errs[r] = b.Barrier(ctx)
+		})
+	}
+	wg.Wait()
+	for r := range n {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for k := range n {
+			if !bytes.Equal(got[r][k], bytes.Repeat([]byte{byte(k)}, k)) {
+				t.Fatalf("rank %d got %v from rank %d", r, got[r][k], k)
+			}
+		}
+	}
+}
+
+// rank0 starts rank 0 of a world of size n on a loopback listener and
+// returns its address and a channel with NewBootstrap's error.
+func rank0(t *testing.T, ctx context.Context, n int) (string, <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		b, err := NewBootstrap(ctx, BootstrapConfig{Rank: 0, Size: n, Listener: ln})
+		if err == nil {
+			b.Close()
+		}
+		errc <- err
+	}()
+	return ln.Addr().String(), errc
+}
+
+func hello(rank, size uint32) []byte {
+	h := make([]byte, 16)
+	binary.BigEndian.PutUint32(h[0:], bootMagic)
+	binary.BigEndian.PutUint32(h[4:], bootVersion)
+	binary.BigEndian.PutUint32(h[8:], rank)
+	binary.BigEndian.PutUint32(h[12:], size)
+	return h
+}
+
+func TestBootstrapBadHello(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hello [][]byte
+	}{
+		{"garbage", [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n")}},
+		{"short", [][]byte{hello(1, 3)[:10]}},
+		{"wrong size", [][]byte{hello(1, 4)}},
+		{"rank 0", [][]byte{hello(0, 3)}},
+		{"rank out of range", [][]byte{hello(3, 3)}},
+		{"duplicate rank", [][]byte{hello(2, 3), hello(2, 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			addr, errc := rank0(t, ctx, 3)
+			for _, h := range tc.hello {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.Write(h)
+				if len(h) < 16 {
+					c.(*net.TCPConn).CloseWrite()
+				}
+			}
+			if err := <-errc; !errors.Is(err, ErrBootstrap) {
+				t.Fatalf("rank 0 returned %v, want ErrBootstrap", err)
+			}
+		})
+	}
+}
+
+func TestBootstrapTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens: rank 1 retries until its context ends
+	_, err = NewBootstrap(ctx, BootstrapConfig{Rank: 1, Size: 2, Addr: addr})
+	if !errors.Is(err, ErrBootstrap) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrBootstrap and DeadlineExceeded", err)
+	}
+	addr, errc := rank0(t, ctx, 2) // rank 1 never comes
+	_ = addr
+	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("rank 0 got %v, want DeadlineExceeded", err)
+	}
+	for _, cfg := range []BootstrapConfig{{Rank: 2, Size: 2}, {Rank: -1, Size: 2}, {Size: 0}, {Size: MaxWorld + 1}, {Size: 1, MaxBlob: -1}} {
+		if _, err := NewBootstrap(context.Background(), cfg); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: got %v, want ErrInvalid", cfg, err)
+		}
+	}
+}
+
+// TestCommErrors checks both Comms: bad peers, cancelled and closed calls.
+func TestCommErrors(t *testing.T) {
+	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+		t.Run("", func(t *testing.T) {
+			w := mk(t, 2)
+			a, b := w.comms[0], w.comms[1]
+			ctx := context.Background()
+			for _, peer := range []int{-1, 0, 2} {
+				if err := a.Send(ctx, peer, nil); !isInvalid(err) {
+					t.Errorf("%s: Send to %d: %v, want ErrInvalid", w.name, peer, err)
+				}
+				if _, err := a.Recv(ctx, peer); !isInvalid(err) {
+					t.Errorf("%s: Recv from %d: %v, want ErrInvalid", w.name, peer, err)
+				}
+			}
+			// A message crosses, then Recv times out with nothing to read.
+			if err := a.Send(ctx, 1, []byte("hi")); err != nil {
+				t.Fatal(err)
+			}
+			if m, err := b.Recv(ctx, 0); err != nil || string(m) != "hi" {
+				t.Fatalf("%s: got %q, %v", w.name, m, err)
+			}
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			if _, err := b.Recv(tctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s: Recv with nothing sent: %v, want DeadlineExceeded", w.name, err)
+			}
+			// Close unblocks a pending Recv.
+			errc := make(chan error, 1)
+			go func() { _, err := a.Recv(ctx, 1); errc <- err }()
+			time.Sleep(10 * time.Millisecond)
+			a.Close()
+			a.Close()
+			if err := <-errc; !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("%s: pending Recv after Close: %v, want net.ErrClosed", w.name, err)
+			}
+			if err := a.Send(ctx, 1, nil); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("%s: Send after Close: %v, want net.ErrClosed", w.name, err)
+			}
+		})
+	}
+}
+
+func TestTCPMessageBound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := LocalTCP(ctx, 2, TCPConfig{MaxMessage: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	defer cs[1].Close()
+	if err := cs[0].Send(ctx, 1, make([]byte, 17)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs[1].Recv(ctx, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	if _, err := cs[1].Recv(ctx, 0); !errors.Is(err, ErrBroken) {
+		t.Fatalf("after a failed Recv: %v, want ErrBroken", err)
+	}
+}
+
+// TestMismatch: ranks that pass different lengths get ErrMismatch, not
+// wrong results. A rank that saw the mismatch first may cancel its own
+// send, so its partner may only see its context end.
+func TestMismatch(t *testing.T) {
+	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+		w := mk(t, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for r, c := range w.comms {
+			wg.Go(func() {
+				x := make([]float32, 4+4*r)
+				errs[r] = AllReduce(ctx, c, x, x, Sum, nil)
+			})
+		}
+		wg.Wait()
+		if !errors.Is(errs[0], ErrMismatch) && !errors.Is(errs[1], ErrMismatch) {
+			t.Errorf("%s: errors %v, want ErrMismatch", w.name, errs)
+		}
+		for r, err := range errs {
+			if !errors.Is(err, ErrMismatch) && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s rank %d: %v, want ErrMismatch or DeadlineExceeded", w.name, r, err)
+			}
+		}
+	}
+}
+
+// TestAbsentRank: a collective whose partner never comes returns the
+// context's error and leaves no goroutine behind.
+func TestAbsentRank(t *testing.T) {
+	w := tcpWorld(t, 3)
+	base := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	buf := make([]float64, 3<<18) // large: the sends block in the kernel
+	if err := AllToAll(ctx, w.comms[0], buf, make([]float64, len(buf)), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AllToAll: %v, want DeadlineExceeded", err)
+	}
+	if err := Broadcast(context.Background(), w.comms[0], buf, 5, nil); !isInvalid(err) {
+		t.Fatalf("Broadcast from root 5: %v", err)
+	}
+	if err := AllReduce(context.Background(), w.comms[0], buf, buf, Op(7), nil); !isInvalid(err) {
+		t.Fatalf("AllReduce with op 7: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left behind", runtime.NumGoroutine()-base)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
