@@ -365,7 +365,19 @@ type end struct {
 
 type fabLink struct {
 	a, b *end
-	down bool
+	down bool // now
+	// known is down as of the last Reconverge: what nodes that are not
+	// ends of the link know about it.
+	known bool
+}
+
+// isDown tells whether node n routes as if link k were down: it sees its
+// own links at once, other links as of the last Reconverge.
+func (k *fabLink) isDown(n *node) bool {
+	if k.a.node == n || k.b.node == n {
+		return k.down
+	}
+	return k.known
 }
 
 // fabricNet is the address space of every fabric: host subnets
@@ -642,8 +654,9 @@ func waitOperUp(ctx context.Context, h *netlink.Handle, e *end) error {
 
 // installRoutes sets a node's routes over its links that are up: a host's
 // default route to its leaf, a leaf's multipath routes to the other leaves'
-// host subnets, a spine's routes to every leaf's host subnet. A destination
-// with no link up loses its route.
+// host subnets over the spines that reach them, a spine's routes to every
+// leaf's host subnet. A destination with no path loses its route. Links
+// that n is not an end of count as they were at the last Reconverge.
 func (f *Fabric) installRoutes(h *netlink.Handle, n *node) error {
 	type want struct {
 		dst netip.Prefix
@@ -660,8 +673,13 @@ func (f *Fabric) installRoutes(h *netlink.Handle, n *node) error {
 			}
 			w := want{dst: f.HostSubnet(l)}
 			for _, e := range n.ports {
-				if e.peer.node.kind == kindSpine {
-					w.via = append(w.via, e)
+				if e.peer.node.kind != kindSpine {
+					continue
+				}
+				for _, se := range e.peer.node.ports {
+					if se.peer.node.index == l && !se.link.isDown(n) {
+						w.via = append(w.via, e)
+					}
 				}
 			}
 			routes = append(routes, w)
@@ -675,7 +693,7 @@ func (f *Fabric) installRoutes(h *netlink.Handle, n *node) error {
 		r := &netlink.Route{Dst: prefixToIPNet(w.dst)}
 		var hops []*netlink.NexthopInfo
 		for _, e := range w.via {
-			if !e.link.down {
+			if !e.link.isDown(n) {
 				hops = append(hops, &netlink.NexthopInfo{LinkIndex: e.ifindex, Gw: e.peer.addr.Addr().AsSlice()})
 			}
 		}
@@ -802,10 +820,11 @@ func portStat(h *netlink.Handle, s *Switch, p Port) (PortStat, error) {
 //
 // Only the two ends react, at once: a leaf stops using that spine, a spine
 // loses its route to that leaf. The rest of the fabric does not reconverge
-// (there is no routing protocol), so other leaves keep spraying packets
-// for that leaf over that spine, which drops them: a blackhole that the
-// transport must route around. Bringing the link up restores the routes
-// of both ends. Errors wrap ErrConfig for unknown names or nodes that share
+// until Reconverge is called (there is no routing protocol), so other
+// leaves keep spraying packets for that leaf over that spine, which drops
+// them: a blackhole that the transport must route around. Bringing the
+// link up restores the routes of both ends; the other leaves use it again
+// after Reconverge. Errors wrap ErrConfig for unknown names or nodes that share
 // no link, ErrClosed after Close.
 func (f *Fabric) SetLinkDown(a, b string, down bool) error {
 	f.mu.Lock()
@@ -851,6 +870,33 @@ func (f *Fabric) SetLinkDown(a, b string, down bool) error {
 		if err == nil {
 			err = f.installRoutes(h, e.node)
 		}
+		h.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reconverge updates the routes of every node to the links that are down
+// now, as a routing protocol would once it converged: leaves stop sending a
+// leaf's traffic to spines that lost their link to it, and the blackholes
+// that SetLinkDown left are gone. Errors wrap ErrClosed after Close.
+func (f *Fabric) Reconverge() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed.Load() {
+		return ErrClosed
+	}
+	for _, k := range f.links {
+		k.known = k.down
+	}
+	for _, n := range f.nodes {
+		h, err := netlink.NewHandleAt(n.ns)
+		if err != nil {
+			return fmt.Errorf("testbed: netlink in %s: %w", n.name, err)
+		}
+		err = f.installRoutes(h, n)
 		h.Close()
 		if err != nil {
 			return err

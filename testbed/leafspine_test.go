@@ -98,6 +98,12 @@ func (r *udpReceiver) stop() {
 	<-r.done
 }
 
+func (r *udpReceiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
 func (r *udpReceiver) port() int { return r.conn.LocalAddr().(*net.UDPAddr).Port }
 
 // sprayUDP sends count datagrams of size bytes from each of ports fresh
@@ -203,7 +209,33 @@ func TestLeafSpine(t *testing.T) {
 		if d1 < 32*10*1000 || d0 > d1/100 {
 			t.Fatalf("spine bytes %d and %d: traffic still crosses the cut link", d0, d1)
 		}
+
+		// The other way, leaf1 still sprays over spine0, which has no
+		// route to leaf0 any more, until the fabric reconverges.
+		ra := listenUDP(t, a)
+		back := netip.AddrPortFrom(a.IP, uint16(ra.port()))
+		for round := range 2 {
+			before := ra.count()
+			sprayUDP(t, b, back, 64, 10, 1000)
+			time.Sleep(100 * time.Millisecond) // the last datagrams arrive
+			got := ra.count() - before
+			t.Logf("round %d: %d of %d datagrams from leaf1 to leaf0", round, got, 640)
+			if round == 0 && got > 640*9/10 {
+				t.Fatalf("%d of 640 datagrams crossed a spine without a route to leaf0", got)
+			}
+			if round == 1 && got < 640*95/100 {
+				t.Fatalf("%d of 640 datagrams arrived after Reconverge", got)
+			}
+			if round == 0 {
+				if err := f.Reconverge(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		if err := f.SetLinkDown(f.Spines[0].Name, "leaf0", false); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Reconverge(); err != nil {
 			t.Fatal(err)
 		}
 		before = spineTx(t, f)
