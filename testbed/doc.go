@@ -31,8 +31,9 @@
 // Leaf-spine caveats: IPv4 only (IPv6 is disabled in a fabric's
 // namespaces); the host->leaf direction is not shaped; a link taken down is
 // seen only by its two ends until Fabric.Reconverge (no routing protocol
-// runs), so the rest of the fabric blackholes some traffic; the fabric programs for INT, ECN and loss (package ebpf) are
-// not attached by NewLeafSpine.
+// runs), so the rest of the fabric blackholes some traffic; the fabric
+// programs for INT, ECN and loss (package ebpf) are not attached by
+// NewLeafSpine.
 //
 // Pair, Fabric, Switch and Host methods are safe for concurrent use.
 package testbed
