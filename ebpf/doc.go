@@ -41,8 +41,10 @@
 // PortID because ifindexes repeat across namespaces). SetFaults and SetECN
 // change a port while traffic flows; PortCounters reads its counters;
 // DetachPort and Close detach. One Fabric serves every switch of a testbed:
-// its maps are shared by all ports, in every namespace, which is how the
-// ingress of one port measures the queue of the port that sent the frame.
+// each port gets its own instance of the two programs (loaded by AttachPort,
+// the port's slot a constant in it), and all instances share the Fabric's
+// maps, in every namespace, which is how the ingress of one port measures
+// the queue of the port that sent the frame.
 //
 // On a port's egress, for every frame, in order:
 //

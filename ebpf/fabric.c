@@ -21,8 +21,7 @@
 // fills QLen = delay x rate of the hop record P wrote, and marks CE by P's
 // ECN settings.
 //
-// Shared with Go through bpf2go -type: struct fabric_port, fabric_counters,
-// fabric_port_key.
+// Shared with Go through bpf2go -type: struct fabric_port, fabric_counters.
 
 //go:build ignore
 
@@ -60,13 +59,13 @@
 #define MAX_PORTS 1024
 #define MAX_INFLIGHT 65536
 
-// fabric_port_key identifies an attached port: the cookie of its network
-// namespace and its ifindex there. Key of fabric_ports.
-struct fabric_port_key {
-	__u64 netns;
-	__u32 ifindex;
-	__u32 pad;  // zero
-};
+// port_slot is the slot of the port that this instance of the programs
+// serves (its index in the per-port maps): the Go loader loads one instance
+// per port, all sharing the maps, because tc programs have no reliable way
+// to tell ports of different namespaces apart (ifindexes repeat, and
+// bpf_get_netns_cookie looks at the socket, which a frame keeps across
+// veth).
+volatile const __u32 port_slot = 0xffffffff;
 
 // fabric_port is the configuration of one port: the value of
 // fabric_cfg[slot]. Probabilities are thresholds on bpf_get_prandom_u32():
@@ -124,13 +123,6 @@ struct fabric_inflight_val {
 	__u8 hop;    // hop slot that egress wrote, or NO_HOP
 	__u8 pad[3];
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_PORTS);
-	__type(key, struct fabric_port_key);
-	__type(value, __u32);
-} fabric_ports SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -293,19 +285,6 @@ static __always_inline void put32(__u8 *b, __u32 v)
 	b[3] = v;
 }
 
-static __always_inline int port_slot(struct __sk_buff *skb, __u32 *slot)
-{
-	struct fabric_port_key k = {
-		.netns = bpf_get_netns_cookie(skb),
-		.ifindex = skb->ifindex,
-	};
-	__u32 *s = bpf_map_lookup_elem(&fabric_ports, &k);
-	if (!s)
-		return -1;
-	*slot = *s;
-	return 0;
-}
-
 // chance reports whether an event of threshold thr (of 1<<32) happens.
 static __always_inline int chance(__u64 thr)
 {
@@ -315,9 +294,7 @@ static __always_inline int chance(__u64 thr)
 SEC("tc")
 int fabric_egress(struct __sk_buff *skb)
 {
-	__u32 slot;
-	if (port_slot(skb, &slot) < 0)
-		return TCX_NEXT;
+	__u32 slot = port_slot;
 	struct fabric_port *cfg = bpf_map_lookup_elem(&fabric_cfg, &slot);
 	struct fabric_counters *cnt = bpf_map_lookup_elem(&fabric_stats, &slot);
 	__u64 *tx = bpf_map_lookup_elem(&fabric_tx, &slot);
@@ -395,9 +372,7 @@ int fabric_egress(struct __sk_buff *skb)
 SEC("tc")
 int fabric_ingress(struct __sk_buff *skb)
 {
-	__u32 slot;
-	if (port_slot(skb, &slot) < 0)
-		return TCX_NEXT;
+	__u32 slot = port_slot;
 	struct fabric_counters *cnt = bpf_map_lookup_elem(&fabric_stats, &slot);
 	if (!cnt)
 		return TCX_NEXT;

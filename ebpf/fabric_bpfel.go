@@ -67,13 +67,6 @@ type fabricFabricPort struct {
 	Pad        [5]uint8
 }
 
-type fabricFabricPortKey struct {
-	_       structs.HostLayout
-	Netns   uint64
-	Ifindex uint32
-	Pad     uint32
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -81,11 +74,11 @@ const (
 	fabricMapFabricCfg      = "fabric_cfg"
 	fabricMapFabricGe       = "fabric_ge"
 	fabricMapFabricInflight = "fabric_inflight"
-	fabricMapFabricPorts    = "fabric_ports"
 	fabricMapFabricStats    = "fabric_stats"
 	fabricMapFabricTx       = "fabric_tx"
 	fabricProgFabricEgress  = "fabric_egress"
 	fabricProgFabricIngress = "fabric_ingress"
+	fabricVarPortSlot       = "port_slot"
 )
 
 // loadFabric returns the embedded CollectionSpec for fabric.
@@ -141,7 +134,6 @@ type fabricMapSpecs struct {
 	FabricCfg      *ebpf.MapSpec `ebpf:"fabric_cfg"`
 	FabricGe       *ebpf.MapSpec `ebpf:"fabric_ge"`
 	FabricInflight *ebpf.MapSpec `ebpf:"fabric_inflight"`
-	FabricPorts    *ebpf.MapSpec `ebpf:"fabric_ports"`
 	FabricStats    *ebpf.MapSpec `ebpf:"fabric_stats"`
 	FabricTx       *ebpf.MapSpec `ebpf:"fabric_tx"`
 }
@@ -150,6 +142,7 @@ type fabricMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fabricVariableSpecs struct {
+	PortSlot *ebpf.VariableSpec `ebpf:"port_slot"`
 }
 
 // fabricObjects contains all objects after they have been loaded into the kernel.
@@ -175,7 +168,6 @@ type fabricMaps struct {
 	FabricCfg      *ebpf.Map `ebpf:"fabric_cfg"`
 	FabricGe       *ebpf.Map `ebpf:"fabric_ge"`
 	FabricInflight *ebpf.Map `ebpf:"fabric_inflight"`
-	FabricPorts    *ebpf.Map `ebpf:"fabric_ports"`
 	FabricStats    *ebpf.Map `ebpf:"fabric_stats"`
 	FabricTx       *ebpf.Map `ebpf:"fabric_tx"`
 }
@@ -185,7 +177,6 @@ func (m *fabricMaps) Close() error {
 		m.FabricCfg,
 		m.FabricGe,
 		m.FabricInflight,
-		m.FabricPorts,
 		m.FabricStats,
 		m.FabricTx,
 	)
@@ -195,6 +186,7 @@ func (m *fabricMaps) Close() error {
 //
 // It can be passed to loadFabricObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fabricVariables struct {
+	PortSlot *ebpf.Variable `ebpf:"port_slot"`
 }
 
 // fabricPrograms contains all programs after they have been loaded into the kernel.

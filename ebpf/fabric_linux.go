@@ -21,26 +21,34 @@ import (
 // concurrent use. Close detaches it from every port and frees it.
 type Fabric struct {
 	mu     sync.Mutex
-	objs   fabricObjects
+	spec   *ebpf.CollectionSpec
+	maps   fabricMaps
+	repl   map[string]*ebpf.Map // the shared maps, by name
 	ports  map[PortID]*fabricPort
-	keys   map[fabricFabricPortKey]PortID
+	keys   map[portKey]PortID
 	free   []uint32 // slots of detached ports
 	next   uint32   // first never-used slot
 	ncpu   int
 	closed bool
 }
 
+// portKey identifies an interface: its namespace's cookie and its ifindex.
+type portKey struct {
+	netns   uint64
+	ifindex int
+}
+
 type fabricPort struct {
 	slot            uint32
-	key             fabricFabricPortKey
+	key             portKey
 	params          portParams
+	progs           fabricPrograms // this port's instance
 	ingress, egress link.Link
 }
 
-// LoadFabric loads the fabric programs and their maps into the kernel. No
-// port is attached until AttachPort. It needs CAP_BPF and CAP_NET_ADMIN
-// (root) and a kernel with tcx (6.6 or later) whose tc programs may call
-// bpf_get_netns_cookie.
+// LoadFabric loads the fabric maps into the kernel; AttachPort loads an
+// instance of the programs for each port. It needs CAP_BPF and
+// CAP_NET_ADMIN (root) and, to attach, a kernel with tcx (6.6 or later).
 func LoadFabric() (*Fabric, error) {
 	spec, err := loadFabric()
 	if err != nil {
@@ -50,23 +58,53 @@ func LoadFabric() (*Fabric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ebpf: %w", err)
 	}
-	for _, name := range []string{fabricMapFabricPorts, fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
+	for _, name := range []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
 		spec.Maps[name].MaxEntries = MaxPorts
 	}
 	spec.Maps[fabricMapFabricInflight].MaxEntries = MaxInflight
 	f := &Fabric{
+		spec:  spec,
 		ports: make(map[PortID]*fabricPort),
-		keys:  make(map[fabricFabricPortKey]PortID),
+		keys:  make(map[portKey]PortID),
 		ncpu:  ncpu,
 	}
-	if err := spec.LoadAndAssign(&f.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&f.maps, nil); err != nil {
+		return nil, fmt.Errorf("ebpf: load fabric maps: %w", err)
+	}
+	f.repl = map[string]*ebpf.Map{
+		fabricMapFabricCfg:      f.maps.FabricCfg,
+		fabricMapFabricStats:    f.maps.FabricStats,
+		fabricMapFabricTx:       f.maps.FabricTx,
+		fabricMapFabricGe:       f.maps.FabricGe,
+		fabricMapFabricInflight: f.maps.FabricInflight,
+	}
+	// Load one instance now, so that a kernel that refuses the programs
+	// fails here rather than at the first AttachPort.
+	progs, err := f.loadPrograms(^uint32(0))
+	if err != nil {
+		f.maps.Close()
+		return nil, err
+	}
+	progs.Close()
+	return f, nil
+}
+
+// loadPrograms loads an instance of the programs for port slot, sharing
+// f's maps.
+func (f *Fabric) loadPrograms(slot uint32) (fabricPrograms, error) {
+	spec := f.spec.Copy()
+	var progs fabricPrograms
+	if err := spec.Variables[fabricVarPortSlot].Set(slot); err != nil {
+		return progs, fmt.Errorf("ebpf: set port slot: %w", err)
+	}
+	if err := spec.LoadAndAssign(&progs, &ebpf.CollectionOptions{MapReplacements: f.repl}); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("ebpf: load fabric programs: %+v", verr)
+			return progs, fmt.Errorf("ebpf: load fabric programs: %+v", verr)
 		}
-		return nil, fmt.Errorf("ebpf: load fabric programs: %w", err)
+		return progs, fmt.Errorf("ebpf: load fabric programs: %w", err)
 	}
-	return f, nil
+	return progs, nil
 }
 
 // netnsCookie returns the cookie of the calling thread's network namespace.
@@ -84,9 +122,9 @@ func netnsCookie() (uint64, error) {
 }
 
 // AttachPort makes the interface with index ifindex, in the network
-// namespace of the calling thread, the switch port cfg.ID: it attaches the
-// ingress and egress programs through tcx links (after programs already
-// attached) and applies cfg. To attach inside another namespace, lock the OS
+// namespace of the calling thread, the switch port cfg.ID: it loads an
+// instance of the ingress and egress programs for the port, attaches them
+// through tcx links (after programs already attached) and applies cfg. To attach inside another namespace, lock the OS
 // thread and enter it first. It returns ErrAttached if cfg.ID or the
 // interface is already a port of f, ErrInvalidConfig for a bad cfg or
 // ifindex, and ErrInvalidConfig wrapping the reason when all MaxPorts slots
@@ -95,10 +133,8 @@ func (f *Fabric) AttachPort(ifindex int, cfg PortConfig) error {
 	return f.addPort(ifindex, cfg, true)
 }
 
-// addPort registers the port and, if attach, attaches the programs to it.
-// Tests register ports without attaching to run the programs with
-// BPF_PROG_TEST_RUN (which runs them on the loopback device of the calling
-// thread's namespace).
+// addPort loads the port's programs and, if attach, attaches them. Tests
+// add ports without attaching to run the programs with BPF_PROG_TEST_RUN.
 func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
 	if ifindex <= 0 {
 		return fmt.Errorf("%w: ifindex %d", ErrInvalidConfig, ifindex)
@@ -111,7 +147,7 @@ func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
 	if err != nil {
 		return err
 	}
-	key := fabricFabricPortKey{Netns: cookie, Ifindex: uint32(ifindex)}
+	key := portKey{netns: cookie, ifindex: ifindex}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -140,13 +176,12 @@ func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
 	if err := f.writeParams(p); err != nil {
 		return err
 	}
-	if err := f.objs.FabricPorts.Update(&key, slot, ebpf.UpdateNoExist); err != nil {
-		return fmt.Errorf("ebpf: register port %v: %w", cfg.ID, err)
+	if p.progs, err = f.loadPrograms(slot); err != nil {
+		return err
 	}
-	undo := func() { _ = f.objs.FabricPorts.Delete(&key) }
 	if attach {
 		if err := f.attach(p, ifindex); err != nil {
-			undo()
+			p.progs.Close()
 			return err
 		}
 	}
@@ -163,11 +198,11 @@ func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
 // attach attaches the ingress and egress programs to ifindex for p.
 func (f *Fabric) attach(p *fabricPort, ifindex int) error {
 	var err error
-	p.ingress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: f.objs.FabricIngress, Attach: ebpf.AttachTCXIngress})
+	p.ingress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.progs.FabricIngress, Attach: ebpf.AttachTCXIngress})
 	if err != nil {
 		return fmt.Errorf("ebpf: attach tcx ingress to ifindex %d: %w", ifindex, err)
 	}
-	p.egress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: f.objs.FabricEgress, Attach: ebpf.AttachTCXEgress})
+	p.egress, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.progs.FabricEgress, Attach: ebpf.AttachTCXEgress})
 	if err != nil {
 		p.ingress.Close()
 		p.ingress = nil
@@ -176,9 +211,9 @@ func (f *Fabric) attach(p *fabricPort, ifindex int) error {
 	return nil
 }
 
-// unlink closes p's links, if any.
+// unlink closes p's links, if any, and its programs.
 func (p *fabricPort) unlink() error {
-	var errs []error
+	errs := []error{p.progs.Close()}
 	if p.ingress != nil {
 		errs = append(errs, p.ingress.Close())
 	}
@@ -191,13 +226,13 @@ func (p *fabricPort) unlink() error {
 // resetSlot zeroes the counters and state of slot.
 func (f *Fabric) resetSlot(slot uint32) error {
 	zero := make([]fabricFabricCounters, f.ncpu)
-	if err := f.objs.FabricStats.Update(slot, zero, ebpf.UpdateAny); err != nil {
+	if err := f.maps.FabricStats.Update(slot, zero, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: reset counters: %w", err)
 	}
-	if err := f.objs.FabricTx.Update(slot, uint64(0), ebpf.UpdateAny); err != nil {
+	if err := f.maps.FabricTx.Update(slot, uint64(0), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: reset tx bytes: %w", err)
 	}
-	if err := f.objs.FabricGe.Update(slot, uint32(0), ebpf.UpdateAny); err != nil {
+	if err := f.maps.FabricGe.Update(slot, uint32(0), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: reset burst state: %w", err)
 	}
 	return nil
@@ -220,7 +255,7 @@ func (f *Fabric) writeParams(p *fabricPort) error {
 	if pp.roceOnly {
 		v.RoceOnly = 1
 	}
-	if err := f.objs.FabricCfg.Update(p.slot, &v, ebpf.UpdateAny); err != nil {
+	if err := f.maps.FabricCfg.Update(p.slot, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: write port %v config: %w", pp.id, err)
 	}
 	return nil
@@ -252,7 +287,7 @@ func (f *Fabric) SetFaults(id PortID, faults Faults) error {
 		return err
 	}
 	if !pp.burst {
-		if err := f.objs.FabricGe.Update(p.slot, uint32(0), ebpf.UpdateAny); err != nil {
+		if err := f.maps.FabricGe.Update(p.slot, uint32(0), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("ebpf: reset burst state: %w", err)
 		}
 	}
@@ -295,7 +330,7 @@ func (f *Fabric) PortCounters(id PortID) (PortCounters, error) {
 		return PortCounters{}, err
 	}
 	var per []fabricFabricCounters
-	if err := f.objs.FabricStats.Lookup(p.slot, &per); err != nil {
+	if err := f.maps.FabricStats.Lookup(p.slot, &per); err != nil {
 		return PortCounters{}, fmt.Errorf("ebpf: read port %v counters: %w", id, err)
 	}
 	var s PortCounters
@@ -329,9 +364,6 @@ func (f *Fabric) DetachPort(id PortID) error {
 	delete(f.ports, id)
 	delete(f.keys, p.key)
 	err = p.unlink()
-	if derr := f.objs.FabricPorts.Delete(&p.key); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
-		err = errors.Join(err, derr)
-	}
 	f.free = append(f.free, p.slot)
 	if err != nil {
 		return fmt.Errorf("ebpf: detach port %v: %w", id, err)
@@ -350,19 +382,15 @@ func (f *Fabric) Ports() []PortID {
 	return ids
 }
 
-// Ingress returns the ingress program (for BPF_PROG_TEST_RUN and
-// benchmarks); nil after Close.
-func (f *Fabric) Ingress() *ebpf.Program {
+// programs returns the programs of port id (for BPF_PROG_TEST_RUN).
+func (f *Fabric) programs(id PortID) (ingress, egress *ebpf.Program, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.objs.FabricIngress
-}
-
-// Egress returns the egress program; nil after Close.
-func (f *Fabric) Egress() *ebpf.Program {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.objs.FabricEgress
+	p, err := f.port(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.progs.FabricIngress, p.progs.FabricEgress, nil
 }
 
 // Close detaches the programs from every port and frees the programs and
@@ -379,8 +407,7 @@ func (f *Fabric) Close() error {
 		errs = append(errs, p.unlink())
 	}
 	f.ports, f.keys = nil, nil
-	errs = append(errs, f.objs.Close())
-	f.objs = fabricObjects{}
+	errs = append(errs, f.maps.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ebpf: close fabric: %w", err)
 	}

@@ -20,9 +20,8 @@ const (
 	retShot = 2          // TC_ACT_SHOT
 )
 
-// testPort is the port that the BPF_PROG_TEST_RUN tests register: the
-// loopback device of the test's namespace, on which test runs happen. It is
-// registered, not attached, so that real loopback traffic is not touched.
+// testPort is the port that the BPF_PROG_TEST_RUN tests add, without
+// attaching it to any interface.
 var testPort = PortID{Switch: 7, Port: 3}
 
 const testRate = 25000 // Mbit/s
@@ -43,15 +42,25 @@ func loadFabricTest(tb testing.TB) *Fabric {
 	return f
 }
 
-// loadFabricRun loads a Fabric with testPort registered for test runs.
-func loadFabricRun(tb testing.TB, cfg PortConfig) *Fabric {
+// testFabric is a Fabric with testPort added, and its programs.
+type testFabric struct {
+	*Fabric
+	ingress, egress *ebpf.Program
+}
+
+// loadFabricRun loads a Fabric with testPort added for test runs.
+func loadFabricRun(tb testing.TB, cfg PortConfig) testFabric {
 	tb.Helper()
 	f := loadFabricTest(tb)
 	cfg.ID = testPort
 	if err := f.addPort(1, cfg, false); err != nil {
-		tb.Fatalf("register the loopback port: %v", err)
+		tb.Fatalf("add the test port: %v", err)
 	}
-	return f
+	in, eg, err := f.programs(testPort)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return testFabric{f, in, eg}
 }
 
 // run runs prog on frame and returns its verdict and the frame it leaves.
@@ -65,7 +74,9 @@ func run(tb testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byte) {
 	return ret, opts.DataOut
 }
 
-func portCounters(tb testing.TB, f *Fabric, id PortID) PortCounters {
+func portCounters(tb testing.TB, f interface {
+	PortCounters(PortID) (PortCounters, error)
+}, id PortID) PortCounters {
 	tb.Helper()
 	c, err := f.PortCounters(id)
 	if err != nil {
@@ -122,7 +133,7 @@ func TestFabricINT(t *testing.T) {
 			p, payload := sprayData(v6, 3, 0)
 			orig := encode(t, &p, payload)
 
-			ret, out := run(t, f.Egress(), orig)
+			ret, out := run(t, f.egress, orig)
 			if ret != retNext {
 				t.Fatalf("egress verdict %d, want TCX_NEXT", int32(ret))
 			}
@@ -155,7 +166,7 @@ func TestFabricINT(t *testing.T) {
 
 			// The next port's ingress measures the queue delay and fills
 			// QLen of the record.
-			ret, out2 := run(t, f.Ingress(), out)
+			ret, out2 := run(t, f.ingress, out)
 			if ret != retNext {
 				t.Fatalf("ingress verdict %d", int32(ret))
 			}
@@ -179,7 +190,7 @@ func TestFabricINT(t *testing.T) {
 				t.Errorf("ingress output differs from wire.StampHop's\n got %x\nwant %x", out2, want)
 			}
 			// Ingress of a frame that no egress sent: nothing measured.
-			ret, out3 := run(t, f.Ingress(), out2)
+			ret, out3 := run(t, f.ingress, out2)
 			if ret != retNext || !bytes.Equal(out3, out2) {
 				t.Error("second ingress changed the frame")
 			}
@@ -196,7 +207,7 @@ func TestFabricINTFull(t *testing.T) {
 	frame := encode(t, &p, payload)
 	for i := range 3 {
 		var ret uint32
-		ret, frame = run(t, f.Egress(), frame)
+		ret, frame = run(t, f.egress, frame)
 		if ret != retNext {
 			t.Fatalf("verdict %d", int32(ret))
 		}
@@ -245,7 +256,7 @@ func TestFabricOtherTraffic(t *testing.T) {
 	f := loadFabricRun(t, PortConfig{RateMbps: testRate, ECN: ECNConfig{KMax: 1}})
 	frames := otherFrames(t)
 	for name, frame := range frames {
-		for _, prog := range []*ebpf.Program{f.Egress(), f.Ingress()} {
+		for _, prog := range []*ebpf.Program{f.egress, f.ingress} {
 			ret, out := run(t, prog, frame)
 			if ret != retNext || !bytes.Equal(out, frame) {
 				t.Errorf("%s, %v: verdict %d, changed %v", name, prog, int32(ret), !bytes.Equal(out, frame))
@@ -265,7 +276,7 @@ func TestFabricFaults(t *testing.T) {
 	other := frameSpec{src: ip4B, dst: ip4A, srcPort: 5000, dstPort: 53, payload: make([]byte, 100)}.build()
 	send := func(n int, frame []byte) (dropped int) {
 		for range n {
-			ret, _ := run(t, f.Egress(), frame)
+			ret, _ := run(t, f.egress, frame)
 			switch ret {
 			case retShot:
 				dropped++
@@ -319,7 +330,7 @@ func TestFabricFaults(t *testing.T) {
 	var dropped, runs int
 	prev := false
 	for range 3000 {
-		ret, _ := run(t, f.Egress(), other)
+		ret, _ := run(t, f.egress, other)
 		lost := ret == retShot
 		if lost {
 			dropped++
@@ -357,8 +368,8 @@ func TestFabricECN(t *testing.T) {
 			// pass runs a frame through egress and ingress of the port.
 			pass := func(tos uint8, intMax uint8) *wire.Packet {
 				p, payload := sprayData(v6, intMax, tos)
-				_, out := run(t, f.Egress(), encode(t, &p, payload))
-				_, out = run(t, f.Ingress(), out)
+				_, out := run(t, f.egress, encode(t, &p, payload))
+				_, out = run(t, f.ingress, out)
 				return decode(t, out) // checks the IPv4 header checksum and the ICRC
 			}
 			// ECN off: nothing marked.
@@ -434,7 +445,7 @@ func TestFabricPorts(t *testing.T) {
 	}
 	// Detach, then register again: counters start from zero.
 	p, payload := sprayData(false, 0, 0)
-	run(t, f.Egress(), encode(t, &p, payload))
+	run(t, f.egress, encode(t, &p, payload))
 	if err := f.DetachPort(testPort); err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@
 
 package ebpf
 
-import "github.com/cilium/ebpf"
-
 // Fabric is the loaded pair of test-fabric switch programs. On this platform
 // it cannot be loaded: LoadFabric returns ErrNotSupported.
 type Fabric struct{}
@@ -30,12 +28,6 @@ func (f *Fabric) PortCounters(PortID) (PortCounters, error) {
 
 // Ports returns nil.
 func (f *Fabric) Ports() []PortID { return nil }
-
-// Ingress returns nil.
-func (f *Fabric) Ingress() *ebpf.Program { return nil }
-
-// Egress returns nil.
-func (f *Fabric) Egress() *ebpf.Program { return nil }
 
 // Close does nothing.
 func (f *Fabric) Close() error { return nil }

@@ -4,4 +4,4 @@ package ebpf
 // build` needs no clang; regen.sh regenerates them and fails on a diff.
 
 //go:generate go tool bpf2go -tags linux -target bpfel -type steer_counters -type steer_config -type steer_addr steer steer.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target bpfel -type fabric_port -type fabric_counters -type fabric_port_key fabric fabric.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3
+//go:generate go tool bpf2go -tags linux -target bpfel -type fabric_port -type fabric_counters fabric fabric.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3
