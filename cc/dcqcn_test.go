@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
@@ -298,6 +299,102 @@ func BenchmarkDCQCN(b *testing.B) {
 		}
 		if d.NextTimer() <= now {
 			d.OnTimer(now)
+		}
+	}
+}
+
+// dcqcnModel is DCQCN written the slow way: a tick per µs, countdowns for
+// the timers, every rule spelled out.
+type dcqcnModel struct {
+	rc, rt, alpha          float64
+	alphaLeft, rateLeft    int // µs until the timer fires; -1: off
+	tCount, bcCount, bytes int
+}
+
+func (m *dcqcnModel) increase(line float64) {
+	switch {
+	case m.tCount <= 5 && m.bcCount <= 5:
+	case m.tCount > 5 && m.bcCount > 5:
+		m.rt += float64(min(m.tCount, m.bcCount)-5) * 50e6
+	default:
+		m.rt += 5e6
+	}
+	m.rt = min(m.rt, line)
+	m.rc = min((m.rt+m.rc)/2, line)
+	if line-m.rc < 1 {
+		m.rc, m.rt = line, line
+	}
+}
+
+// tick runs one µs: a CNP if cnp, then the timers, then a send of bytes.
+func (m *dcqcnModel) tick(cnp bool, bytes int) {
+	const line, g, b = 12.5e9, 1.0 / 256, 1 << 20
+	if cnp {
+		m.rt = m.rc
+		m.rc = max(1.25e6, m.rc*(1-m.alpha/2))
+		m.alpha = (1-g)*m.alpha + g
+		m.tCount, m.bcCount, m.bytes = 0, 0, 0
+		m.alphaLeft, m.rateLeft = 55, 55
+		return // the timers fire 55 µs from now, the send does not count yet
+	}
+	if m.alphaLeft > 0 {
+		if m.alphaLeft--; m.alphaLeft == 0 {
+			m.alpha *= 1 - g
+			m.alphaLeft = 55
+			if m.alpha < 1e-4 {
+				m.alphaLeft = -1
+			}
+		}
+	}
+	if m.rateLeft > 0 {
+		if m.rateLeft--; m.rateLeft == 0 {
+			m.tCount++
+			m.increase(line)
+			m.rateLeft = 55
+		}
+	}
+	if m.rc < line {
+		m.bytes += bytes
+		for m.bytes >= b && m.rc < line {
+			m.bytes -= b
+			m.bcCount++
+			m.increase(line)
+		}
+	}
+	if m.rc >= line {
+		m.rateLeft, m.bytes = -1, 0
+	}
+}
+
+// TestDCQCNModel drives DCQCN and the model with random CNPs and sends,
+// µs by µs, and compares them at every step.
+func TestDCQCNModel(t *testing.T) {
+	r := testutil.Rand(t)
+	for round := range 20 {
+		d := NewDCQCN(DCQCNConfig{ByteCounter: 1 << 20})
+		m := &dcqcnModel{rc: 12.5e9, rt: 12.5e9, alpha: 1, alphaLeft: -1, rateLeft: -1}
+		cnpEvery := 1 + r.IntN(400) // mean µs between CNPs
+		sendMax := r.IntN(200000)   // bytes per µs
+		for tick := range 20000 {
+			now := clock.Time(tick) * us
+			cnp := r.IntN(cnpEvery) == 0
+			bytes := 0
+			if sendMax > 0 {
+				bytes = r.IntN(sendMax)
+			}
+			m.tick(cnp, bytes)
+			if cnp {
+				d.OnCNP(now)
+			} else {
+				if d.NextTimer() <= now {
+					d.OnTimer(now)
+				}
+				d.OnSend(now, bytes)
+			}
+			if math.Abs(d.Rate()-m.rc) > 1e-6*m.rc || math.Abs(d.TargetRate()-m.rt) > 1e-6*m.rt || math.Abs(d.Alpha()-m.alpha) > 1e-9 {
+				t.Fatalf("round %d (CNP 1/%dµs, sends < %d B/µs), %v: rate %v target %v alpha %v; model %v %v %v",
+					round, cnpEvery, sendMax, now, d.Rate(), d.TargetRate(), d.Alpha(), m.rc, m.rt, m.alpha)
+			}
 		}
 	}
 }
