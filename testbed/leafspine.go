@@ -291,7 +291,10 @@ type Switch struct {
 	// Name is the namespace's name, for `ip netns exec`.
 	Name string
 	// NS is a handle to the namespace, valid until the fabric is closed.
-	NS    netns.NsHandle
+	NS netns.NsHandle
+	// Ports of a leaf: its host ports first (host i on Ports[i]), then its
+	// uplinks (spine s on Ports[Config.Hosts+s]). Ports of a spine: leaf l
+	// on Ports[l].
 	Ports []Port
 
 	closed *atomic.Bool
@@ -394,8 +397,11 @@ func (f *Fabric) HostSubnet(l int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 80, byte(l), 0}), 24)
 }
 
-// Host returns host i of leaf l.
+// Host returns host i of leaf l, or nil if there is no such host.
 func (f *Fabric) Host(l, i int) *Host {
+	if l < 0 || l >= f.Config.Leaves || i < 0 || i >= f.Config.Hosts {
+		return nil
+	}
 	return f.Hosts[l*f.Config.Hosts+i]
 }
 
@@ -735,9 +741,12 @@ func (f *Fabric) teardown() error {
 	_ = os.Remove(filepath.Join(ownerDir, f.Prefix))
 	var errs []error
 	for _, n := range f.nodes {
-		if n.ns >= 0 {
-			n.ns.Close()
+		if n.ns < 0 {
+			// Not made by us: after a name clash it is another
+			// testbed's.
+			continue
 		}
+		n.ns.Close()
 		if err := deleteNamed(n.name); err != nil {
 			errs = append(errs, err)
 		}

@@ -151,6 +151,9 @@ func TestLeafSpine(t *testing.T) {
 			t.Fatalf("spine %+v", s)
 		}
 	}
+	if f.Host(2, 0) != nil || f.Host(0, 2) != nil || f.Host(-1, 0) != nil || f.Host(1, 1) != f.Hosts[3] {
+		t.Fatal("Host(leaf, i) does not index Hosts leaf by leaf")
+	}
 	a, b, c := f.Host(0, 0), f.Host(1, 1), f.Host(0, 1)
 	if a.IP != netip.MustParseAddr("10.80.0.1") || b.IP != netip.MustParseAddr("10.80.1.3") || !f.HostSubnet(1).Contains(b.IP) {
 		t.Fatalf("addresses %v %v", a.IP, b.IP)
