@@ -294,9 +294,12 @@ func (p *Pair) teardown() error {
 		}
 	}
 	for _, h := range []*Host{p.A, p.B} {
-		if h.NS >= 0 {
-			h.NS.Close()
+		if h.NS < 0 {
+			// Not made by us: after a name clash it is another
+			// testbed's.
+			continue
 		}
+		h.NS.Close()
 		if err := deleteNamed(h.Name); err != nil {
 			errs = append(errs, err)
 		}
