@@ -12,8 +12,11 @@ import (
 // delay that in-band network telemetry measured along a path. The transport
 // calls OnINT, for a policy that implements it, when an ACK echoes the INT
 // records of a data packet: queueDelay is the sum of the per-hop queue
-// delays of the packet sent on entropy. An entropy outside Paths is
-// ignored. The policy returned by NewAdaptive implements it.
+// delays of the packet sent on entropy. The transport should call it for
+// every ACK that echoes INT records, empty queues included: the policy's
+// view of a path's queue only changes when OnINT is called. An entropy
+// outside Paths is ignored. The policy returned by NewAdaptive implements
+// it.
 type INTObserver interface {
 	OnINT(now clock.Time, entropy uint16, queueDelay time.Duration)
 }
@@ -188,7 +191,7 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	a.st = make([]pathState, len(a.set))
 	a.order = make([]int, 0, len(a.set))
 	a.active = len(a.set)
-	a.idleGap = max(time.Duration(a.cfg.StallRTTs)*a.cfg.InitialRTT, a.cfg.MinStallTimeout)
+	a.idleGap = a.timeout(a.cfg.InitialRTT)
 	for i := range a.st {
 		a.st[i].weight = unit
 		a.stats[i].Weight = 1
@@ -210,7 +213,7 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 			s.probing, s.probeSent = true, now
 			a.stats[i].Packets++
 			a.stats[i].Probes++
-			a.nextProbe = clock.Min(a.nextProbe, now.Add(a.probeTimeout()))
+			a.nextProbe = clock.Min(a.nextProbe, now.Add(a.probeTimeout(i, a.refRTT())))
 			return a.set[i]
 		}
 	}
@@ -249,7 +252,7 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	}
 	s.ecnRate += (mark - s.ecnRate) / 16
 	if s.down {
-		if s.probing && rtt > 0 && now.Add(-rtt) >= s.probeSent && rtt <= a.probeTimeout() {
+		if s.probing && rtt > 0 && now.Add(-rtt) >= s.probeSent && rtt <= a.probeTimeout(i, a.refRTT()) {
 			a.restore(i, rtt)
 		}
 		return
@@ -343,26 +346,39 @@ func (a *adaptive) refRTT() time.Duration {
 	return ref
 }
 
-// probeTimeout is how long an ACK of a probe may take: StallRTTs times
-// refRTT, at least MinStallTimeout.
-func (a *adaptive) probeTimeout() time.Duration {
-	return max(time.Duration(a.cfg.StallRTTs)*a.refRTT(), a.cfg.MinStallTimeout)
+// timeout is StallRTTs times rtt, at least MinStallTimeout; it saturates
+// instead of overflowing.
+func (a *adaptive) timeout(rtt time.Duration) time.Duration {
+	k := time.Duration(a.cfg.StallRTTs)
+	if rtt > math.MaxInt64/k {
+		return math.MaxInt64
+	}
+	return max(k*rtt, a.cfg.MinStallTimeout)
 }
 
-// stallTimeout is how long an active path may go without an ACK while it
-// has a packet outstanding.
+// probeTimeout is how long the ACK of a probe on path i may take: the
+// timeout of the larger of refRTT and the path's own SRTT from before it
+// went out.
+func (a *adaptive) probeTimeout(i int, ref time.Duration) time.Duration {
+	return a.timeout(max(ref, a.stats[i].SRTT))
+}
+
+// stallTimeout is how long an active path i may go without an ACK while it
+// has a packet outstanding: the timeout of its SRTT or, before its first
+// sample, of the larger of ref and InitialRTT (its RTT may be well above
+// the other paths').
 func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
 	rtt := a.stats[i].SRTT
 	if rtt == 0 {
-		rtt = ref
+		rtt = max(ref, a.cfg.InitialRTT)
 	}
-	return max(time.Duration(a.cfg.StallRTTs)*rtt, a.cfg.MinStallTimeout)
+	return a.timeout(rtt)
 }
 
 // probe fails the probes that timed out, then returns a down path whose
 // probe is due (the one waiting longest), and resets the nextProbe hint.
 func (a *adaptive) probe(now clock.Time) (int, bool) {
-	timeout := a.probeTimeout()
+	ref := a.refRTT()
 	best, found := 0, false
 	next := clock.Never
 	for i := range a.st {
@@ -371,7 +387,7 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 			continue
 		}
 		if s.probing {
-			deadline := s.probeSent.Add(timeout)
+			deadline := s.probeSent.Add(a.probeTimeout(i, ref))
 			if now <= deadline {
 				next = clock.Min(next, deadline+1)
 				continue
@@ -404,7 +420,7 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 // shuffled.
 func (a *adaptive) newRound(now clock.Time) {
 	ref := a.refRTT()
-	a.idleGap = max(time.Duration(a.cfg.StallRTTs)*ref, a.cfg.MinStallTimeout)
+	a.idleGap = a.timeout(ref)
 	if a.haveAckedSend {
 		for i := range a.st {
 			s := &a.st[i]

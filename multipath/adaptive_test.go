@@ -2,6 +2,7 @@ package multipath
 
 import (
 	"container/heap"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -86,7 +87,7 @@ func (s *sim) run(n int) {
 				continue
 			}
 			sp := s.paths[ev.entropy]
-			if o, ok := s.p.(INTObserver); ok && sp.qdelay > 0 {
+			if o, ok := s.p.(INTObserver); ok {
 				o.OnINT(ev.at, ev.entropy, sp.qdelay)
 			}
 			s.p.OnAck(ev.at, ev.entropy, ev.at.Sub(ev.sent), sp.ecn)
@@ -274,6 +275,18 @@ func TestAdaptiveCongestedPathGetsLess(t *testing.T) {
 				}
 			}
 			t.Logf("packets per path %v, weight of the congested one %.3f", d, st.Weight)
+
+			// The congestion clears: the path gets its share back.
+			*s.paths[set[2]] = simPath{rtt: 10 * time.Microsecond}
+			s.run(10000)
+			before = p.Stats()
+			s.run(20000)
+			d = packetsSince(p, before)
+			for _, n := range d {
+				if n < 4750 || n > 5250 {
+					t.Fatalf("after the congestion cleared: %v, want equal shares", d)
+				}
+			}
 		})
 	}
 }
@@ -388,6 +401,18 @@ func TestAdaptiveInputs(t *testing.T) {
 	p.(INTObserver).OnINT(1, 50001, 80*time.Microsecond)
 	if q := statsOf(p, 50001).QueueDelay; q != 10*time.Microsecond {
 		t.Fatalf("QueueDelay %v after one 80µs sample, want 10µs", q)
+	}
+	// Absurd RTTs and delays: no overflow into a spurious stall.
+	p.OnAck(2, 50000, math.MaxInt64, true)
+	p.(INTObserver).OnINT(2, 50000, math.MaxInt64)
+	for i := range 100 {
+		e := p.Next(clock.Time(3 + i))
+		p.OnAck(clock.Time(4+i), e, time.Nanosecond, false)
+	}
+	for _, st := range p.Stats() {
+		if st.Down || st.Packets == 0 {
+			t.Fatalf("after absurd RTTs: %+v", p.Stats())
+		}
 	}
 	p = NewAdaptive(nil, 7, AdaptiveConfig{})
 	if e := p.Next(0); e != Entropies(7, 1)[0] || p.Next(0) != e {
@@ -580,6 +605,58 @@ func TestAdaptivePauseIsNoStall(t *testing.T) {
 	for _, st := range p.Stats() {
 		if st.Down || st.Removals != 0 {
 			t.Fatalf("path taken out after a pause: %+v", st)
+		}
+	}
+}
+
+// TestAdaptiveSharesMatchModel compares the shares of paths with random
+// fixed conditions against the weight formula of the package doc.
+func TestAdaptiveSharesMatchModel(t *testing.T) {
+	r := testutil.Rand(t)
+	for range 6 {
+		k := 2 + r.IntN(7)
+		set := Entropies(r.Uint64(), k)
+		p := NewAdaptive(set, r.Uint64(), AdaptiveConfig{})
+		s := newSim(t, p, 0)
+		conds := make([]simPath, k)
+		for i, e := range set {
+			conds[i] = simPath{
+				rtt:    time.Duration(10+r.IntN(40)) * time.Microsecond,
+				qdelay: time.Duration(r.IntN(3)*r.IntN(30)) * time.Microsecond,
+				ecn:    r.IntN(4) == 0,
+			}
+			*s.paths[e] = conds[i]
+		}
+		s.run(20000)
+		before := p.Stats()
+		const n = 40000
+		s.run(n)
+		got := packetsSince(p, before)
+
+		// The model.
+		base := conds[0].rtt + conds[0].qdelay
+		for _, c := range conds {
+			base = min(base, c.rtt+c.qdelay)
+		}
+		w := make([]float64, k)
+		wmax, sum := 0.0, 0.0
+		for i, c := range conds {
+			pen := float64(max(c.rtt+c.qdelay-base, c.qdelay)) / float64(base)
+			if c.ecn {
+				pen += 4
+			}
+			w[i] = 1 / (1 + pen)
+			wmax = max(wmax, w[i])
+		}
+		for i := range w {
+			w[i] = max(w[i]/wmax, 1.0/16)
+			sum += w[i]
+		}
+		for i := range w {
+			want := w[i] / sum * n
+			if d := float64(got[i]) - want; d > 0.03*want+20 || -d > 0.03*want+20 {
+				t.Fatalf("path %d (%+v): %d packets, model %.0f; all %v, conditions %+v", i, conds[i], got[i], want, got, conds)
+			}
 		}
 	}
 }

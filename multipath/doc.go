@@ -44,8 +44,8 @@
 //   - LossLimit losses are reported on it with no ACK between them, or its
 //     loss rate reaches MaxLossRate; or
 //   - it stalls: a packet has been sent on it more than StallRTTs times its
-//     smoothed RTT ago (at least MinStallTimeout; InitialRTT, then the
-//     largest active SRTT, stands in before its first sample) with no ACK on
+//     smoothed RTT ago (at least MinStallTimeout; before its first sample
+//     the larger of InitialRTT and the largest active SRTT) with no ACK on
 //     it since, while another path has acknowledged a packet sent later.
 //     The last condition keeps a stopped receiver from looking like a path
 //     failure; and a gap in sending longer than StallRTTs times the largest
@@ -56,12 +56,13 @@
 // ProbeInterval after its removal Next sends one packet on it (counted in
 // PathStats.Probes); an ACK of that probe (an OnAck whose RTT places the
 // acknowledged packet's send time at or after the probe's, so the RTT must
-// be positive) within the probe timeout, StallRTTs times the largest
-// active SRTT (at least MinStallTimeout), puts the path back with its loss
-// history cleared and its SRTT restarted from the probe's RTT. A probe that
-// times out doubles the interval to the next one, up to MaxProbeInterval.
-// Losses reported on a path that is out are counted but change nothing, as
-// they may be of packets sent before it went out.
+// be positive) within the probe timeout (StallRTTs times the larger of the
+// largest active SRTT and the path's own SRTT from before it went out, at
+// least MinStallTimeout) puts the path back with its loss history cleared
+// and its SRTT restarted from the probe's RTT. A probe that times out
+// doubles the interval to the next one, up to MaxProbeInterval. Losses
+// reported on a path that is out are counted but change nothing, as they
+// may be of packets sent before it went out.
 //
 // Defaults (AdaptiveConfig's zero value): StallRTTs 4, MinStallTimeout
 // 50µs, InitialRTT 100µs, LossLimit 3, MaxLossRate 0.25, ProbeInterval 1ms,
@@ -76,8 +77,12 @@
 // between them after a long pause of the peer can take a healthy path out
 // for one probe interval. A path that carries a small share also gets few
 // RTT samples, so its weight recovers over some tens of its packets after
-// its congestion clears. Stall detection needs packets on a path more
-// often than its stall timeout; at lower rates a dead path goes out when
-// the retransmitter reports its losses. Weighting costs O(len(set)) per round, that is
-// O(1) per packet unless one path dominates.
+// its congestion clears. A path whose RTT jumps to more than StallRTTs
+// times its SRTT at once counts as stalled and waits out a probe interval.
+// Stall detection needs packets on a path more often than its stall
+// timeout; at lower rates a dead path goes out when the retransmitter
+// reports its losses. Losses of packets sent before a path went out that
+// are reported only after it came back count against it again. Weighting
+// costs O(len(set)) per round, that is O(1) per packet unless one path
+// dominates.
 package multipath
