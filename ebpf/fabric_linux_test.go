@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Return codes of the fabric programs.
@@ -469,5 +470,113 @@ func TestFabricPorts(t *testing.T) {
 	}
 	if err := f.AttachPort(1, PortConfig{ID: PortID{2, 2}}); !errors.Is(err, ErrClosed) {
 		t.Errorf("AttachPort after Close: %v, want ErrClosed", err)
+	}
+}
+
+// monoNow is bpf_ktime_get_ns(): CLOCK_MONOTONIC in ns.
+func monoNow(tb testing.TB) uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		tb.Fatal(err)
+	}
+	return uint64(ts.Nano())
+}
+
+// backdate moves the egress time of every frame in flight to delay before
+// now, as if the frames had waited that long in the egress port's queue, and
+// returns the new time.
+func backdate(tb testing.TB, f *Fabric, delay time.Duration) uint64 {
+	tb.Helper()
+	var (
+		k fabricFabricPktKey
+		v fabricFabricInflightVal
+	)
+	var keys []fabricFabricPktKey
+	it := f.maps.FabricInflight.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	ts := monoNow(tb) - uint64(delay)
+	for _, k := range keys {
+		if err := f.maps.FabricInflight.Lookup(&k, &v); err != nil {
+			tb.Fatal(err)
+		}
+		v.Ts = ts
+		if err := f.maps.FabricInflight.Update(&k, &v, ebpf.UpdateExist); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ts
+}
+
+// TestFabricQueueDelay sets the queue delay of frames by hand and checks
+// what the ingress does with it: RED marking probability, QLen, counters.
+func TestFabricQueueDelay(t *testing.T) {
+	f := loadFabricRun(t, PortConfig{RateMbps: testRate, ECN: ECNConfig{
+		KMin: 100 * time.Millisecond, KMax: 300 * time.Millisecond, PMax: 0.8}})
+	p, payload := sprayData(false, 0, wire.ECNECT0)
+	frame := encode(t, &p, payload)
+	// through sends frame through egress, waits delay, then ingress.
+	through := func(frame []byte, delay time.Duration) []byte {
+		_, out := run(t, f.egress, frame)
+		ts := backdate(t, f.Fabric, delay)
+		// The hop record carries the same egress time (the INT region is
+		// not in the ICRC, the IPv4 UDP checksum is 0).
+		if rec := decode(t, out).INT; len(rec) > 0 {
+			h := wire.HopAt(rec, 0)
+			h.TS = ts
+			wire.PutHop(rec, 0, h)
+		}
+		_, out = run(t, f.ingress, out)
+		return out
+	}
+	// Halfway between KMin and KMax: probability 0.4; 1000 frames, sd 15.5.
+	const n = 1000
+	marked := 0
+	for range n {
+		if decode(t, through(frame, 200*time.Millisecond)).IP.TOS == wire.ECNCE {
+			marked++
+		}
+	}
+	if marked < 320 || marked > 480 {
+		t.Errorf("%d of %d marked at a delay halfway between KMin and KMax with PMax 0.8, want about 400", marked, n)
+	}
+	c := portCounters(t, f, testPort)
+	if c.ECNMarked != uint64(marked) || c.Measured != n {
+		t.Errorf("counters %v; want %d marked, %d measured", c, marked, n)
+	}
+	if c.MaxQueueDelay < 200*time.Millisecond || c.MaxQueueDelay > 260*time.Millisecond {
+		t.Errorf("max queue delay %v, want a little above 200ms", c.MaxQueueDelay)
+	}
+	if m := c.MeanQueueDelay(); m < 200*time.Millisecond || m > c.MaxQueueDelay {
+		t.Errorf("mean queue delay %v", m)
+	}
+	// Below KMin: never; above KMax: always.
+	for _, c := range []struct {
+		delay time.Duration
+		want  uint8
+	}{{50 * time.Millisecond, wire.ECNECT0}, {400 * time.Millisecond, wire.ECNCE}} {
+		for range 20 {
+			if got := decode(t, through(frame, c.delay)).IP.TOS; got != c.want {
+				t.Fatalf("delay %v: TOS %#x, want %#x", c.delay, got, c.want)
+			}
+		}
+	}
+
+	// QLen = delay x rate: 1 ms at 25 Gbit/s is 3125000 bytes; 10 s
+	// saturates.
+	p, payload = sprayData(false, 1, 0)
+	frame = encode(t, &p, payload)
+	for _, c := range []struct {
+		delay    time.Duration
+		min, max uint32
+	}{{time.Millisecond, 3125000, 3125000 * 3 / 2}, {10 * time.Second, 1<<32 - 1, 1<<32 - 1}} {
+		q := wire.HopAt(decode(t, through(frame, c.delay)).INT, 0).QLen
+		if q < c.min || q > c.max {
+			t.Errorf("delay %v at %d Mbit/s: QLen %d, want %d..%d", c.delay, testRate, q, c.min, c.max)
+		}
 	}
 }
