@@ -522,3 +522,24 @@ func TestLeafSpineSignal(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafSpineNameClash makes a namespace with a name that the next fabric
+// would use: NewLeafSpine must move on to another prefix and leave the
+// stranger's namespace alone.
+func TestLeafSpineNameClash(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	next := fmt.Sprintf("spt%d-%d-", os.Getpid()%1000, (seq.Load()+1)%100000)
+	ns, err := newNamed(next + "spine0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deleteNamed(next + "spine0")
+	defer ns.Close()
+	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1})
+	if f.Prefix == next {
+		t.Fatalf("fabric took the clashing prefix %s", next)
+	}
+	if left, _ := Leftovers(next); len(left) != 1 || left[0] != "netns "+next+"spine0" {
+		t.Fatalf("under the clashing prefix: %v, want only the stranger's namespace", left)
+	}
+}
