@@ -5,11 +5,17 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/transport"
 )
 
 func TestBootstrapRounds(t *testing.T) {
@@ -258,4 +264,39 @@ func TestAbsentRank(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestBarrier: after Barrier returns on any rank, every rank has entered it.
+func TestBarrier(t *testing.T) {
+	for _, p := range worldSizes {
+		for _, w := range []world{tcpWorld(t, p), sprayWorld(t, p, LocalSprayConfig{})} {
+			for round := range 3 {
+				var entered atomic.Int32
+				w.run(t, func(ctx context.Context, r int, c Comm) error {
+					time.Sleep(time.Duration(r*round) * time.Millisecond)
+					entered.Add(1)
+					if err := Barrier(ctx, c); err != nil {
+						return err
+					}
+					if n := entered.Load(); n != int32(p) {
+						return fmt.Errorf("%s: left the barrier with %d of %d ranks in", w.name, n, p)
+					}
+					return nil
+				})
+			}
+		}
+	}
+}
+
+// TestRoCEProfile runs collectives over QPs of the classic RoCE profile
+// (Go-Back-N, one path) on a lossy fabric.
+func TestRoCEProfile(t *testing.T) {
+	seed := testutil.Seed(t)
+	rng := testutil.Rand(t)
+	w := sprayWorld(t, 3, LocalSprayConfig{
+		Fabric:    mem.Config{Seed: seed, Loss: 0.005},
+		Transport: transport.Config{Profile: transport.RoCE, Seed: seed, MinRTO: time.Millisecond},
+	})
+	checkAllReduce[float64](t, w, rng, 30000, Sum, nil)
+	checkAllGather[int32](t, w, rng, 5000, nil)
 }
