@@ -169,7 +169,7 @@ func (l *Link) Release(fs []link.Frame) { l.c.Release(fs) }
 
 // Recv fills fs with received frames. It never blocks.
 func (l *Link) Recv(fs []link.Frame) (int, error) {
-	return l.c.Recv(fs, l.fd, vlanLen, l.frame) // room to put a tag back
+	return l.c.Recv(fs, vlanLen, l.frame) // room to put a tag back
 }
 
 // frame returns received message k, of n bytes at buf[vlanLen:], with the
@@ -245,10 +245,7 @@ func (l *Link) Wake() { l.c.Wake() }
 // Close closes the sockets, unblocking a pending Wait. It is idempotent and
 // safe from any goroutine; afterwards methods return link.ErrClosed.
 func (l *Link) Close() error {
-	return l.c.Close(func() {
-		l.kernelDrops()
-		l.fd = -1
-	})
+	return l.c.Close(func() { l.kernelDrops() })
 }
 
 // kernelDrops folds the kernel's drop count (which reading resets) into
@@ -256,8 +253,8 @@ func (l *Link) Close() error {
 func (l *Link) kernelDrops() uint64 {
 	l.kdMu.Lock()
 	defer l.kdMu.Unlock()
-	if l.fd >= 0 {
-		if st, err := unix.GetsockoptTpacketStats(l.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+	if fd := l.c.RxFD(); fd >= 0 {
+		if st, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 			l.rxKernelDrops += uint64(st.Drops)
 		}
 	}

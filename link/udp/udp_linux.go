@@ -202,7 +202,7 @@ func (l *Link) Release(fs []link.Frame) { l.c.Release(fs) }
 // Recv fills fs with received datagrams, each behind synthesized Ethernet,
 // IP and UDP headers. It never blocks.
 func (l *Link) Recv(fs []link.Frame) (int, error) {
-	return l.c.Recv(fs, l.roce, l.hdr, l.frame)
+	return l.c.Recv(fs, l.hdr, l.frame)
 }
 
 // frame writes the headers in front of received datagram k, of plen bytes

@@ -163,9 +163,9 @@ type Core struct {
 	TxMsgs Msgs
 	N      Counters
 
-	pollFD int   // the socket Wait polls
-	fds    []int // closed by Close
-	efd    int
+	rxFD int   // the socket Recv reads and Wait polls
+	fds  []int // closed by Close
+	efd  int
 
 	pfd  [2]unix.PollFd
 	ts   unix.Timespec
@@ -180,7 +180,7 @@ type Core struct {
 // the batch size. name prefixes the errors of the system calls ("udp:
 // ppoll: ..."). An error is one of package pool's.
 func (c *Core) Init(name string, frameSize, frames, batch int) error {
-	c.name, c.batch, c.pollFD, c.efd = name, batch, -1, -1
+	c.name, c.batch, c.rxFD, c.efd = name, batch, -1, -1
 	*(*uint64)(unsafe.Pointer(&c.one)) = 1 // eventfd adds a native uint64
 	var err error
 	if c.Rx, err = pool.New(frameSize, frames); err != nil {
@@ -199,13 +199,18 @@ func (c *Core) OpenEventfd() error {
 	return nil
 }
 
-// AddFD hands fd over to Close; poll makes it the socket Wait waits for.
-func (c *Core) AddFD(fd int, poll bool) {
+// AddFD hands fd over to Close; rx makes it the socket that Recv reads
+// and Wait polls.
+func (c *Core) AddFD(fd int, rx bool) {
 	c.fds = append(c.fds, fd)
-	if poll {
-		c.pollFD = fd
+	if rx {
+		c.rxFD = fd
 	}
 }
+
+// RxFD returns the receiving socket, -1 once Close has closed it. Callers
+// outside the data path hold RLock.
+func (c *Core) RxFD() int { return c.rxFD }
 
 // Batch is the number of messages moved per system call.
 func (c *Core) Batch() int { return c.batch }
@@ -272,13 +277,14 @@ func (c *Core) Put(id uint64) bool {
 	return false
 }
 
-// Recv receives up to one batch of messages from fd with recvmmsg, without
-// blocking, into free receive buffers, each written from offset headroom
-// on. For every message that fits, frame(k, buf, n) gets its index in
-// RxMsgs, its whole buffer and its length and returns the frame to hand
-// out; messages larger than the buffer are dropped and counted. Recv counts
-// the frames and returns how many it put in fs, or link.ErrClosed.
-func (c *Core) Recv(fs []link.Frame, fd, headroom int, frame func(k int, buf []byte, n int) []byte) (int, error) {
+// Recv receives up to one batch of messages from the receiving socket with
+// recvmmsg, without blocking, into free receive buffers, each written from
+// offset headroom on. For every message that fits, frame(k, buf, n) gets
+// its index in RxMsgs, its whole buffer and its length and returns the
+// frame to hand out; messages larger than the buffer are dropped and
+// counted. Recv counts the frames and returns how many it put in fs, or
+// link.ErrClosed.
+func (c *Core) Recv(fs []link.Frame, headroom int, frame func(k int, buf []byte, n int) []byte) (int, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed.Load() {
@@ -303,7 +309,7 @@ func (c *Core) Recv(fs []link.Frame, fd, headroom int, frame func(k int, buf []b
 		h.SetControllen(m.CtrlLen)
 		h.Flags = 0
 	}
-	r, errno := Mmsg(unix.SYS_RECVMMSG, fd, m.Hdr[:n], unix.MSG_DONTWAIT)
+	r, errno := Mmsg(unix.SYS_RECVMMSG, c.rxFD, m.Hdr[:n], unix.MSG_DONTWAIT)
 	got, bytes, trunc := 0, 0, 0
 	for k := 0; k < r; k++ {
 		id := m.IDs[k]
@@ -402,7 +408,7 @@ func (c *Core) SendDone(fs []link.Frame, sent, bytes int, bad, malformed, errs u
 	}
 }
 
-// Wait blocks in ppoll until the polled socket is readable, Wake is called
+// Wait blocks in ppoll until the receiving socket is readable, Wake is called
 // or timeout passes (negative: no limit). It returns link.ErrClosed once
 // Close has begun.
 func (c *Core) Wait(timeout time.Duration) error {
@@ -412,7 +418,7 @@ func (c *Core) Wait(timeout time.Duration) error {
 		return link.ErrClosed
 	}
 	c.pfd[0] = unix.PollFd{Fd: int32(c.efd), Events: unix.POLLIN}
-	c.pfd[1] = unix.PollFd{Fd: int32(c.pollFD), Events: unix.POLLIN}
+	c.pfd[1] = unix.PollFd{Fd: int32(c.rxFD), Events: unix.POLLIN}
 	var ts *unix.Timespec
 	if timeout >= 0 {
 		c.ts = unix.NsecToTimespec(timeout.Nanoseconds())
@@ -460,7 +466,7 @@ func (c *Core) Close(before func()) error {
 	if c.efd >= 0 {
 		unix.Close(c.efd)
 	}
-	c.fds, c.pollFD, c.efd = nil, -1, -1
+	c.fds, c.rxFD, c.efd = nil, -1, -1
 	return nil
 }
 

@@ -84,7 +84,7 @@ func (e *end) Info() link.Info                   { return link.Info{} }
 func (e *end) Alloc(fs []link.Frame) int         { return e.c.Alloc(fs) }
 func (e *end) Release(fs []link.Frame)           { e.c.Release(fs) }
 func (e *end) Send(fs []link.Frame) (int, error) { return e.c.Send(fs, e.sendBatch) }
-func (e *end) Recv(fs []link.Frame) (int, error) { return e.c.Recv(fs, e.fd, headroom, e.frame) }
+func (e *end) Recv(fs []link.Frame) (int, error) { return e.c.Recv(fs, headroom, e.frame) }
 func (e *end) Wait(d time.Duration) error        { return e.c.Wait(d) }
 func (e *end) Wake()                             { e.c.Wake() }
 func (e *end) Close() error                      { return e.c.Close(nil) }
@@ -373,4 +373,62 @@ func FuzzNextCmsg(f *testing.F) {
 			c = rest
 		}
 	})
+}
+
+// TestCloseWhileBusy closes a Core while its driver receives, sends and
+// waits and another goroutine reads counters; run with -race.
+func TestCloseWhileBusy(t *testing.T) {
+	a, b := pair(t, 64, 16, 8)
+	fs := make([]link.Frame, 8)
+	n := b.Alloc(fs)
+	for i := range n {
+		fs[i].Buf = fs[i].Buf[:1]
+	}
+	b.Send(fs[:n])
+	done := make(chan error)
+	go func() {
+		fs := make([]link.Frame, 8)
+		for {
+			n := a.Alloc(fs)
+			a.Release(fs[:n])
+			if _, err := a.Send(fs[:0]); err != nil { // a full peer would block it
+				done <- err
+				return
+			}
+			k, err := a.Recv(fs)
+			if err != nil {
+				done <- err
+				return
+			}
+			a.Release(fs[:k])
+			if err := a.Wait(time.Millisecond); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a.c.RLock()
+			_ = a.c.RxFD()
+			a.c.RUnlock()
+			_ = a.c.Snapshot(0)
+			a.Wake()
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	close(stop)
+	if err := <-done; !errors.Is(err, link.ErrClosed) {
+		t.Fatalf("driver stopped with %v", err)
+	}
+	if s := a.c.Snapshot(0); s.RxFrames != uint64(n) {
+		t.Fatalf("received %d of %d frames", s.RxFrames, n)
+	}
 }
