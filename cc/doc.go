@@ -32,8 +32,7 @@
 //     fabric window against Sample.RTT minus Sample.HoldTime, with a target
 //     of base + hops·h + flow scaling (fs_range at fs_min_cwnd, falling as
 //     1/sqrt(cwnd) to 0 at fs_max_cwnd), and an endpoint window against
-//     Sample.HoldTime;
-//     additive increase ai per RTT, decrease by
+//     Sample.HoldTime; additive increase ai per RTT, decrease by
 //     max(1 - β(delay-target)/delay, 1 - max_mdf) at most once per RTT,
 //     MaxMDF on loss, MinCwnd on a timeout, pacing at cwnd/RTT below one
 //     packet. Defaults: ai = 1, β = 0.8, max_mdf = 0.5, fs_min_cwnd = 0.1,
@@ -61,9 +60,11 @@
 // the sender, OnSend for its byte counter, and OnTimer whenever NextTimer
 // has passed; its Window is 0 (rate only) unless configured.
 //
-// Caveats: the controllers are tested against synthetic sample streams and
-// fluid models of one bottleneck, not yet against a fabric; the defaults
-// marked "ours" are starting points for tuning. HPCC treats each egress
+// Caveats: the controllers are tested against synthetic sample streams,
+// fluid models of one bottleneck and a transfer through the transport over
+// a link/mem bottleneck (where only Swift has a signal: link/mem stamps no
+// INT and marks no ECN), not yet against a fabric; the defaults marked
+// "ours" are starting points for tuning. HPCC treats each egress
 // port it hears of on its own, so a spraying sender smooths the most
 // loaded hop of each packet's path, as the paper's single-path algorithm
 // would; it ignores ACKs without INT. Swift counts hops only from INT
