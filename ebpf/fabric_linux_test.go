@@ -580,3 +580,36 @@ func TestFabricQueueDelay(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFabric measures the programs per frame with BPF_PROG_TEST_RUN
+// (repeated runs reuse one skb, so the INT case fills its 8 slots and then
+// finds the region full; ingress finds no egress time).
+func BenchmarkFabric(b *testing.B) {
+	p, payload := sprayData(false, 8, wire.ECNECT0)
+	spray := encode(b, &p, payload)
+	plain := frameSpec{src: ip4B, dst: ip4A, srcPort: 5000, dstPort: 53, payload: make([]byte, 100)}.build()
+	f := loadFabricRun(b, PortConfig{RateMbps: testRate, ECN: ECNConfig{KMax: time.Microsecond},
+		Faults: Faults{Loss: 1e-9, Burst: GilbertElliott{P: 1e-9, R: 0.5}}})
+	for _, c := range []struct {
+		name  string
+		prog  *ebpf.Program
+		frame []byte
+	}{
+		{"egress spray INT", f.egress, spray},
+		{"egress plain UDP", f.egress, plain},
+		{"ingress spray", f.ingress, spray},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			const repeat = 100000
+			var total time.Duration
+			for b.Loop() {
+				_, d, err := c.prog.Benchmark(c.frame, repeat, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += d * repeat
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*repeat), "ns/frame")
+		})
+	}
+}
