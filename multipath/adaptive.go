@@ -151,7 +151,8 @@ type adaptive struct {
 	rng    *rand.Rand
 	st     []pathState
 	active int
-	order  []int // indices of the current round
+	order  []int     // indices of the current round
+	scores []float64 // scratch of newRound, per path
 	pos    int
 	// nextProbe is the earliest time a probe may be due or time out
 	// (a hint: clock.Never when no path is down).
@@ -190,6 +191,7 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	}
 	a.st = make([]pathState, len(a.set))
 	a.order = make([]int, 0, len(a.set))
+	a.scores = make([]float64, len(a.set))
 	a.active = len(a.set)
 	a.idleGap = a.timeout(a.cfg.InitialRTT)
 	for i := range a.st {
@@ -244,7 +246,7 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	if !ok {
 		return
 	}
-	a.onAck(now, entropy, rtt, ecn)
+	a.ackAt(now, i, rtt, ecn)
 	s := &a.st[i]
 	mark := 0.0
 	if ecn {
@@ -276,7 +278,7 @@ func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
 	if !ok {
 		return
 	}
-	a.onLoss(entropy)
+	a.stats[i].Losses++
 	s := &a.st[i]
 	if s.down {
 		return
@@ -446,11 +448,10 @@ func (a *adaptive) newRound(now clock.Time) {
 	}
 	wmax := 0.0
 	for i := range a.st {
-		if a.st[i].down {
-			continue
+		if !a.st[i].down {
+			a.scores[i] = a.score(i, base, scale)
+			wmax = max(wmax, a.scores[i])
 		}
-		w := a.score(i, base, scale)
-		wmax = max(wmax, w)
 	}
 	a.order = a.order[:0]
 	for i := range a.st {
@@ -458,7 +459,7 @@ func (a *adaptive) newRound(now clock.Time) {
 		if s.down {
 			continue
 		}
-		w := max(a.score(i, base, scale)/wmax, a.cfg.MinWeight)
+		w := max(a.scores[i]/wmax, a.cfg.MinWeight)
 		s.weight = uint32(max(min(w*unit, unit), 1))
 		a.stats[i].Weight = float64(s.weight) / unit
 		s.credit += s.weight

@@ -579,7 +579,21 @@ func BenchmarkAdaptiveNext(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
+		p.Next(now)
+	}
+}
+
+// BenchmarkAdaptivePacket is the policy's work per packet: Next, the INT
+// record and the ACK.
+func BenchmarkAdaptivePacket(b *testing.B) {
+	p := NewAdaptive(Entropies(1, 64), 1, AdaptiveConfig{})
+	o := p.(INTObserver)
+	var now clock.Time
+	b.ReportAllocs()
+	for b.Loop() {
+		now++
 		e := p.Next(now)
+		o.OnINT(now, e, 0)
 		p.OnAck(now, e, time.Microsecond, false)
 	}
 }

@@ -117,10 +117,13 @@ func newPaths(set []uint16) paths {
 }
 
 func (p *paths) onAck(now clock.Time, entropy uint16, rtt time.Duration, ecn bool) {
-	i, ok := p.index[entropy]
-	if !ok {
-		return
+	if i, ok := p.index[entropy]; ok {
+		p.ackAt(now, i, rtt, ecn)
 	}
+}
+
+// ackAt counts an acknowledgement on path i.
+func (p *paths) ackAt(now clock.Time, i int, rtt time.Duration, ecn bool) {
 	s := &p.stats[i]
 	s.Acks++
 	if ecn {
