@@ -890,15 +890,18 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 	}, q.events[:0])
 	q.events = ev
 	q.onEvents(now)
-	rtt := res.RTT
+	// The echoed timestamp gives the full round trip of the acknowledged
+	// packet (cc.Sample.RTT includes the receiver's hold time); paths are
+	// scored on the fabric part alone.
+	rtt, hold := res.RTT, time.Duration(a.HoldNs)
 	if a.EchoTime != 0 {
-		if r := now.Sub(clock.Time(a.EchoTime)) - time.Duration(a.HoldNs); r > 0 {
+		if r := now.Sub(clock.Time(a.EchoTime)); r > 0 {
 			rtt = r
 		}
 	}
-	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: time.Duration(a.HoldNs), ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
+	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
 	if a.Entropy != 0 {
-		q.paths.OnAck(now, a.Entropy, rtt, a.ECNCount > 0)
+		q.paths.OnAck(now, a.Entropy, max(rtt-hold, 0), a.ECNCount > 0)
 	}
 	q.completeSends()
 	if wire.IsNak(a.Syndrome) {
