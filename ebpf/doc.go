@@ -46,6 +46,9 @@
 // maps, in every namespace, which is how the ingress of one port measures
 // the queue of the port that sent the frame.
 //
+// Both programs return "next" (TCX_NEXT) for every frame they do not drop,
+// so that later tcx programs, the qdisc and the stack see it as before.
+//
 // On a port's egress, for every frame, in order:
 //
 //  1. Faults (all frames, or only RoCE frames with Faults.RoCEOnly):

@@ -37,7 +37,8 @@ func rawSendDropped(tb testing.TB, p *vethPair, frame []byte) {
 // b's end is the sending port (switch 2), a's end the receiving one (switch
 // 1). RoCE frames sent from b arrive at a UDP socket in a with a hop record
 // of b's port, their queue delay measured by a's ingress; faults on b's port
-// drop frames.
+// drop frames. Both ends usually have ifindex 2, each in its namespace,
+// which is what the per-port program instances are for.
 func TestFabricNetns(t *testing.T) {
 	p := newVethPair(t)
 	f := loadFabricTest(t)
@@ -56,6 +57,7 @@ func TestFabricNetns(t *testing.T) {
 			t.Fatalf("AttachPort on veth: %v", err)
 		}
 	})
+	t.Logf("ifindex of a's end %d, of b's end %d", p.aIdx, p.bIdx)
 	sock := udpListen(t, p.a, p.aIP, wire.UDPPort)
 	other := udpListen(t, p.a, p.aIP, 5000)
 	toOther := netip.AddrPortFrom(p.aIP, 5000)
