@@ -176,6 +176,13 @@ func TestCommErrors(t *testing.T) {
 			if _, err := b.Recv(tctx, 0); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("%s: Recv with nothing sent: %v, want DeadlineExceeded", w.name, err)
 			}
+			// A Recv that timed out without a byte leaves the stream intact.
+			if err := a.Send(ctx, 1, []byte("again")); err != nil {
+				t.Fatal(err)
+			}
+			if m, err := b.Recv(ctx, 0); err != nil || string(m) != "again" {
+				t.Fatalf("%s: after a timed-out Recv: %q, %v", w.name, m, err)
+			}
 			// Close unblocks a pending Recv.
 			errc := make(chan error, 1)
 			go func() { _, err := a.Recv(ctx, 1); errc <- err }()

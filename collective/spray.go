@@ -12,6 +12,7 @@ import (
 // SprayComm is a Comm over spray: one QP of a transport.Endpoint per peer.
 // Send returns when the peer has acknowledged the whole message; Recv
 // returns messages whole, in order, in buffers that belong to the caller.
+// A Send cancelled by its context may still deliver its message later.
 //
 // The zero value is not usable: get one from NewSprayComm. It is safe for
 // concurrent use. Close unblocks pending calls; it does not close the

@@ -28,9 +28,10 @@ type TCPConfig struct {
 // each message prefixed by its 8-byte length.
 //
 // The zero value is not usable: get one from NewTCPComm. It is safe for
-// concurrent use as Comm says. A call cancelled by its context half way
-// through a message breaks the connection to that peer: later calls to the
-// peer return ErrBroken.
+// concurrent use as Comm says. A call cancelled by its context before it
+// moved a byte can be retried; one cancelled half way through a message
+// breaks the connection to that peer: later calls to the peer return
+// ErrBroken.
 type TCPComm struct {
 	rank, size int
 	max        int64
@@ -180,11 +181,16 @@ func (t *TCPComm) Send(ctx context.Context, peer int, msg []byte) error {
 	}
 	var h [8]byte
 	binary.BigEndian.PutUint64(h[:], uint64(len(msg)))
+	var n int64
 	err = withConnDeadline(ctx, p.c, true, func() error {
 		bufs := net.Buffers{h[:], msg}
-		_, err := bufs.WriteTo(p.c)
+		var err error
+		n, err = bufs.WriteTo(p.c)
 		return err
 	})
+	if err != nil && n == 0 && ctx.Err() != nil {
+		return err // nothing written: the stream is intact
+	}
 	if err != nil {
 		err = t.fail(peer, err)
 		p.sbroken = fmt.Errorf("%w: send to rank %d: %w", ErrBroken, peer, err)
@@ -204,8 +210,11 @@ func (t *TCPComm) Recv(ctx context.Context, peer int) ([]byte, error) {
 		return nil, p.rbroken
 	}
 	var m []byte
+	var started bool
 	err = withConnDeadline(ctx, p.c, false, func() error {
-		if _, err := io.ReadFull(p.rd, p.hdr[:]); err != nil {
+		k, err := io.ReadFull(p.rd, p.hdr[:])
+		started = k > 0
+		if err != nil {
 			return err
 		}
 		n := binary.BigEndian.Uint64(p.hdr[:])
@@ -213,9 +222,12 @@ func (t *TCPComm) Recv(ctx context.Context, peer int) ([]byte, error) {
 			return fmt.Errorf("%w: rank %d sent %d bytes, bound %d", ErrTooLarge, peer, n, t.max)
 		}
 		m = make([]byte, n)
-		_, err := io.ReadFull(p.rd, m)
+		_, err = io.ReadFull(p.rd, m)
 		return err
 	})
+	if err != nil && !started && ctx.Err() != nil {
+		return nil, err // nothing read: the stream is intact
+	}
 	if err != nil {
 		err = t.fail(peer, err)
 		p.rbroken = fmt.Errorf("%w: receive from rank %d: %w", ErrBroken, peer, err)
