@@ -416,24 +416,10 @@ func TestNoAllocs(t *testing.T) {
 	ipA, ipB := loopbackPair(testutil.Rand(t))
 	a := open(t, Config{Local: ipA, Entropies: []uint16{30001, 30002}})
 	b := open(t, Config{Local: ipB})
-	fs := make([]link.Frame, 16)
-	in := make([]link.Frame, 16)
 	payload := make([]byte, 512)
-	var sent, got int
-	allocs := testing.AllocsPerRun(200, func() {
-		n := a.Alloc(fs)
-		for i := range n {
-			fs[i].Buf = buildFrame(fs[i].Buf, ipA, ipB, 30001+uint16(i%3), uint8(i%4), payload)
-		}
-		s, g := socktest.Exchange(a, b, fs[:n], in, 50*time.Millisecond)
-		sent, got = sent+s, got+g
+	socktest.NoAllocs(t, a, b, func(i int, buf []byte) []byte {
+		return buildFrame(buf, ipA, ipB, 30001+uint16(i%3), uint8(i%4), payload)
 	})
-	if allocs != 0 {
-		t.Fatalf("%v allocs per batch", allocs)
-	}
-	if sent == 0 || got != sent {
-		t.Fatalf("sent %d frames, received %d", sent, got)
-	}
 }
 
 // BenchmarkLoopback measures Send+Recv of 64-frame batches of 1 KiB frames

@@ -288,23 +288,7 @@ func TestCloseAfterFailedOpen(t *testing.T) {
 
 func TestNoAllocs(t *testing.T) {
 	a, b := pair(t, 512, 32, 16)
-	fs := make([]link.Frame, 16)
-	in := make([]link.Frame, 16)
-	var sent, got int
-	allocs := testing.AllocsPerRun(200, func() {
-		n := a.Alloc(fs)
-		for i := range n {
-			fs[i].Buf = fs[i].Buf[:100+i]
-		}
-		s, g := socktest.Exchange(a, b, fs[:n], in, 50*time.Millisecond)
-		sent, got = sent+s, got+g
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocs per batch", allocs)
-	}
-	if sent == 0 || got != sent {
-		t.Fatalf("sent %d, received %d", sent, got)
-	}
+	socktest.NoAllocs(t, a, b, func(i int, buf []byte) []byte { return buf[:100+i] })
 }
 
 func TestHtons(t *testing.T) {

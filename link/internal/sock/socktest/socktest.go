@@ -2,6 +2,7 @@ package socktest
 
 import (
 	"encoding/binary"
+	"testing"
 	"time"
 
 	"github.com/sprayfabric/spray/link"
@@ -56,4 +57,28 @@ func Recv(b link.Link, in []link.Frame, wait time.Duration) (int, error) {
 		b.Wait(wait)
 	}
 	return 0, nil
+}
+
+// NoAllocs runs 200 rounds of: Alloc up to 16 frames on a, fill each (i is
+// its index in the round), Exchange them to b; and fails t if a round
+// allocates or a frame does not arrive. fill must not allocate either.
+func NoAllocs(t testing.TB, a, b link.Link, fill func(i int, buf []byte) []byte) {
+	t.Helper()
+	fs := make([]link.Frame, 16)
+	in := make([]link.Frame, 16)
+	var sent, got int
+	allocs := testing.AllocsPerRun(200, func() {
+		n := a.Alloc(fs)
+		for i := range n {
+			fs[i].Buf = fill(i, fs[i].Buf)
+		}
+		s, g := Exchange(a, b, fs[:n], in, 50*time.Millisecond)
+		sent, got = sent+s, got+g
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per batch", allocs)
+	}
+	if sent == 0 || got != sent {
+		t.Fatalf("sent %d frames, received %d", sent, got)
+	}
 }
