@@ -34,9 +34,10 @@
 //
 // # Fabric
 //
-// LoadFabric loads two tc programs (fabric.c) that one Fabric attaches with
-// tcx links to both directions of switch ports: AttachPort(ifindex, cfg), in
-// the namespace of the calling thread, makes the interface the port cfg.ID
+// The fabric programs (fabric.c) are a tc ingress and a tc egress program
+// that a Fabric attaches with tcx links to both directions of switch ports.
+// LoadFabric loads their maps; AttachPort(ifindex, cfg), in the namespace of
+// the calling thread, makes the interface the port cfg.ID
 // (switch and port numbers, unique in the Fabric; the other methods take the
 // PortID because ifindexes repeat across namespaces). SetFaults and SetECN
 // change a port while traffic flows; PortCounters reads its counters;
@@ -93,7 +94,9 @@
 // own CLOCK_MONOTONIC). Faults and marks happen per frame with the kernel's
 // bpf_get_prandom_u32, not a seeded source; burst state is per port, shared
 // by CPUs without locking. Frames that the LRU map forgot (more than
-// MaxInflight in flight) and non-RoCE frames are never marked. Generated
+// MaxInflight in flight) and non-RoCE frames are never marked; a frame sent
+// again with the same key while the first copy is in flight (a fast
+// retransmit) gives one measurement, from the later egress time. Generated
 // fabric_bpfel.go and fabric_bpfel.o are committed like the steering
 // program's.
 //
