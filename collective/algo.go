@@ -14,7 +14,7 @@ type Options struct {
 	// ChunkBytes bounds the payload of one message: larger transfers are
 	// cut into chunks of this size (rounded down to whole elements, at least
 	// one), so that a receiver reduces one chunk while the next is on the
-	// wire and no message is huge. 0 means 256 KiB.
+	// wire and no message is huge. 0 or less means 256 KiB.
 	ChunkBytes int
 	// SmallBytes is the largest AllReduce, in bytes, done by recursive
 	// doubling (log2(size) full exchanges, for latency) when the world

@@ -286,18 +286,3 @@ func readFrame(r io.Reader, limit int) ([]byte, error) {
 	}
 	return m, nil
 }
-
-// withConnCtx runs fn, which does I/O on c, so that the context's deadline
-// and cancellation interrupt it. It returns the context's error when that
-// is what stopped fn.
-func withConnCtx(ctx context.Context, c net.Conn, fn func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d, _ := ctx.Deadline()
-	c.SetDeadline(d)
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	err := fn()
-	stop()
-	return ctxErr(ctx, err)
-}

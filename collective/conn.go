@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -14,21 +15,42 @@ var noDeadline time.Time
 // true) on c, so that the context's deadline and cancellation interrupt it.
 // It returns the context's error when that is what stopped fn.
 func withConnDeadline(ctx context.Context, c net.Conn, write bool, fn func() error) error {
+	if write {
+		return withDeadline(ctx, c.SetWriteDeadline, fn)
+	}
+	return withDeadline(ctx, c.SetReadDeadline, fn)
+}
+
+// withConnCtx is withConnDeadline for reads and writes alike.
+func withConnCtx(ctx context.Context, c net.Conn, fn func() error) error {
+	return withDeadline(ctx, c.SetDeadline, fn)
+}
+
+func withDeadline(ctx context.Context, set func(time.Time) error, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
-	}
-	set := c.SetReadDeadline
-	if write {
-		set = c.SetWriteDeadline
 	}
 	d, _ := ctx.Deadline()
 	set(d)
 	var stop func() bool
+	var mu sync.Mutex
+	finished := false
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { set(time.Unix(1, 0)) })
+		// The callback may run after fn returned: it must not cut the
+		// next call short.
+		stop = context.AfterFunc(ctx, func() {
+			mu.Lock()
+			if !finished {
+				set(time.Unix(1, 0))
+			}
+			mu.Unlock()
+		})
 	}
 	err := fn()
 	if stop != nil {
+		mu.Lock()
+		finished = true
+		mu.Unlock()
 		stop()
 	}
 	return ctxErr(ctx, err)
@@ -41,7 +63,7 @@ func ctxErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && time.Until(d) < time.Second {
 		<-ctx.Done()
 	}
 	if ctx.Err() != nil {
