@@ -39,7 +39,8 @@
 // LoadFabric loads their maps; AttachPort(ifindex, cfg), in the namespace of
 // the calling thread, makes the interface the port cfg.ID
 // (switch and port numbers, unique in the Fabric; the other methods take the
-// PortID because ifindexes repeat across namespaces). SetFaults and SetECN
+// PortID because ifindexes repeat across namespaces); AttachPortAt does the
+// same in a namespace given by handle, from any thread. SetFaults and SetECN
 // change a port while traffic flows; PortCounters reads its counters;
 // DetachPort and Close detach. One Fabric serves every switch of a testbed:
 // each port gets its own instance of the two programs (loaded by AttachPort,

@@ -5,11 +5,13 @@ package ebpf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -131,6 +133,24 @@ func netnsCookie() (uint64, error) {
 // are taken.
 func (f *Fabric) AttachPort(ifindex int, cfg PortConfig) error {
 	return f.addPort(ifindex, cfg, true)
+}
+
+// AttachPortAt is AttachPort in the network namespace ns: it runs
+// AttachPort on a new OS thread that enters ns and is discarded afterwards,
+// so that the caller's thread and namespace are untouched.
+func (f *Fabric) AttachPortAt(ns netns.NsHandle, ifindex int, cfg PortConfig) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, namespace
+		// and all.
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("ebpf: enter the port's namespace: %w", err)
+			return
+		}
+		errc <- f.AttachPort(ifindex, cfg)
+	}()
+	return <-errc
 }
 
 // addPort loads the port's programs and, if attach, attaches them. Tests

@@ -52,11 +52,12 @@ func TestFabricNetns(t *testing.T) {
 			t.Errorf("second AttachPort on the interface: %v, want ErrAttached", err)
 		}
 	})
-	inNS(t, p.a, func() {
-		if err := f.AttachPort(p.aIdx, PortConfig{ID: rx}); err != nil {
-			t.Fatalf("AttachPort on veth: %v", err)
-		}
-	})
+	if err := f.AttachPortAt(p.a, p.aIdx, PortConfig{ID: rx}); err != nil {
+		t.Fatalf("AttachPortAt on veth: %v", err)
+	}
+	if err := f.AttachPortAt(p.a, p.aIdx, PortConfig{ID: PortID{4, 4}}); !errors.Is(err, ErrAttached) {
+		t.Errorf("second AttachPortAt on the interface: %v, want ErrAttached", err)
+	}
 	t.Logf("ifindex of a's end %d, of b's end %d", p.aIdx, p.bIdx)
 	sock := udpListen(t, p.a, p.aIP, wire.UDPPort)
 	other := udpListen(t, p.a, p.aIP, 5000)

@@ -2,6 +2,8 @@
 
 package ebpf
 
+import "github.com/vishvananda/netns"
+
 // Fabric is the loaded pair of test-fabric switch programs. On this platform
 // it cannot be loaded: LoadFabric returns ErrNotSupported.
 type Fabric struct{}
@@ -11,6 +13,9 @@ func LoadFabric() (*Fabric, error) { return nil, ErrNotSupported }
 
 // AttachPort returns ErrNotSupported.
 func (f *Fabric) AttachPort(int, PortConfig) error { return ErrNotSupported }
+
+// AttachPortAt returns ErrNotSupported.
+func (f *Fabric) AttachPortAt(netns.NsHandle, int, PortConfig) error { return ErrNotSupported }
 
 // DetachPort returns ErrNotSupported.
 func (f *Fabric) DetachPort(PortID) error { return ErrNotSupported }
