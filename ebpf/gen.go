@@ -2,6 +2,8 @@ package ebpf
 
 // The generated steer_bpfel.go and steer_bpfel.o are committed so that `go
 // build` needs no clang; regen.sh regenerates them and fails on a diff.
+// fabric.c needs -mcpu=v3 for the fetching atomic add of its per-port
+// transmit byte counter (BPF_ATOMIC with BPF_FETCH, Linux 5.12).
 
 //go:generate go tool bpf2go -tags linux -target bpfel -type steer_counters -type steer_config -type steer_addr steer steer.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target bpfel -type fabric_port -type fabric_counters fabric fabric.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the eBPF objects and their Go bindings (bpf2go, through the
-# //go:generate lines under ebpf/) and fails when the result differs from what
+# //go:generate lines under ebpf/: steer.c and fabric.c) and fails when the result differs from what
 # is committed, so that CI catches a C change without regenerated objects.
 # Needs clang, llvm-strip and libbpf-dev (Debian). Run from anywhere.
 set -euo pipefail
