@@ -1,6 +1,6 @@
 package ebpf
 
-// The generated steer_bpfel.go and steer_bpfel.o are committed so that `go
+// The generated *_bpfel.go and *_bpfel.o files are committed so that `go
 // build` needs no clang; regen.sh regenerates them and fails on a diff.
 // fabric.c needs -mcpu=v3 for the fetching atomic add of its per-port
 // transmit byte counter (BPF_ATOMIC with BPF_FETCH, Linux 5.12).
