@@ -674,3 +674,77 @@ func TestAdaptiveSharesMatchModel(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveRandomFaults kills and heals random paths (never all of
+// them) and checks what a user would notice: each failure costs a bounded
+// number of packets, the live paths carry the rest, and once everything
+// has healed every path is back in use.
+func TestAdaptiveRandomFaults(t *testing.T) {
+	r := testutil.Rand(t)
+	for range 4 {
+		k := 2 + r.IntN(7)
+		set := Entropies(r.Uint64(), k)
+		p := NewAdaptive(set, r.Uint64(), AdaptiveConfig{ProbeInterval: 100 * time.Microsecond, MaxProbeInterval: time.Millisecond})
+		rtt := time.Duration(5+r.IntN(20)) * time.Microsecond
+		s := newSim(t, p, rtt)
+		// A silent failure goes unnoticed for StallRTTs (4) x rtt, at least
+		// 50µs, from the last ACK (one RTT after the failure); the path
+		// carries its share of the packets meanwhile (1/up with up paths in
+		// the set), give or take a round.
+		bound := func(up int) uint64 {
+			return uint64(max(4*rtt, 50*time.Microsecond)+rtt)/uint64(time.Microsecond)/uint64(up) + uint64(k)
+		}
+		s.run(1000)
+		dead := make([]bool, k)
+		deadFrom := make([]uint64, k) // non-probe packets at the time of the kill
+		maxLost := make([]uint64, k)  // bound(paths up at the time of the kill)
+		nDead := 0
+		for range 40 {
+			i := r.IntN(k)
+			st := p.Stats()[i]
+			switch {
+			case !dead[i] && nDead < k-1:
+				dead[i] = true
+				nDead++
+				deadFrom[i] = st.Packets - st.Probes
+				up := 0
+				for _, st := range p.Stats() {
+					if !st.Down {
+						up++
+					}
+				}
+				maxLost[i] = bound(max(up, 2))
+				*s.paths[set[i]] = simPath{rtt: s.paths[set[i]].rtt, drop: true, silent: r.IntN(2) == 0}
+			case dead[i]:
+				if lost := st.Packets - st.Probes - deadFrom[i]; lost > maxLost[i] {
+					t.Fatalf("k=%d rtt=%v: dead path %d carried %d packets besides probes, want at most %d: %+v", k, rtt, i, lost, maxLost[i], st)
+				}
+				if !st.Down {
+					t.Fatalf("k=%d: dead path %d still in the set: %+v", k, i, st)
+				}
+				dead[i] = false
+				nDead--
+				s.paths[set[i]].drop = false
+			}
+			before := p.Stats()
+			s.run(2000)
+			d := packetsSince(p, before)
+			for j := range k {
+				if !dead[j] && d[j] < 2000/uint64(k)/4 {
+					t.Fatalf("k=%d: live path %d carried %d of 2000 packets: %v (dead %v)", k, j, d[j], d, dead)
+				}
+			}
+		}
+		for i := range k {
+			s.paths[set[i]].drop = false
+		}
+		s.run(3000)
+		before := p.Stats()
+		s.run(4000)
+		for i, n := range packetsSince(p, before) {
+			if st := p.Stats()[i]; st.Down || n < 4000/uint64(k)*3/4 {
+				t.Fatalf("k=%d: after healing path %d carried %d of 4000: %+v", k, i, n, st)
+			}
+		}
+	}
+}
