@@ -34,8 +34,9 @@ type AdaptiveConfig struct {
 	// microsecond RTTs do not make scheduling jitter look like a stall.
 	// 0 means 50µs.
 	MinStallTimeout time.Duration
-	// InitialRTT is the RTT assumed before any path has an RTT sample.
-	// 0 means 100µs.
+	// InitialRTT is the RTT assumed for the stall timeout of a path that
+	// has no RTT sample yet (the largest SRTT of the active paths when that
+	// is larger), and for every timeout before any sample. 0 means 100µs.
 	InitialRTT time.Duration
 	// LossLimit is the number of losses in a row (no ACK between them) that
 	// takes a path out. 0 means 3.
