@@ -115,6 +115,7 @@ type QPStats struct {
 	RemoteAccessErrors     uint64 // WRITEs refused by this receiver
 	BadPackets             uint64 // wrong source, wrong profile, bad opcode sequence
 	ECNMarked              uint64 // CE-marked data packets received
+	CNPsSent, CNPsReceived uint64 // RoCEv2 congestion notifications (classic profile)
 	MessagesSent           uint64
 	MessagesReceived       uint64
 	Timeouts               uint64
@@ -188,6 +189,8 @@ type QP struct {
 	rxErrMsg   uint32  // the message that caused it (spray)
 	last       lastData
 	ecnCount   uint16
+	cnp        cc.CNPGenerator // classic receiver: CNPs for CE marks, rate-limited
+	cnpDue     bool
 
 	lastNow clock.Time // the latest time the QP was handed
 	pkt     wire.Packet
@@ -464,6 +467,9 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		return 0, nil
 	}
 	q.lastNow = now
+	if q.cnpDue {
+		return q.encodeCNP(buf)
+	}
 	if q.nakSeq2 || q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue) {
 		return q.encodeAck(now, buf)
 	}
@@ -641,6 +647,21 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 	return n, nil
 }
 
+// encodeCNP builds a RoCEv2 congestion notification packet for the peer.
+func (q *QP) encodeCNP(buf []byte) (int, error) {
+	pk := &q.pkt
+	q.headers(pk, q.ackEntropy)
+	pk.BTH.Opcode = wire.OpCNP
+	pk.BTH.BECN = true
+	n, err := wire.Encode(buf, pk, nil)
+	if err != nil {
+		return 0, fmt.Errorf("transport: encoding CNP: %w", err)
+	}
+	q.cnpDue = false
+	q.stats.CNPsSent++
+	return n, nil
+}
+
 // Handle processes one decoded packet addressed to this QP, received at now.
 // The packet's slices must stay valid only during the call.
 func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
@@ -661,6 +682,7 @@ func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
 	case op <= wire.OpWriteOnlyImm && !q.spray:
 		q.recvClassic(now, pk)
 	case op == wire.OpCNP:
+		q.stats.CNPsReceived++
 		q.ctrl.OnCNP(now)
 	default:
 		q.stats.BadPackets++
@@ -671,7 +693,11 @@ func (q *QP) noteData(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint64) {
 	if pk.IP.TOS&3 == wire.ECNCE {
 		q.ecnCount++
 		q.stats.ECNMarked++
-		q.ackNow = true
+		if q.spray {
+			q.ackNow = true // the ACK echoes the mark
+		} else if q.cnp.OnCE(now) {
+			q.cnpDue = true // DCQCN's notification point
+		}
 	}
 	q.last.psn, q.last.tx, q.last.arrive, q.last.entropy = p, tx, now, pk.UDP.Src
 	q.last.intLen = copy(q.last.intBuf[:], pk.INT)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
@@ -43,13 +44,13 @@ flags:
 `
 
 type perfFlags struct {
-	links, profile, testbed, pcapFile, listen, peer string
-	size, pings, mtu, paths, window                 int
-	total                                           int64
-	loss, gbps                                      float64
-	seed                                            uint64
-	jsonOut                                         bool
-	timeout                                         time.Duration
+	links, profile, testbed, pcapFile, listen, peer, ccName string
+	size, pings, mtu, paths, window                         int
+	total                                                   int64
+	loss, gbps                                              float64
+	seed                                                    uint64
+	jsonOut                                                 bool
+	timeout                                                 time.Duration
 }
 
 func runPerf(args []string) error {
@@ -76,6 +77,7 @@ func runPerf(args []string) error {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.IntVar(&f.mtu, "mtu", 0, "largest frame in bytes, Ethernet header included (default: 9014 for mem, the interface MTU + 14 otherwise)")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
+	fs.StringVar(&f.ccName, "cc", "fixed", "congestion control: "+strings.Join(cc.Names, ", ")+" (dcqcn turns on ECN marking of data packets)")
 	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -89,7 +91,10 @@ func runPerf(args []string) error {
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()
 
-	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window}
+	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window, ECN: f.ccName == "dcqcn"}
+	if tcfg.CC, err = cc.ByName(f.ccName, cc.Params{LineRate: 1.25e9, PacketBytes: max(f.mtu-100, 1400)}); err != nil {
+		return err
+	}
 	pcfg := bench.PerfConfig{MsgSize: f.size, Total: f.total, Pings: f.pings, Seed: f.seed}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
