@@ -63,12 +63,17 @@ const (
 type PathPolicy uint8
 
 const (
-	// PathsDefault takes the profile's: oblivious spraying for Spray, ECMP for RoCE.
+	// PathsDefault takes the profile's: adaptive spraying for Spray, ECMP for RoCE.
 	PathsDefault PathPolicy = iota
 	// PathsECMP gives each QP one entropy for its whole life.
 	PathsECMP
-	// PathsSpray sprays packets over Config.Entropies entropies.
+	// PathsSpray sprays packets obliviously over Config.Entropies
+	// entropies: every path the same share.
 	PathsSpray
+	// PathsAdaptive sprays over Config.Entropies entropies weighted by what
+	// ACKs report of each path (RTT, INT queue delay, ECN, losses), takes
+	// failing paths out and probes them back in (multipath.NewAdaptive).
+	PathsAdaptive
 )
 
 // Config configures an Engine or Endpoint and the QPs it creates. The zero
@@ -151,7 +156,7 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 		}
 	}
 	if c.Paths == PathsDefault {
-		c.Paths = PathsSpray
+		c.Paths = PathsAdaptive
 		if c.Profile == RoCE {
 			c.Paths = PathsECMP
 		}

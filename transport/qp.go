@@ -237,10 +237,13 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	if len(set) == 0 {
 		set = multipath.Entropies(rng.Uint64(), cfg.Entropies)
 	}
-	if cfg.Paths == PathsECMP {
+	switch set = set[:min(len(set), cfg.Entropies)]; cfg.Paths {
+	case PathsECMP:
 		q.paths = multipath.NewECMP(set[rng.IntN(len(set))])
-	} else {
-		q.paths = multipath.NewSpray(set[:min(len(set), cfg.Entropies)], rng.Uint64())
+	case PathsAdaptive:
+		q.paths = multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{})
+	default:
+		q.paths = multipath.NewSpray(set, rng.Uint64())
 	}
 	q.ackEntropy = set[0]
 	if cfg.CC != nil {
@@ -927,6 +930,9 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 	}
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
 	if a.Entropy != 0 {
+		if obs, ok := q.paths.(multipath.INTObserver); ok && len(pk.INT) > 0 {
+			obs.OnINT(now, a.Entropy, intQueueDelay(pk.INT))
+		}
 		q.paths.OnAck(now, a.Entropy, max(rtt-hold, 0), a.ECNCount > 0)
 	}
 	q.completeSends()
@@ -934,6 +940,19 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 		q.stats.NaksReceived++
 		q.fail(nakError(a.Syndrome, fmt.Sprintf("message %d", a.MsgID)))
 	}
+}
+
+// intQueueDelay is the queueing delay along a path: the sum over the hop
+// records of each queue's bytes drained at its link's rate.
+func intQueueDelay(records []byte) time.Duration {
+	var d time.Duration
+	for i := range len(records) / wire.HopLen {
+		h := wire.HopAt(records, i)
+		if h.RateMbps > 0 {
+			d += time.Duration(uint64(h.QLen) * 8000 / uint64(h.RateMbps))
+		}
+	}
+	return d
 }
 
 // nakError is the error of a fatal NAK from the responder: like IBA, the
