@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/route"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
@@ -34,8 +35,14 @@ type PairResult struct {
 
 // RunPair runs the perf workload from host A (client) to host B (server).
 func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, error) {
+	return RunHosts(ctx, p.A, p.B, run)
+}
+
+// RunHosts runs the perf workload from one testbed host (client) to another
+// (server), each end in its own namespace.
+func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult, error) {
 	if run.Kind == KindTCP {
-		return runPairTCP(ctx, p, run)
+		return runHostsTCP(ctx, a, b, run)
 	}
 	ports := multipath.Entropies(run.Transport.Seed^0x706f727473, max(run.Transport.Entropies, 8))
 	open := func(h *testbed.Host) (link.Link, error) {
@@ -47,14 +54,14 @@ func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, err
 		})
 		return l, err
 	}
-	la, err := open(p.A)
+	la, err := open(a)
 	if err != nil {
-		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, p.A.Name, err)
+		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, a.Name, err)
 	}
-	lb, err := open(p.B)
+	lb, err := open(b)
 	if err != nil {
 		la.Close()
-		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, p.B.Name, err)
+		return PairResult{}, fmt.Errorf("bench: opening %s link in %s: %w", run.Kind, b.Name, err)
 	}
 	clientLink := la
 	if run.Wrap != nil {
@@ -75,7 +82,24 @@ func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, err
 		return PairResult{}, err
 	}
 	defer eb.Close()
-	res, err := runSpray(ctx, ea, eb, run.Perf, func(ctx context.Context) {
+	// Frames go to the next hop's MAC: the peer's own on a pair, a leaf's
+	// across a fabric.
+	var hopAB, hopBA [6]byte
+	if err := a.Do(func() error {
+		p, err := route.Resolve(ctx, b.IP)
+		hopAB = p.DstMAC
+		return err
+	}); err != nil {
+		return PairResult{}, err
+	}
+	if err := b.Do(func() error {
+		p, err := route.Resolve(ctx, a.IP)
+		hopBA = p.DstMAC
+		return err
+	}); err != nil {
+		return PairResult{}, err
+	}
+	res, err := runSpray(ctx, ea, eb, &hopAB, &hopBA, run.Perf, func(ctx context.Context) {
 		if run.During != nil {
 			run.During(ctx, la, lb)
 		}
@@ -88,11 +112,13 @@ func RunPair(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, err
 // RunEndpoints connects a QP on each endpoint and runs the perf workload
 // from a (client) to b (server).
 func RunEndpoints(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig) (PairResult, error) {
-	return runSpray(ctx, a, b, pc, func(context.Context) {})
+	return runSpray(ctx, a, b, nil, nil, pc, func(context.Context) {})
 }
 
 // runSpray connects a QP on each endpoint and runs the workload from a to b.
-func runSpray(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig, during func(context.Context)) (PairResult, error) {
+// hopAB and hopBA, when not nil, are the next-hop MACs from a towards b and
+// back; nil means the peer's own MAC.
+func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]byte, pc PerfConfig, during func(context.Context)) (PairResult, error) {
 	ca, err := a.CreateQP(ctx)
 	if err != nil {
 		return PairResult{}, err
@@ -101,10 +127,17 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig, duri
 	if err != nil {
 		return PairResult{}, err
 	}
-	if err := ca.Connect(ctx, cb.Info()); err != nil {
+	ia, ib := ca.Info(), cb.Info()
+	if hopAB != nil {
+		ib.MAC = *hopAB
+	}
+	if hopBA != nil {
+		ia.MAC = *hopBA
+	}
+	if err := ca.Connect(ctx, ib); err != nil {
 		return PairResult{}, err
 	}
-	if err := cb.Connect(ctx, ca.Info()); err != nil {
+	if err := cb.Connect(ctx, ia); err != nil {
 		return PairResult{}, err
 	}
 	dctx, stop := context.WithCancel(ctx)
@@ -150,17 +183,17 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig, duri
 	return res, nil
 }
 
-func runPairTCP(ctx context.Context, p *testbed.Pair, run PairRun) (PairResult, error) {
+func runHostsTCP(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult, error) {
 	client, server, err := tcpPair(ctx,
 		func() (ln net.Listener, err error) {
-			err = p.B.Do(func() error {
-				ln, err = net.Listen("tcp", netip.AddrPortFrom(p.B.IP, 0).String())
+			err = b.Do(func() error {
+				ln, err = net.Listen("tcp", netip.AddrPortFrom(b.IP, 0).String())
 				return err
 			})
 			return ln, err
 		},
 		func(addr string) (c net.Conn, err error) {
-			err = p.A.Do(func() error {
+			err = a.Do(func() error {
 				var d net.Dialer
 				c, err = d.DialContext(ctx, "tcp", addr)
 				return err

@@ -20,6 +20,7 @@ import (
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/link/pcap"
@@ -33,6 +34,9 @@ const perfUsage = `usage: spray perf [server|client] [flags]
                                               in-memory fabric and kernel TCP on loopback
   sudo spray perf --testbed pair              two network namespaces joined by a veth pair,
         [--link xdp,raw,udp,tcp]              one run per link kind, TCP on the same veth
+  sudo spray perf --testbed leafspine:2x2x2   hosts x leaves x spines of namespaces, L4-hashed
+                                              multipath routes, shaped switch ports, spray's
+                                              fabric programs (INT, ECN, faults) on every port
   spray perf server [--listen :18515]         on one host: answer clients (the link kind
                                               and profile come from the client)
   spray perf client --peer HOST [--link udp]  on another host: measure against the server
@@ -162,7 +166,10 @@ func runPerf(args []string) error {
 	case "pair":
 		return perfPair(ctx, f, tcfg, pcfg, wrap, logger)
 	}
-	return fmt.Errorf("perf: unknown testbed %q (want pair)", f.testbed)
+	if strings.HasPrefix(f.testbed, "leafspine") {
+		return perfLeafSpine(ctx, f, tcfg, pcfg, wrap, logger)
+	}
+	return fmt.Errorf("perf: unknown testbed %q (want pair or leafspine:HxLxS)", f.testbed)
 }
 
 func splitKinds(s, def string) []string {
@@ -225,6 +232,87 @@ func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg benc
 		results = append(results, res.PerfResult)
 	}
 	return report(f, results)
+}
+
+// perfLeafSpine builds a leaf-spine fabric with spray's fabric programs on
+// every switch port and runs each link kind from the first host of the
+// first leaf to the last host of the last leaf, across the spines.
+func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("perf --testbed %s needs root (network namespaces, XDP, AF_XDP): run it with sudo", f.testbed)
+	}
+	lcfg, err := testbed.ParseLeafSpine(f.testbed)
+	if err != nil {
+		return err
+	}
+	if f.mtu > 0 {
+		lcfg.MTU = f.mtu - 14
+	}
+	fab, err := testbed.NewLeafSpine(ctx, lcfg)
+	if err != nil {
+		return err
+	}
+	defer fab.Close()
+	var ecn ebpf.ECNConfig
+	if tcfg.ECN {
+		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
+	}
+	progs, err := fab.AttachPrograms(ecn)
+	if err != nil {
+		return err
+	}
+	defer progs.Close()
+	a, b := fab.Host(0, 0), fab.Host(fab.Config.Leaves-1, fab.Config.Hosts-1)
+	logger.Printf("testbed %s: %s, %s (%v) -> %s (%v)", fab.Prefix, fab.Config, a.Name, a.IP, b.Name, b.IP)
+	tcfg.MTU = a.MTU + 14
+	if tcfg.Profile == transport.Spray {
+		tcfg.INTHops = 4
+	}
+	var results []bench.PerfResult
+	for _, kind := range splitKinds(f.links, "xdp,udp,tcp") {
+		before, err := spineBytes(fab)
+		if err != nil {
+			return err
+		}
+		res, err := bench.RunHosts(ctx, a, b, bench.PairRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap})
+		if err != nil {
+			return fmt.Errorf("perf over %s: %w", kind, err)
+		}
+		after, err := spineBytes(fab)
+		if err != nil {
+			return err
+		}
+		var shares []string
+		var total uint64
+		for i := range after {
+			total += after[i] - before[i]
+		}
+		for i := range after {
+			shares = append(shares, fmt.Sprintf("spine%d %.1f%%", i, 100*float64(after[i]-before[i])/float64(max(total, 1))))
+		}
+		logger.Printf("%s: bytes leaving %s per spine: %s", kind, fab.Leaves[0].Name, strings.Join(shares, ", "))
+		results = append(results, res.PerfResult)
+	}
+	return report(f, results)
+}
+
+// spineBytes returns the bytes the first leaf has sent up to each spine.
+func spineBytes(fab *testbed.Fabric) ([]uint64, error) {
+	st, err := fab.PortStats()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, fab.Config.Spines)
+	leaf := fab.Leaves[0]
+	for s := range out {
+		port := leaf.Ports[fab.Config.Hosts+s].Name
+		for _, p := range st {
+			if p.Switch == leaf.Name && p.Port == port {
+				out[s] = p.TxBytes
+			}
+		}
+	}
+	return out, nil
 }
 
 // perfMem runs client and server in this process, each with its own engine

@@ -1,0 +1,53 @@
+package testbed
+
+import (
+	"fmt"
+
+	"github.com/sprayfabric/spray/ebpf"
+)
+
+// Switch numbers written into INT hop records: leaves count from 0,
+// spines from SpineIDBase.
+const SpineIDBase = 100
+
+// PortID returns the fabric programs' name for port p of switch sw: the
+// switch number (leaf l is l, spine s is SpineIDBase+s) and the port's
+// index in Switch.Ports.
+func (f *Fabric) PortID(sw *Switch, p int) ebpf.PortID {
+	for i, l := range f.Leaves {
+		if l == sw {
+			return ebpf.PortID{Switch: uint16(i), Port: uint16(p)}
+		}
+	}
+	for i, s := range f.Spines {
+		if s == sw {
+			return ebpf.PortID{Switch: uint16(SpineIDBase + i), Port: uint16(p)}
+		}
+	}
+	return ebpf.PortID{Switch: 0xffff, Port: uint16(p)}
+}
+
+// AttachPrograms loads spray's fabric programs (INT stamping, ECN marking
+// on queue delay, fault injection, per-port counters; package ebpf) and
+// attaches them to every switch port, with each port's shaping rate so that
+// queue delay converts to queue bytes. ecn applies to every port; faults
+// are set later, per port, through the returned ebpf.Fabric, which the
+// caller closes before the testbed.
+func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
+	prog, err := ebpf.LoadFabric()
+	if err != nil {
+		return nil, err
+	}
+	for _, sws := range [][]*Switch{f.Leaves, f.Spines} {
+		for _, sw := range sws {
+			for i, p := range sw.Ports {
+				cfg := ebpf.PortConfig{ID: f.PortID(sw, i), RateMbps: uint32(p.RateBps / 1e6), ECN: ecn}
+				if err := prog.AttachPortAt(sw.NS, p.Ifindex, cfg); err != nil {
+					prog.Close()
+					return nil, fmt.Errorf("testbed: attaching the fabric programs to %s/%s: %w", sw.Name, p.Name, err)
+				}
+			}
+		}
+	}
+	return prog, nil
+}
