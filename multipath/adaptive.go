@@ -21,6 +21,17 @@ type INTObserver interface {
 	OnINT(now clock.Time, entropy uint16, queueDelay time.Duration)
 }
 
+// PathObserver is an optional extension of a Policy that learns which
+// physical path each entropy takes. ECMP hashes entropies onto paths
+// unevenly (8 entropies over 4 spines leave a spine empty about a third of
+// the time), so a policy that sprays evenly over entropies does not spray
+// evenly over paths. The transport calls OnPath with a signature of the
+// switches and ports that a packet sent on entropy crossed (from its INT
+// records); entropies with the same signature share one path's share.
+type PathObserver interface {
+	OnPath(now clock.Time, entropy uint16, signature uint64)
+}
+
 // AdaptiveConfig tunes NewAdaptive. The zero value is usable: every zero
 // field takes the default given in its comment, and a negative (or NaN)
 // field is treated as zero unless its comment says otherwise. The package
@@ -138,6 +149,7 @@ type pathState struct {
 	ecnRate      float64 // EWMA: marked 1, unmarked 0
 	credit       uint32  // spraying credit, < 2*unit
 	weight       uint32  // at the last round, in [1, unit]
+	group        uint64  // path signature from OnPath; 0: unknown, a path of its own
 	// Probing of a down path.
 	probing       bool
 	probeSent     clock.Time
@@ -303,6 +315,30 @@ func (a *adaptive) OnINT(_ clock.Time, entropy uint16, queueDelay time.Duration)
 	s.QueueDelay += (queueDelay - s.QueueDelay) / 8
 }
 
+// OnPath records that packets sent on entropy take the path named by
+// signature (0: unknown). Entropies on one path split that path's share.
+func (a *adaptive) OnPath(_ clock.Time, entropy uint16, signature uint64) {
+	if i, ok := a.index[entropy]; ok {
+		a.st[i].group = signature
+	}
+}
+
+// groupSize is the number of active entropies on path i's path (1 when
+// its path is unknown).
+func (a *adaptive) groupSize(i int) int {
+	g := a.st[i].group
+	if g == 0 {
+		return 1
+	}
+	n := 0
+	for j := range a.st {
+		if !a.st[j].down && a.st[j].group == g {
+			n++
+		}
+	}
+	return n
+}
+
 // remove takes path i out of the set, unless it is the last active one,
 // and schedules its first probe.
 func (a *adaptive) remove(now clock.Time, i int) {
@@ -454,13 +490,21 @@ func (a *adaptive) newRound(now clock.Time) {
 			wmax = max(wmax, a.scores[i])
 		}
 	}
+	// Entropies that share a physical path split its weight.
+	gmax := 0.0
+	for i := range a.st {
+		if !a.st[i].down {
+			a.scores[i] = max(a.scores[i]/wmax, a.cfg.MinWeight) / float64(a.groupSize(i))
+			gmax = max(gmax, a.scores[i])
+		}
+	}
 	a.order = a.order[:0]
 	for i := range a.st {
 		s := &a.st[i]
 		if s.down {
 			continue
 		}
-		w := max(a.scores[i]/wmax, a.cfg.MinWeight)
+		w := a.scores[i] / gmax
 		s.weight = uint32(max(min(w*unit, unit), 1))
 		a.stats[i].Weight = float64(s.weight) / unit
 		s.credit += s.weight

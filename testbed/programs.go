@@ -51,3 +51,25 @@ func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 	}
 	return prog, nil
 }
+
+// UplinkBytes returns the bytes leaf l has sent up to each spine so far.
+func (f *Fabric) UplinkBytes(l int) ([]uint64, error) {
+	if l < 0 || l >= len(f.Leaves) {
+		return nil, fmt.Errorf("%w: no leaf %d", ErrConfig, l)
+	}
+	st, err := f.PortStats()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, f.Config.Spines)
+	leaf := f.Leaves[l]
+	for s := range out {
+		port := leaf.Ports[f.Config.Hosts+s].Name
+		for _, p := range st {
+			if p.Switch == leaf.Name && p.Port == port {
+				out[s] = p.TxBytes
+			}
+		}
+	}
+	return out, nil
+}

@@ -930,8 +930,13 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 	}
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
 	if a.Entropy != 0 {
-		if obs, ok := q.paths.(multipath.INTObserver); ok && len(pk.INT) > 0 {
-			obs.OnINT(now, a.Entropy, intQueueDelay(pk.INT))
+		if len(pk.INT) > 0 {
+			if obs, ok := q.paths.(multipath.INTObserver); ok {
+				obs.OnINT(now, a.Entropy, intQueueDelay(pk.INT))
+			}
+			if obs, ok := q.paths.(multipath.PathObserver); ok {
+				obs.OnPath(now, a.Entropy, intPathSignature(pk.INT))
+			}
 		}
 		q.paths.OnAck(now, a.Entropy, max(rtt-hold, 0), a.ECNCount > 0)
 	}
@@ -953,6 +958,17 @@ func intQueueDelay(records []byte) time.Duration {
 		}
 	}
 	return d
+}
+
+// intPathSignature names the path a packet took by the switches and egress
+// ports in its INT records (FNV-1a over them; never 0).
+func intPathSignature(records []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(records) / wire.HopLen {
+		hop := wire.HopAt(records, i)
+		h = (h ^ uint64(hop.Switch)<<16 ^ uint64(hop.Port)) * 1099511628211
+	}
+	return max(h, 1)
 }
 
 // nakError is the error of a fatal NAK from the responder: like IBA, the

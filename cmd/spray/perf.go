@@ -270,7 +270,7 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	}
 	var results []bench.PerfResult
 	for _, kind := range splitKinds(f.links, "xdp,udp,tcp") {
-		before, err := spineBytes(fab)
+		before, err := fab.UplinkBytes(0)
 		if err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 		if err != nil {
 			return fmt.Errorf("perf over %s: %w", kind, err)
 		}
-		after, err := spineBytes(fab)
+		after, err := fab.UplinkBytes(0)
 		if err != nil {
 			return err
 		}
@@ -294,25 +294,6 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 		results = append(results, res.PerfResult)
 	}
 	return report(f, results)
-}
-
-// spineBytes returns the bytes the first leaf has sent up to each spine.
-func spineBytes(fab *testbed.Fabric) ([]uint64, error) {
-	st, err := fab.PortStats()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]uint64, fab.Config.Spines)
-	leaf := fab.Leaves[0]
-	for s := range out {
-		port := leaf.Ports[fab.Config.Hosts+s].Name
-		for _, p := range st {
-			if p.Switch == leaf.Name && p.Port == port {
-				out[s] = p.TxBytes
-			}
-		}
-	}
-	return out, nil
 }
 
 // perfMem runs client and server in this process, each with its own engine
