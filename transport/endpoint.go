@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -137,6 +138,10 @@ func (ep *Endpoint) run() {
 				continue
 			}
 		}
+		// Let the goroutines that dispatch just woke run first: a link's
+		// short Wait blocks this thread in a system call with its P, and a
+		// woken application goroutine would then need another thread.
+		runtime.Gosched()
 		if err = ep.eng.link.Wait(timeout); err != nil {
 			return
 		}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sprayfabric/spray/internal/poll"
 	"github.com/sprayfabric/spray/link"
 )
 
@@ -44,6 +46,9 @@ type sysSocket struct {
 	pfd      [2]unix.PollFd
 	ts       unix.Timespec
 	drainBuf [8]byte
+	// waiter parks long waits in the runtime poller; made on first use.
+	waiter   *poll.Waiter
+	waitOnce sync.Once
 }
 
 // Open creates an AF_XDP socket and its UMEM, registers the UMEM, maps the
@@ -252,6 +257,23 @@ func (s *Socket) Wait(timeout time.Duration) error {
 	if c.tx.outstanding() > 0 && (timeout < 0 || timeout > stuckRetry) {
 		timeout = stuckRetry
 	}
+	c.ctr.waits.Add(1)
+	if events == unix.POLLIN && (timeout < 0 || timeout >= poll.Precise) {
+		// A long wait parks in the runtime poller rather than blocking the
+		// thread (see package internal/poll).
+		s.sys.waitOnce.Do(func() { s.sys.waiter, _ = poll.New(s.sys.fd, s.sys.efd) })
+		if w := s.sys.waiter; w != nil {
+			err := w.Wait(timeout)
+			syscall.Syscall(unix.SYS_READ, uintptr(s.sys.efd), uintptr(unsafe.Pointer(&s.sys.drainBuf[0])), 8)
+			if s.closed.Load() {
+				return link.ErrClosed
+			}
+			if err != nil {
+				return fmt.Errorf("xdp: wait: %w", err)
+			}
+			return nil
+		}
+	}
 	s.sys.pfd[0].Events = events
 	s.sys.pfd[0].Revents = 0
 	s.sys.pfd[1].Revents = 0
@@ -260,7 +282,6 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		s.sys.ts = unix.NsecToTimespec(int64(timeout))
 		ts = uintptr(unsafe.Pointer(&s.sys.ts))
 	}
-	c.ctr.waits.Add(1)
 	_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.sys.pfd[0])), 2, ts, 0, 0, 0)
 	if e != 0 && e != unix.EINTR {
 		return fmt.Errorf("xdp: ppoll: %w", e)
@@ -312,6 +333,9 @@ func (y *sysSocket) wake() {
 // close releases everything open has created so far.
 func (y *sysSocket) close() error {
 	var errs []error
+	if y.waiter != nil {
+		y.waiter.Close()
+	}
 	if y.fd >= 0 {
 		if err := unix.Close(y.fd); err != nil {
 			errs = append(errs, fmt.Errorf("xdp: close socket: %w", err))

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/internal/poll"
 	"github.com/sprayfabric/spray/link/internal/pool"
 )
 
@@ -167,10 +168,14 @@ type Core struct {
 	fds  []int // closed by Close
 	efd  int
 
-	pfd  [2]unix.PollFd
-	ts   unix.Timespec
-	one  [8]byte
-	junk [8]byte
+	pfd [2]unix.PollFd
+	ts  unix.Timespec
+	// waiter parks long waits in the runtime poller (made on first use by
+	// the one goroutine that calls Wait).
+	waiter   *poll.Waiter
+	waitOnce sync.Once
+	one      [8]byte
+	junk     [8]byte
 
 	mu     sync.RWMutex // write-held by Close while it closes the fds
 	closed atomic.Bool
@@ -417,6 +422,20 @@ func (c *Core) Wait(timeout time.Duration) error {
 	if c.closed.Load() {
 		return link.ErrClosed
 	}
+	if timeout < 0 || timeout >= poll.Precise {
+		c.waitOnce.Do(func() { c.waiter, _ = poll.New(c.efd, c.rxFD) })
+		if c.waiter != nil {
+			err := c.waiter.Wait(timeout)
+			_, _ = unix.Read(c.efd, c.junk[:])
+			if c.closed.Load() {
+				return link.ErrClosed
+			}
+			if err != nil {
+				return fmt.Errorf("%s: wait: %w", c.name, err)
+			}
+			return nil
+		}
+	}
 	c.pfd[0] = unix.PollFd{Fd: int32(c.efd), Events: unix.POLLIN}
 	c.pfd[1] = unix.PollFd{Fd: int32(c.rxFD), Events: unix.POLLIN}
 	var ts *unix.Timespec
@@ -459,6 +478,9 @@ func (c *Core) Close(before func()) error {
 	defer c.mu.Unlock()
 	if before != nil {
 		before()
+	}
+	if c.waiter != nil {
+		c.waiter.Close()
 	}
 	for _, fd := range c.fds {
 		unix.Close(fd)

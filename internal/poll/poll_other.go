@@ -1,0 +1,23 @@
+//go:build !linux
+
+package poll
+
+import (
+	"errors"
+	"time"
+)
+
+// Precise is the longest wait that links should do with ppoll.
+const Precise = time.Millisecond
+
+// Waiter is not available on this platform.
+type Waiter struct{}
+
+// New returns an error: the runtime poller integration is Linux-only.
+func New(...int) (*Waiter, error) { return nil, errors.New("poll: not supported on this platform") }
+
+// Wait returns an error.
+func (w *Waiter) Wait(time.Duration) error { return errors.New("poll: not supported") }
+
+// Close does nothing.
+func (w *Waiter) Close() error { return nil }
