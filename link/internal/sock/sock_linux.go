@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/internal/poll"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/internal/pool"
 )
 
