@@ -34,13 +34,17 @@ func TestLeafSpineSpread(t *testing.T) {
 	defer progs.Close()
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
 	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
+		paths := transport.PathsAdaptive // learns the spines from INT
+		if prof == transport.RoCE {
+			paths = transport.PathsECMP
+		}
 		before, err := fab.UplinkBytes(0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res, err := RunHosts(ctx, a, b, PairRun{
 			Kind:      KindXDP,
-			Transport: transport.Config{Profile: prof, Seed: seed, MTU: a.MTU + 14, INTHops: 4, Entropies: 32},
+			Transport: transport.Config{Profile: prof, Paths: paths, Seed: seed, MTU: a.MTU + 14, INTHops: 4, Entropies: 32},
 			Perf:      PerfConfig{Total: 16 << 20, MsgSize: 1 << 20, Pings: -1, Seed: seed},
 		})
 		if err != nil {

@@ -267,6 +267,9 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	tcfg.MTU = a.MTU + 14
 	if tcfg.Profile == transport.Spray {
 		tcfg.INTHops = 4
+		if tcfg.Paths == transport.PathsDefault {
+			tcfg.Paths = transport.PathsAdaptive // balances the spines from INT path signatures
+		}
 	}
 	var results []bench.PerfResult
 	for _, kind := range splitKinds(f.links, "xdp,udp,tcp") {
