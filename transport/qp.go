@@ -173,7 +173,7 @@ type QP struct {
 	win      *reorder.Window
 	asm      *reorder.Assembler
 	exp      psn.PSN // Go-Back-N receiver: next expected PSN
-	nakSeq   bool    // a sequence NAK is out for exp
+	nakSeq   bool    // a sequence NAK was sent for exp: no second one until exp arrives
 	cmsg     classicMsg
 	msn      uint32
 	recvq    []Completion
@@ -183,7 +183,7 @@ type QP struct {
 	ackPending int
 	ackDue     clock.Time
 	ackNow     bool
-	nakSeq2    bool    // a sequence NAK is due (Go-Back-N)
+	nakDue     bool    // a sequence NAK is due (Go-Back-N)
 	rxErr      uint8   // sticky responder error: NAK syndrome answered to every packet
 	rxErrPSN   psn.PSN // the PSN that caused it (classic)
 	rxErrMsg   uint32  // the message that caused it (spray)
@@ -295,7 +295,7 @@ func (q *QP) Err() error { return q.err }
 // Stats returns the QP's counters.
 func (q *QP) Stats() QPStats { return q.stats }
 
-// Scoreboard returns the retransmit counters of the QP's sender.
+// RetransmitStats returns the retransmit counters of the QP's sender.
 func (q *QP) RetransmitStats() retransmit.Stats { return q.sb.Stats() }
 
 // Connect makes the QP ready to exchange packets with the remote QP.
@@ -473,7 +473,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if q.cnpDue {
 		return q.encodeCNP(buf)
 	}
-	if q.nakSeq2 || q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue) {
+	if q.nakDue || q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue) {
 		return q.encodeAck(now, buf)
 	}
 	rate := q.ctrl.Rate()
@@ -633,7 +633,7 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 		case q.rxErr != 0:
 			pk.AETH.Syndrome = q.rxErr
 			pk.BTH.PSN = uint32(q.rxErrPSN)
-		case q.nakSeq2:
+		case q.nakDue:
 			pk.AETH.Syndrome = wire.NakPSNSequenceError
 			pk.BTH.PSN = uint32(q.exp)
 		}
@@ -642,11 +642,11 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("transport: encoding ack: %w", err)
 	}
-	if q.nakSeq2 || q.rxErr != 0 {
+	if q.nakDue || q.rxErr != 0 {
 		q.stats.NaksSent++
 	}
 	q.stats.AcksSent++
-	q.nakSeq2, q.ackNow, q.ackPending, q.ecnCount = false, false, 0, 0
+	q.nakDue, q.ackNow, q.ackPending, q.ecnCount = false, false, 0, 0
 	return n, nil
 }
 
@@ -804,7 +804,7 @@ func (q *QP) recvClassic(now clock.Time, pk *wire.Packet) {
 	if d > 0 {
 		q.stats.OutOfOrderDrops++
 		if !q.nakSeq {
-			q.nakSeq, q.nakSeq2 = true, true
+			q.nakSeq, q.nakDue = true, true
 		}
 		return
 	}
