@@ -2,7 +2,6 @@ package cc_test
 
 import (
 	"bytes"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/transport"
+	"github.com/sprayfabric/spray/transport/transporttest"
 )
 
 // transferResult is what a transfer over a link/mem bottleneck showed.
@@ -25,79 +25,25 @@ type transferResult struct {
 // sender's controller from mk, and checks that every byte arrives intact.
 func runTransfer(t *testing.T, seed uint64, mk func() cc.Controller, msgs [][]byte) transferResult {
 	t.Helper()
-	clk := &clock.Sim{}
-	fab := mem.NewFabric(mem.Config{Seed: seed, Delay: 2 * time.Microsecond, Bandwidth: 10e9, QueueBytes: 64 << 10}, clk)
-	pa, err := fab.NewPort([6]byte{2, 0, 0, 0, 0, 0xa}, netip.MustParseAddr("10.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort([6]byte{2, 0, 0, 0, 0, 0xb}, netip.MustParseAddr("10.0.0.2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pa.Close(); pb.Close() })
-	cfg := transport.Config{Seed: seed, CC: mk}
-	ea, err := transport.NewEngine(pa, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Seed++
-	cfg.CC = nil
-	eb, err := transport.NewEngine(pb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, err := ea.CreateQP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := eb.CreateQP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := qa.Connect(qb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.Connect(qa.Info()); err != nil {
-		t.Fatal(err)
-	}
+	p := transporttest.NewPairWith(t,
+		mem.Config{Seed: seed, Delay: 2 * time.Microsecond, Bandwidth: 10e9, QueueBytes: 64 << 10},
+		transport.Config{Seed: seed, CC: mk},
+		transporttest.Options{ConfigB: func(c *transport.Config) { c.CC = nil }})
 	for i, m := range msgs {
-		if err := qa.Post(transport.WorkRequest{ID: uint64(i + 1), Op: transport.OpSend, Data: m}); err != nil {
+		if err := p.QA.Post(transport.WorkRequest{ID: uint64(i + 1), Op: transport.OpSend, Data: m}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var ca, cb []transport.Completion
-	for len(ca) < len(msgs) || len(cb) < len(msgs) {
-		now := clk.Now()
-		wa, err := ea.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wb, err := eb.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, cb = ea.Completions(ca), eb.Completions(cb)
-		if wa || wb {
-			continue
-		}
-		next := clock.Min(clock.Min(ea.NextDeadline(), eb.NextDeadline()), fab.NextDelivery())
-		switch {
-		case next == clock.Never:
-			t.Fatalf("deadlock at %v", now)
-		case next > clock.Time(time.Minute):
-			t.Fatalf("not done after a minute of simulated time: %d/%d received", len(cb), len(msgs))
-		case next <= now:
-			next = now + 1
-		}
-		clk.Set(next)
+	done := func() bool { return len(p.CA) >= len(msgs) && len(p.CB) >= len(msgs) }
+	if err := p.Run(clock.Time(time.Minute), done); err != nil {
+		t.Fatalf("%v: %d/%d received", err, len(p.CB), len(msgs))
 	}
-	for i, c := range cb {
+	for i, c := range p.CB {
 		if c.Err != nil || !bytes.Equal(c.Data, msgs[i]) {
 			t.Fatalf("message %d: err %v, %d bytes, want %d bytes intact", i, c.Err, len(c.Data), len(msgs[i]))
 		}
 	}
-	return transferResult{elapsed: time.Duration(clk.Now()), queueDrops: fab.Stats().QueueDrops, retrans: qa.Stats().Retransmits}
+	return transferResult{elapsed: time.Duration(p.Clock.Now()), queueDrops: p.Fabric.Stats().QueueDrops, retrans: p.QA.Stats().Retransmits}
 }
 
 // TestTransferOverBottleneck runs each controller through the transport
