@@ -13,63 +13,36 @@ import (
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/transport"
+	"github.com/sprayfabric/spray/transport/transporttest"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
+// The addresses of the pair's ports.
 var (
-	macA = [6]byte{0x02, 0, 0, 0, 0, 0x0a}
-	macB = [6]byte{0x02, 0, 0, 0, 0, 0x0b}
-	ipA  = netip.MustParseAddr("10.0.0.1")
-	ipB  = netip.MustParseAddr("10.0.0.2")
+	macA, macB = transporttest.MACA, transporttest.MACB
+	ipA, ipB   = transporttest.IPA, transporttest.IPB
 )
 
 // transfer runs a few SENDs and WRITEs from A to B between two engines over
-// a link/mem fabric under a simulated clock, with A's link wrapped by Wrap
-// on wa and B's on wb, and checks that every message arrives intact.
+// a link/mem fabric under a simulated clock (a transporttest.Pair), with A's
+// link wrapped by Wrap on wa and B's on wb, and checks that every message
+// arrives intact.
 func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writer) {
 	t.Helper()
-	clk := &clock.Sim{}
-	fab := mem.NewFabric(mem.Config{
-		Seed: seed, Delay: 5 * time.Microsecond, Jitter: 2 * time.Microsecond,
-		Reorder: 0.1, ReorderDelay: 20 * time.Microsecond,
-	}, clk)
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	la, lb := Wrap(pa, wa), Wrap(pb, wb)
-	defer la.Close()
-	defer lb.Close()
-	cfg := transport.Config{Profile: profile, MTU: 1514, Window: 128, Seed: seed, MinRTO: time.Millisecond}
-	ea, err := transport.NewEngine(la, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Seed++
-	eb, err := transport.NewEngine(lb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, err := ea.CreateQP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	qb, err := eb.CreateQP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := qa.Connect(qb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.Connect(qa.Info()); err != nil {
-		t.Fatal(err)
-	}
+	p := transporttest.NewPairWith(t,
+		mem.Config{
+			Seed: seed, Delay: 5 * time.Microsecond, Jitter: 2 * time.Microsecond,
+			Reorder: 0.1, ReorderDelay: 20 * time.Microsecond,
+		},
+		transport.Config{Profile: profile, MTU: 1514, Window: 128, Seed: seed, MinRTO: time.Millisecond},
+		transporttest.Options{
+			WrapA: func(l link.Link) link.Link { return Wrap(l, wa) },
+			WrapB: func(l link.Link) link.Link { return Wrap(l, wb) },
+		})
+	ea, eb, qa := p.A, p.B, p.QA
 	region := make([]byte, 64<<10)
 	mr := eb.Register(region, transport.AccessRemoteWrite)
 
@@ -99,50 +72,18 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writ
 			t.Fatal(err)
 		}
 	}
-	var ca, cb []transport.Completion
 	limit := clock.Time(10 * time.Second)
-	for len(ca) < len(wrs) || len(cb) < len(sends)+1 {
-		now := clk.Now()
-		wka, err := ea.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wkb, err := eb.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, cb = ea.Completions(ca), eb.Completions(cb)
-		if wka || wkb {
-			continue
-		}
-		next := clock.Min(clock.Min(ea.NextDeadline(), eb.NextDeadline()), fab.NextDelivery())
-		if next == clock.Never || next > limit {
-			t.Fatalf("%v: stuck at %v with %d/%d sender and %d/%d receiver completions",
-				profile, now, len(ca), len(wrs), len(cb), len(sends)+1)
-		}
-		clk.Set(max(next, now+1))
+	done := func() bool { return len(p.CA) >= len(wrs) && len(p.CB) >= len(sends)+1 }
+	if err := p.Run(limit, done); err != nil {
+		t.Fatalf("%v: %v with %d/%d sender and %d/%d receiver completions",
+			profile, err, len(p.CA), len(wrs), len(p.CB), len(sends)+1)
 	}
 	// Let the last frames in flight (acknowledgements) arrive, so that both
 	// captures hold them.
-	for {
-		now := clk.Now()
-		wka, err := ea.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wkb, err := eb.Step(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wka || wkb {
-			continue
-		}
-		next := fab.NextDelivery()
-		if next == clock.Never {
-			break
-		}
-		clk.Set(max(next, now+1))
+	if err := p.Run(limit, func() bool { return p.Fabric.NextDelivery() == clock.Never }); err != nil {
+		t.Fatalf("%v: draining the fabric: %v", profile, err)
 	}
+	ca, cb := p.CA, p.CB
 	for _, c := range ca {
 		if c.Err != nil {
 			t.Fatalf("%v: completion %d: %v", profile, c.ID, c.Err)
@@ -161,7 +102,7 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writ
 			t.Fatalf("%v: malformed frames %+v", profile, s)
 		}
 	}
-	if s := fab.Stats(); s.Misuse != 0 {
+	if s := p.Fabric.Stats(); s.Misuse != 0 {
 		t.Fatalf("fabric misuse %+v", s)
 	}
 }
