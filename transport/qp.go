@@ -154,20 +154,20 @@ type QP struct {
 	gbn        bool
 
 	// sender
-	startPSN   psn.PSN
-	ackEntropy uint16 // source port of acknowledgements
-	sb         *retransmit.Scoreboard
-	paths      multipath.Policy
-	ctrl       cc.Controller
-	pacer      *cc.Pacer
-	seg        int // payload bytes per data packet
-	msgs       []sendMsg
-	head       uint64 // oldest incomplete message
-	cursor     uint64 // next message to segment
-	tail       uint64 // next free slot
-	curOff     uint32
-	nextID     uint32
-	events     []retransmit.Event
+	startPSN psn.PSN
+	ackTurn  int // acknowledgements rotate over the QP's entropies
+	sb       *retransmit.Scoreboard
+	paths    multipath.Policy
+	ctrl     cc.Controller
+	pacer    *cc.Pacer
+	seg      int // payload bytes per data packet
+	msgs     []sendMsg
+	head     uint64 // oldest incomplete message
+	cursor   uint64 // next message to segment
+	tail     uint64 // next free slot
+	curOff   uint32
+	nextID   uint32
+	events   []retransmit.Event
 
 	// receiver
 	win      *reorder.Window
@@ -245,7 +245,6 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	default:
 		q.paths = multipath.NewSpray(set, rng.Uint64())
 	}
-	q.ackEntropy = set[0]
 	if cfg.CC != nil {
 		q.ctrl = cfg.CC()
 	} else {
@@ -609,7 +608,7 @@ func classicOpcode(write, imm, first, last bool) wire.Opcode {
 // encodeAck builds the acknowledgement (or NAK) the receiver owes.
 func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 	pk := &q.pkt
-	q.headers(pk, q.ackEntropy)
+	q.headers(pk, q.nextAckEntropy())
 	if q.spray {
 		pk.BTH.Opcode = wire.OpSprayAck
 		a := &pk.Ack
@@ -650,10 +649,20 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 	return n, nil
 }
 
+// nextAckEntropy returns the source port of the next acknowledgement: the
+// QP's entropies in turn, so that one dead path loses only a share of the
+// acknowledgements (they are cumulative) and never all of them. ACKs do not
+// go through the path policy: nothing acknowledges an ACK.
+func (q *QP) nextAckEntropy() uint16 {
+	set := q.paths.Paths()
+	q.ackTurn = (q.ackTurn + 1) % len(set)
+	return set[q.ackTurn]
+}
+
 // encodeCNP builds a RoCEv2 congestion notification packet for the peer.
 func (q *QP) encodeCNP(buf []byte) (int, error) {
 	pk := &q.pkt
-	q.headers(pk, q.ackEntropy)
+	q.headers(pk, q.nextAckEntropy())
 	pk.BTH.Opcode = wire.OpCNP
 	pk.BTH.BECN = true
 	n, err := wire.Encode(buf, pk, nil)
