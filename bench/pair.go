@@ -31,6 +31,8 @@ type PairResult struct {
 	PerfResult
 	Client, Server     transport.EngineStats
 	ClientQP, ServerQP transport.QPStats
+	// ClientPaths is the client QP's per-path view at the end of the run.
+	ClientPaths []multipath.PathStats
 }
 
 // RunPair runs the perf workload from host A (client) to host B (server).
@@ -171,6 +173,9 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]by
 		return res, err
 	}
 	if res.ServerQP, err = cb.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.ClientPaths, err = ca.PathStats(ctx); err != nil {
 		return res, err
 	}
 	if res.Client, err = a.Stats(ctx); err != nil {

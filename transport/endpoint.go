@@ -11,6 +11,7 @@ import (
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/multipath"
 )
 
 // internalID marks work request IDs that the blocking calls allocate; IDs
@@ -276,6 +277,13 @@ func (c *Conn) Connect(ctx context.Context, remote QPInfo) error {
 func (c *Conn) Stats(ctx context.Context) (QPStats, error) {
 	var s QPStats
 	err := c.ep.do(ctx, func() error { s = c.qp.Stats(); return nil })
+	return s, err
+}
+
+// PathStats returns the QP's per-path counters (see QP.PathStats).
+func (c *Conn) PathStats(ctx context.Context) ([]multipath.PathStats, error) {
+	var s []multipath.PathStats
+	err := c.ep.do(ctx, func() error { s = c.qp.PathStats(); return nil })
 	return s, err
 }
 

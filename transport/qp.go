@@ -294,6 +294,11 @@ func (q *QP) Err() error { return q.err }
 // Stats returns the QP's counters.
 func (q *QP) Stats() QPStats { return q.stats }
 
+// PathStats returns the per-path (per-entropy) counters of the QP's path
+// policy: packets, ACKs, losses, RTT and, for adaptive spraying, the INT
+// queue delay and weight.
+func (q *QP) PathStats() []multipath.PathStats { return q.paths.Stats() }
+
 // RetransmitStats returns the retransmit counters of the QP's sender.
 func (q *QP) RetransmitStats() retransmit.Stats { return q.sb.Stats() }
 
