@@ -18,20 +18,10 @@ import (
 // byte-exact (SHA-256). The fabric programs' counters show that the faults
 // took effect.
 func TestLeafSpineFaults(t *testing.T) {
-	testutil.SkipIfNotRoot(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	fab, err := testbed.NewLeafSpine(ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
-	progs, err := fab.AttachPrograms(ebpf.ECNConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progs.Close()
+	fab, progs := newFabric(t, ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 4})
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
 	leaf0 := fab.Leaves[0]
 	uplink := func(s int) ebpf.PortID { return fab.PortID(leaf0, fab.Config.Hosts+s) }

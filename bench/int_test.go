@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
@@ -15,20 +14,10 @@ import (
 // when a shaped spine link is loaded by a bulk transfer, and next to none
 // when the same paths carry only ping-pongs.
 func TestINTQueueDelay(t *testing.T) {
-	testutil.SkipIfNotRoot(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fab, err := testbed.NewLeafSpine(ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 2, Rate: "200mbit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
-	progs, err := fab.AttachPrograms(ebpf.ECNConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progs.Close()
+	fab, _ := newFabric(t, ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 2, Rate: "200mbit"})
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
 	run := func(total int64, pings int) time.Duration {
 		res, err := RunHosts(ctx, a, b, PairRun{

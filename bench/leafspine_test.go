@@ -11,6 +11,25 @@ import (
 	"github.com/sprayfabric/spray/transport"
 )
 
+// newFabric builds a leaf-spine testbed with spray's fabric programs on
+// every switch port (no ECN marking), both torn down at the test's end. It
+// skips without root.
+func newFabric(t *testing.T, ctx context.Context, cfg testbed.LeafSpineConfig) (*testbed.Fabric, *ebpf.Fabric) {
+	t.Helper()
+	testutil.SkipIfNotRoot(t)
+	fab, err := testbed.NewLeafSpine(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fab.Close() })
+	progs, err := fab.AttachPrograms(ebpf.ECNConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { progs.Close() }) // runs before the fabric's Close
+	return fab, progs
+}
+
 // TestLeafSpineSpread: across a leaf-spine fabric with four spines, one
 // sprayed QP carries bytes over every spine (at least 10% each: blind
 // entropies alone leave a spine empty, the INT path signatures fix that),
@@ -18,20 +37,10 @@ import (
 // by SHA-256. The issue's ±10% of an equal share is not reached yet: the
 // adaptive weights follow per-path delay, which is noisy on this testbed.
 func TestLeafSpineSpread(t *testing.T) {
-	testutil.SkipIfNotRoot(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	fab, err := testbed.NewLeafSpine(ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
-	progs, err := fab.AttachPrograms(ebpf.ECNConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progs.Close()
+	fab, _ := newFabric(t, ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 4})
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
 	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
 		paths := transport.PathsAdaptive // learns the spines from INT
