@@ -57,6 +57,10 @@ type perfFlags struct {
 	timeout                                                 time.Duration
 }
 
+func init() {
+	register(command{name: "perf", summary: "goodput, messages/s and ping-pong latency between two endpoints", run: runPerf})
+}
+
 func runPerf(args []string) error {
 	mode := ""
 	if len(args) > 0 && (args[0] == "server" || args[0] == "client") {
