@@ -87,6 +87,14 @@
 // checksum stays zero. The ICRC masks the INT region, TOS and traffic class,
 // so it stays valid.
 //
+// A Fabric normally lives as long as the process (its tcx links and maps go
+// away with their file descriptors). Fabric.Pin pins the maps and every
+// port's links in a bpffs directory (MountBPFFS mounts one if needed), so
+// that the programs stay attached after the process exits;
+// LoadPinnedFabric opens the fabric again from another process, and Unpin
+// (or removing the directory) lets it go. Fabric.Objects and
+// ObjectIDs.Alive check that a teardown left no program, link or map.
+//
 // Fabric caveats: a queue is measured only where the frame's next device runs
 // the ingress program, so the last hop to a host is measured only if the
 // host's interface is a port too, and not for frames that an XDP program

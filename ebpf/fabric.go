@@ -221,3 +221,13 @@ func (c PortConfig) params() (portParams, error) {
 	}
 	return pp, nil
 }
+
+// DefaultBPFFS is where a bpffs is normally mounted; pinned fabrics live in
+// directories under it.
+const DefaultBPFFS = "/sys/fs/bpf"
+
+// ObjectIDs are kernel ids of a fabric's programs, links and maps
+// (Fabric.Objects), to check that a teardown left none behind.
+type ObjectIDs struct {
+	Programs, Links, Maps []uint32
+}

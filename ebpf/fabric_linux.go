@@ -32,6 +32,7 @@ type Fabric struct {
 	next   uint32   // first never-used slot
 	ncpu   int
 	closed bool
+	pinDir string // bpffs directory of the pins; "" when not pinned
 }
 
 // portKey identifies an interface: its namespace's cookie and its ifindex.
@@ -203,6 +204,13 @@ func (f *Fabric) addPort(ifindex int, cfg PortConfig, attach bool) error {
 		if err := f.attach(p, ifindex); err != nil {
 			p.progs.Close()
 			return err
+		}
+		if f.pinDir != "" {
+			if err := f.pinPort(cfg.ID, p); err != nil {
+				_ = p.unpin()
+				_ = p.unlink()
+				return err
+			}
 		}
 	}
 	if len(f.free) > 0 && f.free[len(f.free)-1] == slot {
@@ -383,7 +391,7 @@ func (f *Fabric) DetachPort(id PortID) error {
 	}
 	delete(f.ports, id)
 	delete(f.keys, p.key)
-	err = p.unlink()
+	err = errors.Join(p.unpin(), p.unlink())
 	f.free = append(f.free, p.slot)
 	if err != nil {
 		return fmt.Errorf("ebpf: detach port %v: %w", id, err)

@@ -36,3 +36,27 @@ func (f *Fabric) Ports() []PortID { return nil }
 
 // Close does nothing.
 func (f *Fabric) Close() error { return nil }
+
+// MountBPFFS returns ErrNotSupported.
+func MountBPFFS(string) error { return ErrNotSupported }
+
+// Pin returns ErrNotSupported.
+func (f *Fabric) Pin(string) error { return ErrNotSupported }
+
+// Unpin returns ErrNotSupported.
+func (f *Fabric) Unpin() error { return ErrNotSupported }
+
+// PinDir returns "".
+func (f *Fabric) PinDir() string { return "" }
+
+// LoadPinnedFabric returns ErrNotSupported.
+func LoadPinnedFabric(string) (*Fabric, error) { return nil, ErrNotSupported }
+
+// PortConfig returns ErrNotSupported.
+func (f *Fabric) PortConfig(PortID) (PortConfig, error) { return PortConfig{}, ErrNotSupported }
+
+// Objects returns ErrNotSupported.
+func (f *Fabric) Objects() (ObjectIDs, error) { return ObjectIDs{}, ErrNotSupported }
+
+// Alive returns ErrNotSupported.
+func (ids ObjectIDs) Alive() ([]string, error) { return nil, ErrNotSupported }
