@@ -119,6 +119,26 @@ type QPStats struct {
 	MessagesSent           uint64
 	MessagesReceived       uint64
 	Timeouts               uint64
+
+	// RTTSamples counts round-trip samples: acknowledgements that timed a
+	// packet (Spray: every ACK, by its echoed timestamp, the receiver's
+	// acknowledgement delay included; RoCE: those the scoreboard timed).
+	// SRTT is their smoothed value (EWMA, gain 1/8), MinRTT the smallest;
+	// both 0 before the first sample.
+	RTTSamples   uint64
+	SRTT, MinRTT time.Duration
+	// INTAcks counts acknowledgements that carried INT records (Spray with
+	// Config.INTHops and a fabric that fills them). INTQueueDelay is the
+	// smoothed (EWMA, gain 1/8) queue delay they report, summed over the
+	// hops; MaxINTQueueDelay the largest.
+	INTAcks                         uint64
+	INTQueueDelay, MaxINTQueueDelay time.Duration
+	// Microbursts counts the acknowledgements whose INT queue delay
+	// exceeded Config.MicroburstThreshold.
+	Microbursts uint64
+	// ReorderHeld is the number of data packets received ahead of a hole
+	// (Spray), at the time Stats was called; MaxReorderHeld the most at once.
+	ReorderHeld, MaxReorderHeld uint64
 }
 
 type sendMsg struct {
@@ -196,6 +216,7 @@ type QP struct {
 	pkt     wire.Packet
 	comps   []Completion
 	stats   QPStats
+	pstats  pathTable // per-path counters: stats_telemetry.go
 }
 
 type lastData struct {
@@ -245,16 +266,17 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	default:
 		q.paths = multipath.NewSpray(set, rng.Uint64())
 	}
+	q.seg = payloadSize(cfg, lip.Is6())
 	if cfg.CC != nil {
 		q.ctrl = cfg.CC()
 	} else {
-		q.ctrl = cc.Fixed{}
+		q.ctrl = defaultController(cfg, q.seg)
 	}
 	q.pacer = cc.NewPacer(cfg.PacingBurst)
-	q.seg = payloadSize(cfg, lip.Is6())
 	q.msgs = make([]sendMsg, cfg.SendQueue)
 	q.events = make([]retransmit.Event, 0, cfg.Window)
 	q.recvq = make([]Completion, cfg.MaxMessages)
+	q.pstats.init(q.paths.Paths())
 	return q, nil
 }
 
@@ -292,7 +314,13 @@ func (q *QP) Info() QPInfo {
 func (q *QP) Err() error { return q.err }
 
 // Stats returns the QP's counters.
-func (q *QP) Stats() QPStats { return q.stats }
+func (q *QP) Stats() QPStats {
+	s := q.stats
+	if q.win != nil {
+		s.ReorderHeld = uint64(q.win.Pending())
+	}
+	return s
+}
 
 // PathStats returns the per-path (per-entropy) counters of the QP's path
 // policy: packets, ACKs, losses, RTT and, for adaptive spraying, the INT
@@ -434,7 +462,7 @@ func (q *QP) canSendNew() bool {
 		return false
 	}
 	if w := q.ctrl.Window(); w > 0 {
-		if _, b := q.sb.InFlight(); b+q.seg > w {
+		if _, b := q.sb.InFlight(); b > 0 && b+q.seg > w { // a window below a packet still lets one out
 			return false
 		}
 	}
@@ -498,6 +526,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		}
 		q.sent(now, n, rate)
 		q.stats.Retransmits++
+		q.pstats.onSend(entropy, n, true)
 		return n, nil
 	}
 	if !q.canSendNew() {
@@ -521,6 +550,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.curOff = 0
 	}
 	q.sent(now, n, rate)
+	q.pstats.onSend(entropy, n, false)
 	return n, nil
 }
 
@@ -776,6 +806,7 @@ func (q *QP) recvSpray(now clock.Time, pk *wire.Packet) {
 	}
 	copy(dst, pk.Payload)
 	q.win.Mark(p)
+	q.noteReorder()
 	q.stats.RxPackets++
 	q.stats.RxBytes += uint64(len(pk.Payload))
 	q.noteData(now, pk, p, h.TxTime)
@@ -943,10 +974,13 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 		}
 	}
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
+	q.noteRTT(rtt)
 	if a.Entropy != 0 {
 		if len(pk.INT) > 0 {
+			qd := intQueueDelay(pk.INT)
+			q.noteINT(a.Entropy, qd)
 			if obs, ok := q.paths.(multipath.INTObserver); ok {
-				obs.OnINT(now, a.Entropy, intQueueDelay(pk.INT))
+				obs.OnINT(now, a.Entropy, qd)
 			}
 			if obs, ok := q.paths.(multipath.PathObserver); ok {
 				obs.OnPath(now, a.Entropy, intPathSignature(pk.INT))
@@ -1023,6 +1057,7 @@ func (q *QP) onClassicAck(now clock.Time, pk *wire.Packet) {
 	}
 	q.onEvents(now)
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: res.RTT})
+	q.noteRTT(res.RTT)
 	q.completeSends()
 }
 

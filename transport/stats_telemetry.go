@@ -1,0 +1,195 @@
+package transport
+
+import (
+	"context"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/multipath"
+	"github.com/sprayfabric/spray/retransmit"
+)
+
+// DefaultMicroburstThreshold is Config.MicroburstThreshold's default: the
+// INT queue delay above which an acknowledgement counts as a microburst.
+const DefaultMicroburstThreshold = 50 * time.Microsecond
+
+// PathCounters are the transport's own counters for one path (entropy) of
+// a QP, kept beside the path policy's (multipath.PathStats) whatever the
+// policy: bytes, retransmissions and the INT queue delay that
+// acknowledgements report for the path.
+type PathCounters struct {
+	// TxPackets and TxBytes count the data packets (retransmissions
+	// included) sent on the entropy; Retransmits the retransmissions alone.
+	TxPackets, TxBytes, Retransmits uint64
+	// INTAcks counts the acknowledgements of packets sent on the entropy
+	// that carried INT records.
+	INTAcks uint64
+	// INTQueueDelay is the smoothed (EWMA, gain 1/8) queue delay those
+	// records report, summed over the hops; MaxINTQueueDelay the largest.
+	INTQueueDelay, MaxINTQueueDelay time.Duration
+	// Microbursts counts those acknowledgements whose queue delay exceeded
+	// Config.MicroburstThreshold.
+	Microbursts uint64
+}
+
+// pathTable keeps PathCounters in the order of the path policy's Paths.
+type pathTable struct {
+	ents []uint16
+	idx  map[uint16]int // for large sets; small ones are scanned
+	c    []PathCounters
+}
+
+func (t *pathTable) init(ents []uint16) {
+	t.ents = append([]uint16(nil), ents...)
+	t.c = make([]PathCounters, len(ents))
+	if len(ents) > 16 {
+		t.idx = make(map[uint16]int, len(ents))
+		for i, e := range ents {
+			t.idx[e] = i
+		}
+	}
+}
+
+// at returns the counters of entropy e, or nil if e is not a path.
+func (t *pathTable) at(e uint16) *PathCounters {
+	if t.idx != nil {
+		if i, ok := t.idx[e]; ok {
+			return &t.c[i]
+		}
+		return nil
+	}
+	for i, x := range t.ents {
+		if x == e {
+			return &t.c[i]
+		}
+	}
+	return nil
+}
+
+func (t *pathTable) onSend(e uint16, n int, retx bool) {
+	if c := t.at(e); c != nil {
+		c.TxPackets++
+		c.TxBytes += uint64(n)
+		if retx {
+			c.Retransmits++
+		}
+	}
+}
+
+// ewma8 moves avg by 1/8 of the way to the sample; the first sample sets it.
+func ewma8(avg, sample time.Duration, first bool) time.Duration {
+	if first {
+		return sample
+	}
+	return avg + (sample-avg)/8
+}
+
+// noteRTT folds a round-trip sample into the QP's SRTT and MinRTT.
+func (q *QP) noteRTT(rtt time.Duration) {
+	if rtt <= 0 {
+		return
+	}
+	s := &q.stats
+	first := s.RTTSamples == 0
+	s.RTTSamples++
+	s.SRTT = ewma8(s.SRTT, rtt, first)
+	if first || rtt < s.MinRTT {
+		s.MinRTT = rtt
+	}
+}
+
+// noteINT records the queue delay of an acknowledgement's INT records, for
+// the QP and for the path (entropy) of the acknowledged packet, and counts
+// a microburst when it is above the threshold.
+func (q *QP) noteINT(entropy uint16, delay time.Duration) {
+	burst := q.cfg.MicroburstThreshold >= 0 && delay > q.cfg.MicroburstThreshold
+	s := &q.stats
+	s.INTQueueDelay = ewma8(s.INTQueueDelay, delay, s.INTAcks == 0)
+	s.INTAcks++
+	s.MaxINTQueueDelay = max(s.MaxINTQueueDelay, delay)
+	if burst {
+		s.Microbursts++
+	}
+	if c := q.pstats.at(entropy); c != nil {
+		c.INTQueueDelay = ewma8(c.INTQueueDelay, delay, c.INTAcks == 0)
+		c.INTAcks++
+		c.MaxINTQueueDelay = max(c.MaxINTQueueDelay, delay)
+		if burst {
+			c.Microbursts++
+		}
+	}
+}
+
+// noteReorder tracks the most packets held ahead of a hole at once.
+func (q *QP) noteReorder() {
+	q.stats.MaxReorderHeld = max(q.stats.MaxReorderHeld, uint64(q.win.Pending()))
+}
+
+// PathCounters returns a copy of the QP's per-path counters, in the order
+// of PathStats (the path policy's Paths).
+func (q *QP) PathCounters() []PathCounters {
+	return append([]PathCounters(nil), q.pstats.c...)
+}
+
+// PathSnapshot is everything known about one path of a QP: the path
+// policy's counters and the transport's.
+type PathSnapshot struct {
+	multipath.PathStats
+	PathCounters
+}
+
+// QPSnapshot is the state of one QP at a moment: its counters, its
+// sender's retransmit counters and its paths.
+type QPSnapshot struct {
+	QPN        uint32
+	Stats      QPStats
+	Retransmit retransmit.Stats
+	Paths      []PathSnapshot
+}
+
+// Snapshot is the state of an Engine and of every QP on it at a moment:
+// what a metrics exporter reads. The zero value is ready to be filled;
+// filling it again reuses its memory.
+type Snapshot struct {
+	// Time is when Endpoint.Snapshot took it, on the Endpoint's clock;
+	// Engine.Snapshot leaves it as it was.
+	Time   clock.Time
+	Engine EngineStats
+	QPs    []QPSnapshot
+}
+
+// Snapshot fills dst with the engine's counters and those of its QPs, in
+// creation order.
+func (e *Engine) Snapshot(dst *Snapshot) {
+	dst.Engine = e.stats
+	dst.QPs = dst.QPs[:0]
+	for _, q := range e.order {
+		if len(dst.QPs) < cap(dst.QPs) {
+			dst.QPs = dst.QPs[:len(dst.QPs)+1]
+		} else {
+			dst.QPs = append(dst.QPs, QPSnapshot{})
+		}
+		s := &dst.QPs[len(dst.QPs)-1]
+		s.QPN, s.Stats, s.Retransmit = q.qpn, q.Stats(), q.RetransmitStats()
+		s.Paths = s.Paths[:0]
+		for i, p := range q.paths.Stats() {
+			ps := PathSnapshot{PathStats: p}
+			if i < len(q.pstats.c) && q.pstats.ents[i] == p.Entropy {
+				ps.PathCounters = q.pstats.c[i]
+			} else if c := q.pstats.at(p.Entropy); c != nil {
+				ps.PathCounters = *c
+			}
+			s.Paths = append(s.Paths, ps)
+		}
+	}
+}
+
+// Snapshot fills dst with the counters of the endpoint's engine and QPs
+// (see Engine.Snapshot). It waits for the engine goroutine, like Stats.
+func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
+	return ep.do(ctx, func() error {
+		ep.eng.Snapshot(dst)
+		dst.Time = ep.clk.Now()
+		return nil
+	})
+}

@@ -1,0 +1,182 @@
+package transport
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// TestStatsTelemetryMove checks that the counters a metrics exporter reads
+// move in a lossy, reordering transfer and agree with each other: per-path
+// sums equal the QP's totals, the RTT is timed, packets are held for
+// reordering.
+func TestStatsTelemetryMove(t *testing.T) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		t.Run(prof.String(), func(t *testing.T) {
+			seed := testutil.Seed(t)
+			rng := rand.New(rand.NewPCG(seed, 2))
+			mc := mem.Config{
+				Seed: seed, Loss: 0.02, Reorder: 0.3, ReorderDelay: 50 * time.Microsecond,
+				Delay: 5 * time.Microsecond, Jitter: 5 * time.Microsecond,
+			}
+			if prof == RoCE {
+				// Go-Back-N resends nearly every packet under heavy
+				// reordering, and resent packets give no RTT sample.
+				mc.Reorder, mc.Jitter = 0, 0
+			}
+			s := newSimPair(t, mc, Config{Profile: prof, Seed: seed})
+			transfer(t, s, randomMessages(rng, 40, 256<<10))
+
+			var snap Snapshot
+			s.ea.Snapshot(&snap)
+			if len(snap.QPs) != 1 || snap.QPs[0].QPN != s.qa.QPN() {
+				t.Fatalf("snapshot has %d QPs (%+v), want QP %#x", len(snap.QPs), snap.QPs, s.qa.QPN())
+			}
+			if snap.Engine != s.ea.Stats() || snap.Engine.TxFrames == 0 {
+				t.Errorf("snapshot engine stats %+v, engine says %+v", snap.Engine, s.ea.Stats())
+			}
+			qs := snap.QPs[0]
+			st := qs.Stats
+			if st != s.qa.Stats() {
+				t.Errorf("snapshot QP stats %+v, QP says %+v", st, s.qa.Stats())
+			}
+			if st.RTTSamples == 0 || st.MinRTT <= 0 || st.SRTT < st.MinRTT {
+				t.Errorf("RTT not timed: %d samples, SRTT %v, MinRTT %v", st.RTTSamples, st.SRTT, st.MinRTT)
+			}
+			if st.Retransmits == 0 {
+				t.Errorf("no retransmits at 2%% loss")
+			}
+			var pkts, bytes, retx uint64
+			for _, p := range qs.Paths {
+				pkts += p.TxPackets
+				bytes += p.TxBytes
+				retx += p.Retransmits
+				if p.TxPackets != p.Packets {
+					t.Errorf("path %d: transport counted %d packets, policy %d", p.Entropy, p.TxPackets, p.Packets)
+				}
+				if p.TxPackets == 0 {
+					t.Errorf("path %d carried nothing", p.Entropy)
+				}
+			}
+			if pkts != st.TxPackets || bytes != st.TxBytes || retx != st.Retransmits {
+				t.Errorf("paths sum to %d packets, %d bytes, %d retransmits; QP counted %d, %d, %d",
+					pkts, bytes, retx, st.TxPackets, st.TxBytes, st.Retransmits)
+			}
+			want := 1
+			if prof == Spray {
+				want = s.ea.Config().Entropies
+			}
+			if len(qs.Paths) != want || len(s.qa.PathCounters()) != want {
+				t.Errorf("%d paths in the snapshot, %d counters; want %d", len(qs.Paths), len(s.qa.PathCounters()), want)
+			}
+
+			rx := s.qb.Stats()
+			if prof == Spray && rx.MaxReorderHeld == 0 {
+				t.Errorf("receiver never held a packet ahead of a hole (reorder 30%%, loss 2%%)")
+			}
+			if rx.ReorderHeld != 0 {
+				t.Errorf("receiver holds %d packets after the transfer", rx.ReorderHeld)
+			}
+		})
+	}
+}
+
+// intPump drives two QPs by hand, one data packet and its acknowledgement
+// at a time, and lets the test write the INT records that the data packet
+// carries: the records a switch would have filled in.
+type intPump struct {
+	t      *testing.T
+	s      *simPair
+	now    clock.Time
+	buf    []byte
+	pk, ak wire.Packet
+}
+
+// send posts a one-packet message and delivers it with a path of two hops,
+// the first queueing delay behind it (at 1 Gbit/s), then its ACK.
+func (p *intPump) send(delay time.Duration) {
+	t, s := p.t, p.s
+	if err := s.qa.Post(WorkRequest{Op: OpSend, Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	p.now = p.now.Add(10 * time.Microsecond)
+	n, err := s.qa.PollTransmit(p.now, p.buf)
+	if err != nil || n == 0 {
+		t.Fatalf("data packet: %d bytes, %v", n, err)
+	}
+	if err := wire.Decode(p.buf[:n], &p.pk); err != nil {
+		t.Fatal(err)
+	}
+	var recs [2 * wire.HopLen]byte
+	wire.PutHop(recs[:], 0, wire.Hop{Switch: 1, Port: 1, RateMbps: 1000, QLen: uint32(delay / 8)})
+	wire.PutHop(recs[:], 1, wire.Hop{Switch: 2, Port: 1, RateMbps: 1000})
+	p.pk.INT = recs[:]
+	p.now = p.now.Add(5 * time.Microsecond)
+	s.qb.Handle(p.now, &p.pk)
+	abuf := make([]byte, len(p.buf))
+	n, err = s.qb.PollTransmit(p.now, abuf)
+	if err != nil || n == 0 {
+		t.Fatalf("ack: %d bytes, %v", n, err)
+	}
+	if err := wire.Decode(abuf[:n], &p.ak); err != nil {
+		t.Fatal(err)
+	}
+	if p.ak.BTH.Opcode != wire.OpSprayAck || len(p.ak.INT) != len(recs) {
+		t.Fatalf("ack opcode %v with %d INT bytes, want spray ACK with %d", p.ak.BTH.Opcode, len(p.ak.INT), len(recs))
+	}
+	p.now = p.now.Add(5 * time.Microsecond)
+	s.qa.Handle(p.now, &p.ak)
+}
+
+func TestMicroburstsCount(t *testing.T) {
+	delays := []time.Duration{time.Microsecond, 100 * time.Microsecond, 3 * time.Microsecond,
+		400 * time.Microsecond, 49 * time.Microsecond, 51 * time.Microsecond, 0, 50 * time.Microsecond}
+	for _, tc := range []struct {
+		name      string
+		threshold time.Duration
+		want      uint64
+	}{
+		{"default 50µs", 0, 3},
+		{"200µs", 200 * time.Microsecond, 1},
+		{"1ns", 1, 7},
+		{"off", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{
+				Seed: 1, INTHops: 2, AckEvery: 1, MicroburstThreshold: tc.threshold,
+			})
+			p := &intPump{t: t, s: s, buf: make([]byte, 2048)}
+			for _, d := range delays {
+				p.send(d)
+			}
+			st := s.qa.Stats()
+			if st.Microbursts != tc.want {
+				t.Errorf("Microbursts = %d, want %d", st.Microbursts, tc.want)
+			}
+			if st.INTAcks != uint64(len(delays)) || st.MaxINTQueueDelay != 400*time.Microsecond {
+				t.Errorf("INTAcks %d (want %d), MaxINTQueueDelay %v (want 400µs)", st.INTAcks, len(delays), st.MaxINTQueueDelay)
+			}
+			if st.INTQueueDelay <= 0 || st.INTQueueDelay >= 400*time.Microsecond {
+				t.Errorf("smoothed INT queue delay %v, want within (0, 400µs)", st.INTQueueDelay)
+			}
+			var bursts, acks uint64
+			var maxd time.Duration
+			for _, c := range s.qa.PathCounters() {
+				bursts += c.Microbursts
+				acks += c.INTAcks
+				maxd = max(maxd, c.MaxINTQueueDelay)
+			}
+			if bursts != tc.want || acks != st.INTAcks || maxd != st.MaxINTQueueDelay {
+				t.Errorf("paths: %d microbursts, %d INT acks, max %v; QP: %d, %d, %v", bursts, acks, maxd, st.Microbursts, st.INTAcks, st.MaxINTQueueDelay)
+			}
+			if st.MessagesSent != uint64(len(delays)) {
+				t.Errorf("%d messages completed, want %d", st.MessagesSent, len(delays))
+			}
+		})
+	}
+}
