@@ -21,6 +21,23 @@
 // CleanupStale, which NewPair and NewLeafSpine run once per process;
 // Cleanup removes everything under a prefix, owner alive or not.
 //
+// Persistent fabrics outlive the process that built them, for building,
+// inspecting and breaking a fabric by hand (spray testbed up|status|fault|
+// down). UpLeafSpine builds one by name, attaches the fabric programs and
+// pins their maps and tcx links on a bpffs (PinRoot/<prefix>, mounting a
+// bpffs on /sys/fs/bpf if none is there), and writes a state file
+// (StateDir/<name>.json: config, namespaces, hosts, ports and their
+// program port ids). OpenLeafSpine reopens it in another process, with
+// its programs (Fabric.Programs) for faults, ECN and counters;
+// Fabric.Status reports per-port utilization and counters,
+// Fabric.LookupPort resolves "spine0:leaf1". Closing such a Fabric only
+// releases handles; DownLeafSpine removes pins, links, namespaces and the
+// state file. Their prefix is "spf-<name>-" and their owner file says
+// "persistent", so CleanupStale never removes them. Concurrent changes
+// from several processes to one persistent fabric are not coordinated
+// (each SetLinkDown, SetFaults is atomic on its own; the state file keeps
+// only what Reconverge knew).
+//
 // Caveats: everything needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN). Host.Do
 // runs a function in a host's namespace on the calling goroutine's locked
 // OS thread; goroutines that the function starts do not inherit the
@@ -33,7 +50,8 @@
 // seen only by its two ends until Fabric.Reconverge (no routing protocol
 // runs), so the rest of the fabric blackholes some traffic; the fabric
 // programs for INT, ECN and loss (package ebpf) are not attached by
-// NewLeafSpine.
+// NewLeafSpine but by Fabric.AttachPrograms, and Fabric.Close detaches
+// them.
 //
 // Pair, Fabric, Switch and Host methods are safe for concurrent use.
 package testbed

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sprayfabric/spray/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -329,6 +330,18 @@ type Fabric struct {
 	// Hosts, leaf by leaf: host i of leaf l is Hosts[l*Config.Hosts+i].
 	Hosts          []*Host
 	Leaves, Spines []*Switch
+	// Name is the name of a persistent fabric (UpLeafSpine,
+	// OpenLeafSpine); "" for one that lives with the process.
+	Name string
+
+	// persistent: Close releases handles and leaves the fabric.
+	persistent bool
+	// prog is the fabric programs' handle: the last AttachPrograms's
+	// result, or the pinned programs of a persistent fabric.
+	prog *ebpf.Fabric
+	// attached is every AttachPrograms result, closed by Close (closing
+	// one twice does nothing).
+	attached []*ebpf.Fabric
 
 	nodes []*node
 	links []*fabLink
@@ -445,21 +458,17 @@ func NewLeafSpine(ctx context.Context, cfg LeafSpineConfig) (*Fabric, error) {
 	return f, nil
 }
 
-func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric, err error) {
-	f := &Fabric{Prefix: prefix, Config: c}
-	defer func() {
-		if err != nil {
-			f.teardown()
-		}
-	}()
+// layoutFabric returns the fabric's nodes and links, named and addressed,
+// without making anything in the kernel; every namespace handle is -1.
+func layoutFabric(prefix string, c LeafSpineConfig) (f *Fabric, hosts, leaves, spines []*node) {
+	f = &Fabric{Prefix: prefix, Config: c}
 	add := func(kind nodeKind, index int, short string) *node {
 		n := &node{kind: kind, index: index, short: short, name: prefix + short, ns: -1}
 		f.nodes = append(f.nodes, n)
 		return n
 	}
-	leaves := make([]*node, c.Leaves)
-	spines := make([]*node, c.Spines)
-	var hosts []*node
+	leaves = make([]*node, c.Leaves)
+	spines = make([]*node, c.Spines)
 	for l := range leaves {
 		leaves[l] = add(kindLeaf, l, fmt.Sprintf("leaf%d", l))
 	}
@@ -489,7 +498,16 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 			connect(leaf, spine, fmt.Sprintf("up%d", s), fmt.Sprintf("down%d", l), leafIP, leafIP.Next(), c.RateBps, c.RateBps)
 		}
 	}
+	return f, hosts, leaves, spines
+}
 
+func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric, err error) {
+	f, hosts, leaves, spines := layoutFabric(prefix, c)
+	defer func() {
+		if err != nil {
+			f.teardown()
+		}
+	}()
 	for _, n := range f.nodes {
 		if n.ns, err = newNamed(n.name); err != nil {
 			return nil, fmt.Errorf("testbed: namespace %s: %w", n.name, err)
@@ -549,13 +567,23 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 		}
 	}
 
+	if err := f.describe(handles, hosts, leaves, spines); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// describe fills f.Hosts, f.Leaves and f.Spines from the nodes, which have
+// their namespaces and interface indexes.
+func (f *Fabric) describe(handles map[*node]*netlink.Handle, hosts, leaves, spines []*node) error {
+	c := f.Config
 	for _, n := range hosts {
 		e := n.ports[0]
 		hst := &Host{Name: n.name, NS: n.ns, Link: e.name, Ifindex: e.ifindex, IP: e.addr.Addr(),
 			Prefix: e.addr, MTU: c.MTU, closed: &f.closed}
 		l, err := handles[n].LinkByIndex(e.ifindex)
 		if err != nil {
-			return nil, fmt.Errorf("testbed: %s in %s: %w", e.name, n.name, err)
+			return fmt.Errorf("testbed: %s in %s: %w", e.name, n.name, err)
 		}
 		copy(hst.MAC[:], l.Attrs().HardwareAddr)
 		f.Hosts = append(f.Hosts, hst)
@@ -574,7 +602,7 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 	for _, n := range spines {
 		f.Spines = append(f.Spines, sw(n))
 	}
-	return f, nil
+	return nil
 }
 
 // nodeSysctls sets a namespace up before its links exist, so that new
@@ -729,12 +757,30 @@ func (f *Fabric) installRoutes(h *netlink.Handle, n *node) error {
 	return nil
 }
 
-// Close removes every namespace of the fabric, and with them its links. It
-// is idempotent.
+// Close removes every namespace of the fabric, and with them its links,
+// and closes the fabric programs that AttachPrograms attached. It is
+// idempotent. The Close of a persistent fabric (UpLeafSpine,
+// OpenLeafSpine) only releases this process's handles: the fabric stays
+// until DownLeafSpine.
 func (f *Fabric) Close() error {
 	f.closeOnce.Do(func() {
 		unregister(f)
-		f.closeErr = f.teardown()
+		f.mu.Lock()
+		progs := append(f.attached, f.prog)
+		f.mu.Unlock()
+		var errs []error
+		for _, p := range progs {
+			if p != nil {
+				// A pinned fabric's programs stay attached.
+				errs = append(errs, p.Close())
+			}
+		}
+		err := errors.Join(errs...)
+		if f.persistent {
+			f.closeErr = errors.Join(err, f.release())
+			return
+		}
+		f.closeErr = errors.Join(err, f.teardown())
 	})
 	return f.closeErr
 }
@@ -915,6 +961,9 @@ func (f *Fabric) Reconverge() error {
 		if err != nil {
 			return err
 		}
+	}
+	if f.persistent {
+		return f.saveKnown()
 	}
 	return nil
 }

@@ -31,8 +31,9 @@ func (f *Fabric) PortID(sw *Switch, p int) ebpf.PortID {
 // on queue delay, fault injection, per-port counters; package ebpf) and
 // attaches them to every switch port, with each port's shaping rate so that
 // queue delay converts to queue bytes. ecn applies to every port; faults
-// are set later, per port, through the returned ebpf.Fabric, which the
-// caller closes before the testbed.
+// are set later, per port, through the returned ebpf.Fabric (also
+// Fabric.Programs). Fabric.Close closes it too; closing it earlier detaches
+// the programs earlier.
 func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 	prog, err := ebpf.LoadFabric()
 	if err != nil {
@@ -49,7 +50,23 @@ func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 			}
 		}
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed.Load() {
+		prog.Close()
+		return nil, ErrClosed
+	}
+	f.prog = prog
+	f.attached = append(f.attached, prog)
 	return prog, nil
+}
+
+// Programs returns the fabric programs attached by the last
+// AttachPrograms, or those of a persistent fabric; nil if none are.
+func (f *Fabric) Programs() *ebpf.Fabric {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.prog
 }
 
 // UplinkBytes returns the bytes leaf l has sent up to each spine so far.
