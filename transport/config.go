@@ -124,17 +124,13 @@ type Config struct {
 	// INTHops reserves room for that many INT hop records in every data
 	// packet (Spray only) for switches to fill; 0 reserves none.
 	INTHops int
-	// CC makes a congestion controller for each QP; nil means the
-	// profile's: for Spray cc's "auto" (Swift from RTT, HPCC once ACKs echo
-	// INT records), for RoCE "dcqcn" (with ECN on), as cc.ByName
-	// configures them. cc.ByName("none") is the fixed, unlimited one (the
-	// window is still bounded by Window).
+	// CC makes a congestion controller for each QP; nil means a fixed,
+	// unlimited one (the window is still bounded by Window).
 	CC func() cc.Controller
 	// PacingBurst is the pacer's burst in bytes; 0 means 16 KiB.
 	PacingBurst int
-	// ECN marks data packets ECN-capable (ECT(0)); default off, except for
-	// RoCE with the default controller (CC nil): DCQCN and ECN-echo need
-	// it.
+	// ECN marks data packets ECN-capable (ECT(0)); default off: DCQCN and
+	// ECN-echo need it, and the testbed enables it.
 	ECN bool
 	// Seed seeds every random choice (initial PSNs, entropies, spraying
 	// order). Equal seeds give equal runs over a deterministic link.
@@ -231,9 +227,6 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.PacingBurst == 0 {
 		c.PacingBurst = 16 << 10
-	}
-	if c.CC == nil && c.Profile == RoCE {
-		c.ECN = true // for the default DCQCN
 	}
 	if c.MicroburstThreshold == 0 {
 		c.MicroburstThreshold = DefaultMicroburstThreshold

@@ -266,13 +266,13 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	default:
 		q.paths = multipath.NewSpray(set, rng.Uint64())
 	}
-	q.seg = payloadSize(cfg, lip.Is6())
 	if cfg.CC != nil {
 		q.ctrl = cfg.CC()
 	} else {
-		q.ctrl = defaultController(cfg, q.seg)
+		q.ctrl = cc.Fixed{}
 	}
 	q.pacer = cc.NewPacer(cfg.PacingBurst)
+	q.seg = payloadSize(cfg, lip.Is6())
 	q.msgs = make([]sendMsg, cfg.SendQueue)
 	q.events = make([]retransmit.Event, 0, cfg.Window)
 	q.recvq = make([]Completion, cfg.MaxMessages)
@@ -462,7 +462,7 @@ func (q *QP) canSendNew() bool {
 		return false
 	}
 	if w := q.ctrl.Window(); w > 0 {
-		if _, b := q.sb.InFlight(); b > 0 && b+q.seg > w { // a window below a packet still lets one out
+		if _, b := q.sb.InFlight(); b+q.seg > w {
 			return false
 		}
 	}
