@@ -201,7 +201,7 @@ func readState(name string) (*persistState, error) {
 	b, err := os.ReadFile(statePath(name))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("testbed %q: %w (spray testbed up ... --name %s makes one)", name, os.ErrNotExist, name)
+			return nil, fmt.Errorf("no testbed %q is up: %w (spray testbed up ... --name %s makes one)", name, os.ErrNotExist, name)
 		}
 		return nil, fmt.Errorf("testbed %q: %w", name, err)
 	}
@@ -361,7 +361,7 @@ func DownLeafSpine(name string) error {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("testbed %q: %w", name, os.ErrNotExist)
+		return fmt.Errorf("no testbed %q: %w", name, os.ErrNotExist)
 	}
 	return nil
 }
