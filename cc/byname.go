@@ -1,34 +1,99 @@
 package cc
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
 
 // Params are what a controller needs to know of the path it runs on, for
-// ByName to pick defaults. Zero fields take the controllers' own defaults.
+// ByName to pick defaults. Zero fields take ByName's software-fabric
+// defaults (see ByName).
 type Params struct {
-	LineRate    float64       // bytes per second the sender's link carries
-	BaseRTT     time.Duration // unloaded round trip of the fabric
-	PacketBytes int           // payload of a full packet
+	LineRate    float64       // bytes per second the sender's link carries; 0: the controller's default (100 Gb/s)
+	BaseRTT     time.Duration // unloaded round trip of the fabric; 0: SoftwareBaseRTT
+	PacketBytes int           // payload of a full packet; 0: 1400
 }
 
-// Names lists the controllers ByName knows.
-var Names = []string{"fixed", "hpcc", "swift", "dcqcn"}
+// Calibration of ByName for software fabrics (network namespaces, veth,
+// user-space endpoints on shared CPUs), where the unloaded RTT is 50-500µs
+// rather than the 5-10µs of the papers' hardware. See the package doc.
+const (
+	// SoftwareBaseRTT is HPCC's T when Params.BaseRTT is 0.
+	SoftwareBaseRTT = 100 * time.Microsecond
+	// SoftwareSwiftTarget is Swift's base target, measured from the
+	// path's smallest recent fabric delay (SwiftConfig.RelativeTarget).
+	SoftwareSwiftTarget = 50 * time.Microsecond
+	// SoftwareSwiftMinCwnd is Swift's smallest window in packets: a
+	// packet every 10 RTTs at worst. The paper's 0.001 (a packet every
+	// 1000 RTTs) stalls a QP for seconds after a timeout when an RTT is a
+	// few hundred µs to a few ms, and software fabrics time out spuriously
+	// under CPU load.
+	SoftwareSwiftMinCwnd = 0.1
+)
 
-// ByName returns a constructor of the named controller ("fixed", "hpcc",
-// "swift" or "dcqcn"), configured from p; each QP calls it for its own
-// controller.
+// Names lists the controllers ByName knows; "none" is another name for
+// "fixed".
+var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
+
+// ByName returns a constructor of the named controller, configured from p;
+// each QP calls it for its own controller:
+//
+//   - "auto": Auto, Swift until INT records come back, then HPCC (the spray
+//     profile's default);
+//   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0);
+//   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
+//     to twice that on top) over the path's smallest recent fabric delay,
+//     RetxResetThreshold 3;
+//   - "dcqcn": DCQCN at p.LineRate, reacting to CNPs and to ECN echoes (the
+//     roce profile's default);
+//   - "fixed" or "none": Fixed, unlimited and unpaced.
+//
+// The other parameters are the papers' (the controllers' config zero
+// values).
 func ByName(name string, p Params) (func() Controller, error) {
+	hc, sc := p.hpcc(), p.swift()
 	switch name {
-	case "", "fixed":
+	case "fixed", "none":
 		return func() Controller { return Fixed{} }, nil
+	case "auto":
+		return func() Controller { return NewAuto(AutoConfig{HPCC: hc, Swift: sc}) }, nil
 	case "hpcc":
-		return func() Controller { return NewHPCC(HPCCConfig{LineRate: p.LineRate, BaseRTT: p.BaseRTT}) }, nil
+		return func() Controller { return NewHPCC(hc) }, nil
 	case "swift":
-		return func() Controller { return NewSwift(SwiftConfig{PacketBytes: p.PacketBytes}) }, nil
+		return func() Controller { return NewSwift(sc) }, nil
 	case "dcqcn":
 		return func() Controller { return NewDCQCN(DCQCNConfig{LineRate: p.LineRate}) }, nil
 	}
-	return nil, fmt.Errorf("cc: unknown controller %q (want one of %v)", name, Names)
+	return nil, fmt.Errorf("%w %q (want one of %v)", ErrUnknown, name, Names)
+}
+
+// ErrUnknown is returned (wrapped) by ByName for a name it does not know.
+var ErrUnknown = errors.New("cc: unknown controller")
+
+func (p Params) hpcc() HPCCConfig {
+	t := p.BaseRTT
+	if t <= 0 {
+		t = SoftwareBaseRTT
+	}
+	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t}
+}
+
+func (p Params) swift() SwiftConfig {
+	return SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
+}
+
+// Target returns the queueing delay that the named controller, as ByName
+// configures it from p, aims to keep a bottleneck under: Swift's largest
+// target (base plus the full flow-scaling range), HPCC's T (a queue of
+// one T at the bottleneck alone makes U = 1 > η), and 0 for the others,
+// which have no delay target.
+func Target(name string, p Params) time.Duration {
+	switch name {
+	case "swift":
+		return 3 * SoftwareSwiftTarget
+	case "hpcc", "auto":
+		return p.hpcc().BaseRTT
+	}
+	return 0
 }

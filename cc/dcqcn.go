@@ -36,6 +36,14 @@ type DCQCNConfig struct {
 	// Window is a fixed window in bytes; 0 means unlimited (DCQCN controls
 	// the rate only).
 	Window int
+	// EchoInterval lets ACKs that echo ECN marks (Sample.ECNCount > 0, the
+	// spray profile's ECN echo) stand in for CNPs: such an ACK counts as a
+	// CNP when none (CNP or echo) came in the last EchoInterval, which is
+	// what a receiver's CNPGenerator would have sent (ours: DCQCN under the
+	// spray profile, whose receivers echo ECN instead of sending CNPs).
+	// 0 means 50µs, the CNP generator's interval; negative ignores the
+	// echo.
+	EchoInterval time.Duration
 }
 
 // alphaFloor is where the alpha timer stops: a CNP at that alpha cuts the
@@ -69,6 +77,9 @@ type DCQCN struct {
 	f                int
 	rai, rhai        float64
 	window           int
+	echo             time.Duration
+	lastCNP          clock.Time
+	cnpSeen          bool
 	rc, rt, alpha    float64
 	alphaNext        clock.Time
 	rateNext         clock.Time
@@ -86,6 +97,7 @@ func NewDCQCN(cfg DCQCNConfig) *DCQCN {
 		k: cfg.AlphaPeriod, t: cfg.IncreasePeriod, b: cfg.ByteCounter,
 		f: cfg.FastRecovery, rai: cfg.AdditiveRate, rhai: cfg.HyperRate,
 		window:    max(cfg.Window, 0),
+		echo:      cfg.EchoInterval,
 		alpha:     1,
 		alphaNext: clock.Never, rateNext: clock.Never,
 	}
@@ -98,6 +110,9 @@ func NewDCQCN(cfg DCQCNConfig) *DCQCN {
 	d.minRate = min(d.minRate, d.line)
 	if !positive(d.g) || d.g > 1 {
 		d.g = 1.0 / 256
+	}
+	if d.echo == 0 {
+		d.echo = 50 * time.Microsecond
 	}
 	if d.k <= 0 {
 		d.k = 55 * time.Microsecond
@@ -134,6 +149,7 @@ func (d *DCQCN) CNPs() uint64 { return d.cnps }
 // g; it resets the increase counters and restarts both timers.
 func (d *DCQCN) OnCNP(now clock.Time) {
 	d.cnps++
+	d.lastCNP, d.cnpSeen = now, true
 	d.rt = d.rc
 	d.rc = max(d.minRate, d.rc*(1-d.alpha/2))
 	d.alpha = (1-d.g)*d.alpha + d.g
@@ -218,8 +234,18 @@ func (d *DCQCN) OnTimer(now clock.Time) {
 	}
 }
 
-// OnAck does nothing: DCQCN reacts to CNPs only.
-func (d *DCQCN) OnAck(Sample) {}
+// OnAck treats an ACK that echoes ECN marks as a CNP when no CNP came in
+// the last EchoInterval (see DCQCNConfig.EchoInterval); other ACKs change
+// nothing.
+func (d *DCQCN) OnAck(s Sample) {
+	if s.ECNCount <= 0 || d.echo < 0 {
+		return
+	}
+	if d.cnpSeen && s.Now.Sub(d.lastCNP) < d.echo && s.Now >= d.lastCNP {
+		return
+	}
+	d.OnCNP(s.Now)
+}
 
 // OnLoss does nothing.
 func (d *DCQCN) OnLoss(clock.Time, int) {}

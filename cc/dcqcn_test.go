@@ -53,7 +53,7 @@ func TestDCQCNFirstCNP(t *testing.T) {
 		t.Fatalf("initial: rate %v window %d alpha %v timer %v", d.Rate(), d.Window(), d.Alpha(), d.NextTimer())
 	}
 	d.OnSend(0, 1<<30) // at line rate: the byte counter does not run
-	d.OnAck(Sample{Now: 1, RTT: time.Microsecond, ECNCount: 5})
+	d.OnAck(Sample{Now: 1, RTT: time.Microsecond, AckedBytes: 4096})
 	d.OnLoss(1, 1)
 	d.OnTimeout(1)
 	if d.Rate() != 12.5e9 || d.NextTimer() != clock.Never {

@@ -50,6 +50,30 @@
 //     values); R_HAI = 10 × R_AI, line rate 100 Gb/s, minimum rate
 //     10 Mb/s (ours).
 //
+// Auto (NewAuto) runs Swift until the first ACK that echoes an INT record
+// and HPCC from then on, handing over Swift's window: the spray profile's
+// default. A fixed rate (Fixed; "fixed" or "none" in ByName) stays
+// available, unlimited by default.
+//
+// Recalibrated for software fabrics (ours). The papers tune for hardware
+// with 5-10µs RTTs; a testbed of network namespaces and user-space
+// endpoints on shared CPUs has unloaded RTTs of 50-500µs that move with CPU
+// load, spurious timeouts, and ms-long scheduling stalls. ByName, which the
+// transport's profile defaults and the CLI use, therefore changes: HPCC's T
+// to 100µs (SoftwareBaseRTT; with 10µs a single 1500-byte packet queued at
+// 1 Gb/s reads as U > 1, and a window of line rate × 10µs cannot fill a
+// 100µs pipe); Swift's target to 50µs (SoftwareSwiftTarget, plus up to
+// twice that of flow scaling) measured from the smallest fabric delay seen
+// in the last 10-20s (SwiftConfig.RelativeTarget; an absolute 25µs target
+// is below the unloaded RTT and would cut the window forever); Swift's
+// smallest window to 0.1 packet (SoftwareSwiftMinCwnd; the paper's 0.001
+// paces one packet per 1000 RTTs, seconds on a loaded machine, after a
+// timeout) and its reset to it to the third consecutive timeout instead of
+// the first (RetxResetThreshold 3). DCQCN keeps the paper's timers (55µs is
+// already of the order of a software RTT) and also takes the spray
+// profile's ECN echo as CNPs (DCQCNConfig.EchoInterval), so that it runs
+// under either profile. The config structs' zero values stay the papers'.
+//
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus
 // OnSend/OnAck/OnLoss byte counts, which tell its RTTs apart. Swift needs
@@ -63,12 +87,13 @@
 // Caveats: the controllers are tested against synthetic sample streams,
 // fluid models of one bottleneck and a transfer through the transport over
 // a link/mem bottleneck (where only Swift has a signal: link/mem stamps no
-// INT and marks no ECN), not yet against a fabric; the defaults marked
-// "ours" are starting points for tuning. HPCC treats each egress
+// INT and marks no ECN); bench's incast run (spray incast) measures them on
+// a leaf-spine testbed. The defaults marked "ours" are starting points for
+// tuning. HPCC treats each egress
 // port it hears of on its own, so a spraying sender smooths the most
 // loaded hop of each packet's path, as the paper's single-path algorithm
 // would; it ignores ACKs without INT. Swift counts hops only from INT
-// records. DCQCN ignores Sample.ECNCount (the spray profile's ECN echo).
+// records.
 //
 // Nothing here reads a clock, starts a goroutine or draws global randomness:
 // time is an argument of every call. Controllers and Pacers are not safe for

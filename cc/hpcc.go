@@ -268,3 +268,15 @@ func (h *HPCC) computeWindow(u float64, update bool) {
 		h.wc = w
 	}
 }
+
+// setWindow sets the window and the reference window to w bytes, within
+// [MinWindow, InitWindow] (Auto's handover from Swift).
+func (h *HPCC) setWindow(w float64) {
+	w = min(max(w, h.minW), h.winit)
+	h.w, h.wc = w, w
+}
+
+// BaseRTT returns T, the base RTT the controller was configured with.
+func (h *HPCC) BaseRTT() time.Duration { return time.Duration(h.t) }
+
+func (h *HPCC) minWindow() int { return int(h.minW) }

@@ -50,6 +50,18 @@ type SwiftConfig struct {
 	// that cuts the window by MaxMDF (at most once per RTT). 0 means 1:
 	// every timeout drops the window to MinCwnd.
 	RetxResetThreshold int
+	// RelativeTarget measures the fabric delay from the smallest fabric
+	// delay seen recently (the last one to two MinDelayWindow periods)
+	// instead of from zero, so that the targets above are a queueing
+	// allowance over the path's unloaded delay (ours). Off by default: the
+	// paper's targets are absolute, for hardware fabrics whose unloaded RTT
+	// is a few µs. A software fabric's unloaded RTT is 50-500µs and moves
+	// with CPU load, far above any useful queue target: ByName turns this
+	// on.
+	RelativeTarget bool
+	// MinDelayWindow is how long RelativeTarget remembers a minimum; 0
+	// means 10s.
+	MinDelayWindow time.Duration
 }
 
 // Swift is the Swift delay-based window controller (Kumar et al., SIGCOMM
@@ -79,6 +91,12 @@ type Swift struct {
 	decreased         bool
 	retx              int
 	decreases         uint64
+
+	relative        bool
+	minWin          time.Duration
+	curMin, prevMin float64 // ns; smallest fabric delay this and last period
+	epoch           clock.Time
+	epochSet        bool
 }
 
 var _ Controller = (*Swift)(nil)
@@ -125,6 +143,11 @@ func NewSwift(cfg SwiftConfig) *Swift {
 	if s.retxReset <= 0 {
 		s.retxReset = 1
 	}
+	s.relative, s.minWin = cfg.RelativeTarget, cfg.MinDelayWindow
+	if s.minWin <= 0 {
+		s.minWin = 10 * time.Second
+	}
+	s.curMin, s.prevMin = math.Inf(1), math.Inf(1)
 	init := cfg.InitCwnd
 	def(&init, 16)
 	s.fcwnd = s.clamp(init)
@@ -185,6 +208,9 @@ func (s *Swift) OnAck(a Sample) {
 	s.rtt = a.RTT
 	hold := min(max(a.HoldTime, 0), a.RTT)
 	fabric := float64(a.RTT - hold)
+	if s.relative {
+		fabric -= s.minDelay(a.Now, fabric)
+	}
 	endpoint := float64(hold)
 	acked := float64(max(a.AckedBytes, 0)) / s.mss
 	can := s.canDecrease(a.Now)
@@ -195,6 +221,30 @@ func (s *Swift) OnAck(a Sample) {
 	if fcut || ecut {
 		s.didDecrease(a.Now)
 	}
+}
+
+// minDelay folds a fabric delay sample d (ns) into the windowed minimum
+// and returns the minimum: a two-period filter, so that a minimum is
+// forgotten after one to two MinDelayWindow periods.
+func (s *Swift) minDelay(now clock.Time, d float64) float64 {
+	if !s.epochSet || now.Sub(s.epoch) >= s.minWin || now < s.epoch {
+		s.prevMin, s.curMin = s.curMin, d
+		s.epoch, s.epochSet = now, true
+	} else {
+		s.curMin = min(s.curMin, d)
+	}
+	return min(s.prevMin, s.curMin)
+}
+
+// BaseDelay returns the unloaded fabric delay that RelativeTarget measures
+// from (the windowed minimum), or 0 when RelativeTarget is off or no
+// sample came yet.
+func (s *Swift) BaseDelay() time.Duration {
+	m := min(s.prevMin, s.curMin)
+	if !s.relative || math.IsInf(m, 1) {
+		return 0
+	}
+	return time.Duration(m)
 }
 
 // step is Swift's per-ACK rule for one window: additive increase under the
