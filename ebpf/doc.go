@@ -73,7 +73,9 @@
 //     and port are remembered (an LRU map of MaxInflight frames, keyed by
 //     addresses, UDP source port, opcode, destination QP and PSN).
 //
-// On a port's ingress, every frame counts RxPackets. For a RoCE frame
+// On a port's ingress, every frame counts RxPackets. At an Edge port (one
+// facing a host) a RoCE frame's remembered egress time, if any, is stale
+// and forgotten, and nothing more happens. Elsewhere, for a RoCE frame
 // remembered by an egress, delay = now - egress time: the time the frame
 // spent in the sending port's qdisc (where the testbed shapes and queues)
 // and on the veth, which is the queue delay of the sending port, measured on

@@ -86,7 +86,8 @@ struct fabric_port {
 	__u8 blackhole;      // drop every frame
 	__u8 burst;          // Gilbert-Elliott on
 	__u8 roce_only;      // faults only for RoCE frames
-	__u8 pad[5];
+	__u8 edge;           // faces a host: ingress measures nothing
+	__u8 pad[4];
 };
 
 // fabric_counters is the value of fabric_stats[slot], per CPU.
@@ -383,6 +384,15 @@ int fabric_ingress(struct __sk_buff *skb)
 	parse(skb, &p);
 	if (!p.roce)
 		return TCX_NEXT;
+	// A frame that enters at an edge port comes from a host, not from a
+	// port's egress: an entry with its key is stale (left by an earlier
+	// copy dropped in a queue, or sent to a host), and measuring it would
+	// count the time since then as queue delay.
+	struct fabric_port *own = bpf_map_lookup_elem(&fabric_cfg, &slot);
+	if (own && own->edge) {
+		bpf_map_delete_elem(&fabric_inflight, &p.key);
+		return TCX_NEXT;
+	}
 	struct fabric_inflight_val *vp = bpf_map_lookup_elem(&fabric_inflight, &p.key);
 	if (!vp)
 		return TCX_NEXT;

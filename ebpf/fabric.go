@@ -47,6 +47,13 @@ type PortConfig struct {
 	ECN ECNConfig
 	// Faults are the faults injected at the port's egress; zero: none.
 	Faults Faults
+	// Edge marks a port whose peer does not run the fabric programs (a
+	// leaf's port to a host): what enters there did not come from a
+	// port's egress, so its ingress measures no queue delay and forgets
+	// any egress time remembered under the frame's key (left by an
+	// earlier copy that a queue dropped, or that went to a host), which
+	// would otherwise count as queue delay. Zero: the peer is a port.
+	Edge bool
 }
 
 // ECNConfig is RED-like ECN marking on queue delay, as DCQCN switches do on
@@ -160,6 +167,7 @@ type portParams struct {
 	kmin, kmax, pmax           uint64
 	loss, geP, geR, geLG, geLB uint64
 	blackhole, burst, roceOnly bool
+	edge                       bool
 }
 
 // threshold turns probability p into a threshold on a uniform 32-bit draw.
@@ -212,7 +220,7 @@ func (f Faults) params(pp *portParams) error {
 }
 
 func (c PortConfig) params() (portParams, error) {
-	pp := portParams{id: c.ID, rate: c.RateMbps}
+	pp := portParams{id: c.ID, rate: c.RateMbps, edge: c.Edge}
 	if err := c.ECN.params(&pp); err != nil {
 		return portParams{}, err
 	}

@@ -64,7 +64,8 @@ type fabricFabricPort struct {
 	Blackhole  uint8
 	Burst      uint8
 	RoceOnly   uint8
-	Pad        [5]uint8
+	Edge       uint8
+	Pad        [4]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -283,6 +283,9 @@ func (f *Fabric) writeParams(p *fabricPort) error {
 	if pp.roceOnly {
 		v.RoceOnly = 1
 	}
+	if pp.edge {
+		v.Edge = 1
+	}
 	if err := f.maps.FabricCfg.Update(p.slot, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: write port %v config: %w", pp.id, err)
 	}

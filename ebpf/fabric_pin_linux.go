@@ -251,7 +251,7 @@ func LoadPinnedFabric(dir string) (_ *Fabric, err error) {
 		}
 		p.params = portParams{id: id, rate: v.RateMbps, kmin: v.EcnKminNs, kmax: v.EcnKmaxNs, pmax: v.EcnPmax,
 			loss: v.Loss, geP: v.GeP, geR: v.GeR, geLG: v.GeLossGood, geLB: v.GeLossBad,
-			blackhole: v.Blackhole != 0, burst: v.Burst != 0, roceOnly: v.RoceOnly != 0}
+			blackhole: v.Blackhole != 0, burst: v.Burst != 0, roceOnly: v.RoceOnly != 0, edge: v.Edge != 0}
 		f.keys[p.key] = id
 		used[slot] = true
 	}
@@ -288,7 +288,7 @@ func (f *Fabric) PortConfig(id PortID) (PortConfig, error) {
 	}
 	pp := p.params
 	prob := func(t uint64) float64 { return float64(t) / (1 << 32) }
-	c := PortConfig{ID: id, RateMbps: pp.rate,
+	c := PortConfig{ID: id, RateMbps: pp.rate, Edge: pp.edge,
 		ECN:    ECNConfig{KMin: time.Duration(pp.kmin), KMax: time.Duration(pp.kmax), PMax: prob(pp.pmax)},
 		Faults: Faults{Blackhole: pp.blackhole, Loss: prob(pp.loss), RoCEOnly: pp.roceOnly},
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // pinTestDir returns a fresh directory name on the bpffs for one test,
@@ -132,4 +134,54 @@ func TestFabricPin(t *testing.T) {
 	if _, err := LoadPinnedFabric(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadPinnedFabric of a removed fabric: %v, want os.ErrNotExist", err)
 	}
+}
+
+// TestFabricEdgePort: a frame entering at an edge port (from a host) whose
+// key an earlier copy left in flight, say dropped in a queue a second ago,
+// does not count that second as queue delay nor get marked; the stale entry
+// is forgotten, so the next port's ingress measures nothing either. At a
+// port that is not an edge the same frame is measured (the model the edge
+// flag guards against).
+func TestFabricEdgePort(t *testing.T) {
+	for _, edge := range []bool{false, true} {
+		f := loadFabricRun(t, PortConfig{RateMbps: testRate, Edge: edge,
+			ECN: ECNConfig{KMin: time.Millisecond, KMax: 2 * time.Millisecond, PMax: 1}})
+		if pc, err := f.PortConfig(testPort); err != nil || pc.Edge != edge {
+			t.Fatalf("PortConfig = %+v, %v", pc, err)
+		}
+		p, payload := sprayData(false, 0, wire.ECNECT0)
+		frame := encode(t, &p, payload)
+		_, out := run(t, f.egress, frame) // the earlier copy
+		backdate(t, f.Fabric, time.Second)
+		_, out = run(t, f.ingress, out) // the retransmission, at this port
+		tos := decode(t, out).IP.TOS
+		c := portCounters(t, f, testPort)
+		if edge {
+			if c.Measured != 0 || c.ECNMarked != 0 || tos != wire.ECNECT0 {
+				t.Errorf("edge port: counters %v, TOS %#x; want nothing measured or marked", c, tos)
+			}
+			if n := inflightEntries(t, f.Fabric); n != 0 {
+				t.Errorf("edge port kept %d stale entries", n)
+			}
+		} else if c.Measured != 1 || c.MaxQueueDelay < time.Second || tos != wire.ECNCE {
+			t.Errorf("inner port: counters %v, TOS %#x; want the second measured and marked", c, tos)
+		}
+	}
+}
+
+func inflightEntries(tb testing.TB, f *Fabric) int {
+	tb.Helper()
+	var (
+		k fabricFabricPktKey
+		v fabricFabricInflightVal
+		n int
+	)
+	it := f.maps.FabricInflight.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,17 @@ func TestLeafSpineTeardownWithPrograms(t *testing.T) {
 	// ports, with an ingress and an egress program and link each.
 	if len(ids.Links) != 20 || len(ids.Programs) != 20 {
 		t.Fatalf("Objects = %d links, %d programs; want 20 of each", len(ids.Links), len(ids.Programs))
+	}
+	for _, sw := range append(append([]*Switch(nil), f.Leaves...), f.Spines...) {
+		for i, p := range sw.Ports {
+			pc, err := prog.PortConfig(f.PortID(sw, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.Contains(p.Peer, "host"); pc.Edge != want {
+				t.Errorf("%s:%s (to %s) Edge %v, want %v", sw.Name, p.Name, p.Peer, pc.Edge, want)
+			}
+		}
 	}
 	r := listenUDP(t, f.Host(1, 0))
 	sprayUDP(t, f.Host(0, 0), netip.AddrPortFrom(f.Host(1, 0).IP, uint16(r.port())), 4, 10, 200)

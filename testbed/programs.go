@@ -30,7 +30,8 @@ func (f *Fabric) PortID(sw *Switch, p int) ebpf.PortID {
 // AttachPrograms loads spray's fabric programs (INT stamping, ECN marking
 // on queue delay, fault injection, per-port counters; package ebpf) and
 // attaches them to every switch port, with each port's shaping rate so that
-// queue delay converts to queue bytes. ecn applies to every port; faults
+// queue delay converts to queue bytes; a leaf's ports to its hosts are
+// edge ports (ebpf.PortConfig.Edge). ecn applies to every port; faults
 // are set later, per port, through the returned ebpf.Fabric (also
 // Fabric.Programs). Fabric.Close closes it too; closing it earlier detaches
 // the programs earlier.
@@ -43,6 +44,8 @@ func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 		for _, sw := range sws {
 			for i, p := range sw.Ports {
 				cfg := ebpf.PortConfig{ID: f.PortID(sw, i), RateMbps: uint32(p.RateBps / 1e6), ECN: ecn}
+				// A leaf's host ports face hosts, which run no programs.
+				cfg.Edge = f.nodeByName(p.Peer).kind == kindHost
 				if err := prog.AttachPortAt(sw.NS, p.Ifindex, cfg); err != nil {
 					prog.Close()
 					return nil, fmt.Errorf("testbed: attaching the fabric programs to %s/%s: %w", sw.Name, p.Name, err)
