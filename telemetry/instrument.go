@@ -1,0 +1,246 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sprayfabric/spray/transport"
+)
+
+// ScopeName is the instrumentation scope of spray's instruments.
+const ScopeName = "github.com/sprayfabric/spray/telemetry"
+
+// ErrInstrument is wrapped by the errors of Instrument and InstrumentWith.
+var ErrInstrument = errors.New("telemetry: cannot instrument endpoint")
+
+// SnapshotTimeout bounds how long a collection waits for an endpoint's
+// engine to answer; an endpoint that does not answer in time, or is closed,
+// reports no series in that collection.
+const SnapshotTimeout = 2 * time.Second
+
+// Instrument registers the series of ep (see the package doc) with the
+// global meter provider, every one with the attribute endpoint=name. Call
+// it after Serve, or after installing a provider of your own with
+// otel.SetMeterProvider; before that the global provider drops everything.
+// stop unregisters the series; call it before or after closing ep.
+func Instrument(ep *transport.Endpoint, name string) (stop func(), err error) {
+	return InstrumentWith(otel.GetMeterProvider(), ep, name)
+}
+
+// InstrumentWith is Instrument with the caller's meter provider, for
+// library code that keeps its own (NewPrometheus, or any OpenTelemetry SDK
+// provider with the reader of your choice). Names must be unique per
+// provider: two endpoints instrumented under one name report colliding
+// series.
+func InstrumentWith(mp metric.MeterProvider, ep *transport.Endpoint, name string) (stop func(), err error) {
+	if mp == nil || ep == nil {
+		return nil, fmt.Errorf("%w: nil meter provider or endpoint", ErrInstrument)
+	}
+	in := &instruments{ep: ep, name: name}
+	if err := in.create(mp.Meter(ScopeName)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInstrument, err)
+	}
+	reg, err := mp.Meter(ScopeName).RegisterCallback(in.observe, in.all...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInstrument, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = reg.Unregister() }) }, nil
+}
+
+type instruments struct {
+	ep   *transport.Endpoint
+	name string
+	all  []metric.Observable
+
+	mu   sync.Mutex // collections may run concurrently
+	snap transport.Snapshot
+
+	// engine
+	engRxFrames, engTxFrames, engRxBytes, engTxBytes, engDrops, engNoBuf metric.Int64ObservableCounter
+	// QP
+	txPkts, txBytes, rxPkts, rxBytes         metric.Int64ObservableCounter
+	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
+	drops, ecn, cnps, msgs, intAcks, mbursts metric.Int64ObservableCounter
+	rttSmooth, rttMin, qdelay, qdelayMax     metric.Float64ObservableGauge
+	held, heldMax                            metric.Int64ObservableGauge
+	// path
+	pTxPkts, pTxBytes, pRetx, pLosses, pAcks, pECN, pMbursts metric.Int64ObservableCounter
+	pRTT, pQdelay, pQdelayMax, pWeight                       metric.Float64ObservableGauge
+	pDown                                                    metric.Int64ObservableGauge
+}
+
+func (in *instruments) create(m metric.Meter) error {
+	var errs []error
+	counter := func(dst *metric.Int64ObservableCounter, name, unit, desc string) {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		*dst = c
+		in.all = append(in.all, c)
+	}
+	fgauge := func(dst *metric.Float64ObservableGauge, name, unit, desc string) {
+		g, err := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		*dst = g
+		in.all = append(in.all, g)
+	}
+	igauge := func(dst *metric.Int64ObservableGauge, name, unit, desc string) {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		*dst = g
+		in.all = append(in.all, g)
+	}
+	counter(&in.engRxFrames, "spray.engine.rx.frames", "{frame}", "Frames the engine received.")
+	counter(&in.engTxFrames, "spray.engine.tx.frames", "{frame}", "Frames the engine sent.")
+	counter(&in.engRxBytes, "spray.engine.rx", "By", "Bytes of the frames the engine received.")
+	counter(&in.engTxBytes, "spray.engine.tx", "By", "Bytes of the frames the engine sent.")
+	counter(&in.engDrops, "spray.engine.drops", "{frame}", "Frames dropped before reaching a QP, by reason.")
+	counter(&in.engNoBuf, "spray.engine.tx_no_buffer", "{event}", "Times the link had no free transmit buffer.")
+
+	counter(&in.txPkts, "spray.qp.tx.packets", "{packet}", "Data packets sent, retransmissions included.")
+	counter(&in.txBytes, "spray.qp.tx", "By", "Bytes of the data packets sent (frames), retransmissions included.")
+	counter(&in.rxPkts, "spray.qp.rx.packets", "{packet}", "Data packets accepted.")
+	counter(&in.rxBytes, "spray.qp.rx", "By", "Payload bytes of the data packets accepted.")
+	counter(&in.retx, "spray.qp.retransmits", "{packet}", "Data packets sent again.")
+	counter(&in.losses, "spray.qp.losses", "{packet}", "Loss declarations of the sender's scoreboard.")
+	counter(&in.timeouts, "spray.qp.timeouts", "{event}", "Retransmission timeouts.")
+	counter(&in.acks, "spray.qp.acks", "{packet}", "Acknowledgements, by direction (sent, received).")
+	counter(&in.naks, "spray.qp.naks", "{packet}", "Negative acknowledgements, by direction (sent, received).")
+	counter(&in.drops, "spray.qp.drops", "{packet}", "Data packets the receiver dropped or refused, by reason.")
+	counter(&in.ecn, "spray.qp.ecn_marked", "{packet}", "CE-marked data packets received.")
+	counter(&in.cnps, "spray.qp.cnps", "{packet}", "RoCEv2 congestion notifications, by direction (sent, received).")
+	counter(&in.msgs, "spray.qp.messages", "{message}", "Messages completed, by direction (sent, received).")
+	counter(&in.intAcks, "spray.qp.int.acks", "{packet}", "Acknowledgements that carried INT records.")
+	counter(&in.mbursts, "spray.qp.microbursts", "{event}", "Acknowledgements whose INT queue delay exceeded the microburst threshold.")
+	fgauge(&in.rttSmooth, "spray.qp.rtt.smoothed", "s", "Smoothed round-trip time (EWMA 1/8).")
+	fgauge(&in.rttMin, "spray.qp.rtt.min", "s", "Smallest round-trip time.")
+	fgauge(&in.qdelay, "spray.qp.int.queue_delay", "s", "Smoothed INT queue delay along the path, summed over the hops (EWMA 1/8).")
+	fgauge(&in.qdelayMax, "spray.qp.int.queue_delay.max", "s", "Largest INT queue delay seen.")
+	igauge(&in.held, "spray.qp.reorder.held", "{packet}", "Data packets held ahead of a hole now.")
+	igauge(&in.heldMax, "spray.qp.reorder.held.max", "{packet}", "Most data packets held ahead of a hole at once.")
+
+	counter(&in.pTxPkts, "spray.path.tx.packets", "{packet}", "Data packets sent on the path (entropy), retransmissions included.")
+	counter(&in.pTxBytes, "spray.path.tx", "By", "Bytes of the data packets sent on the path.")
+	counter(&in.pRetx, "spray.path.retransmits", "{packet}", "Retransmissions sent on the path.")
+	counter(&in.pLosses, "spray.path.losses", "{packet}", "Packets sent on the path and declared lost.")
+	counter(&in.pAcks, "spray.path.acks", "{packet}", "Acknowledgements of packets sent on the path.")
+	counter(&in.pECN, "spray.path.ecn", "{packet}", "ECN-marked acknowledgements of packets sent on the path.")
+	counter(&in.pMbursts, "spray.path.microbursts", "{event}", "Acknowledgements of packets sent on the path whose INT queue delay exceeded the microburst threshold.")
+	fgauge(&in.pRTT, "spray.path.rtt.smoothed", "s", "Smoothed fabric round-trip time of the path (receiver's hold time excluded).")
+	fgauge(&in.pQdelay, "spray.path.int.queue_delay", "s", "Smoothed INT queue delay of the path (EWMA 1/8).")
+	fgauge(&in.pQdelayMax, "spray.path.int.queue_delay.max", "s", "Largest INT queue delay of the path.")
+	fgauge(&in.pWeight, "spray.path.weight", "1", "Spraying weight of the path relative to the best (adaptive spraying; 1 otherwise).")
+	igauge(&in.pDown, "spray.path.down", "1", "1 while adaptive spraying has taken the path out, else 0.")
+	return errors.Join(errs...)
+}
+
+func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, SnapshotTimeout)
+	defer cancel()
+	if err := in.ep.Snapshot(ctx, &in.snap); err != nil {
+		return nil // closed or stuck: no series this time
+	}
+	ep := attribute.String("endpoint", in.name)
+	i64 := func(c metric.Int64Observable, v uint64, s attribute.Set) {
+		o.ObserveInt64(c, int64(v), metric.WithAttributeSet(s))
+	}
+	sec := func(g metric.Float64Observable, d time.Duration, s attribute.Set) {
+		o.ObserveFloat64(g, d.Seconds(), metric.WithAttributeSet(s))
+	}
+	with := func(kvs ...attribute.KeyValue) attribute.Set { return attribute.NewSet(kvs...) }
+	sent, recv := attribute.String("direction", "sent"), attribute.String("direction", "received")
+	reason := func(r string) attribute.KeyValue { return attribute.String("reason", r) }
+
+	e := in.snap.Engine
+	base := with(ep)
+	i64(in.engRxFrames, e.RxFrames, base)
+	i64(in.engTxFrames, e.TxFrames, base)
+	i64(in.engRxBytes, e.RxBytes, base)
+	i64(in.engTxBytes, e.TxBytes, base)
+	for _, d := range []struct {
+		r string
+		v uint64
+	}{
+		{"truncated", e.Truncated}, {"not_roce", e.NotRoCE}, {"bad_icrc", e.BadICRC},
+		{"bad_header", e.BadHeader}, {"bad_opcode", e.BadOpcode}, {"other", e.OtherMalformed},
+		{"unknown_qp", e.UnknownQP},
+	} {
+		i64(in.engDrops, d.v, with(ep, reason(d.r)))
+	}
+	i64(in.engNoBuf, e.TxNoBuffer, base)
+
+	for qi := range in.snap.QPs {
+		q := &in.snap.QPs[qi]
+		qp := attribute.Int64("qp", int64(q.QPN))
+		s := q.Stats
+		a := with(ep, qp)
+		i64(in.txPkts, s.TxPackets, a)
+		i64(in.txBytes, s.TxBytes, a)
+		i64(in.rxPkts, s.RxPackets, a)
+		i64(in.rxBytes, s.RxBytes, a)
+		i64(in.retx, s.Retransmits, a)
+		i64(in.losses, q.Retransmit.Lost, a)
+		i64(in.timeouts, s.Timeouts, a)
+		i64(in.acks, s.AcksSent, with(ep, qp, sent))
+		i64(in.acks, s.AcksReceived, with(ep, qp, recv))
+		i64(in.naks, s.NaksSent, with(ep, qp, sent))
+		i64(in.naks, s.NaksReceived, with(ep, qp, recv))
+		i64(in.cnps, s.CNPsSent, with(ep, qp, sent))
+		i64(in.cnps, s.CNPsReceived, with(ep, qp, recv))
+		i64(in.msgs, s.MessagesSent, with(ep, qp, sent))
+		i64(in.msgs, s.MessagesReceived, with(ep, qp, recv))
+		for _, d := range []struct {
+			r string
+			v uint64
+		}{
+			{"duplicate", s.Duplicates}, {"out_of_window", s.OutOfWindow}, {"out_of_order", s.OutOfOrderDrops},
+			{"no_buffer", s.NoBuffer}, {"remote_access", s.RemoteAccessErrors}, {"bad", s.BadPackets},
+		} {
+			i64(in.drops, d.v, with(ep, qp, reason(d.r)))
+		}
+		i64(in.ecn, s.ECNMarked, a)
+		i64(in.intAcks, s.INTAcks, a)
+		i64(in.mbursts, s.Microbursts, a)
+		sec(in.rttSmooth, s.SRTT, a)
+		sec(in.rttMin, s.MinRTT, a)
+		sec(in.qdelay, s.INTQueueDelay, a)
+		sec(in.qdelayMax, s.MaxINTQueueDelay, a)
+		i64(in.held, s.ReorderHeld, a)
+		i64(in.heldMax, s.MaxReorderHeld, a)
+
+		for pi := range q.Paths {
+			p := &q.Paths[pi]
+			pa := with(ep, qp, attribute.Int64("entropy", int64(p.Entropy)))
+			i64(in.pTxPkts, p.TxPackets, pa)
+			i64(in.pTxBytes, p.TxBytes, pa)
+			i64(in.pRetx, p.Retransmits, pa)
+			i64(in.pLosses, p.Losses, pa)
+			i64(in.pAcks, p.Acks, pa)
+			i64(in.pECN, p.ECN, pa)
+			i64(in.pMbursts, p.Microbursts, pa)
+			sec(in.pRTT, p.SRTT, pa)
+			sec(in.pQdelay, p.INTQueueDelay, pa)
+			sec(in.pQdelayMax, p.MaxINTQueueDelay, pa)
+			w := p.Weight
+			if w == 0 && !p.Down {
+				w = 1 // policies other than adaptive keep no weight: equal shares
+			}
+			o.ObserveFloat64(in.pWeight, w, metric.WithAttributeSet(pa))
+			down := uint64(0)
+			if p.Down {
+				down = 1
+			}
+			i64(in.pDown, down, pa)
+		}
+	}
+	return nil
+}
