@@ -1,0 +1,354 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sprayfabric/spray/testbed"
+)
+
+// Profiles that Compare runs, in its default order.
+const (
+	ProfileRoCE  = "roce"
+	ProfileSpray = "spray"
+	ProfileTCP   = "tcp"
+)
+
+// Scenarios that Compare runs, in its default order.
+const (
+	// ScenarioLossless runs with no injected fault.
+	ScenarioLossless = "lossless"
+	// ScenarioLoss001 drops 0.01% of the frames at the egress of every
+	// spine link, in both directions (a frame crossing the spines passes
+	// two such ports).
+	ScenarioLoss001 = "loss0.01"
+	// ScenarioLoss01 drops 0.1% the same way.
+	ScenarioLoss01 = "loss0.1"
+	// ScenarioCollision gives every ECMP flow entropies that the fabric
+	// hashes onto the same spine (probed before the run), the unlucky case
+	// of ECMP hashing. Spraying QPs keep their usual entropy set; kernel
+	// TCP keeps the source ports the kernel chose.
+	ScenarioCollision = "collision"
+	// ScenarioSpineFail blackholes the link between the first leaf and
+	// the last spine (both directions) during the first third of the
+	// timed iterations, and never restores it (no routing reconvergence).
+	ScenarioSpineFail = "spinefail"
+)
+
+// DefaultScenarios and DefaultProfiles are what Compare runs when its
+// config names none.
+var (
+	DefaultScenarios = []string{ScenarioLossless, ScenarioLoss001, ScenarioLoss01, ScenarioCollision, ScenarioSpineFail}
+	DefaultProfiles  = []string{ProfileRoCE, ProfileSpray, ProfileTCP}
+)
+
+// DefaultCompareTestbed is the fabric Compare builds when its config gives
+// none: two leaves of two hosts, two spines, spine links shaped to 100
+// Mbit/s and host links to 200 Mbit/s (so that the spines, not the hosts'
+// last hop, bound an all-to-all, and the two CPUs forward it), MTU 3500
+// (the largest the AF_XDP link takes, fewer frames to forward).
+const DefaultCompareTestbed = "leafspine:2x2x2,rate=100mbit,hostrate=200mbit,mtu=3500"
+
+// Congestion control of the compared profiles on a testbed (see
+// CompareConfig.SprayCC): the same fixed window for both, so that they
+// differ only in paths and loss recovery. HPCC and Swift (cc.ByName) stall
+// a QP whose window falls below one packet in this version of the
+// transport; DCQCN runs ("dcqcn") but lets queues overflow at these rates.
+const (
+	DefaultSprayCC = CCWindow
+	DefaultRoCECC  = CCWindow
+)
+
+// CCWindow names a fixed window instead of a congestion controller: each
+// QP may have 1/(ranks-1) of a switch port's buffer in flight, so that
+// the QPs converging on one port never overflow it, unpaced.
+const CCWindow = "window"
+
+// ErrCompare is wrapped by Compare's configuration errors.
+var ErrCompare = errors.New("bench: invalid compare config")
+
+// CompareConfig configures Compare. The zero value is usable: every field
+// documents its default.
+type CompareConfig struct {
+	// Testbed is the leaf-spine fabric to build; a zero Hosts means
+	// DefaultCompareTestbed. Ignored with Loopback.
+	Testbed testbed.LeafSpineConfig
+	// Loopback runs every rank in this process over loopback (link/udp for
+	// spray and roce, kernel TCP for tcp) instead of on a testbed: no root
+	// needed, no fabric, and only the lossless and loss scenarios (loss is
+	// then injected by the sending links, once per frame).
+	Loopback bool
+	// Scenarios to run, in order; nil means DefaultScenarios.
+	Scenarios []string
+	// Profiles to run under each scenario, in order; nil means
+	// DefaultProfiles.
+	Profiles []string
+	// Size is the bytes each rank sends per all-to-all (its whole send
+	// buffer, nccl-tests' size), rounded down to a multiple of 4 bytes
+	// per rank; 0 means 1 MiB.
+	Size int64
+	// Iters is the number of timed all-to-alls per run; 0 means 30.
+	// Warmup is the number run before them, untimed; 0 means 2, negative
+	// means none.
+	Iters, Warmup int
+	// Link is the link kind that spray and roce ranks use on a testbed
+	// (KindXDP, KindRaw or KindUDP); "" means KindXDP.
+	Link string
+	// Entropies is the number of entropies (paths) a spraying QP uses; 0
+	// means 32.
+	Entropies int
+	// Window bounds the packets a QP has outstanding; 0 means 256.
+	Window int
+	// SprayCC and RoCECC name the congestion controllers (cc.ByName) of
+	// the spray and roce QPs on a testbed, calibrated to the fabric's
+	// rates, or CCWindow; "" means DefaultSprayCC and DefaultRoCECC,
+	// "default" the transport's own default for the profile.
+	SprayCC, RoCECC string
+	// RunTimeout bounds one run (one profile under one scenario); a run
+	// that does not finish in time is reported with its error and the
+	// comparison goes on. 0 means 60 s.
+	RunTimeout time.Duration
+	// Seed seeds the transports, the fault injection and the payloads.
+	Seed uint64
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+func (c CompareConfig) withDefaults() (CompareConfig, error) {
+	if c.Testbed.Hosts == 0 && !c.Loopback {
+		tb, err := testbed.ParseLeafSpine(DefaultCompareTestbed)
+		if err != nil {
+			return c, err
+		}
+		c.Testbed = tb
+	}
+	if c.Scenarios == nil {
+		c.Scenarios = DefaultScenarios
+	}
+	if c.Profiles == nil {
+		c.Profiles = DefaultProfiles
+	}
+	for _, s := range c.Scenarios {
+		if !slices.Contains(DefaultScenarios, s) {
+			return c, fmt.Errorf("%w: unknown scenario %q (want %s)", ErrCompare, s, strings.Join(DefaultScenarios, ", "))
+		}
+	}
+	for _, p := range c.Profiles {
+		if !slices.Contains(DefaultProfiles, p) {
+			return c, fmt.Errorf("%w: unknown profile %q (want %s)", ErrCompare, p, strings.Join(DefaultProfiles, ", "))
+		}
+	}
+	if c.Size == 0 {
+		c.Size = 1 << 20
+	}
+	if c.Size < 0 || c.Size > 1<<30 {
+		return c, fmt.Errorf("%w: size %d: want 1 B to 1 GiB", ErrCompare, c.Size)
+	}
+	if c.Iters == 0 {
+		c.Iters = 30
+	}
+	if c.Iters < 0 || c.Iters > 1e6 {
+		return c, fmt.Errorf("%w: iters %d", ErrCompare, c.Iters)
+	}
+	switch {
+	case c.Warmup == 0:
+		c.Warmup = 2
+	case c.Warmup < 0:
+		c.Warmup = 0
+	}
+	if c.Link == "" {
+		c.Link = KindXDP
+	}
+	if c.Link != KindXDP && c.Link != KindRaw && c.Link != KindUDP {
+		return c, fmt.Errorf("%w: link %q (want xdp, raw or udp)", ErrCompare, c.Link)
+	}
+	if c.Entropies == 0 {
+		c.Entropies = 32
+	}
+	if c.Window == 0 {
+		c.Window = 256
+	}
+	if c.SprayCC == "" {
+		c.SprayCC = DefaultSprayCC
+	}
+	if c.RoCECC == "" {
+		c.RoCECC = DefaultRoCECC
+	}
+	if c.RunTimeout == 0 {
+		c.RunTimeout = time.Minute
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c, nil
+}
+
+// Drops are the frames the fabric dropped during a run, by cause.
+type Drops struct {
+	Loss      uint64 `json:"loss"`      // random loss (fault injection)
+	Burst     uint64 `json:"burst"`     // burst loss (fault injection)
+	Blackhole uint64 `json:"blackhole"` // a failed link
+	Queue     uint64 `json:"queue"`     // a full egress queue (congestion)
+}
+
+// Total returns the sum of the drops.
+func (d Drops) Total() uint64 { return d.Loss + d.Burst + d.Blackhole + d.Queue }
+
+// CompareRow is one profile under one scenario.
+type CompareRow struct {
+	Profile  string `json:"profile"`
+	Scenario string `json:"scenario"`
+	// Bytes each rank sent per all-to-all, Ranks the world size, Iters the
+	// timed all-to-alls that completed.
+	Bytes int64 `json:"bytes"`
+	Ranks int   `json:"ranks"`
+	Iters int   `json:"iters"`
+	// Completion time of an all-to-all: from the moment every rank is
+	// released to the moment the last one returns.
+	Mean time.Duration `json:"mean_ns"`
+	P50  time.Duration `json:"p50_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	// AlgBW is Bytes/Mean and BusBW AlgBW*(Ranks-1)/Ranks, in GB/s (1e9
+	// bytes/s), as nccl-tests reports them.
+	AlgBW float64 `json:"algbw_gbytes"`
+	BusBW float64 `json:"busbw_gbytes"`
+	// Wrong counts received elements that differ from what was sent.
+	Wrong int `json:"wrong"`
+	// Retransmits and Timeouts sum the QPs' counters (0 for tcp: the kernel
+	// keeps its own).
+	Retransmits uint64 `json:"retransmits"`
+	Timeouts    uint64 `json:"timeouts"`
+	// ECNMarks, Drops and the queue delays come from the fabric programs
+	// and queues of every switch port (zero on loopback, where Drops.Loss
+	// counts the frames the links dropped).
+	ECNMarks uint64 `json:"ecn_marks"`
+	Drops    Drops  `json:"drops"`
+	// MaxQueueDelay is the largest queue delay a port measured (warm-up
+	// included); MeanQueueDelay the mean over the measured frames of the
+	// timed iterations. The fabric measures spray and roce frames only.
+	MaxQueueDelay  time.Duration `json:"max_queue_delay_ns"`
+	MeanQueueDelay time.Duration `json:"mean_queue_delay_ns"`
+	// SpineBytes are the bytes that crossed each spine (leaf uplinks), and
+	// Imbalance their max/mean (1 is a perfect spread; 0 when no byte
+	// crossed).
+	SpineBytes []uint64 `json:"spine_bytes,omitempty"`
+	Imbalance  float64  `json:"imbalance"`
+	// Samples are the completion times of the timed iterations, in order.
+	Samples []time.Duration `json:"samples_ns"`
+	// Err is why the run stopped early, if it did; Note says what the
+	// row does not measure.
+	Err  string `json:"error,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
+// CompareResult is what Compare measured.
+type CompareResult struct {
+	// Mode is "leafspine" or "loopback"; Testbed the fabric's config.
+	Mode    string `json:"mode"`
+	Testbed string `json:"testbed,omitempty"`
+	// Link is the link kind of the spray and roce ranks.
+	Link string `json:"link"`
+	// BisectionGbps is the capacity between the fabric's two halves of
+	// leaves, in each direction. AllToAllLimit is the largest all-to-all
+	// algbw the fabric allows (GB/s), from the spine links and the leaves'
+	// host ports; 0 on loopback.
+	BisectionGbps float64      `json:"bisection_gbps"`
+	AllToAllLimit float64      `json:"alltoall_limit_gbytes"`
+	Rows          []CompareRow `json:"rows"`
+}
+
+// Row returns the row of profile under scenario, or nil.
+func (r *CompareResult) Row(profile, scenario string) *CompareRow {
+	for i := range r.Rows {
+		if r.Rows[i].Profile == profile && r.Rows[i].Scenario == scenario {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+// AllToAllLimit returns the fabric's bound on an all-to-all's algbw in
+// GB/s, and its bisection bandwidth (one direction, Gbit/s). In an
+// all-to-all of n = Hosts*Leaves ranks every rank sends size/n to each
+// rank: a host port towards a host carries (n-1)/n of size, a leaf's
+// uplinks together carry Hosts*size*(n-Hosts)/n. The bound is the slower
+// of the two. Rates count Ethernet frames, so the payload rate is somewhat
+// lower (headers: about 4% at MTU 3500).
+func AllToAllLimit(c testbed.LeafSpineConfig) (algbw, bisectionGbps float64) {
+	rate, host := float64(c.RateBps), float64(c.HostRateBps)
+	if rate == 0 {
+		rate = testbed.DefaultRateBps
+	}
+	if host == 0 {
+		host = rate * float64(c.Spines) / float64(max(c.Hosts, 1))
+	}
+	bisectionGbps = float64(c.Leaves/2) * float64(c.Spines) * rate / 1e9
+	n := float64(c.Hosts * c.Leaves)
+	if n <= 1 {
+		return 0, bisectionGbps
+	}
+	// Seconds per byte of size, per bound.
+	tHost := (n - 1) / n * 8 / host
+	tUp := 0.0
+	if c.Leaves > 1 {
+		tUp = float64(c.Hosts) * (n - float64(c.Hosts)) / n * 8 / (float64(c.Spines) * rate)
+	}
+	return 1 / math.Max(tHost, tUp) / 1e9, bisectionGbps
+}
+
+// Compare runs the same all-to-all workload with each profile under each
+// scenario, one run after the other, one rank per testbed host (or per
+// loopback address), and collects the table users compare: completion
+// times, algbw and busbw, retransmits, ECN marks, drops by cause, queue
+// delays and how evenly the spines were used. A run that fails or times
+// out is reported in its row (Err) and the comparison goes on; Compare
+// returns an error only when it cannot build or inspect the fabric, or
+// when ctx ends.
+//
+// On a testbed it needs root. It builds the fabric, attaches spray's
+// fabric programs afresh for every run (counters start at zero; ECN
+// marking is on for roce, whose DCQCN reads it), and tears everything
+// down before it returns.
+func Compare(ctx context.Context, cfg CompareConfig) (CompareResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return CompareResult{}, err
+	}
+	if cfg.Loopback {
+		return compareLoopback(ctx, cfg)
+	}
+	return compareFabric(ctx, cfg)
+}
+
+// summarize fills the row's times and bandwidths from its samples.
+func (r *CompareRow) summarize() {
+	r.Iters = len(r.Samples)
+	if len(r.Samples) == 0 {
+		return
+	}
+	s := Summarize(slices.Clone(r.Samples))
+	r.Mean, r.P50, r.P99, r.P999 = s.Mean, s.P50, s.P99, s.P999
+	if s.Mean > 0 {
+		r.AlgBW = float64(r.Bytes) / s.Mean.Seconds() / 1e9
+		r.BusBW = r.AlgBW * float64(r.Ranks-1) / float64(r.Ranks)
+	}
+}
+
+// imbalance returns max/mean of b, or 0 if b sums to zero.
+func spineImbalance(b []uint64) float64 {
+	var sum, mx uint64
+	for _, v := range b {
+		sum += v
+		mx = max(mx, v)
+	}
+	if sum == 0 {
+		return 0
+	}
+	return float64(mx) / (float64(sum) / float64(len(b)))
+}

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/testbed"
+)
+
+// checkCompareOutputs writes res as a table, JSON and PNG and checks that
+// each is what a user can read: the table has a line per row, the JSON
+// parses back to the same rows, the PNG decodes.
+func checkCompareOutputs(t *testing.T, res CompareResult) {
+	t.Helper()
+	var tab bytes.Buffer
+	WriteCompareTable(&tab, res)
+	t.Logf("\n%s", tab.String())
+	for _, r := range res.Rows {
+		if !strings.Contains(tab.String(), r.Scenario) {
+			t.Errorf("table has no line for scenario %s", r.Scenario)
+		}
+	}
+	var js bytes.Buffer
+	if err := WriteCompareJSON(&js, res); err != nil {
+		t.Fatal(err)
+	}
+	var back CompareResult
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON does not parse: %v", err)
+	}
+	if len(back.Rows) != len(res.Rows) || back.Rows[0].Mean != res.Rows[0].Mean || len(back.Rows[0].Samples) != len(res.Rows[0].Samples) {
+		t.Fatalf("JSON round trip changed the rows")
+	}
+	var img bytes.Buffer
+	if err := WriteCompareCDF(&img, res); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(img.Bytes()))
+	if err != nil {
+		t.Fatalf("PNG does not decode: %v", err)
+	}
+	if cfg.Width < 100 || cfg.Height < 100 {
+		t.Fatalf("PNG of %dx%d pixels", cfg.Width, cfg.Height)
+	}
+}
+
+// checkRows checks that every profile ran under every scenario, whole and
+// correct.
+func checkRows(t *testing.T, res CompareResult, scenarios []string, iters int) {
+	t.Helper()
+	for _, sc := range scenarios {
+		for _, prof := range DefaultProfiles {
+			r := res.Row(prof, sc)
+			switch {
+			case r == nil:
+				t.Errorf("%s under %s: no row", prof, sc)
+			case r.Err != "":
+				t.Errorf("%s under %s: %s", prof, sc, r.Err)
+			case r.Iters != iters || len(r.Samples) != iters:
+				t.Errorf("%s under %s: %d iterations, want %d", prof, sc, r.Iters, iters)
+			case r.Wrong != 0:
+				t.Errorf("%s under %s: %d wrong elements", prof, sc, r.Wrong)
+			case r.Mean <= 0 || r.AlgBW <= 0 || r.P999 < r.P50:
+				t.Errorf("%s under %s: mean %v, p50 %v, p99.9 %v, algbw %v", prof, sc, r.Mean, r.P50, r.P999, r.AlgBW)
+			}
+		}
+	}
+}
+
+// TestCompareLoopback: without root, Compare runs every profile in one
+// process over loopback; the lossless and 0.1% loss runs complete with
+// every element right, the loss shows as retransmissions, and the
+// scenarios that need a fabric are skipped, not failed.
+func TestCompareLoopback(t *testing.T) {
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	scen := []string{ScenarioLossless, ScenarioLoss01, ScenarioSpineFail}
+	res, err := Compare(ctx, CompareConfig{Loopback: true, Scenarios: scen, Size: 1 << 20, Iters: 10, Seed: seed, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "loopback" {
+		t.Fatalf("mode %q", res.Mode)
+	}
+	checkRows(t, res, scen[:2], 10)
+	if r := res.Row(ProfileSpray, ScenarioSpineFail); r != nil {
+		t.Errorf("spinefail ran on loopback: %+v", r)
+	}
+	var lost, retx uint64
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		r := res.Row(prof, ScenarioLoss01)
+		if r == nil {
+			continue
+		}
+		lost += r.Drops.Loss
+		retx += r.Retransmits
+		if r.Drops.Loss > 0 && r.Retransmits == 0 {
+			t.Errorf("%s: %d frames lost and none retransmitted", prof, r.Drops.Loss)
+		}
+		if l := res.Row(prof, ScenarioLossless); l != nil && l.Drops.Loss != 0 {
+			t.Errorf("%s lossless: %d frames dropped", prof, l.Drops.Loss)
+		}
+	}
+	if lost == 0 {
+		t.Errorf("0.1%% loss dropped no frame of about 10k")
+	}
+	checkCompareOutputs(t, res)
+}
+
+func TestAllToAllLimit(t *testing.T) {
+	c, err := testbed.ParseLeafSpine(DefaultCompareTestbed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RateBps, c.HostRateBps = 100e6, 200e6
+	// 4 ranks; a leaf's two hosts send half their bytes across 2x100
+	// Mbit/s: size/(2*size/2*8/200e6) = 25e6 bytes/s. Host ports: 3/4 of
+	// size at 200 Mbit/s = 33e6 bytes/s. The spines bind.
+	algbw, bis := AllToAllLimit(c)
+	if d := algbw - 0.025; d > 1e-9 || d < -1e-9 {
+		t.Errorf("limit %v GB/s, want 0.025", algbw)
+	}
+	if bis != 0.2 {
+		t.Errorf("bisection %v Gbit/s, want 0.2", bis)
+	}
+	c.HostRateBps = 100e6 // now the host ports bind: 100e6/8/(3/4)
+	if algbw, _ := AllToAllLimit(c); algbw < 0.01666 || algbw > 0.01667 {
+		t.Errorf("limit %v GB/s, want 0.01667", algbw)
+	}
+}
+
+// TestCompareFabric runs Compare on the default leaf-spine testbed with a
+// small workload under two scenarios: every profile completes every
+// iteration with every element right, the loss shows in the fabric's drop
+// counters and in retransmissions, bytes cross both spines, and the
+// outputs (table, JSON, PNG) are readable.
+func TestCompareFabric(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	scen := []string{ScenarioLossless, ScenarioLoss01}
+	const iters = 8
+	res, err := Compare(ctx, CompareConfig{Scenarios: scen, Size: 512 << 10, Iters: iters, Seed: seed, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, res, scen, iters)
+	if res.AllToAllLimit <= 0 || res.BisectionGbps <= 0 {
+		t.Errorf("limits %v GB/s, %v Gbit/s", res.AllToAllLimit, res.BisectionGbps)
+	}
+	for _, r := range res.Rows {
+		if len(r.SpineBytes) != 2 || r.SpineBytes[0] == 0 || r.SpineBytes[1] == 0 {
+			t.Errorf("%s/%s: spine bytes %v: all-to-all traffic of 4 ranks must cross both spines", r.Scenario, r.Profile, r.SpineBytes)
+		}
+		if r.Scenario == ScenarioLossless && r.Drops.Loss+r.Drops.Blackhole != 0 {
+			t.Errorf("%s lossless: fault drops %+v", r.Profile, r.Drops)
+		}
+	}
+	var lost uint64
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		r := res.Row(prof, ScenarioLoss01)
+		if r == nil {
+			continue
+		}
+		lost += r.Drops.Loss
+		if r.Drops.Loss > 0 && r.Retransmits == 0 {
+			t.Errorf("%s: the fabric dropped %d frames and the QPs retransmitted none", prof, r.Drops.Loss)
+		}
+	}
+	if lost == 0 {
+		t.Errorf("0.1%% loss on the spine links dropped nothing")
+	}
+	checkCompareOutputs(t, res)
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/testbed"
+)
+
+const compareUsage = `usage: spray compare [flags]
+
+Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N, DCQCN), spray
+(adaptive spraying, selective repeat, INT) and kernel TCP, one after the other, under each
+scenario, on one leaf-spine testbed; prints one row per profile and scenario, writes the rows as
+JSON and the CDF of the all-to-all completion times as a PNG.
+
+  sudo spray compare                          the default testbed, every scenario
+  sudo spray compare --scenarios lossless,loss0.1 --size 4M --iters 50
+  spray compare                               without root: ranks in this process over loopback
+                                              (link/udp), lossless and loss scenarios only
+
+Scenarios: lossless, loss0.01 and loss0.1 (random loss at every spine link's egress), collision
+(ECMP flows given entropies that hash onto one spine), spinefail (a spine link blackholed a third
+of the way through, never restored).
+
+flags:
+`
+
+func init() {
+	register(command{name: "compare", summary: "roce, spray and tcp on one testbed, same all-to-all and faults, one run", run: runCompare})
+}
+
+// parseCompareSize parses a byte count with an optional binary suffix
+// (K, M, G: KiB, MiB, GiB), as nccl-tests' -b and -e take.
+func parseCompareSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mul := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			mul = 1 << 10
+		case 'M':
+			mul = 1 << 20
+		case 'G':
+			mul = 1 << 30
+		}
+		if mul != 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mul {
+		return 0, fmt.Errorf("size %q: want a positive byte count such as 1M or 65536", s)
+	}
+	return n * mul, nil
+}
+
+func runCompare(args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), compareUsage); fs.PrintDefaults() }
+	tb := fs.String("testbed", bench.DefaultCompareTestbed, "leaf-spine testbed: leafspine:HxLxS[,rate=R,hostrate=R,buffer=B,mtu=M]")
+	scen := fs.String("scenarios", strings.Join(bench.DefaultScenarios, ","), "comma-separated scenarios, run in this order")
+	profs := fs.String("profiles", strings.Join(bench.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
+	size := fs.String("size", "1M", "bytes each rank sends per all-to-all (K, M, G suffixes)")
+	iters := fs.Int("iters", 30, "timed all-to-alls per run")
+	warmup := fs.Int("warmup", 2, "untimed all-to-alls before them")
+	linkKind := fs.String("link", bench.KindXDP, "link of the spray and roce ranks on a testbed: xdp, raw or udp")
+	sprayCC := fs.String("cc-spray", bench.DefaultSprayCC, "congestion control of spray: hpcc, swift, auto, dcqcn, fixed, window or default")
+	roceCC := fs.String("cc-roce", bench.DefaultRoCECC, "congestion control of roce: dcqcn, fixed, window or default")
+	jsonFile := fs.String("json", "compare.json", "write the rows here as JSON (\"\": don't)")
+	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs here as PNG (\"\": don't)")
+	loopback := fs.Bool("loopback", false, "run on loopback even as root")
+	seed := fs.Uint64("seed", 1, "seed for the transports, faults and payloads")
+	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("compare: unexpected argument %q", fs.Arg(0))
+	}
+	n, err := parseCompareSize(*size)
+	if err != nil {
+		return fmt.Errorf("compare: %w", err)
+	}
+	cfg := bench.CompareConfig{
+		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
+		Size: n, Iters: *iters, Warmup: *warmup, Link: *linkKind, SprayCC: *sprayCC, RoCECC: *roceCC,
+		Seed: *seed, RunTimeout: *runTimeout, Loopback: *loopback || os.Geteuid() != 0,
+	}
+	if *warmup == 0 {
+		cfg.Warmup = -1
+	}
+	if cfg.Testbed, err = testbed.ParseLeafSpine(*tb); err != nil {
+		return err
+	}
+	out := os.Stdout
+	if cfg.Loopback {
+		why := "--loopback"
+		if os.Geteuid() != 0 {
+			why = "not root"
+		}
+		fmt.Fprintf(out, "spray compare: %s: running every rank in this process over loopback (link/udp for spray and roce, loopback TCP for tcp); no testbed, no fabric counters; collision and spinefail need the testbed (sudo)\n", why)
+	}
+	logger := log.New(os.Stderr, "spray: ", 0)
+	cfg.Logf = logger.Printf
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, *timeout)
+	defer cancelT()
+	res, err := bench.Compare(ctx, cfg)
+	if len(res.Rows) > 0 {
+		bench.WriteCompareTable(out, res)
+	}
+	if err != nil {
+		return err
+	}
+	var wrote []string
+	if *jsonFile != "" {
+		f, err := os.Create(*jsonFile)
+		if err != nil {
+			return err
+		}
+		err = bench.WriteCompareJSON(f, res)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("compare: writing %s: %w", *jsonFile, err)
+		}
+		wrote = append(wrote, *jsonFile)
+	}
+	if *pngFile != "" {
+		f, err := os.Create(*pngFile)
+		if err != nil {
+			return err
+		}
+		err = bench.WriteCompareCDF(f, res)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(*pngFile)
+			return fmt.Errorf("compare: writing %s: %w", *pngFile, err)
+		}
+		wrote = append(wrote, *pngFile)
+	}
+	if len(wrote) > 0 {
+		fmt.Fprintf(out, "wrote %s\n", strings.Join(wrote, ", "))
+	}
+	return nil
+}
