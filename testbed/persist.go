@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -412,5 +413,48 @@ func PersistentNames() ([]string, error) {
 		}
 	}
 	sort.Strings(out)
+	return out, nil
+}
+
+// NamespacePids returns the processes whose network namespace is one of
+// the named namespaces whose names start with prefix (what `ip netns exec`
+// started there and left running): they keep the namespace alive after it
+// is deleted. Processes that vanish while it looks are skipped.
+func NamespacePids(prefix string) ([]int, error) {
+	if prefix == "" {
+		return nil, fmt.Errorf("%w: empty prefix", ErrConfig)
+	}
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	inodes := map[uint64]bool{}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(netnsDir, e.Name()), &st) == nil {
+			inodes[st.Ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return nil, nil
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/proc", p.Name(), "ns", "net"), &st) == nil && inodes[st.Ino] {
+			out = append(out, pid)
+		}
+	}
 	return out, nil
 }

@@ -34,7 +34,9 @@ const testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]  
         [--blackhole] [--down|--up] [--clear] [--roce-only] [--reconverge]
                                   change a port's faults while traffic runs; PORT is an index,
                                   an interface (up1, down0) or the peer (spine0:leaf1)
-  spray testbed down NAME|--all   remove programs, pins, veths, namespaces and state
+  spray testbed down NAME|--all [--kill]
+                                  remove programs, pins, veths, namespaces and state (--kill:
+                                  first stop what runs in the namespaces)
   spray testbed list              the persistent testbeds
 
 flags:
@@ -196,6 +198,7 @@ use it:
 func testbedDown(args []string, w io.Writer) error {
 	fs := newTestbedFlags("down")
 	all := fs.Bool("all", false, "remove every persistent testbed")
+	kill := fs.Bool("kill", false, "first stop the processes running in the testbed's namespaces (SIGTERM, then SIGKILL after 2s)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -213,6 +216,7 @@ func testbedDown(args []string, w io.Writer) error {
 	}
 	var errs []error
 	for _, n := range names {
+		stopProcesses(n, *kill)
 		if err := testbed.DownLeafSpine(n); err != nil {
 			errs = append(errs, err)
 			continue
@@ -220,6 +224,37 @@ func testbedDown(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "testbed %s removed\n", n)
 	}
 	return errors.Join(errs...)
+}
+
+// stopProcesses stops (kill) or lists the processes that run in testbed
+// name's namespaces, which would keep them alive after down.
+func stopProcesses(name string, kill bool) {
+	prefix := testbed.PersistentPrefixOf(name)
+	pids, _ := testbed.NamespacePids(prefix)
+	if len(pids) == 0 {
+		return
+	}
+	if !kill {
+		var list []string
+		for _, pid := range pids {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			list = append(list, fmt.Sprintf("%d (%s)", pid, strings.TrimSpace(string(comm))))
+		}
+		fmt.Fprintf(os.Stderr, "spray: testbed %s: processes still running in its namespaces keep them alive: %s (stop them, or use --kill)\n",
+			name, strings.Join(list, ", "))
+		return
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if pids, _ = testbed.NamespacePids(prefix); len(pids) == 0 {
+			return
+		}
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // persistentNames returns the testbeds with a state file and those whose

@@ -207,8 +207,29 @@ func TestTestbedCLI(t *testing.T) {
 		t.Fatalf("before down: %d objects alive (%v), want 20 programs, 20 links and the maps", len(alive), err)
 	}
 
-	if out := mustCLI(t, bin, "testbed", "down", name); !strings.Contains(out, "removed") {
+	// A process left running in a host: down --kill stops it.
+	sleeper := exec.Command("ip", "netns", "exec", prefix+"host1-0", "sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sleeper.Wait() }()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if pids, _ := testbed.NamespacePids(prefix); len(pids) > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("NamespacePids does not see the process started in host1-0")
+		}
+	}
+	if out := mustCLI(t, bin, "testbed", "down", name, "--kill"); !strings.Contains(out, "removed") {
 		t.Errorf("down printed %q", out)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		sleeper.Process.Kill()
+		t.Error("down --kill left the process in host1-0 running")
 	}
 	netnsList, err := exec.Command("ip", "netns", "list").CombinedOutput()
 	if err != nil {
