@@ -52,6 +52,22 @@ func getQPInfo(b []byte) transport.QPInfo {
 // ready. b is only used during the call. Every rank's Endpoint must use the
 // same transport profile and MTU.
 func NewSprayComm(ctx context.Context, ep *transport.Endpoint, b *Bootstrap) (*SprayComm, error) {
+	return NewSprayCommConfig(ctx, ep, b, SprayConfig{})
+}
+
+// SprayConfig configures NewSprayCommConfig. The zero value is usable and
+// is what NewSprayComm uses.
+type SprayConfig struct {
+	// NextHop, when set, returns the MAC address that frames to a peer's
+	// IP address go to: a router's when the peer is behind one (route.
+	// Resolve's DstMAC), as on a routed leaf-spine fabric. Nil means the
+	// peer's own MAC, right for peers on the same segment and for link/mem
+	// and link/udp, which ignore MACs.
+	NextHop func(ctx context.Context, peer netip.Addr) ([6]byte, error)
+}
+
+// NewSprayCommConfig is NewSprayComm with a SprayConfig.
+func NewSprayCommConfig(ctx context.Context, ep *transport.Endpoint, b *Bootstrap, cfg SprayConfig) (*SprayComm, error) {
 	s := &SprayComm{rank: b.rank, size: b.size, ep: ep, conns: make([]*transport.Conn, b.size)}
 	s.closeCtx, s.close = context.WithCancel(context.Background())
 	if b.size == 1 {
@@ -80,7 +96,15 @@ func NewSprayComm(ctx context.Context, ep *transport.Endpoint, b *Bootstrap) (*S
 		if len(table[j]) != b.size*qpInfoLen {
 			return nil, fmt.Errorf("%w: rank %d sent %d bytes of QP info, want %d", ErrBootstrap, j, len(table[j]), b.size*qpInfoLen)
 		}
-		if err := c.Connect(ctx, getQPInfo(table[j][b.rank*qpInfoLen:])); err != nil {
+		qi := getQPInfo(table[j][b.rank*qpInfoLen:])
+		if cfg.NextHop != nil {
+			mac, err := cfg.NextHop(ctx, qi.IP)
+			if err != nil {
+				return nil, fmt.Errorf("collective: next hop to rank %d at %v: %w", j, qi.IP, err)
+			}
+			qi.MAC = mac
+		}
+		if err := c.Connect(ctx, qi); err != nil {
 			return nil, fmt.Errorf("collective: connect QP to rank %d: %w", j, err)
 		}
 	}
