@@ -142,6 +142,11 @@ type Config struct {
 	// above which an acknowledgement counts in QPStats.Microbursts; 0 means
 	// DefaultMicroburstThreshold (50µs), a negative value counts none.
 	MicroburstThreshold time.Duration
+	// OnEndpoint, when not nil, is called by NewEndpoint with every Endpoint
+	// it starts, before NewEndpoint returns: a hook for code that creates
+	// endpoints inside other packages (bench, collective) to instrument them
+	// (telemetry.OnEndpoint). It must not block; Engines ignore it.
+	OnEndpoint func(*Endpoint)
 	// Clock is the clock an Endpoint reads; nil means the system's monotonic
 	// clock. Engines and QPs never read it: they are handed the time.
 	Clock clock.Clock

@@ -60,6 +60,9 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 		cq: newCQ(),
 	}
 	go ep.run()
+	if cfg.OnEndpoint != nil {
+		cfg.OnEndpoint(ep)
+	}
 	return ep, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/retransmit"
 )
@@ -193,3 +194,10 @@ func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
 		return nil
 	})
 }
+
+// LinkInfo returns the description of the endpoint's link.
+func (ep *Endpoint) LinkInfo() link.Info { return ep.eng.info }
+
+// Done returns a channel that is closed when the endpoint's engine has
+// stopped: after Close, or when the link failed (see Err).
+func (ep *Endpoint) Done() <-chan struct{} { return ep.done }

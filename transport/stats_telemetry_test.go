@@ -180,3 +180,25 @@ func TestMicroburstsCount(t *testing.T) {
 		})
 	}
 }
+
+func TestOnEndpointHook(t *testing.T) {
+	var seen []*Endpoint
+	_, ea, eb, _, _ := endpointPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{
+		OnEndpoint: func(ep *Endpoint) { seen = append(seen, ep) },
+	})
+	if len(seen) != 2 || seen[0] != ea || seen[1] != eb {
+		t.Fatalf("hook saw %v, want the two endpoints %p, %p", seen, ea, eb)
+	}
+	if got := ea.LinkInfo().IP; got != ipA {
+		t.Errorf("LinkInfo().IP = %v, want %v", got, ipA)
+	}
+	select {
+	case <-ea.Done():
+		t.Fatal("Done closed before Close")
+	default:
+	}
+	ea.Close()
+	eb.Close()
+	<-ea.Done()
+	<-eb.Done()
+}
