@@ -1,0 +1,606 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/ebpf"
+	"github.com/sprayfabric/spray/link/route"
+	"github.com/sprayfabric/spray/multipath"
+	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
+)
+
+const benchUsage = `usage: spray bench <collective> [flags]
+       spray bench incast [flags]      (the incast command's flags)
+
+Collectives: alltoall, allreduce, allgather, reducescatter, broadcast. The output is
+nccl-tests': size, count, type, redop, root, time per iteration, algbw, busbw, #wrong,
+and the p50, p99 and p99.9 of the iterations' times (each the slowest rank's).
+
+  spray bench alltoall -b 8 -e 64M -f 2         --world ranks in this process over spray's
+                                                in-memory fabric (or loopback TCP with
+                                                --transport tcp); no privilege needed
+  sudo spray bench alltoall --testbed leafspine:2x2x1
+                                                a leaf-spine fabric of namespaces, one
+                                                process per host (rank = host index)
+  spray bench allreduce --rank R --world N --bootstrap HOST:PORT [--link udp]
+                                                one rank per host; rank 0 listens at
+                                                HOST:PORT (its own address) and prints
+
+Sizes take the suffixes K, M and G (KiB, MiB, GiB). Transports: spray (the spray profile),
+roce (the classic RoCEv2 profile: Go-Back-N, one path, DCQCN), tcp (kernel TCP).
+
+flags:
+`
+
+// benchFlags are the flags of spray bench.
+type benchFlags struct {
+	op                     string
+	minB, maxB, chunk      sizeFlag
+	factor, warmup, iters  int
+	typ, redop             string
+	root, check, paths     int
+	jsonOut, progress      string
+	transport, linkKind    string
+	rank, world            int
+	bootstrap, ip, testbed string
+	metrics                string
+	seed                   uint64
+	timeout                time.Duration
+
+	stdout, stderr io.Writer
+	stderrFd       int
+}
+
+// benchBootstrapPort is rank 0's bootstrap port on a testbed.
+const benchBootstrapPort = 18516
+
+func init() {
+	register(command{name: "bench", summary: "nccl-tests-style collective benchmarks (alltoall, allreduce...) and incast", run: runBench})
+}
+
+// sizeFlag is a byte count with an optional K, M or G suffix (binary).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+// parseSize parses "8", "64K", "64M", "1G" (also lower case, and with a
+// trailing B or iB).
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+	mult := int64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("bad size %q (want a number of bytes, optionally with K, M or G)", v)
+	}
+	return n * mult, nil
+}
+
+func runBench(args []string) error {
+	return benchMain(args, os.Stdout, os.Stderr, int(os.Stderr.Fd()))
+}
+
+// benchMain is spray bench with its output streams (tests pass buffers).
+func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
+	if len(args) > 0 && args[0] == "incast" {
+		c, ok := commands["incast"]
+		if !ok {
+			return fmt.Errorf("bench incast: this build of spray has no incast command")
+		}
+		return c.run(args[1:])
+	}
+	f := benchFlags{stdout: stdout, stderr: stderr, stderrFd: stderrFd}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), benchUsage); fs.PrintDefaults() }
+	f.minB, f.maxB = 8, 64<<20
+	fs.Var(&f.minB, "b", "smallest size in bytes (K, M, G suffixes)")
+	fs.Var(&f.maxB, "e", "largest size in bytes (K, M, G suffixes)")
+	fs.IntVar(&f.factor, "f", 2, "size multiplication factor between steps")
+	fs.IntVar(&f.warmup, "w", 5, "untimed warm-up iterations per size")
+	fs.IntVar(&f.iters, "n", 20, "timed iterations per size")
+	fs.StringVar(&f.typ, "d", "float32", "element type: float32, float64, int32")
+	fs.StringVar(&f.redop, "o", "sum", "reduction of allreduce and reducescatter: sum, min, max")
+	fs.IntVar(&f.root, "r", 0, "root rank of broadcast")
+	fs.IntVar(&f.check, "c", 1, "check results against the reference (1) or not (0)")
+	fs.StringVar(&f.jsonOut, "json", "", "also write the results as JSON to this file (- for stdout, instead of the table)")
+	fs.StringVar(&f.transport, "transport", "spray", "spray, roce or tcp")
+	fs.StringVar(&f.linkKind, "link", "", "link of the spray and roce transports across hosts: xdp, raw or udp (default xdp with --testbed, udp with --rank)")
+	fs.IntVar(&f.rank, "rank", -1, "this process's rank, across hosts")
+	fs.IntVar(&f.world, "world", 8, "number of ranks")
+	fs.StringVar(&f.bootstrap, "bootstrap", "", "rank 0's bootstrap address host:port, across hosts")
+	fs.StringVar(&f.ip, "ip", "", "across hosts: the local address to use (default: the source address towards the bootstrap host; rank 0: the bootstrap address)")
+	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed, one process per host: leafspine:HxLxS[,rate=..] (root)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve metrics for Prometheus at this address (not available yet)")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the transports")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
+	fs.Var(&f.chunk, "chunk", "largest message of the collectives' algorithms (0: 256K)")
+	op := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		op, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if op == "" && fs.NArg() > 0 {
+		op = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return err
+		}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	if op == "" {
+		fs.Usage()
+		return fmt.Errorf("bench: which collective? (%s)", strings.Join(bench.CollOps, ", "))
+	}
+	f.op = op
+	cfg, err := f.collConfig()
+	if err != nil {
+		return err
+	}
+	if f.metrics != "" {
+		return fmt.Errorf("bench: --metrics is not available in this build (no telemetry package yet)")
+	}
+	switch f.transport {
+	case "spray", "roce", "tcp":
+	default:
+		return fmt.Errorf("bench: --transport %q: want spray, roce or tcp", f.transport)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
+	defer cancelT()
+	switch {
+	case f.testbed != "":
+		return f.runTestbed(ctx)
+	case f.rank >= 0:
+		return f.runRank(ctx, cfg)
+	}
+	return f.runLocal(ctx, cfg)
+}
+
+// collConfig checks the flags that describe the sweep.
+func (f *benchFlags) collConfig() (bench.CollConfig, error) {
+	var red collective.Op
+	switch f.redop {
+	case "sum":
+		red = collective.Sum
+	case "min":
+		red = collective.Min
+	case "max":
+		red = collective.Max
+	default:
+		return bench.CollConfig{}, fmt.Errorf("bench: -o %q: want sum, min or max", f.redop)
+	}
+	if f.minB <= 0 || f.maxB < f.minB {
+		return bench.CollConfig{}, fmt.Errorf("bench: sizes -b %d -e %d: want 0 < b <= e", f.minB, f.maxB)
+	}
+	if f.factor < 2 || f.warmup < 0 || f.iters < 1 {
+		return bench.CollConfig{}, fmt.Errorf("bench: want -f >= 2, -w >= 0, -n >= 1")
+	}
+	if f.world < 1 || f.world > collective.MaxWorld {
+		return bench.CollConfig{}, fmt.Errorf("bench: --world %d: want 1..%d", f.world, collective.MaxWorld)
+	}
+	cfg := bench.CollConfig{Op: f.op, Type: f.typ, Reduce: red, MinBytes: int64(f.minB), MaxBytes: int64(f.maxB),
+		Factor: f.factor, Warmup: f.warmup, Iters: f.iters, Check: f.check != 0, Root: f.root}
+	if f.chunk > 0 {
+		cfg.Options = &collective.Options{ChunkBytes: int(f.chunk)}
+	}
+	if f.op == bench.OpBroadcast && (f.root < 0 || f.root >= f.world) && f.testbed == "" {
+		return cfg, fmt.Errorf("bench: -r %d: want a rank in [0, %d)", f.root, f.world)
+	}
+	return cfg, nil
+}
+
+// transportConfig is the transport configuration of a spray or roce run.
+func (f *benchFlags) transportConfig(rank int) transport.Config {
+	prof := transport.Spray
+	if f.transport == "roce" {
+		prof = transport.RoCE
+	}
+	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths}
+}
+
+// progressFunc returns the progress callback of rank 0: a bar on stderr
+// when asked for, or when auto and stderr is a terminal; nil otherwise.
+func (f *benchFlags) progressFunc() (func(done, total int), func()) {
+	on := f.progress == "on"
+	if f.progress == "auto" {
+		_, err := unix.IoctlGetTermios(f.stderrFd, unix.TCGETS)
+		on = err == nil
+	}
+	if !on {
+		return nil, func() {}
+	}
+	var last time.Time
+	drawn := false
+	draw := func(done, total int) {
+		if done < total && time.Since(last) < 100*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		const width = 40
+		n := width * done / max(total, 1)
+		fmt.Fprintf(f.stderr, "\r[%s%s] %3d%% %d/%d iterations", strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*done/max(total, 1), done, total)
+		drawn = true
+	}
+	clear := func() {
+		if drawn {
+			fmt.Fprintf(f.stderr, "\r%s\r", strings.Repeat(" ", 80))
+		}
+	}
+	return draw, clear
+}
+
+// report prints the rows (rank 0): the table on stdout, and JSON to the
+// --json file or, for "-", to stdout instead of the table.
+func (f *benchFlags) report(rows []bench.CollRow, world int, link string) error {
+	if f.jsonOut != "" {
+		out := struct {
+			Collective string          `json:"collective"`
+			World      int             `json:"world"`
+			Transport  string          `json:"transport"`
+			Link       string          `json:"link"`
+			Rows       []bench.CollRow `json:"rows"`
+		}{f.op, world, f.transport, link, rows}
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		b = append(b, '\n')
+		if f.jsonOut == "-" {
+			_, err := f.stdout.Write(b) // instead of the table
+			return err
+		}
+		if err := os.WriteFile(f.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(f.stdout, "# spray bench %s: %d ranks, transport %s, link %s\n", f.op, world, f.transport, link)
+	bench.WriteCollTable(f.stdout, rows)
+	return nil
+}
+
+// runLocal runs every rank in this process: over one link/mem fabric
+// (spray, roce) or loopback TCP.
+func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
+	if f.linkKind != "" && f.linkKind != "mem" {
+		return fmt.Errorf("bench: --link %s needs --testbed or --rank (in one process the ranks share link/mem)", f.linkKind)
+	}
+	var comms []collective.Comm
+	link := "mem"
+	if f.transport == "tcp" {
+		link = "loopback"
+		cs, err := collective.LocalTCP(ctx, f.world, collective.TCPConfig{})
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			defer c.Close()
+			comms = append(comms, c)
+		}
+	} else {
+		tc := f.transportConfig(0)
+		// Every rank and engine shares this machine's cores: ACKs wait for
+		// the scheduler far longer than the 1 ms RTO floor on a loaded host.
+		tc.MinRTO, tc.MaxRetries = 5*time.Millisecond, 20
+		w, err := collective.LocalSpray(ctx, f.world, collective.LocalSprayConfig{Transport: tc})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		for _, c := range w.Comms {
+			comms = append(comms, c)
+		}
+	}
+	progress, clear := f.progressFunc()
+	rows, err := bench.RunCollectiveLocal(ctx, comms, cfg, progress)
+	clear()
+	if err != nil {
+		return err
+	}
+	return f.report(rows, f.world, link+" (one process)")
+}
+
+// runRank runs one rank of a world that spans processes.
+func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
+	if f.bootstrap == "" {
+		return fmt.Errorf("bench: --rank needs --bootstrap HOST:PORT (rank 0's address)")
+	}
+	if f.rank >= f.world {
+		return fmt.Errorf("bench: --rank %d of --world %d", f.rank, f.world)
+	}
+	logger := log.New(f.stderr, fmt.Sprintf("spray bench rank %d: ", f.rank), 0)
+	b, err := collective.NewBootstrap(ctx, collective.BootstrapConfig{Rank: f.rank, Size: f.world, Addr: f.bootstrap})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	local, err := f.localAddr(ctx)
+	if err != nil {
+		return err
+	}
+	var comm collective.Comm
+	link := "kernel"
+	if f.transport == "tcp" {
+		c, err := collective.NewTCPComm(ctx, b, collective.TCPConfig{Listen: netip.AddrPortFrom(local, 0).String()})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		comm = c
+	} else {
+		link = f.linkKind
+		if link == "" {
+			link = bench.KindUDP
+		}
+		ep, err := f.openEndpoint(ctx, local, link, logger)
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		var next func(context.Context, netip.Addr) ([6]byte, error)
+		if link != bench.KindUDP {
+			next = func(ctx context.Context, ip netip.Addr) ([6]byte, error) {
+				p, err := route.Resolve(ctx, ip)
+				return p.DstMAC, err
+			}
+		}
+		c, err := collective.NewSprayCommConfig(ctx, ep, b, collective.SprayConfig{NextHop: next})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		comm = c
+	}
+	var progress func(int, int)
+	clear := func() {}
+	if f.rank == 0 {
+		progress, clear = f.progressFunc()
+	}
+	rows, err := bench.RunCollective(ctx, comm, cfg, progress)
+	clear()
+	if err != nil {
+		return err
+	}
+	// Nobody closes while others still send.
+	if err := b.Barrier(ctx); err != nil {
+		return err
+	}
+	if f.rank != 0 {
+		return nil
+	}
+	return f.report(rows, f.world, link)
+}
+
+// localAddr is the address this rank uses: --ip, else rank 0's bootstrap
+// address on rank 0, else the source address of the route towards it.
+func (f *benchFlags) localAddr(ctx context.Context) (netip.Addr, error) {
+	if f.ip != "" {
+		return netip.ParseAddr(f.ip)
+	}
+	host, _, err := net.SplitHostPort(f.bootstrap)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bench: --bootstrap %q: %w", f.bootstrap, err)
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+	if err != nil || len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("bench: --bootstrap host %q: %v", host, err)
+	}
+	boot := ips[0].Unmap()
+	if f.rank == 0 {
+		return boot, nil
+	}
+	p, err := route.Resolve(ctx, boot)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if !p.Src.IsValid() {
+		return netip.Addr{}, fmt.Errorf("bench: no source address towards %v: pass --ip", boot)
+	}
+	return p.Src, nil
+}
+
+// openEndpoint opens a link of kind on the interface that holds local and
+// starts an endpoint on it.
+func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind string, logger *log.Logger) (*transport.Endpoint, error) {
+	ifc, err := interfaceOf(local)
+	if err != nil {
+		return nil, err
+	}
+	spec := bench.LinkSpec{Kind: kind, Ifindex: ifc.Index, IP: local, FrameSize: ifc.MTU + 14, Logf: logger.Printf,
+		Ports: multipath.Entropies(f.seed^0x706f727473+uint64(f.rank), max(f.paths, 8))}
+	copy(spec.MAC[:], ifc.HardwareAddr)
+	l, err := bench.OpenLink(spec)
+	if err != nil {
+		return nil, fmt.Errorf("bench: opening a %s link on %s (%v): %w", kind, ifc.Name, local, err)
+	}
+	tc := f.transportConfig(f.rank)
+	tc.MTU = ifc.MTU + 14
+	if tc.Profile == transport.Spray {
+		tc.INTHops = 4
+		tc.Paths = transport.PathsAdaptive
+	}
+	ep, err := transport.NewEndpoint(l, tc)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+// interfaceOf returns the interface that has the address ip.
+func interfaceOf(ip netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
+					return &ifc, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("bench: no interface has the address %v (pass --ip)", ip)
+}
+
+// runTestbed builds a leaf-spine fabric and runs one process per host,
+// this executable re-executed inside the host's namespace with --rank,
+// --world and --bootstrap (host 0's address). It forwards rank 0's output
+// and reports every rank's errors.
+func (f *benchFlags) runTestbed(ctx context.Context) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("bench --testbed %s needs root (network namespaces, XDP, AF_XDP): run it with sudo", f.testbed)
+	}
+	if !strings.HasPrefix(f.testbed, "leafspine") {
+		return fmt.Errorf("bench: unknown testbed %q (want leafspine:HxLxS)", f.testbed)
+	}
+	lcfg, err := testbed.ParseLeafSpine(f.testbed)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fab, err := testbed.NewLeafSpine(ctx, lcfg)
+	if err != nil {
+		return err
+	}
+	defer fab.Close()
+	var ecn ebpf.ECNConfig
+	if f.transport == "roce" { // DCQCN reacts to ECN marks
+		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
+	}
+	progs, err := fab.AttachPrograms(ecn)
+	if err != nil {
+		return err
+	}
+	defer progs.Close()
+	n := len(fab.Hosts)
+	if f.op == bench.OpBroadcast && (f.root < 0 || f.root >= n) {
+		return fmt.Errorf("bench: -r %d: want a rank in [0, %d)", f.root, n)
+	}
+	boot := netip.AddrPortFrom(fab.Hosts[0].IP, benchBootstrapPort).String()
+	fmt.Fprintf(f.stderr, "spray bench: testbed %s: %s, %d ranks, bootstrap %s\n", fab.Prefix, fab.Config, n, boot)
+	progress := "off"
+	if p, _ := f.progressFunc(); p != nil {
+		progress = "on"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, n)
+	logs := make([]bytes.Buffer, n)
+	var wg sync.WaitGroup
+	for r, h := range fab.Hosts {
+		args := f.rankArgs(r, n, boot, progress)
+		cmd := h.Command(ctx, exe, args...)
+		cmd.Stdout = io.Discard
+		cmd.Stderr = &logs[r]
+		if r == 0 {
+			cmd.Stdout = f.stdout
+			cmd.Stderr = io.MultiWriter(f.stderr, &logs[r])
+		}
+		cmd.WaitDelay = 5 * time.Second
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("bench: starting rank %d in %s: %w", r, h.Name, err)
+		}
+		wg.Go(func() {
+			if err := cmd.Wait(); err != nil {
+				errs[r] = fmt.Errorf("rank %d (%s, %v): %w", r, h.Name, h.IP, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	var failed []error
+	for r, err := range errs {
+		if err == nil {
+			continue
+		}
+		if r != 0 && logs[r].Len() > 0 {
+			err = fmt.Errorf("%w\n%s", err, strings.TrimSpace(logs[r].String()))
+		}
+		failed = append(failed, err)
+	}
+	return errors.Join(failed...)
+}
+
+// rankArgs are the arguments of rank r's process on a testbed.
+func (f *benchFlags) rankArgs(r, n int, boot, progress string) []string {
+	kind := f.linkKind
+	if kind == "" {
+		kind = bench.KindXDP
+	}
+	args := []string{"bench", f.op,
+		"-b", f.minB.String(), "-e", f.maxB.String(), "-f", strconv.Itoa(f.factor),
+		"-w", strconv.Itoa(f.warmup), "-n", strconv.Itoa(f.iters), "-d", f.typ, "-o", f.redop,
+		"-r", strconv.Itoa(f.root), "-c", strconv.Itoa(f.check),
+		"--transport", f.transport, "--link", kind, "--seed", strconv.FormatUint(f.seed, 10),
+		"--paths", strconv.Itoa(f.paths), "--chunk", f.chunk.String(), "--timeout", f.timeout.String(),
+		"--rank", strconv.Itoa(r), "--world", strconv.Itoa(n), "--bootstrap", boot,
+	}
+	if r == 0 {
+		args = append(args, "--progress", progress)
+		if f.jsonOut != "" {
+			args = append(args, "--json", f.jsonOut)
+		}
+	} else {
+		args = append(args, "--progress", "off")
+	}
+	return args
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/internal/testutil"
+)
+
+// benchRow is one data line of spray bench's table.
+type benchRow struct {
+	bytes int64
+	typ   string
+	wrong string
+}
+
+// parseBenchTable reads the data lines of the table (those not starting
+// with #) and checks they have nccl-tests' columns plus the percentiles.
+func parseBenchTable(t *testing.T, out string) []benchRow {
+	t.Helper()
+	var rows []benchRow
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 12 {
+			t.Fatalf("table line with %d fields, want 12: %q\n%s", len(f), line, out)
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("size %q: %v", f[0], err)
+		}
+		for _, x := range []string{f[5], f[6], f[7], f[9], f[10], f[11]} {
+			if _, err := strconv.ParseFloat(x, 64); err != nil {
+				t.Fatalf("number %q in %q: %v", x, line, err)
+			}
+		}
+		rows = append(rows, benchRow{bytes: n, typ: f[2], wrong: f[8]})
+	}
+	return rows
+}
+
+func runBenchCLI(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := benchMain(args, &stdout, &stderr, -1); err != nil {
+		t.Fatalf("spray bench %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), stderr.String()
+}
+
+// TestBenchLocal runs spray bench in one process over spray and TCP and
+// reads the table as a user would: the sizes of the sweep, #wrong 0.
+func TestBenchLocal(t *testing.T) {
+	for _, tr := range []string{"spray", "roce", "tcp"} {
+		out, _ := runBenchCLI(t, "allreduce", "-b", "8", "-e", "256K", "-f", "8", "-w", "1", "-n", "3",
+			"-d", "int32", "-o", "max", "--world", "4", "--transport", tr, "--seed", strconv.FormatUint(testutil.Seed(t), 10))
+		t.Logf("%s:\n%s", tr, out)
+		rows := parseBenchTable(t, out)
+		want := []int64{8, 64, 512, 4096, 32768, 262144}
+		if len(rows) != len(want) {
+			t.Fatalf("%s: %d rows, want %d", tr, len(rows), len(want))
+		}
+		for i, r := range rows {
+			if r.bytes != want[i] || r.typ != "int32" || r.wrong != "0" {
+				t.Errorf("%s: row %d: %+v", tr, i, r)
+			}
+		}
+		if !strings.Contains(out, "Out of bounds values : 0 OK") || !strings.Contains(out, "transport "+tr) {
+			t.Errorf("%s: no verdict or transport in\n%s", tr, out)
+		}
+	}
+	// Flags before the collective, sizes with suffixes, no check.
+	out, _ := runBenchCLI(t, "--world", "3", "-b", "1K", "-e", "1K", "-c", "0", "-n", "2", "-w", "0", "broadcast", "-r", "2")
+	rows := parseBenchTable(t, out)
+	if len(rows) != 1 || rows[0].bytes != 1024 || rows[0].wrong != "N/A" {
+		t.Errorf("broadcast rows %+v in\n%s", rows, out)
+	}
+}
+
+// TestBenchJSON writes --json to a file and to stdout and decodes both.
+func TestBenchJSON(t *testing.T) {
+	type result struct {
+		Collective string
+		World      int
+		Rows       []bench.CollRow
+	}
+	file := filepath.Join(t.TempDir(), "out.json")
+	out, _ := runBenchCLI(t, "alltoall", "-b", "64", "-e", "4K", "-f", "4", "-w", "0", "-n", "4", "--world", "4", "--transport", "tcp", "--json", file)
+	if len(parseBenchTable(t, out)) != 4 {
+		t.Errorf("table with --json FILE:\n%s", out)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromFile result
+	if err := json.Unmarshal(b, &fromFile); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = runBenchCLI(t, "alltoall", "-b", "64", "-e", "4K", "-f", "4", "-w", "0", "-n", "4", "--world", "4", "--transport", "tcp", "--json", "-")
+	var fromStdout result
+	if err := json.Unmarshal([]byte(out), &fromStdout); err != nil {
+		t.Fatalf("--json -: %v\n%s", err, out)
+	}
+	for _, r := range []result{fromFile, fromStdout} {
+		if r.Collective != "alltoall" || r.World != 4 || len(r.Rows) != 4 {
+			t.Fatalf("json %+v", r)
+		}
+		for _, row := range r.Rows {
+			if !row.Checked || row.Wrong != 0 || len(row.Samples) != 4 || row.AlgBW <= 0 || row.BusBW >= row.AlgBW {
+				t.Errorf("json row %+v", row)
+			}
+		}
+	}
+}
+
+func TestBenchErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"gather"},
+		{"allreduce", "-b", "1X"},
+		{"allreduce", "-b", "1M", "-e", "1K"},
+		{"allreduce", "-o", "prod"},
+		{"allreduce", "-d", "int8", "--world", "2"},
+		{"allreduce", "--transport", "ib"},
+		{"allreduce", "--link", "xdp"},
+		{"allreduce", "--rank", "0"},
+		{"broadcast", "-r", "9", "--world", "4"},
+		{"allreduce", "extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := benchMain(args, &stdout, &stderr, -1); err == nil {
+			t.Errorf("spray bench %q: no error", args)
+		}
+	}
+	if _, ok := commands["incast"]; !ok {
+		var stdout, stderr bytes.Buffer
+		err := benchMain([]string{"incast"}, &stdout, &stderr, -1)
+		if err == nil || !strings.Contains(err.Error(), "incast") {
+			t.Errorf("bench incast without the incast command: %v", err)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"8": 8, "64K": 64 << 10, "64M": 64 << 20, "1G": 1 << 30, "2k": 2048, "4MiB": 4 << 20, "16KB": 16 << 10} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "K", "-1", "1T", "2000G", "1.5M"} {
+		if _, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q): no error", in)
+		}
+	}
+}
+
+// TestBenchTestbed runs "spray bench alltoall --testbed leafspine:2x2x1"
+// with the spray binary: four processes, one per host namespace, over
+// AF_XDP across the fabric, and reads rank 0's table.
+func TestBenchTestbed(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	exe := filepath.Join(t.TempDir(), "spray")
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build spray with")
+	}
+	if out, err := exec.Command(gobin, "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tr := range []string{"spray", "tcp"} {
+		cmd := exec.CommandContext(ctx, exe, "bench", "alltoall", "--testbed", "leafspine:2x2x1", "--transport", tr,
+			"-b", "8", "-e", "1M", "-f", "32", "-w", "1", "-n", "5")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", tr, err, stdout.String(), stderr.String())
+		}
+		t.Logf("%s:\n%s%s", tr, stderr.String(), stdout.String())
+		rows := parseBenchTable(t, stdout.String())
+		if len(rows) != 4 { // 16 (one float32 per rank), 256, 8K, 256K
+			t.Fatalf("%s: %d rows, want 4", tr, len(rows))
+		}
+		for _, r := range rows {
+			if r.wrong != "0" {
+				t.Errorf("%s: row %+v", tr, r)
+			}
+		}
+		if !strings.Contains(stdout.String(), "4 ranks") || !strings.Contains(stderr.String(), "4 ranks") {
+			t.Errorf("%s: want 4 ranks in the output", tr)
+		}
+	}
+}
