@@ -29,7 +29,8 @@ const SnapshotTimeout = 2 * time.Second
 // global meter provider, every one with the attribute endpoint=name. Call
 // it after Serve, or after installing a provider of your own with
 // otel.SetMeterProvider; before that the global provider drops everything.
-// stop unregisters the series; call it before or after closing ep.
+// The series go away when ep closes, or earlier when stop is called (stop
+// is idempotent).
 func Instrument(ep *transport.Endpoint, name string) (stop func(), err error) {
 	return InstrumentWith(otel.GetMeterProvider(), ep, name)
 }
@@ -51,8 +52,53 @@ func InstrumentWith(mp metric.MeterProvider, ep *transport.Endpoint, name string
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInstrument, err)
 	}
+	// The series go away with the endpoint, or with stop.
+	quit := make(chan struct{})
 	var once sync.Once
-	return func() { once.Do(func() { _ = reg.Unregister() }) }, nil
+	stop = func() { once.Do(func() { close(quit); _ = reg.Unregister() }) }
+	go func() {
+		select {
+		case <-ep.Done():
+			stop()
+		case <-quit:
+		}
+	}()
+	return stop, nil
+}
+
+// OnEndpoint returns a hook for transport.Config.OnEndpoint that
+// instruments every endpoint started with that Config on mp (nil: the
+// global meter provider), under the name "LINK@IP" from its link's Info
+// ("xdp:veth0/q0@10.0.0.1"), with "#2", "#3", ... appended while an
+// endpoint of the same name is still open. The series of each endpoint go
+// away when it closes. Errors go to otel.Handle.
+func OnEndpoint(mp metric.MeterProvider) func(*transport.Endpoint) {
+	var mu sync.Mutex
+	live := map[string]bool{}
+	return func(ep *transport.Endpoint) {
+		p := mp
+		if p == nil {
+			p = otel.GetMeterProvider()
+		}
+		info := ep.LinkInfo()
+		base := info.Name + "@" + info.IP.String()
+		mu.Lock()
+		name := base
+		for i := 2; live[name]; i++ {
+			name = fmt.Sprintf("%s#%d", base, i)
+		}
+		live[name] = true
+		mu.Unlock()
+		if _, err := InstrumentWith(p, ep, name); err != nil {
+			otel.Handle(err)
+		}
+		go func() {
+			<-ep.Done()
+			mu.Lock()
+			delete(live, name)
+			mu.Unlock()
+		}()
+	}
 }
 
 type instruments struct {
