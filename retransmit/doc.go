@@ -14,7 +14,10 @@
 //   - SelectiveRepeat (spray): cumulative ACK plus SACK bitmap; loss is
 //     detected by time, as RACK does (RFC 8985 section 6): a packet is lost
 //     once a packet sent after it has been delivered and a reordering window
-//     has passed. A tail loss probe (RFC 8985 section 7) resends the last
+//     has passed. RACK is also kept per entropy (one path through an ECMP
+//     fabric), so that a packet on a path with a deeper queue is judged
+//     against its own path's RTT rather than declared lost because a later
+//     packet took a faster path (see rackDetect). A tail loss probe (RFC 8985 section 7) resends the last
 //     packet when ACKs stop, and the retransmission timer (RFC 6298) is the
 //     last resort. Per-packet spraying reorders by design, so the window
 //     grows when a declared loss turns out to be reordering.
@@ -35,7 +38,12 @@
 //
 // Caveats and deviations from RFC 8985: the reordering window cannot learn
 // from DSACK (spray's receiver sends none); it learns from spurious
-// retransmissions instead (see Config.MinReorderWindow). It applies from the
+// retransmissions instead (see Config.MinReorderWindow), found by timing or
+// by the send time an ACK echoes (Ack.AckedSentAt). Per-entropy state is
+// kept for 256 entropies, direct-mapped, so with more entropies some are
+// judged by plain RACK. A retransmission timeout declares lost the oldest
+// packet and those sent more than RACK.rtt + reo_wnd ago (RFC 8985 6.3),
+// not the whole window. It applies from the
 // first ACK, reordering seen or not, since spraying reorders by design. The
 // reordering timer fires at the earliest pending deadline, not the latest,
 // and the tail loss probe is armed during loss recovery too, so that a lost

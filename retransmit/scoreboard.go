@@ -41,6 +41,12 @@ type Ack struct {
 	// HasAcked (SelectiveRepeat only).
 	Acked    psn.PSN
 	HasAcked bool
+	// AckedSentAt, when not zero, is the send time that the triggering
+	// packet carried and the ACK echoes (SelectiveRepeat only). When it is
+	// earlier than the packet's latest transmission, the ACK is for an
+	// earlier one: the resend was spurious, and the reordering window grows
+	// (the timestamp test of RFC 3522, standing in for DSACK).
+	AckedSentAt clock.Time
 }
 
 // AckResult sums up what one OnAck or OnNak did.
@@ -130,6 +136,28 @@ const (
 	fRackLost       // the latest loss declaration was RACK's
 )
 
+// pathSlots is the size of the per-entropy RACK table.
+const pathSlots = 256
+
+// pathRack is RACK's state for one entropy: the most recently sent packet
+// delivered on it, and that packet's RTT.
+type pathRack struct {
+	ok      bool
+	entropy uint16
+	psn     psn.PSN
+	xmit    clock.Time
+	rtt     time.Duration
+}
+
+// path returns the RACK state of entropy, or nil when none is kept.
+func (s *Scoreboard) path(entropy uint16) *pathRack {
+	r := &s.paths[entropy%pathSlots]
+	if !r.ok || r.entropy != entropy {
+		return nil
+	}
+	return r
+}
+
 // entry is one ring slot: the state of one outstanding PSN.
 type entry struct {
 	sentAt  clock.Time
@@ -176,6 +204,10 @@ type Scoreboard struct {
 	inRecov  bool
 	recovEnd psn.PSN
 
+	// paths is per-entropy RACK state, direct-mapped by entropy (an
+	// entropy that maps onto an occupied slot evicts its owner).
+	paths []pathRack
+
 	tlpActive bool
 	tlpEnd    psn.PSN
 
@@ -210,6 +242,7 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		ptoAt:   clock.Never,
 		reoAt:   clock.Never,
 		reoMult: 1,
+		paths:   make([]pathRack, pathSlots),
 	}, nil
 }
 
@@ -450,6 +483,7 @@ type ackState struct {
 	trigAt  clock.Time // send time of the triggering packet, when it qualifies
 	trigger psn.PSN
 	hasTrig bool
+	trigTx  clock.Time // the ACK's AckedSentAt
 }
 
 // ackOne marks p acknowledged. RFC 8985 6.2 step 2: the RACK state follows
@@ -462,6 +496,9 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	}
 	retx := e.flags&fRetx != 0
 	early := retx && s.hasRTT && now.Sub(e.sentAt) < s.minRTT
+	if retx && st.hasTrig && p == st.trigger && st.trigTx != 0 && st.trigTx.Before(e.sentAt) {
+		early = true // the echoed send time is an earlier transmission's
+	}
 	if e.flags&fLost != 0 || early {
 		s.spurious(e)
 	}
@@ -485,6 +522,10 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 		if !s.rackOK || sentAfter(e.sentAt, p, s.rackXmit, s.rackPSN) {
 			s.rackOK, s.rackXmit, s.rackPSN = true, e.sentAt, p
 			s.rackRTT = min(now.Sub(e.sentAt), MaxDuration)
+		}
+		r := &s.paths[e.entropy%pathSlots]
+		if !r.ok || r.entropy != e.entropy || sentAfter(e.sentAt, p, r.xmit, r.psn) {
+			*r = pathRack{ok: true, entropy: e.entropy, psn: p, xmit: e.sentAt, rtt: min(now.Sub(e.sentAt), MaxDuration)}
 		}
 	}
 	return dst
@@ -565,7 +606,7 @@ func (s *Scoreboard) OnAck(now clock.Time, a Ack, dst []Event) ([]Event, AckResu
 	bad := cd > out
 	if sr && !bad {
 		if a.HasAcked {
-			st.hasTrig, st.trigger = true, psn.New(uint32(a.Acked))
+			st.hasTrig, st.trigger, st.trigTx = true, psn.New(uint32(a.Acked)), a.AckedSentAt
 			bad = int(st.trigger.Diff(s.una)) >= out
 		}
 		bad = bad || !s.sackValid(a.Sack, psn.New(uint32(a.SackBase)), out)
@@ -685,6 +726,23 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 // earliest of the others. (The RFC arms it for the latest; the earliest
 // repairs each loss as soon as it is known, at the cost of more wake-ups.)
 //
+// Sprayed packets take paths whose delays differ by more than any
+// reordering window (a queue on one spine, none on another), so RACK also
+// keeps its state per entropy (one path through an ECMP fabric, first in
+// first out) and judges a packet by its own path when it knows the path:
+//   - a packet sent on it later has been delivered: the packet is lost once
+//     that packet's RTT + reo_wnd has passed since it was sent (RACK on one
+//     path, where reordering is rare);
+//   - otherwise (the path's later packets are still on their way, or the
+//     path died): once twice the larger of RACK.rtt and the path's last RTT
+//     (at least that plus reo_wnd) has passed. Queues that grow, CPUs that
+//     deschedule the receiver and ACKs sprayed back over other paths make
+//     one path's RTT jump by more than any fraction of it; a dead path is
+//     also taken out of the spray set by the path policy, so the cost of
+//     the wait is a round trip for the packets caught on it.
+//
+// A packet on an entropy with no delivery yet is judged as RFC 8985 says.
+//
 // Original transmissions are sent in PSN order, so the scan stops at the
 // first one sent after the RACK packet: only resends can follow it out of
 // order, and they were sent later still.
@@ -693,7 +751,8 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	if !s.rackOK {
 		return dst
 	}
-	wait := s.rackRTT + s.ReorderWindow()
+	reo := s.ReorderWindow()
+	wait := s.rackRTT + reo
 	for p := s.una; p != s.next; p = p.Next() {
 		e := s.slot(p)
 		if !sentAfter(s.rackXmit, s.rackPSN, e.sentAt, p) {
@@ -706,6 +765,14 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 			continue
 		}
 		deadline := e.sentAt.Add(wait)
+		if r := s.path(e.entropy); r != nil {
+			if sentAfter(r.xmit, r.psn, e.sentAt, p) {
+				deadline = e.sentAt.Add(r.rtt + reo)
+			} else {
+				rtt := max(s.rackRTT, r.rtt)
+				deadline = e.sentAt.Add(rtt + max(reo, rtt))
+			}
+		}
 		if !now.Before(deadline) {
 			dst = s.markLost(p, e, true, dst, res)
 		} else if deadline.Before(s.reoAt) {
@@ -793,8 +860,10 @@ func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Eve
 // NextTimeout; it handles one timer per call, so call it again while
 // NextTimeout is still not after now). It appends newly lost packets to dst.
 //
-//   - RTO (RFC 6298 5.4-5.6, RFC 8985 6.3): every outstanding packet not
-//     acknowledged is declared lost and queued in PSN order, the timeout
+//   - RTO (RFC 6298 5.4-5.6, RFC 8985 6.3): outstanding packets not
+//     acknowledged are declared lost and queued in PSN order (in
+//     SelectiveRepeat the oldest, and the others only if RACK.rtt + reo_wnd
+//     has passed since they were sent; in GoBackN all), the timeout
 //     doubles (up to MaxRTO) and restarts. After MaxRetries consecutive RTOs
 //     without progress the next one returns Failed and an error wrapping
 //     ErrRetryExceeded instead, and the scoreboard stays failed.
@@ -818,8 +887,23 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		if s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
+		// RFC 8985 6.3: in SelectiveRepeat the oldest packet is lost (it was
+		// sent an RTO ago), the others only when RACK.rtt + reo_wnd has
+		// passed since they were sent: a timeout does not resend a whole
+		// window that is still on its way. Go-Back-N resends everything.
+		young := clock.Never
+		if s.cfg.Mode == SelectiveRepeat {
+			rtt := s.SRTT()
+			if s.rackOK {
+				rtt = s.rackRTT
+			}
+			young = now.Add(-(rtt + s.ReorderWindow()))
+		}
 		for p := s.una; p != s.next; p = p.Next() {
 			e := s.slot(p)
+			if p != s.una && e.sentAt.After(young) && e.flags&fLost == 0 {
+				continue
+			}
 			dst = s.markLost(p, e, false, dst, nil)
 			if e.flags&fPending != 0 {
 				// Popped but never resent: queue it again.

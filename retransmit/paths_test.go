@@ -1,0 +1,211 @@
+package retransmit
+
+import (
+	"testing"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/psn"
+)
+
+// sendOn sends one new packet of 1000 bytes on entropy at now.
+func sendOn(t *testing.T, s *Scoreboard, now clock.Time, entropy uint16) psn.PSN {
+	t.Helper()
+	p := s.Next()
+	if err := s.OnSend(now, p, 1000, uint64(p), entropy); err != nil {
+		t.Fatalf("OnSend(%d): %v", p, err)
+	}
+	return p
+}
+
+// TestRACKPerPath: packets sprayed over a slow path (entropy 1, 300µs) and
+// a fast one (entropy 2, 100µs). A packet on the slow path is not declared
+// lost because a later packet on the fast path came back first, as plain
+// RACK (a 25µs window) would; a packet on the slow path is declared lost
+// once a later packet on its own path is delivered and its window passed.
+func TestRACKPerPath(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		// Warm up both paths.
+		p0 := sendOn(t, s, 0, 1)
+		p1 := sendOn(t, s, 1*us, 2)
+		s.OnAck(101*us, sackOf(first, p1, p1), nil)
+		s.OnAck(300*us, Ack{Cum: p1.Next(), Acked: p0, HasAcked: true}, nil)
+		if s.Outstanding() != 0 || s.Stats().Lost != 0 {
+			t.Fatalf("warm-up: outstanding %d, stats %+v", s.Outstanding(), s.Stats())
+		}
+		base := p1.Next()
+
+		// Slow then fast; the fast one's ACK first.
+		a := sendOn(t, s, 400*us, 1)
+		b := sendOn(t, s, 401*us, 2)
+		ev, _ := s.OnAck(501*us, sackOf(base, b, b), nil)
+		if _, lost := split(ev); len(lost) != 0 {
+			t.Fatalf("lost %v when the fast path's later packet came back", lost)
+		}
+		// Plain RACK would fire at 400+100+25µs; the slow path gets twice
+		// its RTT.
+		if at := s.NextTimeout(); at < 1000*us {
+			if ev, kind, _ := s.OnTimeout(at, nil); len(ev) != 0 {
+				t.Fatalf("timer %v at %v declared %v lost", kind, at, ev)
+			}
+		}
+		ev, _ = s.OnAck(700*us, sackOf(b.Next(), a), nil)
+		if acked, lost := split(ev); len(lost) != 0 || !samePSNs(acked, []psn.PSN{a}) {
+			t.Fatalf("slow packet: acked %v lost %v", acked, lost)
+		}
+
+		// A loss on the slow path: the next packet on it is delivered.
+		c := sendOn(t, s, 800*us, 1)
+		d := sendOn(t, s, 810*us, 1)
+		cum := b.Next()
+		ev, _ = s.OnAck(1110*us, sackOf(cum, d, d), nil)
+		if _, lost := split(ev); len(lost) != 0 {
+			t.Fatalf("lost %v before the window passed", lost)
+		}
+		// c is lost at 800 + 300 (d's RTT) + 25 (minRTT/4) µs.
+		if at := s.NextTimeout(); at != 1125*us {
+			t.Fatalf("reorder timer at %v, want 1.125ms", at)
+		}
+		ev, kind, _ := s.OnTimeout(1125*us, nil)
+		if _, lost := split(ev); kind != Reorder || !samePSNs(lost, []psn.PSN{c}) {
+			t.Fatalf("timeout %v: lost %v, want %d", kind, lost, c)
+		}
+		mustCheck(t, s)
+	})
+}
+
+// TestRACKDeadPath: the packets of a path that stopped delivering are
+// declared lost two of its RTTs after they were sent, once later packets
+// on other paths are delivered.
+func TestRACKDeadPath(t *testing.T) {
+	s := mustNew(t, Config{}, 0)
+	p0 := sendOn(t, s, 0, 1)
+	p1 := sendOn(t, s, 1*us, 2)
+	s.OnAck(100*us, Ack{Cum: p0.Next(), Acked: p0, HasAcked: true}, nil)
+	s.OnAck(101*us, Ack{Cum: p1.Next(), Acked: p1, HasAcked: true}, nil)
+	dead := sendOn(t, s, 200*us, 1)
+	// The live path sends every 10µs, each packet acknowledged 100µs later.
+	var live []psn.PSN
+	for i := range 40 {
+		live = append(live, sendOn(t, s, clock.Time(201+i*10)*us, 2))
+	}
+	var lostAt clock.Time
+	for i, p := range live {
+		now := clock.Time(301+i*10) * us
+		ev, _ := s.OnAck(now, sackOf(dead, p, live[:i+1]...), nil)
+		if _, lost := split(ev); len(lost) > 0 {
+			lostAt = now
+			break
+		}
+		if at := s.NextTimeout(); at <= now+10*us {
+			if ev, _, _ := s.OnTimeout(at, nil); len(ev) > 0 {
+				lostAt = at
+				break
+			}
+		}
+	}
+	if lostAt < 400*us || lostAt > 420*us {
+		t.Fatalf("dead path's packet declared lost at %v, want 200µs + 2x100µs", lostAt)
+	}
+	if p, _, ok := s.PopLost(); !ok || p != dead {
+		t.Fatalf("PopLost = %d %v, want %d", p, ok, dead)
+	}
+}
+
+// TestRTOSelectiveYoungSurvive: in SelectiveRepeat a timeout declares lost
+// the oldest packet and those sent more than RACK.rtt + reo_wnd ago, not a
+// whole window sent just now (RFC 8985 6.3); Go-Back-N resends all.
+func TestRTOSelectiveYoungSurvive(t *testing.T) {
+	for _, mode := range []Mode{SelectiveRepeat, GoBackN} {
+		s := mustNew(t, Config{Mode: mode}, 0)
+		sendOn(t, s, 0, 1)
+		sendOn(t, s, 10*us, 1)
+		young := sendOn(t, s, 950*us, 1)
+		if at := s.NextTimeout(); at != 1000*us && mode == GoBackN {
+			t.Fatalf("%v: RTO at %v", mode, at)
+		}
+		for now := s.NextTimeout(); ; now = s.NextTimeout() {
+			_, kind, err := s.OnTimeout(now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind == RTO {
+				break
+			}
+		}
+		var lost []psn.PSN
+		for {
+			p, _, ok := s.PopLost()
+			if !ok {
+				break
+			}
+			lost = append(lost, p)
+		}
+		want := []psn.PSN{0, 1}
+		if mode == GoBackN {
+			want = append(want, young)
+		}
+		if !samePSNs(lost, want) {
+			t.Fatalf("%v: RTO queued %v, want %v", mode, lost, want)
+		}
+		mustCheck(t, s)
+	}
+}
+
+// TestEchoedSendTimeSpurious: an ACK that echoes the send time of an
+// earlier transmission than the latest one shows the resend was spurious,
+// even when it comes long after the resend, and widens the reordering
+// window.
+func TestEchoedSendTimeSpurious(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		start := clock.Time(1000) * us
+		reorderScriptAt(t, s, first, start)
+		w0 := s.ReorderWindow()
+		resent := resendLost(t, s, start+30*us)
+		if !samePSNs(resent, psns(first, 1)) {
+			t.Fatalf("resent %v", resent)
+		}
+		// The original (sent at start+1µs) arrives 200µs after the resend.
+		a := sackOf(first.Add(6), first.Add(1), first.Add(1))
+		a.AckedSentAt = start + 1*us
+		s.OnAck(start+230*us, a, nil)
+		if st := s.Stats(); st.SpuriousRetransmits != 1 {
+			t.Fatalf("SpuriousRetransmits %d, want 1", st.SpuriousRetransmits)
+		}
+		if w := s.ReorderWindow(); w <= w0 {
+			t.Fatalf("reorder window %v after a spurious resend, was %v", w, w0)
+		}
+		// The resend's own echo is no evidence.
+		s2 := mustNew(t, Config{}, first)
+		reorderScriptAt(t, s2, first, start)
+		resendLost(t, s2, start+30*us)
+		a.AckedSentAt = start + 30*us
+		s2.OnAck(start+230*us, a, nil)
+		if st := s2.Stats(); st.SpuriousRetransmits != 0 {
+			t.Fatalf("SpuriousRetransmits %d for the resend's own ACK", st.SpuriousRetransmits)
+		}
+	})
+}
+
+// reorderScriptAt sends first..first+5 (1µs apart from start, each on its
+// own entropy), acknowledges first, then first+2..+5 20µs after each was
+// sent, and runs the reorder timer so that first+1 is declared lost.
+func reorderScriptAt(t *testing.T, s *Scoreboard, first psn.PSN, start clock.Time) {
+	t.Helper()
+	for i := range 6 {
+		sendOn(t, s, start+clock.Time(i)*us, uint16(100+i))
+	}
+	s.OnAck(start+20*us, sackOf(first.Add(1), first), nil)
+	var ps []psn.PSN
+	for i := 2; i < 6; i++ {
+		ps = append(ps, first.Add(uint32(i)))
+		s.OnAck(start+clock.Time(20+i)*us, sackOf(first.Add(1), first.Add(uint32(i)), ps...), nil)
+	}
+	for s.NextTimeout() <= start+29*us {
+		s.OnTimeout(s.NextTimeout(), nil)
+	}
+	if !s.HasLost() {
+		t.Fatalf("first+1 not declared lost by %v: stats %+v", start+29*us, s.Stats())
+	}
+}
