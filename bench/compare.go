@@ -65,8 +65,9 @@ const (
 )
 
 // CCWindow names a fixed window instead of a congestion controller: each
-// QP may have 1/(ranks-1) of a switch port's buffer in flight, so that
-// the QPs converging on one port never overflow it, unpaced.
+// QP may have half a switch port's buffer in flight, unpaced. In the
+// all-to-all's pairwise exchange at most two QPs converge on one port, so
+// they never overflow it.
 const CCWindow = "window"
 
 // ErrCompare is wrapped by Compare's configuration errors.
@@ -104,6 +105,11 @@ type CompareConfig struct {
 	Entropies int
 	// Window bounds the packets a QP has outstanding; 0 means 256.
 	Window int
+	// MinRTO is the smallest retransmission timeout of spray and roce QPs
+	// on a testbed; 0 means four times the time a full switch queue takes
+	// to drain at the spine rate (at least 5 ms), so that a queue that
+	// builds on a software fabric does not look like a loss.
+	MinRTO time.Duration
 	// SprayCC and RoCECC name the congestion controllers (cc.ByName) of
 	// the spray and roce QPs on a testbed, calibrated to the fabric's
 	// rates, or CCWindow; "" means DefaultSprayCC and DefaultRoCECC,
@@ -194,10 +200,13 @@ type Drops struct {
 	Burst     uint64 `json:"burst"`     // burst loss (fault injection)
 	Blackhole uint64 `json:"blackhole"` // a failed link
 	Queue     uint64 `json:"queue"`     // a full egress queue (congestion)
+	// Host counts frames that reached a rank's link and were dropped
+	// there (receive ring or pool full: the rank did not keep up).
+	Host uint64 `json:"host"`
 }
 
 // Total returns the sum of the drops.
-func (d Drops) Total() uint64 { return d.Loss + d.Burst + d.Blackhole + d.Queue }
+func (d Drops) Total() uint64 { return d.Loss + d.Burst + d.Blackhole + d.Queue + d.Host }
 
 // CompareRow is one profile under one scenario.
 type CompareRow struct {

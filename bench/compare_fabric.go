@@ -27,7 +27,22 @@ var ErrNeedRoot = errors.New("bench: compare on a testbed needs root (network na
 // cmpWorld is a set of ranks ready for an all-to-all.
 type cmpWorld struct {
 	comms []collective.Comm
+	links []link.Link // the ranks' links, for their drop counters
 	close func()
+}
+
+// hostDrops sums the receive drops of the world's links.
+func (w *cmpWorld) hostDrops() uint64 {
+	var n uint64
+	for _, l := range w.links {
+		switch l := l.(type) {
+		case *XDPLink:
+			n += l.Socket.Stats().RxDropped
+		case link.StatsReader:
+			n += l.Stats().RxDropped
+		}
+	}
+	return n
 }
 
 // entropyLink reports a chosen set of entropies as the link's ports, so that
@@ -219,7 +234,11 @@ func (row *CompareRow) account(before, after cmpSnapshot) {
 // transportConfig is the transport of a profile on this fabric.
 func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 	c := fr.fab.Config
-	tc := transport.Config{Seed: fr.cfg.Seed, MTU: c.MTU + 14, Window: fr.cfg.Window, Entropies: fr.cfg.Entropies}
+	tc := transport.Config{Seed: fr.cfg.Seed, MTU: c.MTU + 14, Window: fr.cfg.Window, Entropies: fr.cfg.Entropies, MinRTO: fr.cfg.MinRTO}
+	if tc.MinRTO == 0 {
+		drain := time.Duration(float64(c.BufferBytes) * 8 / float64(c.RateBps) * 1e9)
+		tc.MinRTO = max(4*drain, 5*time.Millisecond)
+	}
 	ccName := fr.cfg.SprayCC
 	switch prof {
 	case ProfileRoCE:
@@ -233,9 +252,11 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 	switch ccName {
 	case "default":
 	case CCWindow:
-		// Every QP may have 1/(n-1) of a port's buffer in flight: the
-		// QPs that converge on a port cannot overflow it.
-		w := max(c.BufferBytes/max(len(fr.fab.Hosts)-1, 1), 2*(c.MTU+14))
+		// Every QP may have half a port's buffer in flight. The
+		// all-to-all's pairwise exchange has one QP per rank sending at a
+		// time, so at most two QPs converge on a port (two ECMP flows
+		// hashed onto one uplink) and cannot overflow it.
+		w := max(c.BufferBytes/2, 2*(c.MTU+14))
 		tc.CC = func() cc.Controller { return cc.Fixed{WindowBytes: w} }
 	default:
 		// The senders' own links are not shaped: the host ports of the
@@ -297,6 +318,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 	}
 	var before cmpSnapshot
 	var qBefore transport.QPStats
+	var hBefore uint64
 	hooks := a2aHooks{
 		before: func(it int) error {
 			if it != cfg.Warmup {
@@ -353,6 +375,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 			return row, err
 		}
 		row.account(before, after)
+		row.Drops.Host = w.hostDrops() - hBefore
 		// QP counters need the engines: read them with a fresh deadline
 		// even when the run timed out.
 		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
@@ -416,6 +439,7 @@ func (fr *cmpFabric) sprayWorld(ctx context.Context, prof, sc string) (*cmpWorld
 		if err != nil {
 			return nil, fmt.Errorf("opening a %s link in %s: %w", fr.cfg.Link, h.Name, err)
 		}
+		w.links = append(w.links, l)
 		if sc == ScenarioCollision && prof == ProfileRoCE && len(fr.collide[r]) > 0 {
 			l = &entropyLink{Link: l, ports: fr.collide[r]}
 		}

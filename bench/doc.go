@@ -5,4 +5,18 @@
 //
 // Workloads run over a Pipe, so that the same workload measures a spray QP
 // and a kernel TCP connection between the same two endpoints.
+//
+// Compare is the fabric comparison behind `spray compare`: the same
+// all-to-all with classic RoCE, spray and kernel TCP on one leaf-spine
+// testbed, one rank per host namespace (all in this process), under
+// scenarios of faults (loss on the spine links, ECMP collisions, a spine
+// link blackholed mid-run), with the fabric programs' counters read per
+// run; WriteCompareTable, WriteCompareJSON and WriteCompareCDF report it.
+// Without root it runs the ranks over loopback (link/udp), with loss
+// injected by the sending links and no fabric scenarios. Caveats: both
+// QP profiles use the same fixed window by default (CCWindow), because
+// HPCC and Swift stall a QP whose window falls below a packet in this
+// version of the transport; on a loaded two-core machine the forwarding
+// namespaces and the engines share the CPUs, so the all-to-all reaches a
+// fraction of the fabric's limit (AllToAllLimit) and times are noisy.
 package bench
