@@ -137,16 +137,17 @@ func TestAllToAllLimit(t *testing.T) {
 }
 
 // TestCompareFabric runs Compare on the default leaf-spine testbed with a
-// small workload under two scenarios: every profile completes every
+// small workload under three scenarios: every profile completes every
 // iteration with every element right, the loss shows in the fabric's drop
-// counters and in retransmissions, bytes cross both spines, and the
-// outputs (table, JSON, PNG) are readable.
+// counters and in retransmissions, bytes cross both spines (all on one
+// for roce's colliding ECMP flows, evenly for spray), and the outputs
+// (table, JSON, PNG) are readable.
 func TestCompareFabric(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	scen := []string{ScenarioLossless, ScenarioLoss01}
+	scen := []string{ScenarioLossless, ScenarioLoss01, ScenarioCollision}
 	const iters = 8
 	res, err := Compare(ctx, CompareConfig{Scenarios: scen, Size: 512 << 10, Iters: iters, Seed: seed, Logf: t.Logf})
 	if err != nil {
@@ -157,6 +158,16 @@ func TestCompareFabric(t *testing.T) {
 		t.Errorf("limits %v GB/s, %v Gbit/s", res.AllToAllLimit, res.BisectionGbps)
 	}
 	for _, r := range res.Rows {
+		if r.Scenario == ScenarioCollision && r.Profile == ProfileRoCE {
+			// Every ECMP flow was given entropies hashed onto spine 0.
+			if len(r.SpineBytes) != 2 || r.SpineBytes[1] > r.SpineBytes[0]/50 || r.Imbalance < 1.9 {
+				t.Errorf("roce collision: spine bytes %v, imbalance %.2f: want everything on spine 0", r.SpineBytes, r.Imbalance)
+			}
+			continue
+		}
+		if r.Scenario == ScenarioCollision && r.Profile == ProfileSpray && r.Imbalance > 1.3 {
+			t.Errorf("spray collision: spine bytes %v, imbalance %.2f: spraying must spread them", r.SpineBytes, r.Imbalance)
+		}
 		if len(r.SpineBytes) != 2 || r.SpineBytes[0] == 0 || r.SpineBytes[1] == 0 {
 			t.Errorf("%s/%s: spine bytes %v: all-to-all traffic of 4 ranks must cross both spines", r.Scenario, r.Profile, r.SpineBytes)
 		}
