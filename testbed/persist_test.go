@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -177,6 +178,64 @@ func TestPersistentLeafSpine(t *testing.T) {
 	if pktsAfter < pkts+160 {
 		t.Fatalf("program counters %d -> %d for 160 datagrams", pkts, pktsAfter)
 	}
+
+	// Utilization while traffic runs: leaf0's uplinks carry it, no
+	// shaped port runs much above its rate.
+	stop := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		a := g.Host(0, 0)
+		sent <- a.Do(func() error {
+			var conns []net.PacketConn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			for range 8 {
+				c, err := net.ListenPacket("udp4", net.JoinHostPort(a.IP.String(), "0"))
+				if err != nil {
+					return err
+				}
+				conns = append(conns, c)
+			}
+			msg := make([]byte, 1000)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				if _, err := conns[i%len(conns)].WriteTo(msg, net.UDPAddrFromAddrPort(dst)); err != nil {
+					return err
+				}
+				if i%10 == 9 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}()
+	busy, err := g.Status(ctx, 300*time.Millisecond)
+	close(stop)
+	if serr := <-sent; serr != nil {
+		t.Fatal(serr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uplinks float64
+	for _, p := range busy {
+		if p.Switch == "leaf0" && strings.HasPrefix(p.Port, "up") {
+			uplinks += p.Utilization
+		}
+		if p.Utilization < 0 || p.Utilization > 150 {
+			t.Errorf("%s:%s utilization %.1f%%", p.Switch, p.Port, p.Utilization)
+		}
+	}
+	if uplinks < 1 {
+		t.Errorf("leaf0's uplinks at %.2f%% together while host0-0 sends", uplinks)
+	}
+	t.Logf("leaf0 uplinks' utilization summed: %.1f%% of one link", uplinks)
 
 	// Blackhole spine0's port to leaf1.
 	sw, port, err := g.LookupPort("spine0:leaf1")

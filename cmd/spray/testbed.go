@@ -317,7 +317,25 @@ type statusPort struct {
 	DropDown      uint64      `json:"drop_down"`
 	ECNMarked     uint64      `json:"ecn_marked"`
 	MaxQueueDelay float64     `json:"max_queue_delay_us"`
-	Faults        ebpf.Faults `json:"faults"`
+	Faults        statusFault `json:"faults"`
+}
+
+// statusFault is the JSON form of ebpf.Faults.
+type statusFault struct {
+	Blackhole bool    `json:"blackhole"`
+	Loss      float64 `json:"loss"`
+	// Burst is Gilbert-Elliott burst loss: p, r, loss_good, loss_bad;
+	// absent when off.
+	Burst    map[string]float64 `json:"burst,omitempty"`
+	RoCEOnly bool               `json:"roce_only"`
+}
+
+func jsonFaults(f ebpf.Faults) statusFault {
+	s := statusFault{Blackhole: f.Blackhole, Loss: f.Loss, RoCEOnly: f.RoCEOnly}
+	if f.Burst.On() {
+		s.Burst = map[string]float64{"p": f.Burst.P, "r": f.Burst.R, "loss_good": f.Burst.LossGood, "loss_bad": f.Burst.LossBad}
+	}
+	return s
 }
 
 type statusResult struct {
@@ -388,7 +406,7 @@ func testbedStatus(args []string, w io.Writer) error {
 				RateBps: p.RateBps, Down: p.Down, Utilization: p.Utilization, TxPackets: p.TxPackets, TxBytes: p.TxBytes,
 				Packets: p.Packets, Bytes: p.Bytes, DropQueue: p.DropQueue, DropLoss: p.DropLoss, DropBurst: p.DropBurst,
 				DropBlackhole: p.DropBlackhole, DropDown: p.DropDown, ECNMarked: p.ECNMarked,
-				MaxQueueDelay: float64(p.MaxQueueDelay) / 1e3, Faults: p.Faults})
+				MaxQueueDelay: float64(p.MaxQueueDelay) / 1e3, Faults: jsonFaults(p.Faults)})
 		}
 		if *jsonOut {
 			if err := json.NewEncoder(w).Encode(res); err != nil {
@@ -399,10 +417,10 @@ func testbedStatus(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "testbed %s: %s, utilization over %v\n", n, res.Config, *interval)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "PORT\tPEER\tID\tMBIT/S\tUTIL%\tPACKETS\tBYTES\tQUEUE-DROP\tLOSS\tBURST\tBLACKHOLE\tDOWN-DROP\tECN\tMAX-QDELAY\tFAULTS\t")
-		for _, p := range res.Ports {
+		for i, p := range res.Ports {
 			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%d\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0fµs\t%s\t\n",
 				p.Switch, p.Port, p.Peer, p.ID, p.RateBps/1e6, p.Utilization, p.Packets, p.Bytes, p.DropQueue,
-				p.DropLoss, p.DropBurst, p.DropBlackhole, p.DropDown, p.ECNMarked, p.MaxQueueDelay, faultString(p.Faults, p.Down))
+				p.DropLoss, p.DropBurst, p.DropBlackhole, p.DropDown, p.ECNMarked, p.MaxQueueDelay, faultString(st[i].Faults, p.Down))
 		}
 		tw.Flush()
 	}
