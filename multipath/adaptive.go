@@ -463,7 +463,10 @@ func (a *adaptive) newRound(now clock.Time) {
 	if a.haveAckedSend {
 		for i := range a.st {
 			s := &a.st[i]
-			if s.down || !s.pending {
+			// A path with no RTT sample yet is not judged by time: its
+			// RTT may be far above the others' (a queue), and a dead one
+			// goes out on its losses.
+			if s.down || !s.pending || a.stats[i].SRTT == 0 {
 				continue
 			}
 			since := max(s.pendingSince, a.resumedAt)
