@@ -960,10 +960,11 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 	q.stats.AcksReceived++
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
 		Cum: psn.New(a.CumPSN), SackBase: psn.New(a.SackBase), Sack: a.Sack[:a.SackWords],
-		Acked: psn.New(a.AckedPSN), HasAcked: true,
+		Acked: psn.New(a.AckedPSN), HasAcked: true, AckedSentAt: clock.Time(a.EchoTime),
 	}, q.events[:0])
 	q.events = ev
 	q.onEvents(now)
+	q.scorePaths(now, psn.New(a.AckedPSN))
 	// The echoed timestamp gives the full round trip of the acknowledged
 	// packet (cc.Sample.RTT includes the receiver's hold time); paths are
 	// scored on the fabric part alone.
