@@ -49,6 +49,7 @@ flags:
 
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
+	metrics                                                 string
 	size, pings, mtu, paths, window                         int
 	total                                                   int64
 	loss, gbps                                              float64
@@ -87,6 +88,7 @@ func runPerf(args []string) error {
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
 	fs.StringVar(&f.ccName, "cc", "fixed", "congestion control: "+strings.Join(cc.Names, ", ")+" (dcqcn turns on ECN marking of data packets)")
 	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve OpenTelemetry metrics of every endpoint for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,6 +121,11 @@ func runPerf(args []string) error {
 		wrap = func(l link.Link) link.Link { return pcap.Wrap(l, capture) }
 	}
 	logger := log.New(os.Stderr, "spray: ", 0)
+	stopMetrics, err := serveMetrics(f.metrics, &tcfg, logger.Printf)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	switch mode {
 	case "server":
