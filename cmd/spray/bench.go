@@ -455,7 +455,9 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 	if err != nil {
 		return nil, err
 	}
-	spec := bench.LinkSpec{Kind: kind, Ifindex: ifc.Index, IP: local, FrameSize: ifc.MTU + 14, Logf: logger.Printf,
+	// Jumbo frames at most (loopback's MTU is 64 KiB).
+	frame := min(ifc.MTU, 9000) + 14
+	spec := bench.LinkSpec{Kind: kind, Ifindex: ifc.Index, IP: local, FrameSize: frame, Logf: logger.Printf,
 		Ports: multipath.Entropies(f.seed^0x706f727473+uint64(f.rank), max(f.paths, 8))}
 	copy(spec.MAC[:], ifc.HardwareAddr)
 	l, err := bench.OpenLink(spec)
@@ -463,7 +465,7 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 		return nil, fmt.Errorf("bench: opening a %s link on %s (%v): %w", kind, ifc.Name, local, err)
 	}
 	tc := f.transportConfig(f.rank)
-	tc.MTU = ifc.MTU + 14
+	tc.MTU = frame
 	if tc.Profile == transport.Spray {
 		tc.INTHops = 4
 		tc.Paths = transport.PathsAdaptive
@@ -476,24 +478,34 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 	return ep, nil
 }
 
-// interfaceOf returns the interface that has the address ip.
+// interfaceOf returns the interface that has the address ip or, failing
+// that, one whose subnet holds it (127.0.0.2 on lo's 127.0.0.0/8).
 func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, err
 	}
+	var subnet *net.Interface
 	for _, ifc := range ifs {
 		addrs, err := ifc.Addrs()
 		if err != nil {
 			continue
 		}
 		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
-					return &ifc, nil
-				}
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
+				return &ifc, nil
+			}
+			if subnet == nil && n.Contains(ip.AsSlice()) {
+				subnet = &ifc
 			}
 		}
+	}
+	if subnet != nil {
+		return subnet, nil
 	}
 	return nil, fmt.Errorf("bench: no interface has the address %v (pass --ip)", ip)
 }

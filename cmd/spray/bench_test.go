@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,5 +205,68 @@ func TestBenchTestbed(t *testing.T) {
 		if !strings.Contains(stdout.String(), "4 ranks") || !strings.Contains(stderr.String(), "4 ranks") {
 			t.Errorf("%s: want 4 ranks in the output", tr)
 		}
+	}
+}
+
+// TestBenchRanks runs the across-hosts mode without root: three ranks
+// (here goroutines, each as its own process would) meet at rank 0's
+// bootstrap address on loopback and run over kernel TCP, then over spray on
+// link/udp sockets at 127.0.0.1-3. Rank 0 prints the table.
+func TestBenchRanks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := ln.Addr().String()
+	ln.Close() // rank 0 listens there; the others retry until it does
+	seed := strconv.FormatUint(testutil.Seed(t), 10)
+	for _, tr := range []string{"tcp", "spray"} {
+		const n = 3
+		var wg sync.WaitGroup
+		outs := make([]bytes.Buffer, n)
+		errs := make([]bytes.Buffer, n)
+		fails := make([]error, n)
+		for r := range n {
+			wg.Go(func() {
+				fails[r] = benchMain([]string{"reducescatter", "-b", "12", "-e", "12K", "-f", "32", "-w", "1", "-n", "3",
+					"--transport", tr, "--link", "udp", "--rank", strconv.Itoa(r), "--world", strconv.Itoa(n),
+					"--bootstrap", boot, "--ip", fmt.Sprintf("127.0.0.%d", r+1), "--seed", seed, "--timeout", "1m"}, &outs[r], &errs[r], -1)
+			})
+		}
+		wg.Wait()
+		for r, err := range fails {
+			if err != nil {
+				t.Fatalf("%s: rank %d: %v\n%s", tr, r, err, errs[r].String())
+			}
+		}
+		t.Logf("%s:\n%s", tr, outs[0].String())
+		rows := parseBenchTable(t, outs[0].String())
+		if len(rows) != 3 || rows[0].bytes != 12 || rows[2].bytes != 12<<10 {
+			t.Fatalf("%s: rows %+v", tr, rows)
+		}
+		for _, r := range rows {
+			if r.wrong != "0" {
+				t.Errorf("%s: row %+v", tr, r)
+			}
+		}
+		if outs[1].Len() != 0 || outs[2].Len() != 0 {
+			t.Errorf("%s: ranks 1 and 2 printed %q, %q; only rank 0 should", tr, outs[1].String(), outs[2].String())
+		}
+	}
+}
+
+// TestBenchProgress asks for the progress bar and finds it on stderr, and
+// none on stdout.
+func TestBenchProgress(t *testing.T) {
+	out, errOut := runBenchCLI(t, "allgather", "-b", "64", "-e", "1K", "-f", "4", "-w", "2", "-n", "5", "--world", "2", "--transport", "tcp", "--progress", "on")
+	if !strings.Contains(errOut, "100% 24/24 iterations") { // 3 sizes x (1 check + 2 warm-up + 5)
+		t.Errorf("no finished progress bar on stderr: %q", errOut)
+	}
+	if strings.Contains(out, "iterations") {
+		t.Errorf("progress on stdout:\n%s", out)
+	}
+	_, errOut = runBenchCLI(t, "allgather", "-b", "64", "-e", "64", "-n", "1", "--world", "2", "--transport", "tcp")
+	if errOut != "" {
+		t.Errorf("a progress bar on a stderr that is not a terminal: %q", errOut)
 	}
 }
