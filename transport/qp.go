@@ -121,8 +121,9 @@ type QPStats struct {
 	Timeouts               uint64
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
-	// packet (Spray: every ACK, by its echoed timestamp, the receiver's
-	// acknowledgement delay included; RoCE: those the scoreboard timed).
+	// packet (Spray: every ACK, by its echoed timestamp less the time the
+	// receiver held the packet before acknowledging it; RoCE: those the
+	// scoreboard timed, the receiver's acknowledgement delay included).
 	// SRTT is their smoothed value (EWMA, gain 1/8), MinRTT the smallest;
 	// both 0 before the first sample.
 	RTTSamples   uint64
@@ -975,7 +976,7 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 		}
 	}
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
-	q.noteRTT(rtt)
+	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it
 	if a.Entropy != 0 {
 		if len(pk.INT) > 0 {
 			qd := intQueueDelay(pk.INT)
