@@ -68,6 +68,9 @@ type benchFlags struct {
 	seed                   uint64
 	timeout                time.Duration
 
+	// onEndpoint instruments the endpoints for --metrics.
+	onEndpoint func(*transport.Endpoint)
+
 	stdout, stderr io.Writer
 	stderrFd       int
 }
@@ -153,7 +156,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.StringVar(&f.bootstrap, "bootstrap", "", "rank 0's bootstrap address host:port, across hosts")
 	fs.StringVar(&f.ip, "ip", "", "across hosts: the local address to use (default: the source address towards the bootstrap host; rank 0: the bootstrap address)")
 	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed, one process per host: leafspine:HxLxS[,rate=..] (root)")
-	fs.StringVar(&f.metrics, "metrics", "", "serve metrics for Prometheus at this address (not available yet)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve the spray endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464; not with --testbed)")
 	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the transports")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -184,14 +187,22 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	if err != nil {
 		return err
 	}
-	if f.metrics != "" {
-		return fmt.Errorf("bench: --metrics is not available in this build (no telemetry package yet)")
+	if f.metrics != "" && f.testbed != "" {
+		return fmt.Errorf("bench: --metrics with --testbed: every rank runs in its own namespace, out of reach; use --metrics in one process or with --rank")
 	}
 	switch f.transport {
 	case "spray", "roce", "tcp":
 	default:
 		return fmt.Errorf("bench: --transport %q: want spray, roce or tcp", f.transport)
 	}
+
+	var hook transport.Config
+	stopMetrics, err := serveMetrics(f.metrics, &hook, log.New(stderr, "spray bench: ", 0).Printf)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	f.onEndpoint = hook.OnEndpoint
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -245,7 +256,7 @@ func (f *benchFlags) transportConfig(rank int) transport.Config {
 	if f.transport == "roce" {
 		prof = transport.RoCE
 	}
-	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths}
+	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths, OnEndpoint: f.onEndpoint}
 }
 
 // progressFunc returns the progress callback of rank 0: a bar on stderr

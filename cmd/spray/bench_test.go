@@ -270,3 +270,45 @@ func TestBenchProgress(t *testing.T) {
 		t.Errorf("a progress bar on a stderr that is not a terminal: %q", errOut)
 	}
 }
+
+// TestBenchMetrics: spray bench --metrics serves the ranks' endpoint
+// series while the sweep runs; two scrapes see the bytes sent grow.
+func TestBenchMetrics(t *testing.T) {
+	urls := make(chan string, 1)
+	metricsStarted = func(url string) { urls <- url }
+	defer func() { metricsStarted = nil }()
+	done := make(chan error, 1)
+	go func() {
+		var stdout, stderr bytes.Buffer
+		// Seconds of all-to-all on the in-memory fabric on a loaded machine.
+		done <- benchMain([]string{"alltoall", "-b", "1M", "-e", "1M", "-w", "0", "-n", "150", "-c", "0", "--world", "4",
+			"--metrics", "127.0.0.1:0"}, &stdout, &stderr, -1)
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case err := <-done:
+		t.Fatalf("bench ended before serving metrics: %v", err)
+	}
+	const name = "spray_qp_tx_bytes_total"
+	first := -1.0
+	for {
+		v, ok := sumFamily(t, url, name)
+		if ok && v > 0 && first < 0 {
+			first = v
+		} else if ok && first > 0 && v > first {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("bench ended (%v) before %s grew past %v", err, name, first)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, ok := sumFamily(t, url, "spray_qp_rtt_smoothed_seconds"); !ok {
+		t.Errorf("no RTT series during the run")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
