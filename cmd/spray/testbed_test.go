@@ -129,6 +129,14 @@ func TestTestbedCLI(t *testing.T) {
 		t.Fatalf("second up of %s: %v, %q; want an error saying it exists", name, err, errs)
 	}
 
+	if out := mustCLI(t, bin, "testbed", "list"); !strings.Contains(out, name+"\tleafspine:1x2x2,rate=100mbit") {
+		t.Errorf("list does not show %s:\n%s", name, out)
+	}
+	// status without a name: every testbed, one JSON object per line.
+	all := mustCLI(t, bin, "testbed", "status", "--json", "--interval", "0")
+	if !strings.Contains(all, `"name":"`+name+`"`) {
+		t.Errorf("status of every testbed does not show %s:\n%s", name, all)
+	}
 	idle := cliStatus(t, bin, name, 0)
 	var idlePkts uint64
 	for _, p := range idle.Ports {
