@@ -6,9 +6,11 @@
 // other rank connects to it, and rank 0 gathers and broadcasts what the
 // ranks need to reach each other. NewTCPComm then connects one TCP
 // connection per pair of ranks; NewSprayComm creates one QP per peer on a
-// transport.Endpoint and connects them. Both implement Comm, ordered point
-// to point messages between ranks, and every collective works over any
-// Comm. LocalTCP and LocalSpray build a whole world inside one process
+// transport.Endpoint and connects them (NewSprayCommConfig with a
+// SprayConfig.NextHop when peers sit behind routers, as on a leaf-spine
+// fabric, so that frames go to the router's MAC). Both implement Comm,
+// ordered point to point messages between ranks, and every collective
+// works over any Comm. LocalTCP and LocalSpray build a whole world inside one process
 // (loopback TCP, or one link/mem fabric) for tests and examples.
 //
 // The collectives are generic over Element (float32, float64, int32) with
