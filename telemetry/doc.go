@@ -72,9 +72,11 @@
 //
 // # Caveats
 //
-// The RTT is timed from the echoed send timestamp (Spray) or by the
-// retransmit scoreboard (RoCE, which takes no sample from a resent
-// packet, so a QP that resends everything shows none). INT series stay at
+// The RTT is timed from the echoed send timestamp less the receiver's
+// hold time (Spray: the fabric's round trip) or by the retransmit
+// scoreboard (RoCE: the receiver's acknowledgement delay included, and no
+// sample from a resent packet, so a QP that resends everything shows
+// none). INT series stay at
 // 0 without a fabric that fills INT records (transport.Config.INTHops and
 // the testbed's fabric programs). There is no RTT or queue-delay
 // histogram yet: the gauges are smoothed values and maxima. A scrape waits

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,7 +70,8 @@ func InstrumentWith(mp metric.MeterProvider, ep *transport.Endpoint, name string
 // OnEndpoint returns a hook for transport.Config.OnEndpoint that
 // instruments every endpoint started with that Config on mp (nil: the
 // global meter provider), under the name "LINK@IP" from its link's Info
-// ("xdp:veth0/q0@10.0.0.1"), with "#2", "#3", ... appended while an
+// ("xdp:veth0/q0@10.0.0.1"; the link's name alone when it holds the IP,
+// as link/udp's "udp:10.0.0.1:4791" does), with "#2", "#3", ... appended while an
 // endpoint of the same name is still open. The series of each endpoint go
 // away when it closes. Errors go to otel.Handle.
 func OnEndpoint(mp metric.MeterProvider) func(*transport.Endpoint) {
@@ -81,7 +83,10 @@ func OnEndpoint(mp metric.MeterProvider) func(*transport.Endpoint) {
 			p = otel.GetMeterProvider()
 		}
 		info := ep.LinkInfo()
-		base := info.Name + "@" + info.IP.String()
+		base := info.Name
+		if !strings.Contains(base, info.IP.String()) {
+			base += "@" + info.IP.String()
+		}
 		mu.Lock()
 		name := base
 		for i := 2; live[name]; i++ {
@@ -165,7 +170,7 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.msgs, "spray.qp.messages", "{message}", "Messages completed, by direction (sent, received).")
 	counter(&in.intAcks, "spray.qp.int.acks", "{packet}", "Acknowledgements that carried INT records.")
 	counter(&in.mbursts, "spray.qp.microbursts", "{event}", "Acknowledgements whose INT queue delay exceeded the microburst threshold.")
-	fgauge(&in.rttSmooth, "spray.qp.rtt.smoothed", "s", "Smoothed round-trip time (EWMA 1/8).")
+	fgauge(&in.rttSmooth, "spray.qp.rtt.smoothed", "s", "Smoothed round-trip time (EWMA 1/8); Spray: the fabric's, without the receiver's hold time.")
 	fgauge(&in.rttMin, "spray.qp.rtt.min", "s", "Smallest round-trip time.")
 	fgauge(&in.qdelay, "spray.qp.int.queue_delay", "s", "Smoothed INT queue delay along the path, summed over the hops (EWMA 1/8).")
 	fgauge(&in.qdelayMax, "spray.qp.int.queue_delay.max", "s", "Largest INT queue delay seen.")
