@@ -20,7 +20,9 @@ import (
 // network namespace: one Fabric plays all the switches of a testbed.
 //
 // Create it with LoadFabric; the zero value is not usable. It is safe for
-// concurrent use. Close detaches it from every port and frees it.
+// concurrent use. Close detaches it from every port and frees it, unless it
+// is pinned (Pin, LoadPinnedFabric): then Close only releases this
+// process's handles.
 type Fabric struct {
 	mu     sync.Mutex
 	spec   *ebpf.CollectionSpec
