@@ -74,7 +74,7 @@ const CCWindow = "window"
 var ErrCompare = errors.New("bench: invalid compare config")
 
 // CompareConfig configures Compare. The zero value is usable: every field
-// documents its default.
+// documents its default. Compare does not modify it.
 type CompareConfig struct {
 	// Testbed is the leaf-spine fabric to build; a zero Hosts means
 	// DefaultCompareTestbed. Ignored with Loopback.
@@ -208,7 +208,8 @@ type Drops struct {
 // Total returns the sum of the drops.
 func (d Drops) Total() uint64 { return d.Loss + d.Burst + d.Blackhole + d.Queue + d.Host }
 
-// CompareRow is one profile under one scenario.
+// CompareRow is one profile under one scenario: plain data, as JSON
+// encodes it.
 type CompareRow struct {
 	Profile  string `json:"profile"`
 	Scenario string `json:"scenario"`
@@ -256,7 +257,8 @@ type CompareRow struct {
 	Note string `json:"note,omitempty"`
 }
 
-// CompareResult is what Compare measured.
+// CompareResult is what Compare measured: plain data, as JSON encodes it
+// (durations in nanoseconds).
 type CompareResult struct {
 	// Mode is "leafspine" or "loopback"; Testbed the fabric's config.
 	Mode    string `json:"mode"`
