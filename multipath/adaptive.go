@@ -32,6 +32,14 @@ type PathObserver interface {
 	OnPath(now clock.Time, entropy uint16, signature uint64)
 }
 
+// Resender is an optional extension of a Policy that picks the entropy of
+// a retransmission, which the transport then uses instead of Next. The
+// policy returned by NewAdaptive implements it: it never probes a path out
+// of the set with a resend.
+type Resender interface {
+	NextResend(now clock.Time) uint16
+}
+
 // AdaptiveConfig tunes NewAdaptive. The zero value is usable: every zero
 // field takes the default given in its comment, and a negative (or NaN)
 // field is treated as zero unless its comment says otherwise. The package
@@ -232,6 +240,25 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 			return a.set[i]
 		}
 	}
+	return a.nextInRound(now)
+}
+
+// NextResend returns the entropy of a retransmission: the next entry of
+// the current weighted round, never a probe. A resend is often the packet
+// that holds the sender's window; sent on a path that is out of the set, it
+// would be lost again while the window stays shut, and with nothing else
+// to send every resend would become the next probe. It does not allocate.
+func (a *adaptive) NextResend(now clock.Time) uint16 {
+	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
+		a.resumedAt = now
+	}
+	a.lastSend, a.haveSent = now, true
+	return a.nextInRound(now)
+}
+
+// nextInRound returns the next entry of the current weighted round,
+// starting a new round when it is used up.
+func (a *adaptive) nextInRound(now clock.Time) uint16 {
 	for {
 		if a.pos == len(a.order) {
 			a.newRound(now)
@@ -461,17 +488,24 @@ func (a *adaptive) newRound(now clock.Time) {
 	ref := a.refRTT()
 	a.idleGap = a.timeout(ref)
 	if a.haveAckedSend {
+		// When more than half of the active paths look stalled at once,
+		// the receiver or the host paused, not the paths (a failed link
+		// takes out 1/S of them): none is taken out, and every stall clock
+		// restarts, as after a gap in sending.
+		stalled := 0
 		for i := range a.st {
-			s := &a.st[i]
-			// A path with no RTT sample yet is not judged by time: its
-			// RTT may be far above the others' (a queue), and a dead one
-			// goes out on its losses.
-			if s.down || !s.pending || a.stats[i].SRTT == 0 {
-				continue
+			if a.stalled(now, i, ref) {
+				stalled++
 			}
-			since := max(s.pendingSince, a.resumedAt)
-			if a.lastAckedSend > since && now.Sub(since) > a.stallTimeout(i, ref) {
-				a.remove(now, i)
+		}
+		switch {
+		case 2*stalled > a.active:
+			a.resumedAt = now
+		case stalled > 0:
+			for i := range a.st {
+				if a.stalled(now, i, ref) {
+					a.remove(now, i)
+				}
 			}
 		}
 	}
@@ -521,6 +555,20 @@ func (a *adaptive) newRound(now clock.Time) {
 		a.order[i], a.order[j] = a.order[j], a.order[i]
 	}
 	a.pos = 0
+}
+
+// stalled reports whether active path i has had a packet outstanding for
+// longer than its stall timeout while another path acknowledged a packet
+// sent later. A path with no RTT sample yet is not judged by time: its RTT
+// may be far above the others' (a queue), and a dead one goes out on its
+// losses.
+func (a *adaptive) stalled(now clock.Time, i int, ref time.Duration) bool {
+	s := &a.st[i]
+	if s.down || !s.pending || a.stats[i].SRTT == 0 {
+		return false
+	}
+	since := max(s.pendingSince, a.resumedAt)
+	return a.lastAckedSend > since && now.Sub(since) > a.stallTimeout(i, ref)
 }
 
 // score is path i's unnormalized weight, 1/(1+penalty).
