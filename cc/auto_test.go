@@ -143,3 +143,22 @@ func TestDCQCNEchoECN(t *testing.T) {
 		t.Fatalf("echo 20µs after a CNP counted: %d CNPs", c.CNPs())
 	}
 }
+
+// TestSwiftEndpointOff: a negative EndpointTarget turns the endpoint window
+// off: long hold times (a late delayed-ACK timer) cut nothing, while the
+// default endpoint target cuts on them.
+func TestSwiftEndpointOff(t *testing.T) {
+	off := NewSwift(SwiftConfig{EndpointTarget: -1, InitCwnd: 10})
+	on := NewSwift(SwiftConfig{InitCwnd: 10})
+	for i := range 100 {
+		s := Sample{Now: clock.Time(i) * 100 * us, AckedBytes: 1400, RTT: 1010 * time.Microsecond, HoldTime: time.Millisecond}
+		off.OnAck(s)
+		on.OnAck(s)
+	}
+	if off.Decreases() != 0 || off.Cwnd() <= 10 || off.EndpointCwnd() < off.FabricCwnd() {
+		t.Fatalf("endpoint window off: cwnd %v (endpoint %v), %d decreases", off.Cwnd(), off.EndpointCwnd(), off.Decreases())
+	}
+	if on.Decreases() == 0 || on.Cwnd() >= 10 {
+		t.Fatalf("endpoint window on: cwnd %v, %d decreases", on.Cwnd(), on.Decreases())
+	}
+}

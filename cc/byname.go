@@ -44,7 +44,9 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0);
 //   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
 //     to twice that on top) over the path's smallest recent fabric delay,
-//     RetxResetThreshold 3;
+//     RetxResetThreshold 3, smallest window SoftwareSwiftMinCwnd, no endpoint
+//     window (the hold time is the delayed-ACK timer, which fires up to a
+//     ms late on a loaded machine);
 //   - "dcqcn": DCQCN at p.LineRate, reacting to CNPs and to ECN echoes (the
 //     roce profile's default);
 //   - "fixed" or "none": Fixed, unlimited and unpaced.
@@ -80,7 +82,7 @@ func (p Params) hpcc() HPCCConfig {
 }
 
 func (p Params) swift() SwiftConfig {
-	return SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
+	return SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, EndpointTarget: -1, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
 }
 
 // Target returns the queueing delay that the named controller, as ByName

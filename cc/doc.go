@@ -69,7 +69,11 @@
 // smallest window to 0.1 packet (SoftwareSwiftMinCwnd; the paper's 0.001
 // paces one packet per 1000 RTTs, seconds on a loaded machine, after a
 // timeout) and its reset to it to the third consecutive timeout instead of
-// the first (RetxResetThreshold 3). DCQCN keeps the paper's timers (55µs is
+// the first (RetxResetThreshold 3); and Swift's endpoint window goes
+// (EndpointTarget < 0): the transport's hold time is its delayed-ACK
+// timer, which fires up to a ms late when the engine sleeps, and cutting on
+// it left one packet in flight, whose ACK then waited for that timer, a
+// spiral measured at 0.01 Gbit/s over link/mem. DCQCN keeps the paper's timers (55µs is
 // already of the order of a software RTT) and also takes the spray
 // profile's ECN echo as CNPs (DCQCNConfig.EchoInterval), so that it runs
 // under either profile. The config structs' zero values stay the papers'.

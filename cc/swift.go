@@ -30,7 +30,10 @@ type SwiftConfig struct {
 	// bound the flow-scaling range in packets; 0 means 0.1 and 100.
 	FlowScaleMinCwnd, FlowScaleMaxCwnd float64
 	// EndpointTarget is the target of the endpoint delay (Sample.HoldTime).
-	// 0 means 50µs (above the transport's default 20µs ACK delay).
+	// 0 means 50µs (above the transport's default 20µs ACK delay); a
+	// negative value turns the endpoint window off (ours: where the hold
+	// time is the receiver's delayed-ACK timer rather than host
+	// congestion, and that timer fires late).
 	EndpointTarget time.Duration
 	// AI is the additive increase in packets per RTT. 0 means 1.
 	AI float64
@@ -125,6 +128,9 @@ func NewSwift(cfg SwiftConfig) *Swift {
 	def(&s.base, float64(25*time.Microsecond))
 	def(&s.fsRange, 2*s.base)
 	def(&s.eTarget, float64(50*time.Microsecond))
+	if cfg.EndpointTarget < 0 {
+		s.eTarget = math.Inf(1)
+	}
 	def(&s.ai, 1)
 	def(&s.beta, 0.8)
 	def(&s.maxMDF, 0.5)
