@@ -139,7 +139,8 @@ type Config struct {
 	// instead of a seeded random one.
 	StartPSN func(qpn uint32) uint32
 	// MicroburstThreshold is the INT queue delay (summed over the hops)
-	// above which an acknowledgement counts in QPStats.Microbursts; 0 means
+	// above which an acknowledgement counts in QPStats.MicroburstAcks, and
+	// the first of a run of them on a path in QPStats.Microbursts; 0 means
 	// DefaultMicroburstThreshold (50µs), a negative value counts none.
 	MicroburstThreshold time.Duration
 	// OnEndpoint, when not nil, is called by NewEndpoint with every Endpoint

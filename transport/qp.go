@@ -134,9 +134,11 @@ type QPStats struct {
 	// hops; MaxINTQueueDelay the largest.
 	INTAcks                         uint64
 	INTQueueDelay, MaxINTQueueDelay time.Duration
-	// Microbursts counts the acknowledgements whose INT queue delay
-	// exceeded Config.MicroburstThreshold.
-	Microbursts uint64
+	// Microbursts counts microburst events: on one path, an acknowledgement
+	// whose INT queue delay exceeds Config.MicroburstThreshold after one
+	// that did not (or as the path's first); MicroburstAcks counts every
+	// acknowledgement above the threshold.
+	Microbursts, MicroburstAcks uint64
 	// ReorderHeld is the number of data packets received ahead of a hole
 	// (Spray), at the time Stats was called; MaxReorderHeld the most at once.
 	ReorderHeld, MaxReorderHeld uint64

@@ -28,9 +28,11 @@ type PathCounters struct {
 	// INTQueueDelay is the smoothed (EWMA, gain 1/8) queue delay those
 	// records report, summed over the hops; MaxINTQueueDelay the largest.
 	INTQueueDelay, MaxINTQueueDelay time.Duration
-	// Microbursts counts those acknowledgements whose queue delay exceeded
-	// Config.MicroburstThreshold.
-	Microbursts uint64
+	// MicroburstAcks counts those acknowledgements whose queue delay
+	// exceeded Config.MicroburstThreshold, Microbursts the runs of them: an
+	// acknowledgement above the threshold after one below it (or as the
+	// path's first) starts a microburst event.
+	Microbursts, MicroburstAcks uint64
 }
 
 // pathTable keeps PathCounters in the order of the path policy's Paths.
@@ -38,11 +40,13 @@ type pathTable struct {
 	ents []uint16
 	idx  map[uint16]int // for large sets; small ones are scanned
 	c    []PathCounters
+	hot  []bool // the path's last INT queue delay was above the threshold
 }
 
 func (t *pathTable) init(ents []uint16) {
 	t.ents = append([]uint16(nil), ents...)
 	t.c = make([]PathCounters, len(ents))
+	t.hot = make([]bool, len(ents))
 	if len(ents) > 16 {
 		t.idx = make(map[uint16]int, len(ents))
 		for i, e := range ents {
@@ -51,18 +55,26 @@ func (t *pathTable) init(ents []uint16) {
 	}
 }
 
-// at returns the counters of entropy e, or nil if e is not a path.
-func (t *pathTable) at(e uint16) *PathCounters {
+// index returns the index of entropy e, or -1 if e is not a path.
+func (t *pathTable) index(e uint16) int {
 	if t.idx != nil {
 		if i, ok := t.idx[e]; ok {
-			return &t.c[i]
+			return i
 		}
-		return nil
+		return -1
 	}
 	for i, x := range t.ents {
 		if x == e {
-			return &t.c[i]
+			return i
 		}
+	}
+	return -1
+}
+
+// at returns the counters of entropy e, or nil if e is not a path.
+func (t *pathTable) at(e uint16) *PathCounters {
+	if i := t.index(e); i >= 0 {
+		return &t.c[i]
 	}
 	return nil
 }
@@ -101,24 +113,31 @@ func (q *QP) noteRTT(rtt time.Duration) {
 
 // noteINT records the queue delay of an acknowledgement's INT records, for
 // the QP and for the path (entropy) of the acknowledged packet, and counts
-// a microburst when it is above the threshold.
+// microbursts: acknowledgements above the threshold, and events (the first
+// of a run of them on a path).
 func (q *QP) noteINT(entropy uint16, delay time.Duration) {
-	burst := q.cfg.MicroburstThreshold >= 0 && delay > q.cfg.MicroburstThreshold
+	above := q.cfg.MicroburstThreshold >= 0 && delay > q.cfg.MicroburstThreshold
 	s := &q.stats
 	s.INTQueueDelay = ewma8(s.INTQueueDelay, delay, s.INTAcks == 0)
 	s.INTAcks++
 	s.MaxINTQueueDelay = max(s.MaxINTQueueDelay, delay)
-	if burst {
-		s.Microbursts++
+	i := q.pstats.index(entropy)
+	if i < 0 {
+		return
 	}
-	if c := q.pstats.at(entropy); c != nil {
-		c.INTQueueDelay = ewma8(c.INTQueueDelay, delay, c.INTAcks == 0)
-		c.INTAcks++
-		c.MaxINTQueueDelay = max(c.MaxINTQueueDelay, delay)
-		if burst {
+	c := &q.pstats.c[i]
+	c.INTQueueDelay = ewma8(c.INTQueueDelay, delay, c.INTAcks == 0)
+	c.INTAcks++
+	c.MaxINTQueueDelay = max(c.MaxINTQueueDelay, delay)
+	if above {
+		s.MicroburstAcks++
+		c.MicroburstAcks++
+		if !q.pstats.hot[i] {
+			s.Microbursts++
 			c.Microbursts++
 		}
 	}
+	q.pstats.hot[i] = above
 }
 
 // noteReorder tracks the most packets held ahead of a hole at once.

@@ -134,50 +134,81 @@ func (p *intPump) send(delay time.Duration) {
 }
 
 func TestMicroburstsCount(t *testing.T) {
-	delays := []time.Duration{time.Microsecond, 100 * time.Microsecond, 3 * time.Microsecond,
-		400 * time.Microsecond, 49 * time.Microsecond, 51 * time.Microsecond, 0, 50 * time.Microsecond}
+	us := time.Microsecond
+	// One path (ECMP), so that runs above the threshold are runs in this
+	// order: 100, 120 | 400 | 51, 52 above 50µs.
+	delays := []time.Duration{us, 100 * us, 120 * us, 3 * us, 400 * us, 49 * us, 51 * us, 52 * us, 0, 50 * us}
 	for _, tc := range []struct {
-		name      string
-		threshold time.Duration
-		want      uint64
+		name         string
+		threshold    time.Duration
+		events, acks uint64
 	}{
-		{"default 50µs", 0, 3},
-		{"200µs", 200 * time.Microsecond, 1},
-		{"1ns", 1, 7},
-		{"off", -1, 0},
+		{"default 50µs", 0, 3, 5},
+		{"200µs", 200 * us, 1, 1},
+		{"1ns", 1, 2, 9},
+		{"off", -1, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{
-				Seed: 1, INTHops: 2, AckEvery: 1, MicroburstThreshold: tc.threshold,
+				Seed: 1, INTHops: 2, AckEvery: 1, MicroburstThreshold: tc.threshold, Paths: PathsECMP,
 			})
 			p := &intPump{t: t, s: s, buf: make([]byte, 2048)}
 			for _, d := range delays {
 				p.send(d)
 			}
 			st := s.qa.Stats()
-			if st.Microbursts != tc.want {
-				t.Errorf("Microbursts = %d, want %d", st.Microbursts, tc.want)
+			if st.Microbursts != tc.events || st.MicroburstAcks != tc.acks {
+				t.Errorf("Microbursts = %d, MicroburstAcks = %d; want %d, %d", st.Microbursts, st.MicroburstAcks, tc.events, tc.acks)
 			}
-			if st.INTAcks != uint64(len(delays)) || st.MaxINTQueueDelay != 400*time.Microsecond {
+			if st.INTAcks != uint64(len(delays)) || st.MaxINTQueueDelay != 400*us {
 				t.Errorf("INTAcks %d (want %d), MaxINTQueueDelay %v (want 400µs)", st.INTAcks, len(delays), st.MaxINTQueueDelay)
 			}
-			if st.INTQueueDelay <= 0 || st.INTQueueDelay >= 400*time.Microsecond {
+			if st.INTQueueDelay <= 0 || st.INTQueueDelay >= 400*us {
 				t.Errorf("smoothed INT queue delay %v, want within (0, 400µs)", st.INTQueueDelay)
 			}
-			var bursts, acks uint64
-			var maxd time.Duration
-			for _, c := range s.qa.PathCounters() {
-				bursts += c.Microbursts
-				acks += c.INTAcks
-				maxd = max(maxd, c.MaxINTQueueDelay)
-			}
-			if bursts != tc.want || acks != st.INTAcks || maxd != st.MaxINTQueueDelay {
-				t.Errorf("paths: %d microbursts, %d INT acks, max %v; QP: %d, %d, %v", bursts, acks, maxd, st.Microbursts, st.INTAcks, st.MaxINTQueueDelay)
+			pc := s.qa.PathCounters()
+			if len(pc) != 1 || pc[0].Microbursts != tc.events || pc[0].MicroburstAcks != tc.acks || pc[0].INTAcks != st.INTAcks {
+				t.Errorf("path counters %+v, want the QP's", pc)
 			}
 			if st.MessagesSent != uint64(len(delays)) {
 				t.Errorf("%d messages completed, want %d", st.MessagesSent, len(delays))
 			}
 		})
+	}
+}
+
+// TestMicroburstsPerPath: sprayed packets take turns over the paths, so a
+// burst is counted per path; the QP's counts are the paths' sums.
+func TestMicroburstsPerPath(t *testing.T) {
+	rng := testutil.Rand(t)
+	s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{Seed: rng.Uint64(), INTHops: 2, AckEvery: 1})
+	p := &intPump{t: t, s: s, buf: make([]byte, 2048)}
+	// A slow model: the run state of each path.
+	hot := map[uint16]bool{}
+	var events, acks uint64
+	for range 300 {
+		d := time.Duration(rng.IntN(100)) * time.Microsecond
+		p.send(d)
+		e := p.pk.UDP.Src
+		if d > DefaultMicroburstThreshold {
+			acks++
+			if !hot[e] {
+				events++
+			}
+		}
+		hot[e] = d > DefaultMicroburstThreshold
+	}
+	st := s.qa.Stats()
+	if st.Microbursts != events || st.MicroburstAcks != acks {
+		t.Errorf("Microbursts %d, MicroburstAcks %d; the model counts %d, %d", st.Microbursts, st.MicroburstAcks, events, acks)
+	}
+	var pe, pa uint64
+	for _, c := range s.qa.PathCounters() {
+		pe += c.Microbursts
+		pa += c.MicroburstAcks
+	}
+	if pe != st.Microbursts || pa != st.MicroburstAcks || len(hot) != 8 {
+		t.Errorf("paths sum to %d events, %d acks over %d paths; QP counted %d, %d", pe, pa, len(hot), st.Microbursts, st.MicroburstAcks)
 	}
 }
 
