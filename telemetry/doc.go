@@ -55,8 +55,10 @@
 //	spray_qp_int_acks_total           ACKs that carried INT records
 //	spray_qp_int_queue_delay_seconds  smoothed INT queue delay summed over the hops,
 //	                                  spray_qp_int_queue_delay_max_seconds the largest
-//	spray_qp_microbursts_total        ACKs whose INT queue delay exceeded
-//	                                  transport.Config.MicroburstThreshold (default 50µs)
+//	spray_qp_microbursts_total        microburst events: on a path, an ACK whose INT queue
+//	                                  delay exceeds transport.Config.MicroburstThreshold
+//	                                  (default 50µs) after one that did not
+//	spray_qp_microburst_acks_total    every ACK above that threshold
 //	spray_qp_reorder_held             packets held ahead of a hole now,
 //	                                  spray_qp_reorder_held_max the most at once
 //
@@ -66,7 +68,7 @@
 //	spray_path_losses_total, spray_path_acks_total, spray_path_ecn_total
 //	spray_path_rtt_smoothed_seconds              fabric RTT (receiver's hold time excluded)
 //	spray_path_int_queue_delay_seconds, spray_path_int_queue_delay_max_seconds
-//	spray_path_microbursts_total
+//	spray_path_microbursts_total, spray_path_microburst_acks_total
 //	spray_path_weight_ratio                      adaptive spraying's weight (1 for other policies)
 //	spray_path_down_ratio                        1 while adaptive spraying has the path out
 //

@@ -120,10 +120,12 @@ type instruments struct {
 	txPkts, txBytes, rxPkts, rxBytes         metric.Int64ObservableCounter
 	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
 	drops, ecn, cnps, msgs, intAcks, mbursts metric.Int64ObservableCounter
+	mburstAcks                               metric.Int64ObservableCounter
 	rttSmooth, rttMin, qdelay, qdelayMax     metric.Float64ObservableGauge
 	held, heldMax                            metric.Int64ObservableGauge
 	// path
 	pTxPkts, pTxBytes, pRetx, pLosses, pAcks, pECN, pMbursts metric.Int64ObservableCounter
+	pMburstAcks                                              metric.Int64ObservableCounter
 	pRTT, pQdelay, pQdelayMax, pWeight                       metric.Float64ObservableGauge
 	pDown                                                    metric.Int64ObservableGauge
 }
@@ -169,7 +171,8 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.cnps, "spray.qp.cnps", "{packet}", "RoCEv2 congestion notifications, by direction (sent, received).")
 	counter(&in.msgs, "spray.qp.messages", "{message}", "Messages completed, by direction (sent, received).")
 	counter(&in.intAcks, "spray.qp.int.acks", "{packet}", "Acknowledgements that carried INT records.")
-	counter(&in.mbursts, "spray.qp.microbursts", "{event}", "Acknowledgements whose INT queue delay exceeded the microburst threshold.")
+	counter(&in.mbursts, "spray.qp.microbursts", "{event}", "Microburst events: runs, per path, of acknowledgements whose INT queue delay exceeded the threshold.")
+	counter(&in.mburstAcks, "spray.qp.microburst.acks", "{packet}", "Acknowledgements whose INT queue delay exceeded the microburst threshold.")
 	fgauge(&in.rttSmooth, "spray.qp.rtt.smoothed", "s", "Smoothed round-trip time (EWMA 1/8); Spray: the fabric's, without the receiver's hold time.")
 	fgauge(&in.rttMin, "spray.qp.rtt.min", "s", "Smallest round-trip time.")
 	fgauge(&in.qdelay, "spray.qp.int.queue_delay", "s", "Smoothed INT queue delay along the path, summed over the hops (EWMA 1/8).")
@@ -183,7 +186,8 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.pLosses, "spray.path.losses", "{packet}", "Packets sent on the path and declared lost.")
 	counter(&in.pAcks, "spray.path.acks", "{packet}", "Acknowledgements of packets sent on the path.")
 	counter(&in.pECN, "spray.path.ecn", "{packet}", "ECN-marked acknowledgements of packets sent on the path.")
-	counter(&in.pMbursts, "spray.path.microbursts", "{event}", "Acknowledgements of packets sent on the path whose INT queue delay exceeded the microburst threshold.")
+	counter(&in.pMbursts, "spray.path.microbursts", "{event}", "Microburst events on the path: runs of acknowledgements whose INT queue delay exceeded the threshold.")
+	counter(&in.pMburstAcks, "spray.path.microburst.acks", "{packet}", "Acknowledgements of packets sent on the path whose INT queue delay exceeded the microburst threshold.")
 	fgauge(&in.pRTT, "spray.path.rtt.smoothed", "s", "Smoothed fabric round-trip time of the path (receiver's hold time excluded).")
 	fgauge(&in.pQdelay, "spray.path.int.queue_delay", "s", "Smoothed INT queue delay of the path (EWMA 1/8).")
 	fgauge(&in.pQdelayMax, "spray.path.int.queue_delay.max", "s", "Largest INT queue delay of the path.")
@@ -261,6 +265,7 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 		i64(in.ecn, s.ECNMarked, a)
 		i64(in.intAcks, s.INTAcks, a)
 		i64(in.mbursts, s.Microbursts, a)
+		i64(in.mburstAcks, s.MicroburstAcks, a)
 		sec(in.rttSmooth, s.SRTT, a)
 		sec(in.rttMin, s.MinRTT, a)
 		sec(in.qdelay, s.INTQueueDelay, a)
@@ -278,6 +283,7 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 			i64(in.pAcks, p.Acks, pa)
 			i64(in.pECN, p.ECN, pa)
 			i64(in.pMbursts, p.Microbursts, pa)
+			i64(in.pMburstAcks, p.MicroburstAcks, pa)
 			sec(in.pRTT, p.SRTT, pa)
 			sec(in.pQdelay, p.INTQueueDelay, pa)
 			sec(in.pQdelayMax, p.MaxINTQueueDelay, pa)

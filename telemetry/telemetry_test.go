@@ -188,11 +188,11 @@ var allSeries = []string{
 	"spray_qp_drops_total", "spray_qp_ecn_marked_total",
 	"spray_qp_rtt_smoothed_seconds", "spray_qp_rtt_min_seconds",
 	"spray_qp_int_acks_total", "spray_qp_int_queue_delay_seconds", "spray_qp_int_queue_delay_max_seconds",
-	"spray_qp_microbursts_total", "spray_qp_reorder_held", "spray_qp_reorder_held_max",
+	"spray_qp_microbursts_total", "spray_qp_microburst_acks_total", "spray_qp_reorder_held", "spray_qp_reorder_held_max",
 	"spray_path_tx_packets_total", "spray_path_tx_bytes_total", "spray_path_retransmits_total",
 	"spray_path_losses_total", "spray_path_acks_total", "spray_path_ecn_total",
 	"spray_path_rtt_smoothed_seconds", "spray_path_int_queue_delay_seconds", "spray_path_int_queue_delay_max_seconds",
-	"spray_path_microbursts_total", "spray_path_weight_ratio", "spray_path_down_ratio",
+	"spray_path_microbursts_total", "spray_path_microburst_acks_total", "spray_path_weight_ratio", "spray_path_down_ratio",
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
