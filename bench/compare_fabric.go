@@ -178,7 +178,7 @@ type cmpSnapshot struct {
 	spine      []uint64
 }
 
-func (fr *cmpFabric) cmpSnapshot() (cmpSnapshot, error) {
+func (fr *cmpFabric) counters() (cmpSnapshot, error) {
 	s := cmpSnapshot{ports: map[ebpf.PortID]ebpf.PortCounters{}, spine: make([]uint64, fr.fab.Config.Spines)}
 	for _, id := range fr.allPorts() {
 		pc, err := fr.progs.PortCounters(id)
@@ -325,9 +325,10 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 				return nil
 			}
 			var err error
-			if before, err = fr.cmpSnapshot(); err != nil {
+			if before, err = fr.counters(); err != nil {
 				return err
 			}
+			hBefore = w.hostDrops()
 			qBefore, err = qpCounters(rctx, w.comms)
 			return err
 		},
@@ -370,7 +371,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 		}
 	}
 	if before.ports != nil {
-		after, err := fr.cmpSnapshot()
+		after, err := fr.counters()
 		if err != nil {
 			return row, err
 		}
