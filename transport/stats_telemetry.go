@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"math/bits"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -35,12 +36,54 @@ type PathCounters struct {
 	Microbursts, MicroburstAcks uint64
 }
 
-// pathTable keeps PathCounters in the order of the path policy's Paths.
+// pathTable keeps PathCounters in the order of the path policy's Paths,
+// and the QP's delay histograms.
 type pathTable struct {
 	ents []uint16
 	idx  map[uint16]int // for large sets; small ones are scanned
 	c    []PathCounters
 	hot  []bool // the path's last INT queue delay was above the threshold
+
+	rtt, qdelay DelayHistogram
+}
+
+// DelayBuckets is the number of buckets of a DelayHistogram.
+const DelayBuckets = 24
+
+// DelayHistogram counts durations in power-of-two buckets of microseconds:
+// bucket 0 holds those up to 1µs, bucket i those in (2^(i-1), 2^i] µs, the
+// last bucket everything above 2^(DelayBuckets-2) µs (about 4 s). Adding a
+// sample costs a few instructions and allocates nothing. The zero value is
+// an empty histogram; it is not safe for concurrent use.
+type DelayHistogram struct {
+	Counts [DelayBuckets]uint64
+	Sum    time.Duration // of every sample added
+}
+
+// Add counts d (negative durations count as 0).
+func (h *DelayHistogram) Add(d time.Duration) {
+	d = max(d, 0)
+	i := 0
+	if d > time.Microsecond {
+		i = min(bits.Len64(uint64((d-1)/time.Microsecond)), DelayBuckets-1)
+	}
+	h.Counts[i]++
+	h.Sum += d
+}
+
+// Count returns the number of samples.
+func (h *DelayHistogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// DelayBucketBound returns the upper bound of bucket i, 2^i µs, for i in
+// [0, DelayBuckets-1); the last bucket is unbounded.
+func DelayBucketBound(i int) time.Duration {
+	return time.Microsecond << i
 }
 
 func (t *pathTable) init(ents []uint16) {
@@ -105,6 +148,7 @@ func (q *QP) noteRTT(rtt time.Duration) {
 	s := &q.stats
 	first := s.RTTSamples == 0
 	s.RTTSamples++
+	q.pstats.rtt.Add(rtt)
 	s.SRTT = ewma8(s.SRTT, rtt, first)
 	if first || rtt < s.MinRTT {
 		s.MinRTT = rtt
@@ -121,6 +165,7 @@ func (q *QP) noteINT(entropy uint16, delay time.Duration) {
 	s.INTQueueDelay = ewma8(s.INTQueueDelay, delay, s.INTAcks == 0)
 	s.INTAcks++
 	s.MaxINTQueueDelay = max(s.MaxINTQueueDelay, delay)
+	q.pstats.qdelay.Add(delay)
 	i := q.pstats.index(entropy)
 	if i < 0 {
 		return
@@ -151,6 +196,13 @@ func (q *QP) PathCounters() []PathCounters {
 	return append([]PathCounters(nil), q.pstats.c...)
 }
 
+// Histograms returns the QP's round-trip times (the samples of
+// QPStats.SRTT) and INT queue delays (those of QPStats.INTQueueDelay) as
+// histograms.
+func (q *QP) Histograms() (rtt, queueDelay DelayHistogram) {
+	return q.pstats.rtt, q.pstats.qdelay
+}
+
 // PathSnapshot is everything known about one path of a QP: the path
 // policy's counters and the transport's.
 type PathSnapshot struct {
@@ -165,6 +217,8 @@ type QPSnapshot struct {
 	Stats      QPStats
 	Retransmit retransmit.Stats
 	Paths      []PathSnapshot
+	// RTT and QueueDelay are the QP's Histograms.
+	RTT, QueueDelay DelayHistogram
 }
 
 // Snapshot is the state of an Engine and of every QP on it at a moment:
@@ -191,6 +245,7 @@ func (e *Engine) Snapshot(dst *Snapshot) {
 		}
 		s := &dst.QPs[len(dst.QPs)-1]
 		s.QPN, s.Stats, s.Retransmit = q.qpn, q.Stats(), q.RetransmitStats()
+		s.RTT, s.QueueDelay = q.Histograms()
 		s.Paths = s.Paths[:0]
 		for i, p := range q.paths.Stats() {
 			ps := PathSnapshot{PathStats: p}

@@ -48,6 +48,9 @@ func TestStatsTelemetryMove(t *testing.T) {
 			if st.RTTSamples == 0 || st.MinRTT <= 0 || st.SRTT < st.MinRTT {
 				t.Errorf("RTT not timed: %d samples, SRTT %v, MinRTT %v", st.RTTSamples, st.SRTT, st.MinRTT)
 			}
+			if n := qs.RTT.Count(); n != st.RTTSamples || qs.RTT.Sum < time.Duration(n)*st.MinRTT {
+				t.Errorf("RTT histogram: %d samples summing to %v; QP timed %d, min %v", n, qs.RTT.Sum, st.RTTSamples, st.MinRTT)
+			}
 			if st.Retransmits == 0 {
 				t.Errorf("no retransmits at 2%% loss")
 			}
@@ -166,6 +169,10 @@ func TestMicroburstsCount(t *testing.T) {
 			if st.INTQueueDelay <= 0 || st.INTQueueDelay >= 400*us {
 				t.Errorf("smoothed INT queue delay %v, want within (0, 400µs)", st.INTQueueDelay)
 			}
+			_, qh := s.qa.Histograms()
+			if qh.Count() != st.INTAcks || qh.Counts[9] != 1 || qh.Sum != 826*us {
+				t.Errorf("queue delay histogram %v (sum %v): want %d samples, 400µs alone in (256, 512]µs, sum 826µs", qh.Counts, qh.Sum, st.INTAcks)
+			}
 			pc := s.qa.PathCounters()
 			if len(pc) != 1 || pc[0].Microbursts != tc.events || pc[0].MicroburstAcks != tc.acks || pc[0].INTAcks != st.INTAcks {
 				t.Errorf("path counters %+v, want the QP's", pc)
@@ -232,4 +239,68 @@ func TestOnEndpointHook(t *testing.T) {
 	eb.Close()
 	<-ea.Done()
 	<-eb.Done()
+}
+
+func TestDelayHistogram(t *testing.T) {
+	rng := testutil.Rand(t)
+	// The slow model: the first bucket whose bound holds d.
+	bucket := func(d time.Duration) int {
+		for i := range DelayBuckets - 1 {
+			if d <= DelayBucketBound(i) {
+				return i
+			}
+		}
+		return DelayBuckets - 1
+	}
+	var h DelayHistogram
+	var want [DelayBuckets]uint64
+	var sum time.Duration
+	edges := []time.Duration{-5, 0, 1, time.Microsecond, time.Microsecond + 1, 2 * time.Microsecond,
+		DelayBucketBound(DelayBuckets - 2), DelayBucketBound(DelayBuckets-2) + 1, time.Hour}
+	for i := range 2000 {
+		var d time.Duration
+		if i < len(edges) {
+			d = edges[i]
+		} else {
+			d = time.Duration(rng.Int64N(int64(10 * time.Second)))
+			if rng.IntN(2) == 0 {
+				d = time.Duration(rng.Int64N(int64(time.Millisecond)))
+			}
+		}
+		h.Add(d)
+		want[bucket(max(d, 0))]++
+		sum += max(d, 0)
+	}
+	if h.Counts != want || h.Sum != sum || h.Count() != 2000 {
+		t.Errorf("histogram %v sum %v count %d; model %v sum %v", h.Counts, h.Sum, h.Count(), want, sum)
+	}
+}
+
+// TestTelemetryHooksAllocate: the counting that the data path does for
+// telemetry allocates nothing, for small (scanned) and large (mapped)
+// entropy sets.
+func TestTelemetryHooksAllocate(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{Seed: 1, Entropies: n, Window: 4096})
+		q := s.qa
+		ents := q.paths.Paths()
+		i := 0
+		a := testing.AllocsPerRun(1000, func() {
+			e := ents[i%len(ents)]
+			i++
+			q.pstats.onSend(e, 1000, i%7 == 0)
+			q.noteINT(e, time.Duration(i%100)*time.Microsecond)
+			q.noteRTT(time.Duration(i) * time.Microsecond)
+		})
+		if a != 0 {
+			t.Errorf("%d entropies: %v allocations per packet", n, a)
+		}
+		var sent uint64
+		for _, c := range q.PathCounters() {
+			sent += c.TxPackets
+		}
+		if sent == 0 {
+			t.Errorf("%d entropies: nothing counted", n)
+		}
+	}
 }
