@@ -234,6 +234,9 @@ type CompareRow struct {
 	// keeps its own).
 	Retransmits uint64 `json:"retransmits"`
 	Timeouts    uint64 `json:"timeouts"`
+	// Duplicates counts data packets that receivers already had: the
+	// retransmissions that were not needed.
+	Duplicates uint64 `json:"duplicates"`
 	// ECNMarks, Drops and the queue delays come from the fabric programs
 	// and queues of every switch port (zero on loopback, where Drops.Loss
 	// counts the frames the links dropped).

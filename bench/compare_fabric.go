@@ -385,6 +385,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 		if err == nil {
 			row.Retransmits = q.Retransmits - qBefore.Retransmits
 			row.Timeouts = q.Timeouts - qBefore.Timeouts
+			row.Duplicates = q.Duplicates - qBefore.Duplicates
 		}
 	}
 	return row, nil

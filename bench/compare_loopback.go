@@ -140,6 +140,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 	if err == nil {
 		row.Retransmits = q.Retransmits - qBefore.Retransmits
 		row.Timeouts = q.Timeouts - qBefore.Timeouts
+		row.Duplicates = q.Duplicates - qBefore.Duplicates
 	}
 	return row, nil
 }

@@ -10,7 +10,8 @@ import (
 
 // WriteCompareTable writes res as a table, one row per profile and
 // scenario: all-to-all mean, p50, p99 and p99.9 time (ms), algbw and
-// busbw (GB/s), wrong elements, retransmits, ECN marks, drops by cause
+// busbw (GB/s), wrong elements, retransmits and the duplicates that
+// receivers got (spurious retransmits), ECN marks, drops by cause
 // (fault loss + burst / blackhole / full queue / host receive), max and
 // mean queue delay
 // (µs), per-spine byte imbalance (max/mean), and notes. A header line
@@ -24,7 +25,7 @@ func WriteCompareTable(w io.Writer, res CompareResult) {
 			res.Testbed, res.Link, res.BisectionGbps, res.AllToAllLimit)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tsize\titers\tmean\tp50\tp99\tp99.9\talgbw\tbusbw\t#wrong\tretx\tECN\tdrops\tmax qdelay\tmean qdelay\timbalance\t")
+	fmt.Fprintln(tw, "scenario\tprofile\tsize\titers\tmean\tp50\tp99\tp99.9\talgbw\tbusbw\t#wrong\tretx/dup\tECN\tdrops\tmax qdelay\tmean qdelay\timbalance\t")
 	fmt.Fprintln(tw, "\t\t(B)\t\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t(GB/s)\t\t\t\tloss/bh/q/host\t(us)\t(us)\tmax/mean\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/1e6) }
 	us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/1e3) }
@@ -39,9 +40,9 @@ func WriteCompareTable(w io.Writer, res CompareResult) {
 		if r.Imbalance > 0 {
 			imb = fmt.Sprintf("%.2f", r.Imbalance)
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%d\t%d/%d\t%d\t%d/%d/%d/%d\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Profile, mark, r.Bytes, r.Iters, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999), r.AlgBW, r.BusBW,
-			r.Wrong, r.Retransmits, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
+			r.Wrong, r.Retransmits, r.Duplicates, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
 			us(r.MaxQueueDelay), us(r.MeanQueueDelay), imb)
 	}
 	tw.Flush()

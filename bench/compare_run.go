@@ -72,6 +72,7 @@ func qpCounters(ctx context.Context, comms []collective.Comm) (transport.QPStats
 			}
 			sum.Retransmits += s.Retransmits
 			sum.Timeouts += s.Timeouts
+			sum.Duplicates += s.Duplicates
 			sum.ECNMarked += s.ECNMarked
 		}
 	}
