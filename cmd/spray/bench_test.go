@@ -312,3 +312,23 @@ func TestBenchMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzParseSize: any string gives a size in [0, 1 TiB] or an error, never
+// a panic; plain decimal numbers in range parse as themselves.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"8", "64M", "1G", "16KiB", "", "-1", "9999999999999G", "1e3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 || n > 1<<40 {
+			t.Fatalf("parseSize(%q) = %d", s, n)
+		}
+		if v, perr := strconv.ParseInt(s, 10, 64); perr == nil && v != n {
+			t.Fatalf("parseSize(%q) = %d, want %d", s, n, v)
+		}
+	})
+}
