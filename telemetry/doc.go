@@ -16,10 +16,14 @@
 // calls InstrumentWith with its meter provider; NewPrometheus builds one
 // that exports to a fresh Prometheus registry with the handler to mount.
 //
-// Every instrument is observable: a collection (a scrape) takes one
+// Every instrument is observable: a collection (a scrape) takes a
 // transport.Snapshot of the Endpoint, a round trip through its engine
 // goroutine, and nothing is added to the data path beyond the plain
-// counters the transport keeps anyway. Counters are cumulative since the
+// counters and bucket counts the transport keeps anyway. The two delay
+// histograms are already bucketed by the transport, which the OpenTelemetry
+// API cannot take from a callback: they reach the exporter through a
+// metric producer that NewPrometheus installs, so they appear with Serve
+// and NewPrometheus, not on a meter provider of the caller's. Counters are cumulative since the
 // Endpoint started; gauges are values at the scrape.
 //
 // # Series
@@ -61,6 +65,9 @@
 //	spray_qp_microburst_acks_total    every ACK above that threshold
 //	spray_qp_reorder_held             packets held ahead of a hole now,
 //	                                  spray_qp_reorder_held_max the most at once
+//	spray_qp_rtt_histogram_seconds    histograms (_bucket, _sum, _count) of the RTT
+//	spray_qp_int_queue_delay_histogram_seconds   samples and of the INT queue delays;
+//	                                  buckets at powers of two from 1µs to 4.2 s
 //
 // Path (one per entropy of a QP's sender):
 //
@@ -80,8 +87,7 @@
 // sample from a resent packet, so a QP that resends everything shows
 // none). INT series stay at
 // 0 without a fabric that fills INT records (transport.Config.INTHops and
-// the testbed's fabric programs). There is no RTT or queue-delay
-// histogram yet: the gauges are smoothed values and maxima. A scrape waits
+// the testbed's fabric programs). A scrape waits
 // up to SnapshotTimeout for the engine; an Endpoint that is closed reports
 // no series. Series of QPs accumulate for the Endpoint's life (there is no
 // QP destruction in the Endpoint API).

@@ -33,7 +33,10 @@ const SnapshotTimeout = 2 * time.Second
 // The series go away when ep closes, or earlier when stop is called (stop
 // is idempotent).
 func Instrument(ep *transport.Endpoint, name string) (stop func(), err error) {
-	return InstrumentWith(otel.GetMeterProvider(), ep, name)
+	servedMu.Lock()
+	hp := served
+	servedMu.Unlock()
+	return instrument(otel.GetMeterProvider(), hp, ep, name)
 }
 
 // InstrumentWith is Instrument with the caller's meter provider, for
@@ -42,6 +45,14 @@ func Instrument(ep *transport.Endpoint, name string) (stop func(), err error) {
 // provider: two endpoints instrumented under one name report colliding
 // series.
 func InstrumentWith(mp metric.MeterProvider, ep *transport.Endpoint, name string) (stop func(), err error) {
+	var hp *histProducer
+	if v, ok := producers.Load(mp); ok {
+		hp = v.(*histProducer)
+	}
+	return instrument(mp, hp, ep, name)
+}
+
+func instrument(mp metric.MeterProvider, hp *histProducer, ep *transport.Endpoint, name string) (stop func(), err error) {
 	if mp == nil || ep == nil {
 		return nil, fmt.Errorf("%w: nil meter provider or endpoint", ErrInstrument)
 	}
@@ -56,7 +67,11 @@ func InstrumentWith(mp metric.MeterProvider, ep *transport.Endpoint, name string
 	// The series go away with the endpoint, or with stop.
 	quit := make(chan struct{})
 	var once sync.Once
-	stop = func() { once.Do(func() { close(quit); _ = reg.Unregister() }) }
+	drop := func() {}
+	if hp != nil {
+		drop = hp.add(in)
+	}
+	stop = func() { once.Do(func() { close(quit); _ = reg.Unregister(); drop() }) }
 	go func() {
 		select {
 		case <-ep.Done():

@@ -50,10 +50,19 @@ func TestInstrumentGlobalStopAndClose(t *testing.T) {
 	if got := endpoints(t, srv.URL()); !got["g"] || !got["h"] {
 		t.Fatalf("endpoints in the scrape: %v, want g and h", got)
 	}
+	hist := func() map[string]float64 {
+		return series(scrape(t, srv.URL()), "spray_qp_int_queue_delay_histogram_seconds", map[string]string{"endpoint": "g"})
+	}
+	if len(hist()) != 1 {
+		t.Errorf("no queue delay histogram for g: %v", hist())
+	}
 	stopG()
 	stopG() // idempotent
 	if got := endpoints(t, srv.URL()); got["g"] || !got["h"] {
 		t.Fatalf("after stop: endpoints %v, want h alone", got)
+	}
+	if len(hist()) != 0 {
+		t.Errorf("g's histogram still there after stop: %v", hist())
 	}
 	p.eb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

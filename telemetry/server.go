@@ -30,11 +30,14 @@ type Prometheus struct {
 	Provider *sdkmetric.MeterProvider
 	// Handler serves the registry: mount it at /metrics.
 	Handler http.Handler
+
+	hp *histProducer
 }
 
 // NewPrometheus returns a meter provider exporting to a new Prometheus
 // registry, and the handler that serves it. The registry also holds the Go
-// runtime and process collectors (go_*, process_*). Call
+// runtime and process collectors (go_*, process_*), and the delay
+// histograms of the endpoints instrumented on p.Provider. Call
 // p.Provider.Shutdown when done.
 func NewPrometheus() (*Prometheus, error) {
 	reg := prometheus.NewRegistry()
@@ -44,14 +47,18 @@ func NewPrometheus() (*Prometheus, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrServe, err)
 	}
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	hp := newHistProducer()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithProducer(hp))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrServe, err)
 	}
-	return &Prometheus{
+	p := &Prometheus{
 		Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)),
 		Handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),
-	}, nil
+		hp:       hp,
+	}
+	producers.Store(p.Provider, hp)
+	return p, nil
 }
 
 // Server serves a Prometheus endpoint at /metrics over HTTP. It is safe for
@@ -100,6 +107,9 @@ func Serve(addr string) (*Server, error) {
 		_ = s.srv.Serve(ln) // returns http.ErrServerClosed after Close
 	}()
 	otel.SetMeterProvider(prom.Provider)
+	servedMu.Lock()
+	served = prom.hp
+	servedMu.Unlock()
 	return s, nil
 }
 
@@ -120,6 +130,12 @@ func (s *Server) Close() error {
 		err := s.srv.Close()
 		<-s.done
 		s.err = errors.Join(err, s.prom.Provider.Shutdown(context.Background()))
+		producers.Delete(s.prom.Provider)
+		servedMu.Lock()
+		if served == s.prom.hp {
+			served = nil
+		}
+		servedMu.Unlock()
 	})
 	return s.err
 }

@@ -162,6 +162,8 @@ next:
 			v = m.Gauge.GetValue()
 		case m.Untyped != nil:
 			v = m.Untyped.GetValue()
+		case m.Histogram != nil:
+			v = float64(m.Histogram.GetSampleCount())
 		}
 		out[strings.Join(key, ",")] = v
 	}
@@ -193,6 +195,7 @@ var allSeries = []string{
 	"spray_path_losses_total", "spray_path_acks_total", "spray_path_ecn_total",
 	"spray_path_rtt_smoothed_seconds", "spray_path_int_queue_delay_seconds", "spray_path_int_queue_delay_max_seconds",
 	"spray_path_microbursts_total", "spray_path_microburst_acks_total", "spray_path_weight_ratio", "spray_path_down_ratio",
+	"spray_qp_rtt_histogram_seconds", "spray_qp_int_queue_delay_histogram_seconds",
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
@@ -265,6 +268,7 @@ func TestScrapeDuringTransfer(t *testing.T) {
 	moved("spray_qp_rx_packets_total", b)
 	moved("spray_path_tx_bytes_total", a)
 	moved("spray_path_tx_packets_total", a)
+	moved("spray_qp_rtt_histogram_seconds", a) // its sample count
 	if paths := series(second, "spray_path_tx_bytes_total", a); len(paths) != 8 {
 		t.Errorf("%d paths with traffic, want the 8 entropies: %v", len(paths), paths)
 	}
