@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/psn"
 )
 
@@ -27,4 +28,15 @@ func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 		}
 		q.paths.OnAck(now, e.Entropy, rtt, false)
 	}
+}
+
+// nextEntropy picks the entropy of the packet being encoded: a
+// retransmission (q.resending) from the policy's Resender when it has one,
+// so that a resend does not become the probe of a path out of the spray
+// set.
+func (q *QP) nextEntropy(now clock.Time) uint16 {
+	if r, ok := q.paths.(multipath.Resender); ok && q.resending {
+		return r.NextResend(now)
+	}
+	return q.paths.Next(now)
 }

@@ -191,6 +191,8 @@ type QP struct {
 	curOff   uint32
 	nextID   uint32
 	events   []retransmit.Event
+	// resending: encodeData is encoding a retransmission (see nextEntropy)
+	resending bool
 
 	// receiver
 	win      *reorder.Window
@@ -520,7 +522,9 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		slot := tag >> 32
 		off := uint32(tag)
 		m := &q.msgs[slot]
+		q.resending = true
 		n, entropy, err := q.encodeData(now, buf, m, off, p)
+		q.resending = false
 		if err != nil {
 			return 0, err
 		}
@@ -576,7 +580,7 @@ func (q *QP) headers(pk *wire.Packet, entropy uint16) {
 
 // encodeData builds the data packet of message m at offset off with PSN p.
 func (q *QP) encodeData(now clock.Time, buf []byte, m *sendMsg, off uint32, p psn.PSN) (int, uint16, error) {
-	entropy := q.paths.Next(now)
+	entropy := q.nextEntropy(now)
 	pk := &q.pkt
 	q.headers(pk, entropy)
 	if q.cfg.ECN {
