@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/cc"
+	"github.com/sprayfabric/spray/ebpf"
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/multipath"
+	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// The shaped fabric of these tests: leaf<->spine links at fabricRate, low
+// enough that two busy cores forward every spine's worth at once, so that
+// the shapers, not the CPU, bound goodput.
+const (
+	fabricRate    = "50mbit"
+	fabricRateBps = 50e6
+	// fabricBuffer is every switch port's queue (20 ms at fabricRate).
+	fabricBuffer = 128 << 10
+	// fabricWindowBytes bounds each QP's bytes in flight (a fixed
+	// window, the same for both profiles): several times the fabric's
+	// bandwidth-delay product, well within one port's queue.
+	fabricWindowBytes = 48 << 10
+	// fabricMinRTO is above the time a full port queue takes to drain.
+	fabricMinRTO = 25 * time.Millisecond
+)
+
+// fabricConfig is the transport configuration of the shaped-fabric tests:
+// profile prof with its classic path policy (ECMP) or adaptive spraying,
+// INT on, a fixed window.
+func fabricConfig(prof transport.Profile, mtu int, seed uint64) transport.Config {
+	c := transport.Config{
+		Profile: prof, Seed: seed, MTU: mtu, INTHops: 4, Entropies: 32,
+		Paths: transport.PathsAdaptive, Window: 128, MinRTO: fabricMinRTO,
+		CC: func() cc.Controller { return cc.Fixed{WindowBytes: fabricWindowBytes} },
+	}
+	if prof == transport.RoCE {
+		c.Paths = transport.PathsECMP
+	}
+	return c
+}
+
+// shapedFabric builds a fabric of 1 host per leaf, 2 leaves and the given
+// spines, shaped to fabricRate, with the fabric programs attached.
+func shapedFabric(t *testing.T, ctx context.Context, spines int) (*testbed.Fabric, *ebpf.Fabric) {
+	return newFabric(t, ctx, testbed.LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: spines, Rate: fabricRate, BufferBytes: fabricBuffer})
+}
+
+// uplinkDelta runs fn and returns the bytes leaf l sent to each spine
+// meanwhile.
+func uplinkDelta(t *testing.T, fab *testbed.Fabric, l int, fn func()) []uint64 {
+	t.Helper()
+	before, err := fab.UplinkBytes(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	after, err := fab.UplinkBytes(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := make([]uint64, len(after))
+	for i := range d {
+		d[i] = after[i] - before[i]
+	}
+	return d
+}
+
+// shares returns each element's fraction of the sum.
+func shares(d []uint64) []float64 {
+	var total uint64
+	for _, v := range d {
+		total += v
+	}
+	out := make([]float64, len(d))
+	for i, v := range d {
+		out[i] = float64(v) / float64(max(total, 1))
+	}
+	return out
+}
+
+// collidingPorts returns two entropies that the fabric hashes onto the same
+// spine for traffic from a to b, and that spine.
+func collidingPorts(t *testing.T, ctx context.Context, fab *testbed.Fabric, a, b *testbed.Host, seed uint64) ([]uint16, int) {
+	t.Helper()
+	cand := multipath.Entropies(seed^0x636f6c6c, 8)
+	spines, err := SpineOf(ctx, fab, 0, a, b, cand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cand {
+		for j := i + 1; j < len(cand); j++ {
+			if spines[i] == spines[j] {
+				return []uint16{cand[i], cand[j]}, spines[i]
+			}
+		}
+	}
+	t.Fatalf("no two of 8 entropies on %d spines collide: %v", fab.Config.Spines, spines)
+	return nil, 0
+}
+
+// TestFabricCollisions: on a 1x2x2 fabric shaped to 50 Mbit/s per spine
+// link, two ECMP QPs whose entropies hash onto one spine (found with
+// SpineOf) share that spine's link, about half of it each, while the other
+// spine idles; one sprayed QP between the same hosts uses both spines
+// evenly and gets well above what the two ECMP QPs get together, towards
+// the fabric's bisection (2 x 50 Mbit/s).
+func TestFabricCollisions(t *testing.T) {
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fab, _ := shapedFabric(t, ctx, 2)
+	a, b := fab.Host(0, 0), fab.Host(1, 0)
+	ports, spine := collidingPorts(t, ctx, fab, a, b, seed)
+	link := fabricRateBps / 1e6
+	bisection := float64(fab.Config.Spines) * link
+
+	var ecmp FabricResult
+	d := uplinkDelta(t, fab, 0, func() {
+		cfg := fabricConfig(transport.Spray, a.MTU+14, seed)
+		cfg.Paths, cfg.Entropies = transport.PathsECMP, len(ports)
+		var err error
+		ecmp, err = RunFabric(ctx, FabricRun{A: a, B: b, Transport: cfg, Ports: ports, Flows: 2, Total: 8 << 20, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	e0, e1 := ecmp.Flows[0].GoodputMbps, ecmp.Flows[1].GoodputMbps
+	t.Logf("ECMP, entropies %v on spine %d: %.1f + %.1f Mbit/s = %.2f + %.2f of the %.0f Mbit/s link; spine shares %.3f",
+		ports, spine, e0, e1, e0/link, e1/link, link, shares(d))
+	if sh := shares(d); sh[spine] < 0.99 {
+		t.Errorf("colliding ECMP QPs: spine %d carried %.1f%% of the bytes, want all", spine, 100*sh[spine])
+	}
+	for i, g := range []float64{e0, e1} {
+		if g < 0.25*link || g > 0.6*link {
+			t.Errorf("ECMP QP %d got %.1f Mbit/s: want about half of the %.0f Mbit/s link they share", i, g, link)
+		}
+	}
+
+	var spray FabricResult
+	d = uplinkDelta(t, fab, 0, func() {
+		var err error
+		spray, err = RunFabric(ctx, FabricRun{A: a, B: b, Transport: fabricConfig(transport.Spray, a.MTU+14, seed), Total: 16 << 20, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	g := spray.GoodputMbps()
+	t.Logf("spray: %.1f Mbit/s = %.2f of the %.0f Mbit/s bisection (%.2fx the colliding ECMP pair); spine shares %.3f; %d retransmits",
+		g, g/bisection, bisection, g/(e0+e1), shares(d), spray.Flows[0].Sender.Retransmits)
+	for s, sh := range shares(d) {
+		if sh < 0.4 || sh > 0.6 {
+			t.Errorf("spray: spine %d carried %.1f%% of the bytes, want about half", s, 100*sh)
+		}
+	}
+	if g < 1.3*(e0+e1) {
+		t.Errorf("spray got %.1f Mbit/s, the two colliding ECMP QPs %.1f together: spraying should beat the collision", g, e0+e1)
+	}
+}
+
+// TestFabricSpread: one sprayed QP spreads its bytes over the four spines
+// of a 1x2x4 fabric shaped to 50 Mbit/s per spine link within ±10% of a
+// quarter each, over 32 MiB; an ECMP QP puts all of its bytes on one
+// spine.
+func TestFabricSpread(t *testing.T) {
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fab, _ := shapedFabric(t, ctx, 4)
+	a, b := fab.Host(0, 0), fab.Host(1, 0)
+	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
+		total := map[transport.Profile]int64{transport.Spray: 32 << 20, transport.RoCE: 4 << 20}[prof]
+		var res FabricResult
+		d := uplinkDelta(t, fab, 0, func() {
+			var err error
+			res, err = RunFabric(ctx, FabricRun{A: a, B: b, Transport: fabricConfig(prof, a.MTU+14, seed), Total: total, Seed: seed})
+			if err != nil {
+				t.Fatalf("%v: %v", prof, err)
+			}
+		})
+		sh := shares(d)
+		t.Logf("%v: %d MiB at %.1f Mbit/s, per-spine shares %.3f", prof, total>>20, res.GoodputMbps(), sh)
+		for s, v := range sh {
+			switch {
+			case prof == transport.Spray && (v < 0.9/4 || v > 1.1/4):
+				t.Errorf("spray: spine %d carried %.1f%% of the bytes, want 25%% ±10%% (22.5-27.5%%)", s, 100*v)
+			case prof == transport.RoCE && v > 0.01 && v < 0.99:
+				t.Errorf("roce: spine %d carried %.1f%% of the bytes: an ECMP QP stays on one spine", s, 100*v)
+			}
+		}
+	}
+}
+
+// TestFabricFailover: on a 1x2x4 fabric shaped to 50 Mbit/s per spine
+// link, a spine link (leaf 0 to spine 1) is blackholed one second into a
+// 48 MiB sprayed transfer (several seconds at these rates) and restored a
+// second later. The transfer completes byte-exact; on its own timeline
+// (bytes received per 5 ms) the goodput, averaged over 20 ms, is back to at
+// least 90% of (S-1)/S of its pre-failure level within 50 ms of the
+// failure; after the restore the path is probed back in and the spine
+// carries its share again.
+func TestFabricFailover(t *testing.T) {
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const spines, deadSpine = 4, 1
+	fab, progs := shapedFabric(t, ctx, spines)
+	a, b := fab.Host(0, 0), fab.Host(1, 0)
+	dead := fab.PortID(fab.Leaves[0], fab.Config.Hosts+deadSpine)
+	const failAt, restoreAt = time.Second, 2 * time.Second
+	var failed, restored time.Duration // on the transfer's clock
+	var atFail, atRestore, atProbe []uint64
+	res, err := RunFabric(ctx, FabricRun{
+		A: a, B: b, Transport: fabricConfig(transport.Spray, a.MTU+14, seed),
+		Total: 48 << 20, MsgSize: 16 << 10, Depth: 64, Seed: seed,
+		During: func(ctx context.Context, start time.Time) {
+			wait := func(d time.Duration) bool {
+				select {
+				case <-time.After(time.Until(start.Add(d))):
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			}
+			if !wait(failAt) {
+				return
+			}
+			atFail, _ = fab.UplinkBytes(0)
+			if err := progs.SetFaults(dead, ebpf.Faults{Blackhole: true, RoCEOnly: true}); err != nil {
+				t.Error(err)
+			}
+			failed = time.Since(start)
+			if !wait(restoreAt) {
+				return
+			}
+			atRestore, _ = fab.UplinkBytes(0)
+			if err := progs.SetFaults(dead, ebpf.Faults{}); err != nil {
+				t.Error(err)
+			}
+			restored = time.Since(start)
+			if wait(restoreAt + 300*time.Millisecond) {
+				atProbe, _ = fab.UplinkBytes(0)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := fab.UplinkBytes(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed == 0 || restored == 0 || atProbe == nil {
+		t.Fatalf("the transfer took %.2fs and ended before the failure and the restore were over", res.Seconds)
+	}
+	f := res.Flows[0]
+	tl := f.Received
+	pre := tl.Rate(failed-500*time.Millisecond, failed)
+	post := tl.Rate(failed+100*time.Millisecond, restored)
+	frac := 0.9 * float64(spines-1) / spines
+	rec, ok := tl.Recovery(failed, 20*time.Millisecond, pre, frac)
+	var timeline strings.Builder
+	for i := int(failed/tl.Bucket) - 4; i < int(failed/tl.Bucket)+16 && i < len(tl.Bytes); i++ {
+		fmt.Fprintf(&timeline, " %.0f", float64(tl.Bytes[i])*8/tl.Bucket.Seconds()/1e6)
+	}
+	t.Logf("48 MiB in %.2fs (%.1f Mbit/s), %d retransmits; blackhole at %v, restore at %v", res.Seconds, f.GoodputMbps, f.Sender.Retransmits, failed.Round(time.Millisecond), restored.Round(time.Millisecond))
+	t.Logf("goodput: %.1f Mbit/s in the 500 ms before the failure, %.1f (%.2f of it) from 100 ms after it to the restore; Mbit/s per 5 ms from 20 ms before the failure:%s",
+		pre/1e6, post/1e6, post/pre, timeline.String())
+	if post < 0.5*pre {
+		t.Errorf("goodput fell from %.1f to %.1f Mbit/s with one of %d spines down", pre/1e6, post/1e6, spines)
+	}
+	if !ok || rec > 50*time.Millisecond {
+		t.Errorf("goodput (20 ms average) not back to %.0f%% of its pre-failure %.1f Mbit/s within 50 ms of the failure (ok %v, after %v)", 100*frac, pre/1e6, ok, rec)
+	} else {
+		t.Logf("goodput back to %.0f%% of the pre-failure level %v after the failure", 100*frac, rec)
+	}
+	during := atRestore[deadSpine] - atFail[deadSpine]
+	probed := atProbe[deadSpine] - atRestore[deadSpine]
+	after := shares(func() []uint64 {
+		d := make([]uint64, len(end))
+		for i := range d {
+			d[i] = end[i] - atRestore[i]
+		}
+		return d
+	}())
+	t.Logf("spine %d: %d bytes sent into the blackhole in its second, %d in the 300 ms after the restore; shares after the restore %.3f", deadSpine, during, probed, after)
+	var removals uint64
+	for _, p := range f.Paths {
+		removals += p.Removals
+	}
+	if removals == 0 {
+		t.Error("no path was taken out of the spray set")
+	}
+	if probed < 100<<10 || after[deadSpine] < 0.5/spines {
+		t.Errorf("spine %d after the restore: %d bytes in 300 ms, share %.3f: the path was not probed back in", deadSpine, probed, after[deadSpine])
+	}
+	if pc, err := progs.PortCounters(dead); err != nil || pc.DropBlackhole == 0 {
+		t.Errorf("the blackhole dropped nothing (%v): the test proves nothing", err)
+	}
+}
+
+// TestFabricLossSweep: random loss of 0.01%, 0.1% and 1% on every spine
+// link of a 1x2x4 fabric shaped to 50 Mbit/s per link: transfers complete
+// byte-exact in both profiles (16 MiB for spray, the best of two runs; 4
+// MiB for RoCE), and spray (selective repeat) keeps at least 80% of its
+// lossless goodput at 1% loss. Classic RoCE (ECMP, Go-Back-N,
+// the same fixed window) is reported beside it; its bound is the one spine
+// its QP hashes onto.
+func TestFabricLossSweep(t *testing.T) {
+	seed := testutil.Seed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	fab, progs := shapedFabric(t, ctx, 4)
+	a, b := fab.Host(0, 0), fab.Host(1, 0)
+	losses := []float64{0, 0.0001, 0.001, 0.01}
+	total := map[transport.Profile]int64{transport.Spray: 16 << 20, transport.RoCE: 4 << 20}
+	good := map[transport.Profile][]float64{}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-8s %-6s %12s %8s %12s\n", "loss", "profile", "Mbit/s", "of 0%", "retransmits")
+	for _, loss := range losses {
+		for s := range fab.Config.Spines {
+			for _, id := range []ebpf.PortID{fab.PortID(fab.Leaves[0], fab.Config.Hosts+s), fab.PortID(fab.Spines[s], 1)} {
+				if err := progs.SetFaults(id, ebpf.Faults{Loss: loss, RoCEOnly: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
+			// Spray's runs are the ones compared: the best of two, as the
+			// machine's other load slows single runs at random.
+			runs := map[transport.Profile]int{transport.Spray: 2, transport.RoCE: 1}[prof]
+			var g float64
+			var retx uint64
+			for range runs {
+				res, err := RunFabric(ctx, FabricRun{A: a, B: b, Transport: fabricConfig(prof, a.MTU+14, seed), Total: total[prof], Seed: seed})
+				if err != nil {
+					t.Fatalf("%v at %g%% loss: %v", prof, 100*loss, err)
+				}
+				if res.GoodputMbps() > g {
+					g, retx = res.GoodputMbps(), res.Flows[0].Sender.Retransmits
+				}
+			}
+			good[prof] = append(good[prof], g)
+			fmt.Fprintf(&table, "%-8s %-6v %12.1f %8.2f %12d\n", fmt.Sprintf("%g%%", 100*loss), prof, g, g/good[prof][0], retx)
+		}
+	}
+	t.Logf("goodput over a 1x2x4 fabric, 50 Mbit/s spine links, random loss on every spine link (both directions):\n%s", table.String())
+	if sp := good[transport.Spray]; sp[3] < 0.8*sp[0] {
+		t.Errorf("spray at 1%% loss: %.1f Mbit/s, %.0f%% of its lossless %.1f: want at least 80%%", sp[3], 100*sp[3]/sp[0], sp[0])
+	}
+}
