@@ -467,7 +467,7 @@ func (q *QP) canSendNew() bool {
 		return false
 	}
 	if w := q.ctrl.Window(); w > 0 {
-		if _, b := q.sb.InFlight(); b+q.seg > w {
+		if _, b := q.sb.InFlight(); b > 0 && b+q.seg > w { // a window below a packet still lets one out
 			return false
 		}
 	}
@@ -593,7 +593,7 @@ func (q *QP) encodeData(now clock.Time, buf []byte, m *sendMsg, off uint32, p ps
 	payload := m.wr.Data[off:end]
 	first, last := off == 0, end == m.length
 	pk.BTH.PSN = uint32(p)
-	pk.BTH.AckReq = last
+	pk.BTH.AckReq = last || q.windowFull()
 	write := m.wr.Op == OpWrite || m.wr.Op == OpWriteImm
 	imm := m.wr.Op == OpSendImm || m.wr.Op == OpWriteImm
 	if write {

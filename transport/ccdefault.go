@@ -1,0 +1,43 @@
+package transport
+
+import "github.com/sprayfabric/spray/cc"
+
+// ProfileCC returns the congestion control of profile p, for Config.CC:
+// for Spray cc's "auto" (Swift from RTT, HPCC once ACKs echo INT records),
+// for RoCE "dcqcn" (set Config.ECN too: DCQCN needs ECN-capable packets),
+// as cc.ByName calibrates them for software fabrics, with packetBytes of
+// payload per packet (0: 1400) and the line rate unknown (HPCC and DCQCN
+// start from 100 Gb/s and come down).
+//
+// Config.CC nil still means an unlimited, unpaced Fixed controller, not
+// these: over link/mem and the pair testbed, where the CPU rather than a
+// queue limits the transfer, Swift reads scheduling delay as congestion
+// and moved 1.5-2.5 times fewer bytes per second than Fixed (see the cc
+// package doc), so they are opt-in until Swift is tuned for that.
+func ProfileCC(p Profile, packetBytes int) func() cc.Controller {
+	name := "auto"
+	if p == RoCE {
+		name = "dcqcn"
+	}
+	mk, err := cc.ByName(name, cc.Params{PacketBytes: packetBytes})
+	if err != nil {
+		return func() cc.Controller { return cc.Fixed{} } // unreachable: both names are known
+	}
+	return mk
+}
+
+// windowFull reports whether the packet about to be sent leaves no room in
+// the controller's window for another: the sender then waits for an ACK,
+// so the packet asks the receiver to acknowledge at once (BTH AckReq)
+// rather than after its delayed-ACK timer. Without it a window of a packet
+// or two (an incast share, Swift below one packet) moves one window per
+// delayed-ACK timeout, which fires up to a ms late on a loaded machine,
+// and the retransmission timer (1 ms) fires spuriously.
+func (q *QP) windowFull() bool {
+	w := q.ctrl.Window()
+	if w <= 0 {
+		return false
+	}
+	_, b := q.sb.InFlight()
+	return b+2*q.seg > w
+}
