@@ -18,5 +18,8 @@
 // HPCC and Swift stall a QP whose window falls below a packet in this
 // version of the transport; on a loaded two-core machine the forwarding
 // namespaces and the engines share the CPUs, so the all-to-all reaches a
-// fraction of the fabric's limit (AllToAllLimit) and times are noisy.
+// fraction of the fabric's limit (AllToAllLimit: 20-43% measured, kernel
+// TCP alike) and times are noisy; spray's retransmissions there are
+// mostly spurious (CompareRow.Duplicates), and under spinefail a spray QP
+// can still fail after MaxRetries timeouts, which ends that run.
 package bench
