@@ -19,12 +19,13 @@
 // Every instrument is observable: a collection (a scrape) takes a
 // transport.Snapshot of the Endpoint, a round trip through its engine
 // goroutine, and nothing is added to the data path beyond the plain
-// counters and bucket counts the transport keeps anyway. The two delay
-// histograms are already bucketed by the transport, which the OpenTelemetry
-// API cannot take from a callback: they reach the exporter through a
-// metric producer that NewPrometheus installs, so they appear with Serve
-// and NewPrometheus, not on a meter provider of the caller's. Counters are cumulative since the
-// Endpoint started; gauges are values at the scrape.
+// counters and bucket counts the transport keeps anyway. Counters are
+// cumulative since the Endpoint started; gauges are values at the scrape.
+// The two delay histograms come already bucketed from the transport, which
+// the OpenTelemetry API cannot take from a callback: they reach the
+// exporter through a metric producer that NewPrometheus installs, so they
+// appear with Serve and NewPrometheus, not on a meter provider of the
+// caller's.
 //
 // # Series
 //
@@ -82,13 +83,15 @@
 // # Caveats
 //
 // The RTT is timed from the echoed send timestamp less the receiver's
-// hold time (Spray: the fabric's round trip) or by the retransmit
-// scoreboard (RoCE: the receiver's acknowledgement delay included, and no
-// sample from a resent packet, so a QP that resends everything shows
-// none). INT series stay at
-// 0 without a fabric that fills INT records (transport.Config.INTHops and
-// the testbed's fabric programs). A scrape waits
-// up to SnapshotTimeout for the engine; an Endpoint that is closed reports
-// no series. Series of QPs accumulate for the Endpoint's life (there is no
-// QP destruction in the Endpoint API).
+// hold time (Spray: the round trip through the fabric and both hosts'
+// queues) or by the retransmit scoreboard (RoCE: the receiver's
+// acknowledgement delay included, and no sample from a resent packet, so a
+// QP that resends everything shows none). INT series stay at 0 without a
+// fabric that fills INT records (transport.Config.INTHops and the
+// testbed's fabric programs). A scrape waits up to SnapshotTimeout for
+// each engine; an Endpoint that is closed reports no series. Series of QPs
+// accumulate for the Endpoint's life (the Endpoint API destroys no QP).
+// Serve replaces the global meter provider, and Instrument takes the
+// histograms of the latest Server still open. Each instrumented Endpoint
+// has a goroutine that waits for it to close.
 package telemetry
