@@ -72,6 +72,13 @@ func (w world) run(t *testing.T, fn func(ctx context.Context, r int, c Comm) err
 		})
 	}
 	wg.Wait()
+	// The first rank to fail cancels the others: report its error, not
+	// theirs.
+	for r, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link/mem"
@@ -74,9 +75,21 @@ type LocalSprayConfig struct {
 	// the zero value is a perfect fabric.
 	Fabric mem.Config
 	// Transport configures every rank's Endpoint; rank r's seed is
-	// Transport.Seed+r. The zero value is the Spray profile's defaults.
+	// Transport.Seed+r. The zero value is the Spray profile's defaults,
+	// except that a zero MinRTO means LocalRTOFloor and a zero MaxRetries
+	// means LocalMaxRetries: every rank's engine shares this process's
+	// cores, and on a loaded machine an ACK can wait for the scheduler far
+	// longer than the transport's 1 ms floor, which made QPs fail with no
+	// frame lost.
 	Transport transport.Config
 }
+
+// Retransmission bounds of LocalSpray's endpoints when its config leaves
+// them zero.
+const (
+	LocalRTOFloor   = 5 * time.Millisecond
+	LocalMaxRetries = 20
+)
 
 // LocalSprayWorld is a world of ranks in one process over spray on one
 // link/mem fabric: one port and one Endpoint per rank.
@@ -106,6 +119,12 @@ func LocalSpray(ctx context.Context, n int, cfg LocalSprayConfig) (*LocalSprayWo
 		}
 		tc := cfg.Transport
 		tc.Seed += uint64(r)
+		if tc.MinRTO == 0 {
+			tc.MinRTO = LocalRTOFloor
+		}
+		if tc.MaxRetries == 0 {
+			tc.MaxRetries = LocalMaxRetries
+		}
 		ep, err := transport.NewEndpoint(p, tc)
 		if err != nil {
 			p.Close()

@@ -338,11 +338,9 @@ func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
 			comms = append(comms, c)
 		}
 	} else {
-		tc := f.transportConfig(0)
-		// Every rank and engine shares this machine's cores: ACKs wait for
-		// the scheduler far longer than the 1 ms RTO floor on a loaded host.
-		tc.MinRTO, tc.MaxRetries = 5*time.Millisecond, 20
-		w, err := collective.LocalSpray(ctx, f.world, collective.LocalSprayConfig{Transport: tc})
+		// LocalSpray raises the RTO floor: every rank's engine shares this
+		// machine's cores.
+		w, err := collective.LocalSpray(ctx, f.world, collective.LocalSprayConfig{Transport: f.transportConfig(0)})
 		if err != nil {
 			return err
 		}
