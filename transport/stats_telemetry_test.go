@@ -1,7 +1,10 @@
 package transport
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -221,7 +224,7 @@ func TestMicroburstsPerPath(t *testing.T) {
 
 func TestOnEndpointHook(t *testing.T) {
 	var seen []*Endpoint
-	_, ea, eb, _, _ := endpointPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{
+	_, ea, eb, ca, _ := endpointPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{
 		OnEndpoint: func(ep *Endpoint) { seen = append(seen, ep) },
 	})
 	if len(seen) != 2 || seen[0] != ea || seen[1] != eb {
@@ -235,7 +238,21 @@ func TestOnEndpointHook(t *testing.T) {
 		t.Fatal("Done closed before Close")
 	default:
 	}
+	ctx := context.Background()
+	if err := ca.Send(ctx, make([]byte, 10000)); err != nil {
+		t.Fatal(err)
+	}
+	var snap Snapshot
+	if err := ea.Snapshot(ctx, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.QPs) != 1 || snap.QPs[0].QPN != ca.Info().QPN || snap.QPs[0].Stats.MessagesSent != 1 || snap.Time == 0 || snap.Engine.TxFrames == 0 {
+		t.Errorf("endpoint snapshot after one message: %+v", snap)
+	}
 	ea.Close()
+	if err := ea.Snapshot(ctx, &snap); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Snapshot of a closed endpoint: %v, want net.ErrClosed", err)
+	}
 	eb.Close()
 	<-ea.Done()
 	<-eb.Done()
