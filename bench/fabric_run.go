@@ -113,9 +113,12 @@ type FlowResult struct {
 	GoodputMbps float64
 	// Integrity: the receiver's SHA-256 of the bytes equals the sender's.
 	Integrity bool
-	// Received is the receiver's timeline, Acked the sender's (messages
-	// whose every byte was acknowledged).
-	Received, Acked Timeline
+	// Received is the receiver's timeline of whole messages, Acked the
+	// sender's (messages whose every byte was acknowledged): a lost packet
+	// holds back every later message until it is repaired. Placed is the
+	// payload the receiving QP placed, packet by packet, sampled every
+	// Bucket (QPStats.RxBytes): what the fabric delivered, holes or not.
+	Received, Acked, Placed Timeline
 	// Sender and Receiver are the two QPs' counters at the end, Paths the
 	// sender's per-path view.
 	Sender, Receiver transport.QPStats
@@ -289,6 +292,7 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 	for i := range res.Flows {
 		res.Flows[i].Received.Bucket = r.Bucket
 		res.Flows[i].Acked.Bucket = r.Bucket
+		res.Flows[i].Placed.Bucket = r.Bucket
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -321,6 +325,11 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 			r.During(dctx, start)
 		}
 	}()
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		samplePlaced(dctx, recv, res.Flows, start, r.Bucket)
+	}()
 	err := sendFlows(ctx, r, send, cq, bufs, &res, start)
 	if err != nil {
 		cancel(err)
@@ -328,6 +337,7 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 	wg.Wait()
 	stopDuring()
 	<-duringDone
+	<-samplerDone
 	if cause := context.Cause(ctx); cause != nil {
 		return res, cause
 	}
@@ -356,6 +366,29 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 		}
 	}
 	return res, nil
+}
+
+// samplePlaced samples the receiving QPs' placed bytes every bucket until
+// ctx ends, into each flow's Placed timeline.
+func samplePlaced(ctx context.Context, recv []*transport.Conn, flows []FlowResult, start time.Time, bucket time.Duration) {
+	last := make([]uint64, len(recv))
+	tick := time.NewTicker(bucket)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for i, c := range recv {
+			st, err := c.Stats(ctx)
+			if err != nil {
+				return
+			}
+			flows[i].Placed.add(time.Since(start), int64(st.RxBytes-last[i]))
+			last[i] = st.RxBytes
+		}
+	}
 }
 
 // sendFlows keeps Depth messages posted on every flow until each has sent
