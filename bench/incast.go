@@ -63,6 +63,13 @@ type IncastConfig struct {
 	// ECN is the marking every port applies during the dcqcn run; zero
 	// means KMin 20µs, KMax 200µs, PMax 0.2.
 	ECN ebpf.ECNConfig
+	// BaseRTT is the fabric's base RTT that HPCC's T is set to (and
+	// cc.ByName's other parameters take from cc.Params). 0 means measured
+	// before the runs: the median of 200 ping-pongs between the first
+	// sender and the receiver. A software fabric's RTT (hundreds of µs on
+	// a loaded machine) is far above cc.SoftwareBaseRTT, and HPCC's window,
+	// at most line rate × T in all, cannot fill a pipe longer than T.
+	BaseRTT time.Duration
 	// Seed seeds the transport.
 	Seed uint64
 	// Logf, when set, receives progress lines.
@@ -113,6 +120,8 @@ type IncastResult struct {
 	// TargetUs is the queueing delay the controller aims at (cc.Target),
 	// 0 for none and DCQCN.
 	TargetUs float64 `json:"target_us"`
+	// BaseRTTus is the base RTT the controllers were configured with.
+	BaseRTTus float64 `json:"base_rtt_us"`
 	// Queue delay of the bottleneck port (the receiver's leaf port), from
 	// the INT records that ACKs echoed to the senders, after warm-up.
 	QueueP50us float64 `json:"qdelay_p50_us"`
@@ -190,9 +199,21 @@ func RunIncast(ctx context.Context, fab *testbed.Fabric, progs *ebpf.Fabric, cfg
 	}
 	defer progs.DetachPort(hostID)
 
+	if cfg.BaseRTT <= 0 {
+		res, err := RunHosts(ctx, senders[0], rcv, PairRun{
+			Kind:      cfg.Kind,
+			Transport: transport.Config{Profile: transport.Spray, Paths: transport.PathsSpray, INTHops: 4, MTU: rcv.MTU + 14, Seed: cfg.Seed},
+			Perf:      PerfConfig{Total: 64 << 10, MsgSize: 64 << 10, Pings: 200, PingSize: 64, Seed: cfg.Seed},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: measuring the base RTT: %w", err)
+		}
+		cfg.BaseRTT = time.Duration(res.RTTp50us * 1e3)
+		cfg.Logf("incast: base RTT %v (median of %d ping-pongs %s -> %s)", cfg.BaseRTT, res.Pings, senders[0].Name, rcv.Name)
+	}
 	var out []IncastResult
 	for _, name := range cfg.Controllers {
-		params := cc.Params{LineRate: float64(c.HostRateBps) / 8, PacketBytes: rcv.MTU - 150}
+		params := cc.Params{LineRate: float64(c.HostRateBps) / 8, PacketBytes: rcv.MTU - 150, BaseRTT: cfg.BaseRTT}
 		mk, err := cc.ByName(name, params)
 		if err != nil {
 			return out, err
@@ -201,7 +222,7 @@ func RunIncast(ctx context.Context, fab *testbed.Fabric, progs *ebpf.Fabric, cfg
 		if err := setECN(progs, ecn, cfg.ECN); err != nil {
 			return out, err
 		}
-		r := IncastResult{Controller: name, Senders: cfg.Senders, TargetUs: us(cc.Target(name, params))}
+		r := IncastResult{Controller: name, Senders: cfg.Senders, TargetUs: us(cc.Target(name, params)), BaseRTTus: us(cfg.BaseRTT)}
 		run := flowRun{fab: fab, rcv: rcv, bport: bport, bid: bid, progs: progs, mk: mk, ecn: ecn, cfg: cfg}
 		cfg.Logf("incast %s: %d senders -> %s for %v", name, cfg.Senders, rcv.Name, cfg.Duration)
 		starts := make([]time.Duration, cfg.Senders)

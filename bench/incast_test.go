@@ -57,8 +57,9 @@ func TestJoinTime(t *testing.T) {
 // (p99 from INT) below twice their targets, drop next to nothing and
 // share fairly, where no congestion control overflows the buffer; DCQCN
 // queues more than HPCC; the joining flow reaches its share. Utilization
-// is logged, not asserted: on this shared machine it was 0.2-0.3 for HPCC
-// and Swift and 0.5-0.8 without control (CPU-bound senders, timeouts).
+// is only asserted against none's (at least 0.4 of it): on this shared
+// machine it was 0.45-0.6 for HPCC and Swift and 0.6-0.8 without control
+// (CPU-bound senders, spurious timeouts), not the 0.9.
 // Jain's index is asserted at 0.75, not the 0.95, which Swift
 // missed on some runs.
 func TestIncast(t *testing.T) {
@@ -97,6 +98,9 @@ func TestIncast(t *testing.T) {
 		}
 		if r.Jain < 0.75 {
 			t.Errorf("%s: Jain's index %.3f (goodput %v)", name, r.Jain, r.GoodputMbps)
+		}
+		if r.Utilization < 0.4*none.Utilization {
+			t.Errorf("%s: utilization %.2f, none %.2f", name, r.Utilization, none.Utilization)
 		}
 		if r.JoinMs < 0 {
 			t.Errorf("%s: the joining flow never reached its fair share", name)

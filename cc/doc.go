@@ -88,12 +88,15 @@
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, a loaded
-// 2-core machine): HPCC and Swift keep the queue's p99 at 100-130µs (under
-// twice their targets) with no or few overflow drops, and Jain's index
-// 0.97-1.0; DCQCN's p99 is 1-1.4 ms, like no control at all, which
-// overflows the buffer (500-700 drops per 2 s); DCQCN dropped 30-470. The 90%
-// utilization is not reached by any controller there, uncontrolled
-// included (0.3-0.6): the senders are CPU-bound and time out spuriously.
+// 2-core machine, HPCC's T set to the measured base RTT, 200-250µs): HPCC
+// and Swift keep the queue's p99 at 130-185µs (under twice their targets)
+// with no or few overflow drops and Jain's index 0.96-1.0; DCQCN's p99 is
+// 1-1.6 ms, like no control at all, and both overflow the buffer (DCQCN
+// 30-1300, none 550-2400 drops per 2 s). The 90% utilization is
+// not reached by any controller there, uncontrolled included: HPCC and
+// Swift 0.45-0.6, none 0.6-0.8; the senders are CPU-bound and time out
+// spuriously. With T at SoftwareBaseRTT (100µs), below that RTT, HPCC's
+// window (at most line rate × T) held utilization at 0.2-0.3.
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus

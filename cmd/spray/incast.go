@@ -107,7 +107,7 @@ func runIncast(args []string) error {
 
 func printIncast(w io.Writer, res []bench.IncastResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cc\tsenders\ttarget µs\tqdelay p50 µs\tp99 µs\tmax µs\tport mean µs\toverflow drops\tjain\tutil\tgoodput Mbit/s\tretx\ttimeouts\tecn marks\tjoin ms\t")
+	fmt.Fprintln(tw, "cc\tsenders\tbase rtt µs\ttarget µs\tqdelay p50 µs\tp99 µs\tmax µs\tport mean µs\toverflow drops\tjain\tutil\tgoodput Mbit/s\tretx\ttimeouts\tecn marks\tjoin ms\t")
 	for _, r := range res {
 		var sum float64
 		for _, g := range r.GoodputMbps {
@@ -117,7 +117,7 @@ func printIncast(w io.Writer, res []bench.IncastResult) {
 		if r.JoinMs < 0 {
 			join = "never"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.2f\t%.1f\t%d\t%d\t%d\t%s\t\n", r.Controller, r.Senders, r.TargetUs,
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.2f\t%.1f\t%d\t%d\t%d\t%s\t\n", r.Controller, r.Senders, r.BaseRTTus, r.TargetUs,
 			r.QueueP50us, r.QueueP99us, r.QueueMaxus, r.PortMeanUs, r.OverflowDrops, r.Jain, r.Utilization, sum, r.Retransmits, r.Timeouts, r.ECNMarked, join)
 	}
 	tw.Flush()
