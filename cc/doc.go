@@ -90,11 +90,11 @@
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, a loaded
 // 2-core machine, HPCC's T set to the measured base RTT, 200-250µs): HPCC
 // and Swift keep the queue's p99 at 130-185µs (under twice their targets)
-// with no or few overflow drops and Jain's index 0.96-1.0; DCQCN's p99 is
+// with no or few overflow drops and Jain's index 0.86-1.0; DCQCN's p99 is
 // 1-1.6 ms, like no control at all, and both overflow the buffer (DCQCN
 // 30-1300, none 550-2400 drops per 2 s). The 90% utilization is
 // not reached by any controller there, uncontrolled included: HPCC and
-// Swift 0.45-0.6, none 0.6-0.8; the senders are CPU-bound and time out
+// Swift 0.40-0.61, none 0.61-0.78; the senders are CPU-bound and time out
 // spuriously. With T at SoftwareBaseRTT (100µs), below that RTT, HPCC's
 // window (at most line rate × T) held utilization at 0.2-0.3.
 //
