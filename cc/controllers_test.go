@@ -18,7 +18,7 @@ func FuzzControllers(f *testing.F) {
 	f.Add([]byte("\x00\x10\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09"))
 	f.Add([]byte("\x04\xff\xff\xff\xff\x02\x00\x00\x00\x01\x03\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ctrls := []Controller{NewHPCC(HPCCConfig{}), NewSwift(SwiftConfig{}), NewDCQCN(DCQCNConfig{ByteCounter: 4096})}
+		ctrls := []Controller{NewHPCC(HPCCConfig{}), NewSwift(SwiftConfig{}), NewDCQCN(DCQCNConfig{ByteCounter: 4096}), NewAuto(AutoConfig{Swift: SwiftConfig{RelativeTarget: true, EndpointTarget: -1}})}
 		rec := make([]byte, 2*wire.HopLen)
 		now := clock.Time(1 << 40)
 		for len(data) >= 5 {

@@ -242,7 +242,8 @@ func TestControllersNoAllocs(t *testing.T) {
 	s := NewSwift(SwiftConfig{})
 	d := NewDCQCN(DCQCNConfig{})
 	var g CNPGenerator
-	for _, c := range []Controller{h, s, d} {
+	a := NewAuto(AutoConfig{Swift: SwiftConfig{RelativeTarget: true}})
+	for _, c := range []Controller{h, s, d, a} {
 		var now clock.Time
 		rec := make([]byte, wire.HopLen)
 		allocs := testing.AllocsPerRun(1000, func() {
