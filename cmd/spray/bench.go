@@ -121,8 +121,15 @@ func parseSize(v string) (int64, error) {
 	return n * mult, nil
 }
 
+// errHelp is benchMain's answer to -h: the usage is printed, no error.
+var errHelp = errors.New("help requested")
+
 func runBench(args []string) error {
-	return benchMain(args, os.Stdout, os.Stderr, int(os.Stderr.Fd()))
+	err := benchMain(args, os.Stdout, os.Stderr, int(os.Stderr.Fd()))
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
 }
 
 // benchMain is spray bench with its output streams (tests pass buffers).
@@ -166,12 +173,19 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		op, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	parse := func(args []string) error {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return err
+	}
+	if err := parse(args); err != nil {
 		return err
 	}
 	if op == "" && fs.NArg() > 0 {
 		op = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
+		if err := parse(fs.Args()[1:]); err != nil {
 			return err
 		}
 	}

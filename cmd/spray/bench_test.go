@@ -147,6 +147,9 @@ func TestBenchErrors(t *testing.T) {
 			t.Errorf("spray bench %q: no error", args)
 		}
 	}
+	if err := runBench([]string{"alltoall", "-h"}); err != nil {
+		t.Errorf("spray bench alltoall -h: %v, want the usage and no error", err)
+	}
 	if _, ok := commands["incast"]; !ok {
 		var stdout, stderr bytes.Buffer
 		err := benchMain([]string{"incast"}, &stdout, &stderr, -1)
