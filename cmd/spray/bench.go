@@ -66,7 +66,7 @@ type benchFlags struct {
 	bootstrap, ip, testbed string
 	metrics                string
 	seed                   uint64
-	timeout                time.Duration
+	timeout, minRTO        time.Duration
 
 	// onEndpoint instruments the endpoints for --metrics.
 	onEndpoint func(*transport.Endpoint)
@@ -169,6 +169,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
 	fs.Var(&f.chunk, "chunk", "largest message of the collectives' algorithms (0: 256K)")
+	fs.DurationVar(&f.minRTO, "min-rto", 0, "smallest retransmission timeout of spray and roce QPs (0: the transport's 1ms; with --testbed, 4x a full switch queue's drain time, at least 5ms, as spray compare; in one process 5ms)")
 	op := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		op, args = args[0], args[1:]
@@ -270,7 +271,7 @@ func (f *benchFlags) transportConfig(rank int) transport.Config {
 	if f.transport == "roce" {
 		prof = transport.RoCE
 	}
-	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths, OnEndpoint: f.onEndpoint}
+	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths, OnEndpoint: f.onEndpoint, MinRTO: f.minRTO}
 }
 
 // progressFunc returns the progress callback of rank 0: a bar on stderr
@@ -566,6 +567,12 @@ func (f *benchFlags) runTestbed(ctx context.Context) error {
 		return err
 	}
 	defer progs.Close()
+	if f.minRTO == 0 {
+		// A queue building on a software fabric must not look like a loss.
+		c := fab.Config
+		drain := time.Duration(float64(c.BufferBytes) * 8 / float64(max(c.RateBps, 1)) * 1e9)
+		f.minRTO = max(4*drain, 5*time.Millisecond)
+	}
 	n := len(fab.Hosts)
 	if f.op == bench.OpBroadcast && (f.root < 0 || f.root >= n) {
 		return fmt.Errorf("bench: -r %d: want a rank in [0, %d)", f.root, n)
@@ -626,7 +633,7 @@ func (f *benchFlags) rankArgs(r, n int, boot, progress string) []string {
 		"-w", strconv.Itoa(f.warmup), "-n", strconv.Itoa(f.iters), "-d", f.typ, "-o", f.redop,
 		"-r", strconv.Itoa(f.root), "-c", strconv.Itoa(f.check),
 		"--transport", f.transport, "--link", kind, "--seed", strconv.FormatUint(f.seed, 10),
-		"--paths", strconv.Itoa(f.paths), "--chunk", f.chunk.String(), "--timeout", f.timeout.String(),
+		"--paths", strconv.Itoa(f.paths), "--chunk", f.chunk.String(), "--timeout", f.timeout.String(), "--min-rto", f.minRTO.String(),
 		"--rank", strconv.Itoa(r), "--world", strconv.Itoa(n), "--bootstrap", boot,
 	}
 	if r == 0 {
