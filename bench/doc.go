@@ -3,8 +3,15 @@
 // integrity by SHA-256), statistics (percentiles) and reports (text tables
 // and JSON). The spray CLI is a thin shell over it.
 //
-// Workloads run over a Pipe, so that the same workload measures a spray QP
+// Workloads run over a Conn, so that the same workload measures a spray QP
 // and a kernel TCP connection between the same two endpoints.
+//
+// RunCollective is the nccl-tests-style collective sweep behind `spray
+// bench <collective>` (size, count, type, time, algbw, busbw, #wrong,
+// p50/p99/p99.9 of the slowest rank's iteration times); RunFabric runs
+// several QPs between two hosts of a leaf-spine fabric with goodput
+// timelines (the failover, collision and loss figures); RunIncast is the
+// N->1 congestion-control bench behind `spray incast`.
 //
 // Compare is the fabric comparison behind `spray compare`: the same
 // all-to-all with classic RoCE, spray and kernel TCP on one leaf-spine
