@@ -35,9 +35,38 @@ type PathObserver interface {
 // Resender is an optional extension of a Policy that picks the entropy of
 // a retransmission, which the transport then uses instead of Next. The
 // policy returned by NewAdaptive implements it: it never probes a path out
-// of the set with a resend.
+// of the set with a resend. urgent says that the sender is in
+// retransmission timeout backoff (a timeout fired and no ACK made progress
+// since): every packet then is a last chance, and it goes on the path with
+// the freshest proof that it delivers.
 type Resender interface {
-	NextResend(now clock.Time) uint16
+	NextResend(now clock.Time, urgent bool) uint16
+}
+
+// AckPather is an optional extension of a Policy that picks the entropy
+// (UDP source port) of an acknowledgement the QP sends to its peer. An
+// acknowledgement leaves on the same paths as the QP's own data packets
+// (same addresses, same direction), so a path that the policy found dead
+// for its data is dead for its acknowledgements too; a receiver that kept
+// acknowledging on it would lose every acknowledgement that lands there,
+// and a sender whose last packets are acknowledged only there times out
+// until it fails. NextAck counts nothing and never probes: nothing
+// acknowledges an acknowledgement. The policy returned by NewAdaptive
+// implements it.
+//
+// urgent asks for the path most likely to deliver, for an acknowledgement
+// that answers a duplicate (the peer resent a packet it had, so earlier
+// acknowledgements were probably lost); otherwise acknowledgements rotate
+// over the paths so that one bad path costs only a share of them.
+//
+// AckLost reports that an acknowledgement sent on entropy was probably
+// lost (the peer resent what it acknowledged): NextAck passes over the
+// path until an ACK of the QP's own data on it shows that it delivers, or
+// until every active path is passed over (a QP that sends no data learns
+// nothing else), when they are all tried again.
+type AckPather interface {
+	NextAck(urgent bool) uint16
+	AckLost(entropy uint16)
 }
 
 // AdaptiveConfig tunes NewAdaptive. The zero value is usable: every zero
@@ -163,6 +192,9 @@ type pathState struct {
 	probeSent     clock.Time
 	probeAt       clock.Time
 	probeInterval time.Duration
+	// ackLost: an acknowledgement sent on the path was probably lost
+	// (AckLost) and no ACK of a data packet on it came since.
+	ackLost bool
 }
 
 // adaptive is the adaptive sprayer; see NewAdaptive.
@@ -190,6 +222,8 @@ type adaptive struct {
 	haveSent  bool
 	idleGap   time.Duration
 	resumedAt clock.Time
+	// ackTurn is the rotation of NextAck over the set.
+	ackTurn int
 }
 
 // NewAdaptive returns an adaptive sprayer over set (duplicates removed,
@@ -244,30 +278,134 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 }
 
 // NextResend returns the entropy of a retransmission: the next entry of
-// the current weighted round, never a probe. A resend is often the packet
-// that holds the sender's window; sent on a path that is out of the set, it
-// would be lost again while the window stays shut, and with nothing else
-// to send every resend would become the next probe. It does not allocate.
-func (a *adaptive) NextResend(now clock.Time) uint16 {
+// the current weighted round whose latest report was an ACK, never a probe.
+// A resend is often the packet that holds the sender's window; sent on a
+// path that is out of the set, it would be lost again while the window
+// stays shut, and with nothing else to send every resend would become the
+// next probe. A path that lost its latest packet is passed over too (unless
+// every active path did): with many entropies and few packets each, a dead
+// path may take a while to collect LossLimit losses, and a resend after a
+// retransmission timeout that lands on it again costs another, doubled,
+// timeout. An urgent resend takes the active path acknowledged last of
+// those whose latest report was an ACK: after a failure, the other paths
+// may be dead without a loss reported yet, and MaxRetries unlucky picks
+// fail the QP. It does not allocate.
+func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
 	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
 		a.resumedAt = now
 	}
 	a.lastSend, a.haveSent = now, true
-	return a.nextInRound(now)
+	if urgent {
+		if i := a.freshest(); i >= 0 {
+			s := &a.st[i]
+			if !s.pending {
+				s.pending, s.pendingSince = true, now
+			}
+			a.stats[i].Packets++
+			return a.set[i]
+		}
+	}
+	fresh := false
+	for i := range a.st {
+		if !a.st[i].down && a.st[i].consecLoss == 0 {
+			fresh = true
+			break
+		}
+	}
+	return a.pick(now, fresh)
+}
+
+// NextAck returns the entropy of an acknowledgement: the set in turn,
+// passing over the paths that are out of the set and, while any active
+// path's latest report was an ACK, those that lost their latest packet.
+// An urgent one takes, of those, the path acknowledged last (the freshest
+// proof that it delivers), and the rotation when none was ever
+// acknowledged. It changes no counter and does not allocate.
+func (a *adaptive) NextAck(urgent bool) uint16 {
+	if urgent {
+		if i := a.freshest(); i >= 0 {
+			return a.set[i]
+		}
+	}
+	n := len(a.set)
+	for pass := range 2 {
+		for range n {
+			a.ackTurn = (a.ackTurn + 1) % n
+			s := &a.st[a.ackTurn]
+			if !s.down && (pass == 1 || (s.consecLoss == 0 && !s.ackLost)) {
+				return a.set[a.ackTurn]
+			}
+		}
+	}
+	return a.set[a.ackTurn] // unreachable: the last active path never goes down
+}
+
+// freshest is the active path acknowledged last of those whose latest
+// report was an ACK (and that lost no acknowledgement since), or -1.
+func (a *adaptive) freshest() int {
+	best := -1
+	for i := range a.st {
+		s := &a.st[i]
+		if s.down || s.consecLoss > 0 || s.ackLost || a.stats[i].Acks == 0 {
+			continue
+		}
+		if best < 0 || a.stats[i].LastAck > a.stats[best].LastAck {
+			best = i
+		}
+	}
+	return best
+}
+
+// AckLost marks the path of entropy as one that probably lost an
+// acknowledgement; when that leaves no active path unmarked, every mark
+// is cleared.
+func (a *adaptive) AckLost(entropy uint16) {
+	i, ok := a.index[entropy]
+	if !ok {
+		return
+	}
+	a.st[i].ackLost = true
+	for j := range a.st {
+		if !a.st[j].down && !a.st[j].ackLost {
+			return
+		}
+	}
+	for j := range a.st {
+		a.st[j].ackLost = false
+	}
 }
 
 // nextInRound returns the next entry of the current weighted round,
 // starting a new round when it is used up.
 func (a *adaptive) nextInRound(now clock.Time) uint16 {
-	for {
+	return a.pick(now, false)
+}
+
+// pick returns the next entry of the current weighted round, starting a
+// new round when it is used up, passing over paths taken out during the
+// round and, when fresh, paths that lost their latest packet (at least one
+// active path must not have). A fresh pick that finds none in two sets'
+// worth of entries takes the heaviest such path.
+func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
+	for skipped := 0; ; {
 		if a.pos == len(a.order) {
 			a.newRound(now)
 		}
 		i := a.order[a.pos]
 		a.pos++
 		s := &a.st[i]
-		if s.down {
-			continue // taken out during this round
+		if s.down || (fresh && s.consecLoss > 0) {
+			// Taken out during this round, or lost its latest packet.
+			if skipped++; !fresh || skipped < 2*len(a.set) {
+				continue
+			}
+			i = -1
+			for j := range a.st {
+				if t := &a.st[j]; !t.down && t.consecLoss == 0 && (i < 0 || t.weight > a.st[i].weight) {
+					i = j
+				}
+			}
+			s = &a.st[i]
 		}
 		if !s.pending {
 			s.pending, s.pendingSince = true, now
@@ -288,6 +426,7 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	}
 	a.ackAt(now, i, rtt, ecn)
 	s := &a.st[i]
+	s.ackLost = false
 	mark := 0.0
 	if ecn {
 		mark = 1

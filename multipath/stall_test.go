@@ -87,7 +87,7 @@ func TestAdaptiveResendNeverProbes(t *testing.T) {
 	}
 	now += 5 * clock.Time(time.Millisecond) // the first probe is long due
 	for range 50 {
-		if e := r.NextResend(now); e == bad {
+		if e := r.NextResend(now, false); e == bad {
 			t.Fatal("a resend went to the path out of the set")
 		}
 		now += us

@@ -33,10 +33,26 @@ func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 // nextEntropy picks the entropy of the packet being encoded: a
 // retransmission (q.resending) from the policy's Resender when it has one,
 // so that a resend does not become the probe of a path out of the spray
-// set.
+// set, and, after a retransmission timeout with no progress since
+// (q.inRTO), goes on the path with the freshest proof of delivery.
 func (q *QP) nextEntropy(now clock.Time) uint16 {
 	if r, ok := q.paths.(multipath.Resender); ok && q.resending {
-		return r.NextResend(now)
+		return r.NextResend(now, q.inRTO)
 	}
 	return q.paths.Next(now)
+}
+
+// noteAckLost is called when a duplicate data packet arrives at now: the
+// peer resent a packet that this receiver had acknowledged, so the last
+// acknowledgement was probably lost, unless it went out too recently for
+// the peer to have heard it (within the smoothed RTT). A policy that
+// picks acknowledgement paths (multipath.AckPather) then passes over that
+// path. It reports whether it judged the acknowledgement lost.
+func (q *QP) noteAckLost(now clock.Time) bool {
+	ap, ok := q.paths.(multipath.AckPather)
+	if !ok || q.stats.AcksSent == 0 || now.Sub(q.lastAckAt) <= q.sb.SRTT() {
+		return false
+	}
+	ap.AckLost(q.lastAckEntropy)
+	return true
 }

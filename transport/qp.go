@@ -193,6 +193,8 @@ type QP struct {
 	events   []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
+	// inRTO: a retransmission timeout fired and no ACK made progress since
+	inRTO bool
 
 	// receiver
 	win      *reorder.Window
@@ -216,6 +218,13 @@ type QP struct {
 	ecnCount   uint16
 	cnp        cc.CNPGenerator // classic receiver: CNPs for CE marks, rate-limited
 	cnpDue     bool
+
+	// ackDup: the due ACK answers a duplicate, and an earlier ACK was
+	// probably lost (noteAckLost). lastAckEntropy and lastAckAt are the
+	// entropy and time of the last ACK sent.
+	ackDup         bool
+	lastAckEntropy uint16
+	lastAckAt      clock.Time
 
 	lastNow clock.Time // the latest time the QP was handed
 	pkt     wire.Packet
@@ -489,6 +498,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 		q.events = ev
 		q.onEvents(now)
 		if kind == retransmit.RTO {
+			q.inRTO = true
 			q.stats.Timeouts++
 			q.ctrl.OnTimeout(now)
 		}
@@ -687,15 +697,26 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 		q.stats.NaksSent++
 	}
 	q.stats.AcksSent++
-	q.nakDue, q.ackNow, q.ackPending, q.ecnCount = false, false, 0, 0
+	// An ACK that answers a lost one goes out twice: on the path most
+	// likely to deliver, then on the next of the rotation.
+	q.nakDue, q.ackNow, q.ackDup, q.ackPending, q.ecnCount = false, q.ackDup, false, 0, 0
+	q.lastAckAt = now
 	return n, nil
 }
 
 // nextAckEntropy returns the source port of the next acknowledgement: the
 // QP's entropies in turn, so that one dead path loses only a share of the
 // acknowledgements (they are cumulative) and never all of them. ACKs do not
-// go through the path policy: nothing acknowledges an ACK.
+// go through the path policy (nothing acknowledges an ACK), but they leave
+// on the paths of the QP's own data: a policy that knows which of those
+// are dead (multipath.AckPather) passes over them. Blind rotation lost
+// every ACK that landed on a dead spine, and a sender whose tail was
+// acknowledged only there failed after MaxRetries timeouts.
 func (q *QP) nextAckEntropy() uint16 {
+	if ap, ok := q.paths.(multipath.AckPather); ok {
+		q.lastAckEntropy = ap.NextAck(q.ackDup)
+		return q.lastAckEntropy
+	}
 	set := q.paths.Paths()
 	q.ackTurn = (q.ackTurn + 1) % len(set)
 	return set[q.ackTurn]
@@ -774,6 +795,7 @@ func (q *QP) recvSpray(now clock.Time, pk *wire.Packet) {
 		q.stats.Duplicates++
 		q.noteData(now, pk, p, pk.Data.TxTime)
 		q.ackNow = true
+		q.ackDup = q.noteAckLost(now) || q.ackDup
 		return
 	case d >= int32(q.win.Size()):
 		q.stats.OutOfWindow++
@@ -970,6 +992,9 @@ func (q *QP) onSprayAck(now clock.Time, pk *wire.Packet) {
 		Acked: psn.New(a.AckedPSN), HasAcked: true, AckedSentAt: clock.Time(a.EchoTime),
 	}, q.events[:0])
 	q.events = ev
+	if res.Progress {
+		q.inRTO = false
+	}
 	q.onEvents(now)
 	q.scorePaths(now, psn.New(a.AckedPSN))
 	// The echoed timestamp gives the full round trip of the acknowledged
