@@ -233,7 +233,8 @@ type adaptive struct {
 // the best path's, INT queue delay), its ECN marks and its losses; it takes
 // paths that lose or stall out of the set and probes them back in. The
 // package doc describes the policy. The returned Policy also implements
-// INTObserver. Next, OnAck, OnLoss and OnINT do not allocate.
+// INTObserver, PathObserver, Resender and AckPather. Next, OnAck, OnLoss,
+// OnINT, NextResend, NextAck and AckLost do not allocate.
 func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	if len(set) == 0 {
 		set = Entropies(seed, 1)

@@ -75,6 +75,25 @@
 // reported on a path that is out are counted but change nothing, as they
 // may be of packets sent before it went out.
 //
+// A resend also passes over the paths whose latest packet was lost (while
+// any active path's latest report was an ACK), and in retransmission
+// timeout backoff (NextResend's urgent) goes on the active path
+// acknowledged last: with many entropies and a few packets each between
+// idle gaps, a dead path may not have LossLimit losses yet, and a timed-out
+// packet resent on it again costs another, doubled, timeout.
+//
+// Acknowledgements leave on the same paths as the QP's own data, so the
+// policy also picks their entropies (AckPather.NextAck): the set in turn,
+// passing over paths out of the set, paths that lost their latest packet,
+// and paths on which an acknowledgement was probably lost (AckLost, which
+// the transport calls when the peer resends a packet it had acknowledged;
+// an ACK of data on the path clears it, and when every active path is
+// marked all marks clear). An urgent acknowledgement (one that answers such
+// a duplicate) goes on the path acknowledged last. With both directions of
+// a spine link dead, blind rotation lost every acknowledgement that hashed
+// onto it, and in spray compare's spinefail all-to-all a QP whose last
+// packets were acknowledged only there failed after 7 timeouts.
+//
 // On a leaf-spine testbed (bench's TestFabricFailover: four spines shaped
 // to 50 Mbit/s, one leaf-to-spine link blackholed in the middle of a 48
 // MiB transfer and restored a second later), the dead spine's entropies
@@ -88,7 +107,9 @@
 // MaxProbeInterval 64ms, DelayScale the best path's RTT, ECNWeight 4,
 // LossWeight 16, MinWeight 1/16.
 //
-// Caveats: ECMP hashing is not a bijection, so distinct entropies can land
+// Caveats: a QP that only receives learns about its acknowledgement paths
+// from duplicates alone (AckLost), as it sends no data to score them.
+// ECMP hashing is not a bijection, so distinct entropies can land
 // on the same path, and the mapping changes when the fabric does; an
 // oblivious sprayer keeps sending to a failed or congested path. The
 // adaptive policy cannot tell which packet an ACK or a loss is for beyond
