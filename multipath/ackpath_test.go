@@ -159,3 +159,45 @@ func TestAdaptiveAckResendNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per packet", allocs)
 	}
 }
+
+// TestAdaptiveOneProbeAtATime: with half the paths out of the set and all
+// their probes due, a burst of new packets carries one probe until it is
+// answered or times out, not one per path.
+func TestAdaptiveOneProbeAtATime(t *testing.T) {
+	const us = clock.Time(time.Microsecond)
+	seed := testutil.Seed(t)
+	set := Entropies(seed, 16)
+	p := NewAdaptive(set, seed, AdaptiveConfig{})
+	now := warm(p, 0, 400)
+	for i, e := range set {
+		if i%2 == 0 {
+			for range 3 {
+				p.OnLoss(now, e)
+			}
+		}
+	}
+	now += 10 * clock.Time(time.Millisecond) // every probe long due
+	probes := func() (n uint64) {
+		for _, st := range p.Stats() {
+			n += st.Probes
+		}
+		return n
+	}
+	// A burst shorter than the probe timeout (4 x 20µs, at least 50µs).
+	for range 20 {
+		p.Next(now)
+		now += 2 * us
+	}
+	if n := probes(); n != 1 {
+		t.Fatalf("%d probes in a burst of 20 packets, want 1", n)
+	}
+	// After the probe timed out, the next one goes out.
+	now += 200 * us
+	for range 5 {
+		p.Next(now)
+		now += 2 * us
+	}
+	if n := probes(); n != 2 {
+		t.Fatalf("%d probes after the first timed out, want 2", n)
+	}
+}

@@ -436,6 +436,7 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	if s.down {
 		if s.probing && rtt > 0 && now.Add(-rtt) >= s.probeSent && rtt <= a.probeTimeout(i, a.refRTT()) {
 			a.restore(i, rtt)
+			a.nextProbe = clock.Min(a.nextProbe, now) // the next probe may be due
 		}
 		return
 	}
@@ -583,10 +584,13 @@ func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
 
 // probe fails the probes that timed out, then returns a down path whose
 // probe is due (the one waiting longest), and resets the nextProbe hint.
+// While a probe is in flight, no other is due: after a spine fails, half
+// the entropies of a QP may be out, and a burst after an idle gap would
+// otherwise open with a probe on each of them, every one lost.
 func (a *adaptive) probe(now clock.Time) (int, bool) {
 	ref := a.refRTT()
 	best, found := 0, false
-	next := clock.Never
+	next, flight := clock.Never, clock.Never
 	for i := range a.st {
 		s := &a.st[i]
 		if !s.down {
@@ -595,7 +599,7 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 		if s.probing {
 			deadline := s.probeSent.Add(a.probeTimeout(i, ref))
 			if now <= deadline {
-				next = clock.Min(next, deadline+1)
+				flight = clock.Min(flight, deadline+1)
 				continue
 			}
 			s.probing = false
@@ -614,6 +618,10 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 		} else {
 			next = clock.Min(next, s.probeAt)
 		}
+	}
+	if flight != clock.Never {
+		a.nextProbe = flight
+		return 0, false
 	}
 	a.nextProbe = next
 	return best, found
