@@ -195,6 +195,9 @@ type pathState struct {
 	// ackLost: an acknowledgement sent on the path was probably lost
 	// (AckLost) and no ACK of a data packet on it came since.
 	ackLost bool
+	// ackedSent is the latest send time of a packet acknowledged on the
+	// path with an RTT (0: none).
+	ackedSent clock.Time
 }
 
 // adaptive is the adaptive sprayer; see NewAdaptive.
@@ -341,8 +344,10 @@ func (a *adaptive) NextAck(urgent bool) uint16 {
 	return a.set[a.ackTurn] // unreachable: the last active path never goes down
 }
 
-// freshest is the active path acknowledged last of those whose latest
-// report was an ACK (and that lost no acknowledgement since), or -1.
+// freshest is the active path with the freshest proof that it delivers
+// (the latest send time of a packet acknowledged on it, then the latest
+// ACK) of those whose latest report was an ACK and that lost no
+// acknowledgement since, or -1.
 func (a *adaptive) freshest() int {
 	best := -1
 	for i := range a.st {
@@ -350,7 +355,12 @@ func (a *adaptive) freshest() int {
 		if s.down || s.consecLoss > 0 || s.ackLost || a.stats[i].Acks == 0 {
 			continue
 		}
-		if best < 0 || a.stats[i].LastAck > a.stats[best].LastAck {
+		if best < 0 {
+			best = i
+			continue
+		}
+		if b := &a.st[best]; s.ackedSent > b.ackedSent ||
+			(s.ackedSent == b.ackedSent && a.stats[i].LastAck > a.stats[best].LastAck) {
 			best = i
 		}
 	}
@@ -428,6 +438,9 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	a.ackAt(now, i, rtt, ecn)
 	s := &a.st[i]
 	s.ackLost = false
+	if rtt > 0 {
+		s.ackedSent = max(s.ackedSent, now.Add(-rtt))
+	}
 	mark := 0.0
 	if ecn {
 		mark = 1

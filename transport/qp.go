@@ -195,6 +195,11 @@ type QP struct {
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
 	inRTO bool
+	// copyDue: a second copy of the oldest packet, resent in RTO backoff,
+	// is due on another path (see sendCopy)
+	copyDue bool
+	copyPSN psn.PSN
+	copyTag uint64
 
 	// receiver
 	win      *reorder.Window
@@ -527,6 +532,11 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if rate > 0 && q.pacer.Next(now, rate) > now {
 		return 0, nil
 	}
+	if q.copyDue {
+		if n, err := q.sendCopy(now, buf, rate); n > 0 || err != nil {
+			return n, err
+		}
+	}
 	if q.sb.HasLost() {
 		p, tag, _ := q.sb.PopLost()
 		slot := tag >> 32
@@ -544,6 +554,9 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.sent(now, n, rate)
 		q.stats.Retransmits++
 		q.pstats.onSend(entropy, n, true)
+		if q.inRTO && q.spray && p == q.sb.Oldest() {
+			q.copyDue, q.copyPSN, q.copyTag = true, p, tag
+		}
 		return n, nil
 	}
 	if !q.canSendNew() {
