@@ -290,10 +290,11 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 // every active path did): with many entropies and few packets each, a dead
 // path may take a while to collect LossLimit losses, and a resend after a
 // retransmission timeout that lands on it again costs another, doubled,
-// timeout. An urgent resend takes the active path acknowledged last of
-// those whose latest report was an ACK: after a failure, the other paths
-// may be dead without a loss reported yet, and MaxRetries unlucky picks
-// fail the QP. It does not allocate.
+// timeout. An urgent resend takes the freshest path (the latest send
+// time of a packet acknowledged on it, then the latest ACK) of those whose
+// latest report was an ACK: after a failure, the other paths may be dead
+// without a loss reported yet, and MaxRetries unlucky picks fail the QP.
+// It does not allocate.
 func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
 	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
 		a.resumedAt = now
@@ -322,9 +323,8 @@ func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
 // NextAck returns the entropy of an acknowledgement: the set in turn,
 // passing over the paths that are out of the set and, while any active
 // path's latest report was an ACK, those that lost their latest packet.
-// An urgent one takes, of those, the path acknowledged last (the freshest
-// proof that it delivers), and the rotation when none was ever
-// acknowledged. It changes no counter and does not allocate.
+// An urgent one takes, of those, the freshest path (as NextResend's), and
+// the rotation when none was ever acknowledged. It changes no counter and does not allocate.
 func (a *adaptive) NextAck(urgent bool) uint16 {
 	if urgent {
 		if i := a.freshest(); i >= 0 {

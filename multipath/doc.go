@@ -81,10 +81,13 @@
 //
 // A resend also passes over the paths whose latest packet was lost (while
 // any active path's latest report was an ACK), and in retransmission
-// timeout backoff (NextResend's urgent) goes on the active path
-// acknowledged last: with many entropies and a few packets each between
-// idle gaps, a dead path may not have LossLimit losses yet, and a timed-out
-// packet resent on it again costs another, doubled, timeout.
+// timeout backoff (NextResend's urgent) goes on the freshest active path,
+// the one whose acknowledged packets were sent latest: with many entropies
+// and a few packets each between idle gaps, a dead path may not have
+// LossLimit losses yet, and a timed-out packet resent on it again costs
+// another, doubled, timeout. (The transport sends a second copy of that
+// packet on the next path of the round, as the freshest proof may predate
+// the failure.)
 //
 // Acknowledgements leave on the same paths as the QP's own data, so the
 // policy also picks their entropies (AckPather.NextAck): the set in turn,
@@ -93,7 +96,7 @@
 // the transport calls when the peer resends a packet it had acknowledged;
 // an ACK of data on the path clears it, and when every active path is
 // marked all marks clear). An urgent acknowledgement (one that answers such
-// a duplicate) goes on the path acknowledged last. With both directions of
+// a duplicate) goes on the freshest path. With both directions of
 // a spine link dead, blind rotation lost every acknowledgement that hashed
 // onto it, and in spray compare's spinefail all-to-all a QP whose last
 // packets were acknowledged only there failed after 7 timeouts.
