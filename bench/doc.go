@@ -21,12 +21,11 @@
 // run; WriteCompareTable, WriteCompareJSON and WriteCompareCDF report it.
 // Without root it runs the ranks over loopback (link/udp), with loss
 // injected by the sending links and no fabric scenarios. Caveats: both
-// QP profiles use the same fixed window by default (CCWindow), because
-// HPCC and Swift stall a QP whose window falls below a packet in this
-// version of the transport; on a loaded two-core machine the forwarding
+// QP profiles use the same fixed window by default (CCWindow), so that they
+// differ only in paths and loss recovery (CompareConfig's SprayCC and
+// RoCECC pick their own controllers); on a two-core machine the forwarding
 // namespaces and the engines share the CPUs, so the all-to-all reaches a
-// fraction of the fabric's limit (AllToAllLimit: 20-43% measured, kernel
-// TCP alike) and times are noisy; spray's retransmissions there are
-// mostly spurious (CompareRow.Duplicates), and under spinefail a spray QP
-// can still fail after MaxRetries timeouts, which ends that run.
+// fraction of the fabric's limit (AllToAllLimit; about 70% measured for
+// spray, less for kernel TCP) and times are noisy; spray's retransmissions
+// there are mostly spurious (CompareRow.Duplicates).
 package bench
