@@ -51,22 +51,32 @@ type fabricPort struct {
 	ingress, egress link.Link
 }
 
-// LoadFabric loads the fabric maps into the kernel; AttachPort loads an
-// instance of the programs for each port. It needs CAP_BPF and
-// CAP_NET_ADMIN (root) and, to attach, a kernel with tcx (6.6 or later).
-func LoadFabric() (*Fabric, error) {
+// fabricSpec is the fabric programs' collection with its maps sized, and
+// the number of possible CPUs (for the per-CPU counters).
+func fabricSpec() (*ebpf.CollectionSpec, int, error) {
 	spec, err := loadFabric()
 	if err != nil {
-		return nil, fmt.Errorf("ebpf: %w", err)
+		return nil, 0, fmt.Errorf("ebpf: %w", err)
 	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
-		return nil, fmt.Errorf("ebpf: %w", err)
+		return nil, 0, fmt.Errorf("ebpf: %w", err)
 	}
 	for _, name := range []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
 		spec.Maps[name].MaxEntries = MaxPorts
 	}
 	spec.Maps[fabricMapFabricInflight].MaxEntries = MaxInflight
+	return spec, ncpu, nil
+}
+
+// LoadFabric loads the fabric maps into the kernel; AttachPort loads an
+// instance of the programs for each port. It needs CAP_BPF and
+// CAP_NET_ADMIN (root) and, to attach, a kernel with tcx (6.6 or later).
+func LoadFabric() (*Fabric, error) {
+	spec, ncpu, err := fabricSpec()
+	if err != nil {
+		return nil, err
+	}
 	f := &Fabric{
 		spec:  spec,
 		ports: make(map[PortID]*fabricPort),

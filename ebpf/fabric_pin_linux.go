@@ -159,18 +159,10 @@ func (f *Fabric) PinDir() string {
 // this process's handles and leaves the pins. Errors wrap os.ErrNotExist if
 // dir holds no pinned fabric.
 func LoadPinnedFabric(dir string) (_ *Fabric, err error) {
-	spec, err := loadFabric()
+	spec, ncpu, err := fabricSpec()
 	if err != nil {
-		return nil, fmt.Errorf("ebpf: %w", err)
+		return nil, err
 	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, fmt.Errorf("ebpf: %w", err)
-	}
-	for _, name := range []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
-		spec.Maps[name].MaxEntries = MaxPorts
-	}
-	spec.Maps[fabricMapFabricInflight].MaxEntries = MaxInflight
 	f := &Fabric{
 		spec:   spec,
 		ports:  make(map[PortID]*fabricPort),
