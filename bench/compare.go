@@ -237,6 +237,8 @@ type CompareRow struct {
 	// Duplicates counts data packets that receivers already had: the
 	// retransmissions that were not needed.
 	Duplicates uint64 `json:"duplicates"`
+	// TLPs counts the tail loss probes among the retransmissions.
+	TLPs uint64 `json:"tlps"`
 	// ECNMarks, Drops and the queue delays come from the fabric programs
 	// and queues of every switch port (zero on loopback, where Drops.Loss
 	// counts the frames the links dropped).

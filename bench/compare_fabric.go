@@ -317,7 +317,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 		}
 	}
 	var before cmpSnapshot
-	var qBefore transport.QPStats
+	var qBefore qpSums
 	var hBefore uint64
 	hooks := a2aHooks{
 		before: func(it int) error {
@@ -386,6 +386,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 			row.Retransmits = q.Retransmits - qBefore.Retransmits
 			row.Timeouts = q.Timeouts - qBefore.Timeouts
 			row.Duplicates = q.Duplicates - qBefore.Duplicates
+			row.TLPs = q.TLPs - qBefore.TLPs
 		}
 	}
 	return row, nil

@@ -113,7 +113,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 		}
 	}
 	defer closeAll()
-	var qBefore transport.QPStats
+	var qBefore qpSums
 	var dBefore uint64
 	hooks := a2aHooks{before: func(it int) error {
 		if it != cfg.Warmup {
@@ -141,6 +141,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 		row.Retransmits = q.Retransmits - qBefore.Retransmits
 		row.Timeouts = q.Timeouts - qBefore.Timeouts
 		row.Duplicates = q.Duplicates - qBefore.Duplicates
+		row.TLPs = q.TLPs - qBefore.TLPs
 	}
 	return row, nil
 }

@@ -54,9 +54,17 @@ func (q *qpComm) Recv(ctx context.Context, p int) ([]byte, error) {
 
 func (q *qpComm) Close() error { return nil }
 
+// qpSums are the QP counters a compare row reports, summed over every
+// rank's QPs.
+type qpSums struct {
+	transport.QPStats
+	// TLPs counts tail loss probes (from the send scoreboards).
+	TLPs uint64
+}
+
 // qpCounters sums the QP counters of every rank's QPs.
-func qpCounters(ctx context.Context, comms []collective.Comm) (transport.QPStats, error) {
-	var sum transport.QPStats
+func qpCounters(ctx context.Context, comms []collective.Comm) (qpSums, error) {
+	var sum qpSums
 	for _, c := range comms {
 		q, ok := c.(*qpComm)
 		if !ok {
@@ -74,6 +82,11 @@ func qpCounters(ctx context.Context, comms []collective.Comm) (transport.QPStats
 			sum.Timeouts += s.Timeouts
 			sum.Duplicates += s.Duplicates
 			sum.ECNMarked += s.ECNMarked
+			rs, err := conn.RetransmitStats(ctx)
+			if err != nil {
+				return sum, err
+			}
+			sum.TLPs += rs.TLPs
 		}
 	}
 	return sum, nil
