@@ -119,6 +119,10 @@ type CompareConfig struct {
 	// that does not finish in time is reported with its error and the
 	// comparison goes on. 0 means 60 s.
 	RunTimeout time.Duration
+	// Pairwise runs the all-to-all as p-1 pairwise rounds, one peer per
+	// round; the default sends to and receives from every peer at once
+	// (collective.Options.AllToAllConcurrent), as NCCL's grouped sends do.
+	Pairwise bool
 	// Seed seeds the transports, the fault injection and the payloads.
 	Seed uint64
 	// Logf receives progress lines; nil discards them.
@@ -270,6 +274,8 @@ type CompareResult struct {
 	Testbed string `json:"testbed,omitempty"`
 	// Link is the link kind of the spray and roce ranks.
 	Link string `json:"link"`
+	// AllToAll is the all-to-all's schedule: "concurrent" or "pairwise".
+	AllToAll string `json:"alltoall"`
 	// BisectionGbps is the capacity between the fabric's two halves of
 	// leaves, in each direction. AllToAllLimit is the largest all-to-all
 	// algbw the fabric allows (GB/s), from the spine links and the leaves'

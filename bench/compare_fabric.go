@@ -78,6 +78,11 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error
 	}
 	defer fab.Close()
 	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link}
+
+	res.AllToAll = "concurrent"
+	if cfg.Pairwise {
+		res.AllToAll = "pairwise"
+	}
 	res.AllToAllLimit, res.BisectionGbps = AllToAllLimit(fab.Config)
 	cfg.Logf("testbed %s: %s, %d ranks; bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s",
 		fab.Prefix, fab.Config, len(fab.Hosts), res.BisectionGbps, res.AllToAllLimit)
@@ -358,7 +363,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 		}
 		row.Note = fmt.Sprintf("link %s-%s blackholed in iteration %d of %d", l0.Name, last.Name, failAt-cfg.Warmup+1, cfg.Iters)
 	}
-	samples, wrong, runErr := runAllToAll(rctx, w.comms, block, cfg.Warmup, cfg.Iters, hooks)
+	samples, wrong, runErr := runAllToAll(rctx, w.comms, block, cfg.Warmup, cfg.Iters, cfg.Pairwise, hooks)
 	row.Samples, row.Wrong = samples, wrong
 	row.summarize()
 	if runErr != nil {

@@ -46,6 +46,11 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
 	res := CompareResult{Mode: "loopback", Link: KindUDP}
+
+	res.AllToAll = "concurrent"
+	if cfg.Pairwise {
+		res.AllToAll = "pairwise"
+	}
 	cfg.Logf("loopback: %d ranks in this process, spray and roce over link/udp on 127.x addresses, tcp over loopback TCP; no fabric: no ECN, queues or spines", n)
 	for _, sc := range cfg.Scenarios {
 		if sc == ScenarioCollision || sc == ScenarioSpineFail {
@@ -124,7 +129,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 		qBefore, err = qpCounters(rctx, comms)
 		return err
 	}}
-	samples, wrong, runErr := runAllToAll(rctx, comms, block, cfg.Warmup, cfg.Iters, hooks)
+	samples, wrong, runErr := runAllToAll(rctx, comms, block, cfg.Warmup, cfg.Iters, cfg.Pairwise, hooks)
 	row.Samples, row.Wrong = samples, wrong
 	row.summarize()
 	if runErr != nil {

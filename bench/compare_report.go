@@ -19,10 +19,10 @@ import (
 func WriteCompareTable(w io.Writer, res CompareResult) {
 	switch res.Mode {
 	case "loopback":
-		fmt.Fprintf(w, "# loopback: ranks in one process (spray/roce over link/%s, tcp over loopback TCP); no fabric, no root\n", res.Link)
+		fmt.Fprintf(w, "# loopback: ranks in one process (spray/roce over link/%s, tcp over loopback TCP); no fabric, no root; %s all-to-all\n", res.Link, res.AllToAll)
 	default:
-		fmt.Fprintf(w, "# testbed %s, link %s: bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s\n",
-			res.Testbed, res.Link, res.BisectionGbps, res.AllToAllLimit)
+		fmt.Fprintf(w, "# testbed %s, link %s, %s all-to-all: bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s\n",
+			res.Testbed, res.Link, res.AllToAll, res.BisectionGbps, res.AllToAllLimit)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tprofile\tsize\titers\tmean\tp50\tp99\tp99.9\talgbw\tbusbw\t#wrong\tretx/dup\tECN\tdrops\tmax qdelay\tmean qdelay\timbalance\t")

@@ -112,7 +112,8 @@ type a2aHooks struct {
 // every comm at once, releasing all ranks together for each, and returns
 // the completion times of the timed ones and the wrong elements received.
 // On an error it returns what it measured so far.
-func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, iters int, hooks a2aHooks) ([]time.Duration, int, error) {
+func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, iters int, pairwise bool, hooks a2aHooks) ([]time.Duration, int, error) {
+	opt := &collective.Options{AllToAllConcurrent: !pairwise}
 	n := len(comms)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -143,7 +144,7 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 				case <-ctx.Done():
 					return
 				}
-				err := collective.AllToAll(ctx, c, send, recv, nil)
+				err := collective.AllToAll(ctx, c, send, recv, opt)
 				end := time.Now()
 				wrong := 0
 				if err == nil {

@@ -22,6 +22,11 @@ type Options struct {
 	// sizes, use the ring (reduce-scatter then all-gather, for bandwidth).
 	// 0 means 64 KiB; a negative value means always the ring.
 	SmallBytes int
+	// AllToAllConcurrent makes AllToAll send to and receive from every
+	// peer at once (as NCCL groups its sends and receives) instead of
+	// p-1 pairwise rounds, one peer each: traffic to peers behind
+	// different links overlaps, at the price of incast at every receiver.
+	AllToAllConcurrent bool
 }
 
 const (
@@ -264,6 +269,9 @@ func AllToAll[T Element](ctx context.Context, c Comm, send, recv []T, opt *Optio
 		return nil
 	}
 	ce := opt.chunkElems(elemSize[T]())
+	if opt != nil && opt.AllToAllConcurrent {
+		return allToAllConcurrent(ctx, c, send, recv, m, ce)
+	}
 	for s := 1; s < p; s++ {
 		to, from := mod(r+s, p), mod(r-s, p)
 		if err := exchange(ctx, c, to, blk(send, to), from, blk(recv, from), ce, false, 0); err != nil {
@@ -271,6 +279,38 @@ func AllToAll[T Element](ctx context.Context, c Comm, send, recv []T, opt *Optio
 		}
 	}
 	return nil
+}
+
+// allToAllConcurrent sends to and receives from every peer at once, one
+// goroutine per direction and peer, each in the pairwise order's offset.
+func allToAllConcurrent[T Element](ctx context.Context, c Comm, send, recv []T, m, ce int) error {
+	p, r := c.Size(), c.Rank()
+	blk := func(x []T, k int) []T { return x[k*m : (k+1)*m] }
+	ictx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2*(p-1))
+	for s := 1; s < p; s++ {
+		to, from := mod(r+s, p), mod(r-s, p)
+		go func() {
+			err := sendChunks(ictx, c, to, blk(send, to), ce)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+		go func() {
+			err := recvChunks(ictx, c, from, blk(recv, from), ce, false, 0)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	errs := make([]error, 0, 2*(p-1))
+	for range 2 * (p - 1) {
+		errs = append(errs, <-errc)
+	}
+	return firstErr(ctx, errs...)
 }
 
 // Broadcast copies root's buf into buf on every rank, along a binomial

@@ -250,6 +250,11 @@ func checkType[T Element](t *testing.T, w world, rng *rand.Rand, sizes []int, op
 		t.Run(fmt.Sprintf("ReduceScatter/%v/%d", op, n), func(t *testing.T) { checkReduceScatter[T](t, w, rng, n, op, opt) })
 		t.Run(fmt.Sprintf("AllGather/%d", n), func(t *testing.T) { checkAllGather[T](t, w, rng, n, opt) })
 		t.Run(fmt.Sprintf("AllToAll/%d", n), func(t *testing.T) { checkAllToAll[T](t, w, rng, n, opt) })
+		conc := Options{AllToAllConcurrent: true}
+		if opt != nil {
+			conc.ChunkBytes, conc.SmallBytes = opt.ChunkBytes, opt.SmallBytes
+		}
+		t.Run(fmt.Sprintf("AllToAllConcurrent/%d", n), func(t *testing.T) { checkAllToAll[T](t, w, rng, n, &conc) })
 		root := rng.IntN(len(w.comms))
 		t.Run(fmt.Sprintf("Broadcast/root%d/%d", root, n), func(t *testing.T) { checkBroadcast[T](t, w, rng, n, root, opt) })
 	}

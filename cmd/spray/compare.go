@@ -81,6 +81,7 @@ func runCompare(args []string) error {
 	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs here as PNG (\"\": don't)")
 	loopback := fs.Bool("loopback", false, "run on loopback even as root")
 	seed := fs.Uint64("seed", 1, "seed for the transports, faults and payloads")
+	pairwise := fs.Bool("pairwise", false, "all-to-all in p-1 pairwise rounds (default: every peer at once, as NCCL groups its sends)")
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
 	if err := fs.Parse(args); err != nil {
@@ -97,6 +98,7 @@ func runCompare(args []string) error {
 		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
 		Size: n, Iters: *iters, Warmup: *warmup, Link: *linkKind, SprayCC: *sprayCC, RoCECC: *roceCC,
 		Seed: *seed, RunTimeout: *runTimeout, Loopback: *loopback || os.Geteuid() != 0,
+		Pairwise: *pairwise,
 	}
 	if *warmup == 0 {
 		cfg.Warmup = -1
