@@ -384,15 +384,7 @@ func (fr *cmpFabric) run(ctx context.Context, prof, sc string) (CompareRow, erro
 		row.Drops.Host = w.hostDrops() - hBefore
 		// QP counters need the engines: read them with a fresh deadline
 		// even when the run timed out.
-		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-		q, err := qpCounters(qctx, w.comms)
-		qcancel()
-		if err == nil {
-			row.Retransmits = q.Retransmits - qBefore.Retransmits
-			row.Timeouts = q.Timeouts - qBefore.Timeouts
-			row.Duplicates = q.Duplicates - qBefore.Duplicates
-			row.TLPs = q.TLPs - qBefore.TLPs
-		}
+		row.addQPCounters(ctx, w.comms, qBefore)
 	}
 	return row, nil
 }

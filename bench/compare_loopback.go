@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/sprayfabric/spray/collective"
 	"github.com/sprayfabric/spray/link"
@@ -139,15 +138,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 		row.Err = runErr.Error()
 	}
 	row.Drops.Loss = dropped.Load() - dBefore
-	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-	q, err := qpCounters(qctx, comms)
-	qcancel()
-	if err == nil {
-		row.Retransmits = q.Retransmits - qBefore.Retransmits
-		row.Timeouts = q.Timeouts - qBefore.Timeouts
-		row.Duplicates = q.Duplicates - qBefore.Duplicates
-		row.TLPs = q.TLPs - qBefore.TLPs
-	}
+	row.addQPCounters(ctx, comms, qBefore)
 	return row, nil
 }
 

@@ -92,6 +92,22 @@ func qpCounters(ctx context.Context, comms []collective.Comm) (qpSums, error) {
 	return sum, nil
 }
 
+// addQPCounters sets the row's QP counters to what they gained since
+// before. It reads them with a fresh deadline, since a run that timed out
+// still has engines to ask; on an error the counters stay zero.
+func (row *CompareRow) addQPCounters(ctx context.Context, comms []collective.Comm, before qpSums) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q, err := qpCounters(qctx, comms)
+	if err != nil {
+		return
+	}
+	row.Retransmits = q.Retransmits - before.Retransmits
+	row.Timeouts = q.Timeouts - before.Timeouts
+	row.Duplicates = q.Duplicates - before.Duplicates
+	row.TLPs = q.TLPs - before.TLPs
+}
+
 // a2aValue is element i of the block that rank src sends to rank dst in
 // iteration it.
 func a2aValue(src, dst, it, i int) int32 {
