@@ -65,6 +65,22 @@ type SwiftConfig struct {
 	// MinDelayWindow is how long RelativeTarget remembers a minimum; 0
 	// means 10s.
 	MinDelayWindow time.Duration
+	// INTFabricDelay takes the fabric delay of an ACK that echoes INT
+	// records from those records: the sum of the hops' queue delays (queue
+	// bytes over egress rate), which the targets are then an allowance
+	// for, instead of the RTT minus the hold time (ours). The RTT of a
+	// software fabric also holds the endpoints' scheduling delays (hundreds
+	// of µs to ms on a loaded machine), which Swift would read as
+	// congestion; the paper measures the fabric delay with NIC timestamps,
+	// which exclude them. ACKs without INT records keep the RTT rule.
+	INTFabricDelay bool
+	// StandingDelay takes, on ACKs without INT records, the smallest RTT
+	// fabric delay of the last half to one smoothed RTT instead of the
+	// ACK's own (Copa's "standing" RTT; ours): a queue raises every
+	// sample for an RTT, a descheduled endpoint only some, and those no
+	// longer cut the window. The reaction to a queue comes up to half an
+	// RTT later.
+	StandingDelay bool
 }
 
 // Swift is the Swift delay-based window controller (Kumar et al., SIGCOMM
@@ -76,7 +92,8 @@ type SwiftConfig struct {
 // max(1 - β(delay-target)/delay, 1 - MaxMDF) when it is over, at most once
 // per RTT (the latest RTT sample); a loss cuts by MaxMDF, a timeout drops
 // the window to MinCwnd. Below one packet, the window stays at one packet
-// and Rate paces at cwnd packets per RTT.
+// and Rate paces at cwnd packets per RTT. With INTFabricDelay, the fabric
+// delay of an ACK with INT records is the queueing its records report.
 //
 // Its zero value is not usable: use NewSwift. It is not safe for concurrent
 // use.
@@ -89,7 +106,12 @@ type Swift struct {
 	minCwnd, maxCwnd  float64
 	retxReset         int
 	fcwnd, ecwnd      float64
+	intDelay          bool
 	rtt               time.Duration // latest sample
+	srtt              float64       // ns, EWMA (gain 1/8) of the samples
+	standing          bool
+	stCur, stPrev     float64 // ns; smallest fabric delay this and last half-srtt
+	stStart           clock.Time
 	lastDecrease      clock.Time
 	decreased         bool
 	retx              int
@@ -149,6 +171,9 @@ func NewSwift(cfg SwiftConfig) *Swift {
 	if s.retxReset <= 0 {
 		s.retxReset = 1
 	}
+	s.intDelay = cfg.INTFabricDelay
+	s.standing = cfg.StandingDelay
+	s.stCur, s.stPrev = math.Inf(1), math.Inf(1)
 	s.relative, s.minWin = cfg.RelativeTarget, cfg.MinDelayWindow
 	if s.minWin <= 0 {
 		s.minWin = 10 * time.Second
@@ -191,9 +216,16 @@ func (s *Swift) EndpointCwnd() float64 { return s.ecwnd }
 func (s *Swift) Decreases() uint64 { return s.decreases }
 
 // canDecrease reports whether a cut is allowed at now: none yet, or the
-// last one at least an RTT ago.
+// last one at least an RTT ago. Before the first RTT sample, one cut is
+// allowed: the losses of one flight, reported together, cut once.
 func (s *Swift) canDecrease(now clock.Time) bool {
-	return !s.decreased || now.Sub(s.lastDecrease) >= s.rtt
+	if !s.decreased {
+		return true
+	}
+	if s.rtt <= 0 {
+		return false
+	}
+	return now.Sub(s.lastDecrease) >= s.rtt
 }
 
 func (s *Swift) didDecrease(now clock.Time) {
@@ -212,10 +244,28 @@ func (s *Swift) OnAck(a Sample) {
 	}
 	s.retx = 0
 	s.rtt = a.RTT
+	if s.srtt == 0 {
+		s.srtt = float64(a.RTT)
+	} else {
+		s.srtt += (float64(a.RTT) - s.srtt) / 8
+	}
 	hold := min(max(a.HoldTime, 0), a.RTT)
-	fabric := float64(a.RTT - hold)
-	if s.relative {
-		fabric -= s.minDelay(a.Now, fabric)
+	var fabric float64
+	if q, ok := intQueueDelay(a.INT); ok && s.intDelay {
+		fabric = q
+	} else {
+		fabric = float64(a.RTT - hold)
+		if s.relative {
+			fabric -= s.minDelay(a.Now, fabric)
+		}
+		if s.standing {
+			if a.Now.Sub(s.stStart) >= time.Duration(s.srtt/2) || a.Now < s.stStart {
+				s.stPrev, s.stCur, s.stStart = s.stCur, fabric, a.Now
+			} else {
+				s.stCur = min(s.stCur, fabric)
+			}
+			fabric = min(s.stCur, s.stPrev)
+		}
 	}
 	endpoint := float64(hold)
 	acked := float64(max(a.AckedBytes, 0)) / s.mss
@@ -227,6 +277,21 @@ func (s *Swift) OnAck(a Sample) {
 	if fcut || ecut {
 		s.didDecrease(a.Now)
 	}
+}
+
+// intQueueDelay returns the sum of the queue delays (ns) that the INT hop
+// records report, each hop's queue bytes over its egress rate; false when
+// there is no record with a rate.
+func intQueueDelay(records []byte) (float64, bool) {
+	d, ok := 0.0, false
+	for i := range len(records) / wire.HopLen {
+		h := wire.HopAt(records, i)
+		if h.RateMbps > 0 {
+			d += float64(h.QLen) * 8000 / float64(h.RateMbps)
+			ok = true
+		}
+	}
+	return d, ok
 }
 
 // minDelay folds a fabric delay sample d (ns) into the windowed minimum
@@ -311,14 +376,20 @@ func (s *Swift) OnTimer(clock.Time) {}
 func (s *Swift) Window() int { return int(max(s.Cwnd(), 1) * s.mss) }
 
 // Rate returns 0 (unpaced) while the window is a packet or more, and
-// cwnd packets per RTT below that (the latest RTT sample, or BaseTarget
-// before the first).
+// cwnd packets per RTT below that: per the smaller of the latest RTT
+// sample and the smoothed RTT (gain 1/8), or BaseTarget before the first
+// sample. The smoothed RTT is ours: on a loaded machine a single sample
+// that waited ms for a descheduled engine would otherwise space the next
+// packets by ms over cwnd.
 func (s *Swift) Rate() float64 {
 	c := s.Cwnd()
 	if c >= 1 {
 		return 0
 	}
 	rtt := float64(s.rtt)
+	if s.srtt > 0 {
+		rtt = min(rtt, s.srtt)
+	}
 	if rtt <= 0 {
 		rtt = s.base
 	}

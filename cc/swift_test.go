@@ -258,3 +258,142 @@ func BenchmarkSwiftOnAck(b *testing.B) {
 		s.OnAck(Sample{Now: now, AckedBytes: 1400, RTT: time.Duration(20000 + now%20000), HoldTime: time.Microsecond})
 	}
 }
+
+// hops returns INT records of n hops whose queues hold qdelay each at
+// 200 Mbit/s.
+func hops(n int, qdelay time.Duration) []byte {
+	rec := make([]byte, n*wire.HopLen)
+	for i := range n {
+		wire.PutHop(rec, i, wire.Hop{Switch: uint16(i), RateMbps: 200, QLen: uint32(qdelay.Nanoseconds() * 200 / 8000)})
+	}
+	return rec
+}
+
+// TestSwiftINTFabricDelay: with INTFabricDelay, the fabric delay of an ACK
+// with INT records is the queueing they report, so an RTT inflated by the
+// endpoints (a descheduled engine) grows the window while the queue is
+// under the target, and the cut follows the queue delay over the target;
+// ACKs without INT records, and a Swift without the option, use the RTT.
+func TestSwiftINTFabricDelay(t *testing.T) {
+	cfg := SwiftConfig{InitCwnd: 100, INTFabricDelay: true}
+	s := NewSwift(cfg)
+	target := s.TargetDelay(100, 2)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: 2 * time.Millisecond, INT: hops(2, target/4)})
+	if s.Cwnd() <= 100 {
+		t.Fatalf("queue at a quarter of the target, RTT 2ms: cwnd %v, want above 100", s.Cwnd())
+	}
+	s = NewSwift(cfg)
+	q := 2 * target // two hops of one target each
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: 30 * time.Microsecond, INT: hops(2, target)})
+	want := 100 * (1 - 0.8*float64(q-target)/float64(q))
+	if math.Abs(s.Cwnd()-want) > 1e-6 {
+		t.Fatalf("queue at twice the target, RTT 30µs: cwnd %v, want %v", s.Cwnd(), want)
+	}
+	// Without INT records the RTT rule applies.
+	s = NewSwift(cfg)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: 2 * time.Millisecond})
+	if s.Cwnd() != 50 {
+		t.Fatalf("no INT, RTT 2ms: cwnd %v, want 50", s.Cwnd())
+	}
+	// Without the option the same INT ACK with a 2ms RTT cuts.
+	s = NewSwift(SwiftConfig{InitCwnd: 100})
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: 2 * time.Millisecond, INT: hops(2, target/4)})
+	if s.Cwnd() != 50 {
+		t.Fatalf("INTFabricDelay off, RTT 2ms: cwnd %v, want 50", s.Cwnd())
+	}
+}
+
+// TestSwiftStandingDelay: with StandingDelay, one RTT sample inflated by
+// a scheduling stall among normal ones does not cut the window, while a
+// queue that raises every sample for an RTT does.
+func TestSwiftStandingDelay(t *testing.T) {
+	const rtt = 100 * time.Microsecond
+	run := func(standing bool, delay func(i int) time.Duration) *Swift {
+		s := NewSwift(SwiftConfig{InitCwnd: 100, StandingDelay: standing})
+		now := clock.Time(0)
+		for i := range 200 {
+			now += clock.Time(rtt / 10)
+			s.OnAck(Sample{Now: now, AckedBytes: 1400, RTT: delay(i)})
+		}
+		return s
+	}
+	spike := func(i int) time.Duration {
+		if i%20 == 10 {
+			return 2 * time.Millisecond
+		}
+		return 20 * time.Microsecond
+	}
+	if s := run(true, spike); s.Decreases() != 0 {
+		t.Errorf("standing: %d cuts from isolated 2ms samples", s.Decreases())
+	}
+	if s := run(false, spike); s.Decreases() == 0 {
+		t.Errorf("per-ACK: isolated 2ms samples cut nothing; the test shows nothing")
+	}
+	queue := func(i int) time.Duration {
+		if i >= 100 {
+			return 20*time.Microsecond + 5*s0Target()
+		}
+		return 20 * time.Microsecond
+	}
+	if s := run(true, queue); s.Decreases() == 0 || s.Cwnd() >= 100 {
+		t.Errorf("standing: a queue of 5 targets for 10 RTTs: %d cuts, cwnd %v", s.Decreases(), s.Cwnd())
+	}
+}
+
+// s0Target is the largest fabric target of a default Swift.
+func s0Target() time.Duration { return NewSwift(SwiftConfig{}).TargetDelay(0, 0) }
+
+// TestSwiftCutBeforeRTT: losses reported before the first RTT sample (a
+// start-up burst that overflowed a buffer) cut the window once, not once
+// per lost packet.
+func TestSwiftCutBeforeRTT(t *testing.T) {
+	s := NewSwift(SwiftConfig{InitCwnd: 16})
+	for range 10 {
+		s.OnLoss(1000, 1400)
+	}
+	if s.Cwnd() != 8 || s.Decreases() != 1 {
+		t.Fatalf("10 losses before an RTT sample: cwnd %v after %d cuts, want 8 after 1", s.Cwnd(), s.Decreases())
+	}
+}
+
+// TestSwiftPacingSmoothedRTT: below one packet, one RTT sample stretched
+// by a stall does not stretch the pacing: Rate uses the smaller of the
+// latest and the smoothed RTT.
+func TestSwiftPacingSmoothedRTT(t *testing.T) {
+	s := NewSwift(SwiftConfig{InitCwnd: 0.5, BaseTarget: 10 * time.Millisecond})
+	now := clock.Time(0)
+	for range 50 {
+		now += 1000
+		s.OnAck(Sample{Now: now, RTT: 20 * time.Microsecond})
+	}
+	s.OnAck(Sample{Now: now + 1000, RTT: 2 * time.Millisecond})
+	c := s.Cwnd()
+	if c >= 1 {
+		t.Fatalf("cwnd %v, want below one packet", c)
+	}
+	srtt := 20e-6 + (2e-3-20e-6)/8
+	if got, want := s.Rate(), c*1400/srtt; math.Abs(got-want) > want*1e-6 {
+		t.Fatalf("rate %v, want cwnd per smoothed RTT %v (per the 2ms sample: %v)", got, want, c*1400/2e-3)
+	}
+}
+
+// TestByNameSwiftCalibration: with the line rate known, ByName's Swift
+// starts at one BDP and adds half its target queue per RTT; without it,
+// the defaults (16 packets).
+func TestByNameSwiftCalibration(t *testing.T) {
+	mk, err := ByName("swift", Params{LineRate: 25e6, BaseRTT: 100 * time.Microsecond, PacketBytes: 1350})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mk().(*Swift)
+	if bdp := 25e6 * 100e-6 / 1350; math.Abs(s.Cwnd()-bdp) > 1e-9 {
+		t.Fatalf("200 Mbit/s, 100µs: initial cwnd %v, want the BDP %v", s.Cwnd(), bdp)
+	}
+	if ai := 25e6 * 50e-6 / 1350 / 2; math.Abs(s.ai-ai) > 1e-9 {
+		t.Fatalf("ai %v, want %v", s.ai, ai)
+	}
+	mk, _ = ByName("swift", Params{})
+	if s := mk().(*Swift); s.Cwnd() != 16 || s.ai != 1 {
+		t.Fatalf("no line rate: cwnd %v ai %v, want 16 and 1", s.Cwnd(), s.ai)
+	}
+}
