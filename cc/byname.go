@@ -43,12 +43,18 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //     profile's default);
 //   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0);
 //   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
-//     to twice that on top) over the path's smallest recent fabric delay,
-//     RetxResetThreshold 3, smallest window SoftwareSwiftMinCwnd, no endpoint
-//     window (the hold time is the delayed-ACK timer, which fires up to a
-//     ms late on a loaded machine);
+//     to twice that on top) for the queueing that INT records report
+//     (SwiftConfig.INTFabricDelay) or, on ACKs without INT, over the
+//     path's smallest recent fabric delay and filtered of scheduling spikes
+//     (SwiftConfig.StandingDelay), RetxResetThreshold 3, smallest
+//     window SoftwareSwiftMinCwnd, no endpoint window (the hold time is the
+//     delayed-ACK timer, which fires up to a ms late on a loaded machine);
+//     with p.LineRate known, an initial window of one BDP (line rate ×
+//     BaseRTT, 1 to 16 packets) and an additive increase of half the
+//     target's queue per RTT (0.1 to 1 packet);
 //   - "dcqcn": DCQCN at p.LineRate, reacting to CNPs and to ECN echoes (the
-//     roce profile's default);
+//     roce profile's default), its timers at 3 × BaseRTT (SoftwareBaseRTT
+//     if 0) and, with p.LineRate known, R_AI at 1/1000 of it;
 //   - "fixed" or "none": Fixed, unlimited and unpaced.
 //
 // The other parameters are the papers' (the controllers' config zero
@@ -65,7 +71,8 @@ func ByName(name string, p Params) (func() Controller, error) {
 	case "swift":
 		return func() Controller { return NewSwift(sc) }, nil
 	case "dcqcn":
-		return func() Controller { return NewDCQCN(DCQCNConfig{LineRate: p.LineRate}) }, nil
+		dc := p.dcqcn()
+		return func() Controller { return NewDCQCN(dc) }, nil
 	}
 	return nil, fmt.Errorf("%w %q (want one of %v)", ErrUnknown, name, Names)
 }
@@ -81,8 +88,43 @@ func (p Params) hpcc() HPCCConfig {
 	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t}
 }
 
+// dcqcn calibrates DCQCN for a software fabric (ours): its feedback loop
+// is a software RTT (100µs to ms), so the rate-increase and alpha timers
+// run at 3 × BaseRTT (at least the paper's 55µs) rather than raising the
+// rate many times per feedback; with p.LineRate known, R_AI is the paper's
+// share of the line rate (40 Mb/s of 40 Gb/s, 1/1000) rather than 40 Mb/s,
+// which is a fifth of a 200 Mb/s link per timer period.
+func (p Params) dcqcn() DCQCNConfig {
+	t := p.BaseRTT
+	if t <= 0 {
+		t = SoftwareBaseRTT
+	}
+	t = max(3*t, 55*time.Microsecond)
+	c := DCQCNConfig{LineRate: p.LineRate, AlphaPeriod: t, IncreasePeriod: t}
+	if p.LineRate > 0 {
+		c.AdditiveRate = p.LineRate / 1000
+	}
+	return c
+}
+
 func (p Params) swift() SwiftConfig {
-	return SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, EndpointTarget: -1, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
+	c := SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, INTFabricDelay: true, StandingDelay: true, EndpointTarget: -1, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
+	if p.LineRate > 0 {
+		// A slow link's pipe and target queue are a few packets: start at
+		// the BDP (HPCC's W_init) and let one flow's increase per RTT be at
+		// most half the target queue, instead of 16 and 1 packet (ours).
+		mss := float64(p.PacketBytes)
+		if mss <= 0 {
+			mss = 1400
+		}
+		t := p.BaseRTT
+		if t <= 0 {
+			t = SoftwareBaseRTT
+		}
+		c.InitCwnd = min(max(p.LineRate*t.Seconds()/mss, 1), 16)
+		c.AI = min(max(p.LineRate*SoftwareSwiftTarget.Seconds()/mss/2, 0.1), 1)
+	}
+	return c
 }
 
 // Target returns the queueing delay that the named controller, as ByName

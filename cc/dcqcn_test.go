@@ -399,3 +399,37 @@ func TestDCQCNModel(t *testing.T) {
 		}
 	}
 }
+
+// TestByNameDCQCNCalibration: ByName's DCQCN runs its timers at 3 × the
+// base RTT and, with the line rate known, adds 1/1000 of it per additive
+// step.
+func TestByNameDCQCNCalibration(t *testing.T) {
+	mk, err := ByName("dcqcn", Params{LineRate: 25e6, BaseRTT: 100 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mk().(*DCQCN)
+	d.OnCNP(0)
+	d.OnCNP(0) // the target rate is now below the line rate
+	if next := d.NextTimer(); next != clock.Time(300*time.Microsecond) {
+		t.Fatalf("timer after a CNP at 0: %v, want 300µs", next)
+	}
+	// F = 5 fast-recovery events, then each event adds R_AI to the target.
+	now := clock.Time(0)
+	for range 6 {
+		now = d.NextTimer()
+		d.OnTimer(now)
+	}
+	rt := d.TargetRate()
+	now = d.NextTimer()
+	d.OnTimer(now)
+	if got := d.TargetRate() - rt; math.Abs(got-25e3) > 1e-6 {
+		t.Fatalf("additive step %v B/s, want 25e3 (line rate / 1000)", got)
+	}
+	mk, _ = ByName("dcqcn", Params{})
+	d = mk().(*DCQCN)
+	d.OnCNP(0)
+	if next := d.NextTimer(); next != clock.Time(300*time.Microsecond) {
+		t.Fatalf("no base RTT: timer %v, want 3 × SoftwareBaseRTT", next)
+	}
+}
