@@ -55,13 +55,15 @@ func TestJoinTime(t *testing.T) {
 // TestIncast runs the incast table on the default testbed and checks the
 // issue's orders with margins: HPCC and Swift keep the bottleneck's queue
 // (p99 from INT) below twice their targets, drop next to nothing and
-// share fairly, where no congestion control overflows the buffer; DCQCN
-// queues more than HPCC; the joining flow reaches its share. Utilization
-// is only asserted against none's (at least 0.4 of it): on this shared
-// machine it was 0.45-0.6 for HPCC and Swift and 0.6-0.8 without control
-// (CPU-bound senders, spurious timeouts), not the issue's 0.9.
-// Jain's index is asserted at 0.75, not the issue's 0.95, which Swift
-// missed on some runs.
+// share fairly, where no congestion control overflows the buffer; Swift
+// drops nothing after warm-up and shares within the issue's 0.95; DCQCN
+// queues more than HPCC and drops a tenth of no control's at most; the
+// joining flow reaches its share. Utilization is only asserted against
+// none's (HPCC at least 0.25 of it, Swift 0.4): on this shared machine
+// the ACK path stalls for ms when other work runs, and the controllers
+// that keep the queue near 100µs then leave the link idle (Swift
+// measured 0.51-0.91 against none's 0.78-0.99 under a load average of 7-8),
+// not the issue's 0.9. Jain's index is asserted at 0.75 for HPCC.
 func TestIncast(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -77,8 +79,8 @@ func TestIncast(t *testing.T) {
 	}
 	by := map[string]IncastResult{}
 	for _, r := range res {
-		t.Logf("%-6s target %5.0fµs qdelay p50 %6.0f p99 %6.0f max %6.0f µs (%d samples) port mean %5.0f µs drops %5d jain %.3f util %.2f retx %d timeouts %d ecn %d join %.0f ms goodput %.1f",
-			r.Controller, r.TargetUs, r.QueueP50us, r.QueueP99us, r.QueueMaxus, r.INTSamples, r.PortMeanUs, r.OverflowDrops, r.Jain, r.Utilization, r.Retransmits, r.Timeouts, r.ECNMarked, r.JoinMs, r.GoodputMbps)
+		t.Logf("%-6s target %5.0fµs qdelay p50 %6.0f p99 %6.0f max %6.0f µs (%d samples) port mean %5.0f µs drops %5d (%d after warm-up) jain %.3f util %.2f retx %d timeouts %d ecn %d join %.0f ms goodput %.1f",
+			r.Controller, r.TargetUs, r.QueueP50us, r.QueueP99us, r.QueueMaxus, r.INTSamples, r.PortMeanUs, r.OverflowDrops, r.SteadyDrops, r.Jain, r.Utilization, r.Retransmits, r.Timeouts, r.ECNMarked, r.JoinMs, r.GoodputMbps)
 		by[r.Controller] = r
 	}
 	none := by["none"]
@@ -96,14 +98,20 @@ func TestIncast(t *testing.T) {
 		if r.OverflowDrops*10 > none.OverflowDrops {
 			t.Errorf("%s: %d overflow drops (none: %d)", name, r.OverflowDrops, none.OverflowDrops)
 		}
-		if r.Jain < 0.75 {
+		jain, util := 0.75, 0.25
+		if name == "swift" {
+			jain, util = 0.95, 0.4
+			if r.SteadyDrops > 0 {
+				t.Errorf("swift: %d overflow drops after warm-up", r.SteadyDrops)
+			}
+		}
+		if r.Jain < jain {
 			t.Errorf("%s: Jain's index %.3f (goodput %v)", name, r.Jain, r.GoodputMbps)
 		}
-		// Known gap (issue 5): Swift reads the senders' CPU scheduling
-		// delay as queueing and leaves the link underused (0.38-0.61 of
-		// it measured, none 0.61-0.98), so this asserts only that the
-		// controllers move data at a fair fraction of none's rate.
-		if r.Utilization < 0.25*none.Utilization {
+		// Known gap (issue 5): with the queue held near 100µs, the link
+		// idles whenever the CPU-bound endpoints' ACK path stalls, so this
+		// asserts only a fraction of none's rate.
+		if r.Utilization < util*none.Utilization {
 			t.Errorf("%s: utilization %.2f, none %.2f", name, r.Utilization, none.Utilization)
 		}
 		if r.JoinMs < 0 {
@@ -112,5 +120,8 @@ func TestIncast(t *testing.T) {
 	}
 	if d, h := by["dcqcn"], by["hpcc"]; d.QueueP99us <= 2*h.QueueP99us {
 		t.Errorf("dcqcn: queue delay p99 %.0f µs, want well above HPCC's %.0f µs", d.QueueP99us, h.QueueP99us)
+	}
+	if d := by["dcqcn"]; d.OverflowDrops*10 > none.OverflowDrops {
+		t.Errorf("dcqcn: %d overflow drops, none %d", d.OverflowDrops, none.OverflowDrops)
 	}
 }
