@@ -120,11 +120,13 @@
 // Profiles (partial): transport.ProfileCC gives the spray profile "auto"
 // and the roce profile "dcqcn" (with Config.ECN), but transport.Config.CC
 // nil still means Fixed: over link/mem, where the CPU rather than a queue
-// limits the transfer, Swift (even with StandingDelay) moved 2.5-7 times
-// fewer bytes per second than Fixed on a loaded machine (it keeps the
-// receiver's backlog near its target, and a CPU-bound receiver then sleeps
-// and wakes per packet instead of draining batches); the issue asks that
-// the default not cost that.
+// limits the transfer, Swift moved 0.9-7 times fewer bytes per second than
+// Fixed on a loaded machine (5 back-to-back pairs, median 2.6; 9 times
+// fewer before StandingDelay): it keeps the receiver's backlog near its
+// target, and a CPU-bound receiver then wakes for a few packets at a time
+// instead of draining batches. Over the pair testbed's UDP link the two
+// were within the noise (1.7-2.6 against 1.5-3.0 Gbit/s). The issue asks
+// that the default not cost that.
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, HPCC's T the
