@@ -201,6 +201,14 @@ type pathState struct {
 	ackedSent clock.Time
 }
 
+// pathPool sums the state of the active entropies on one physical path.
+type pathPool struct {
+	n, nrtt, nint int
+	srtt, qdelay  time.Duration
+	ecn, loss     float64
+	score         float64
+}
+
 // adaptive is the adaptive sprayer; see NewAdaptive.
 type adaptive struct {
 	paths
@@ -217,7 +225,14 @@ type adaptive struct {
 	gcnt, gtook         []int
 	ghead, gtail, glink []int
 	interleaved         []int
-	pos                 int
+	// Scratch of newRound: the active paths' state pooled per physical
+	// path (poolOf maps a path to its pool; poolKey and known find the
+	// pool of a signature).
+	pools   []pathPool
+	poolOf  []int
+	poolKey []uint64
+	known   []int
+	pos     int
 	// nextProbe is the earliest time a probe may be due or time out
 	// (a hint: clock.Never when no path is down).
 	nextProbe clock.Time
@@ -264,6 +279,8 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	a.gcnt, a.gtook = make([]int, n), make([]int, n)
 	a.ghead, a.gtail, a.glink = make([]int, n), make([]int, n), make([]int, n)
 	a.interleaved = make([]int, 0, n)
+	a.pools, a.poolOf = make([]pathPool, n), make([]int, n)
+	a.poolKey, a.known = make([]uint64, n), make([]int, 0, n)
 	a.active = len(a.set)
 	a.idleGap = a.timeout(a.cfg.InitialRTT)
 	// Credits start at evenly spread phases, in a seeded order: entropies
@@ -523,22 +540,6 @@ func (a *adaptive) OnPath(_ clock.Time, entropy uint16, signature uint64) {
 	}
 }
 
-// groupSize is the number of active entropies on path i's path (1 when
-// its path is unknown).
-func (a *adaptive) groupSize(i int) int {
-	g := a.st[i].group
-	if g == 0 {
-		return 1
-	}
-	n := 0
-	for j := range a.st {
-		if !a.st[j].down && a.st[j].group == g {
-			n++
-		}
-	}
-	return n
-}
-
 // remove takes path i out of the set, unless it is the last active one,
 // and schedules its first probe.
 func (a *adaptive) remove(now clock.Time, i int) {
@@ -700,18 +701,18 @@ func (a *adaptive) newRound(now clock.Time) {
 	if scale == 0 {
 		scale = max(base, 1)
 	}
+	np := a.pool()
 	wmax := 0.0
-	for i := range a.st {
-		if !a.st[i].down {
-			a.scores[i] = a.score(i, base, scale)
-			wmax = max(wmax, a.scores[i])
-		}
+	for g := range np {
+		a.pools[g].score = a.score(&a.pools[g], base, scale)
+		wmax = max(wmax, a.pools[g].score)
 	}
 	// Entropies that share a physical path split its weight.
 	gmax := 0.0
 	for i := range a.st {
 		if !a.st[i].down {
-			a.scores[i] = max(a.scores[i]/wmax, a.cfg.MinWeight) / float64(a.groupSize(i))
+			p := &a.pools[a.poolOf[i]]
+			a.scores[i] = max(p.score/wmax, a.cfg.MinWeight) / float64(p.n)
 			gmax = max(gmax, a.scores[i])
 		}
 	}
@@ -815,44 +816,68 @@ func (a *adaptive) stalled(now clock.Time, i int, ref time.Duration) bool {
 	return a.lastAckedSend > since && now.Sub(since) > a.stallTimeout(i, ref)
 }
 
-// score is path i's unnormalized weight, 1/(1+penalty), from the state of
-// every active entropy on its physical path (the OnPath group; i alone
-// when its path is unknown), pooled: their mean SRTT, INT queue delay, ECN
-// and loss rates. One entropy sees a few packets per round trip, and its
-// own averages follow them, not the path: scored alone, the 32 entropies
-// of a QP over two equal spines (an all-to-all on spray compare's
-// testbed) got weights from 0.19 to 1 and the spines' shares drifted apart
-// by tens of packets per message.
-func (a *adaptive) score(i int, base, scale time.Duration) float64 {
-	var srtt, qd time.Duration
-	var nrtt, nint, n int
-	var ecn, loss float64
-	g := a.st[i].group
-	for j := range a.st {
-		s := &a.st[j]
-		if j != i && (g == 0 || s.group != g || s.down) {
+// pool sums the state of the active paths per physical path (the OnPath
+// group; a path whose group is unknown is a pool of its own) into
+// a.pools, sets a.poolOf, and returns the number of pools. It costs
+// O(len(set) x physical paths).
+func (a *adaptive) pool() int {
+	np := 0
+	a.known = a.known[:0]
+	for i := range a.st {
+		s := &a.st[i]
+		if s.down {
 			continue
 		}
-		n++
-		ecn += s.ecnRate
-		loss += s.lossRate
-		if r := a.stats[j].SRTT; r > 0 {
-			srtt += r
-			nrtt++
+		g := -1
+		if s.group != 0 {
+			for _, h := range a.known {
+				if a.poolKey[h] == s.group {
+					g = h
+					break
+				}
+			}
+		}
+		if g < 0 {
+			g = np
+			np++
+			a.pools[g], a.poolKey[g] = pathPool{}, s.group
+			if s.group != 0 {
+				a.known = append(a.known, g)
+			}
+		}
+		a.poolOf[i] = g
+		p := &a.pools[g]
+		p.n++
+		p.ecn += s.ecnRate
+		p.loss += s.lossRate
+		if r := a.stats[i].SRTT; r > 0 {
+			p.srtt += r
+			p.nrtt++
 		}
 		if s.intSeen {
-			qd += a.stats[j].QueueDelay
-			nint++
+			p.qdelay += a.stats[i].QueueDelay
+			p.nint++
 		}
 	}
+	return np
+}
+
+// score is the unnormalized weight of a physical path, 1/(1+penalty),
+// from the state of its active entropies pooled: their mean SRTT, INT
+// queue delay, ECN and loss rates. One entropy sees a few packets per
+// round trip, and its own averages follow them, not the path: scored
+// alone, the 32 entropies of a QP over two equal spines (an all-to-all on
+// spray compare's testbed) got weights from 0.19 to 1 and the spines'
+// shares drifted apart by tens of packets per message.
+func (a *adaptive) score(p *pathPool, base, scale time.Duration) float64 {
 	var excess time.Duration
-	if nrtt > 0 && base > 0 {
-		excess = srtt/time.Duration(nrtt) - base
+	if p.nrtt > 0 && base > 0 {
+		excess = p.srtt/time.Duration(p.nrtt) - base
 	}
-	if nint > 0 {
-		excess = max(excess, qd/time.Duration(nint))
+	if p.nint > 0 {
+		excess = max(excess, p.qdelay/time.Duration(p.nint))
 	}
 	excess = max(excess, 0)
-	pen := float64(excess)/float64(scale) + (a.cfg.ECNWeight*ecn+a.cfg.LossWeight*loss)/float64(n)
+	pen := float64(excess)/float64(scale) + (a.cfg.ECNWeight*p.ecn+a.cfg.LossWeight*p.loss)/float64(p.n)
 	return 1 / (1 + pen)
 }

@@ -142,6 +142,6 @@
 // timeout; at lower rates a dead path goes out when the retransmitter
 // reports its losses. Losses of packets sent before a path went out that
 // are reported only after it came back count against it again. Weighting
-// costs O(len(set)) per round, that is O(1) per packet unless one path
-// dominates.
+// and interleaving cost O(len(set) x physical paths) per round, that is
+// O(physical paths) per packet unless one path dominates.
 package multipath
