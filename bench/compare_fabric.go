@@ -250,9 +250,21 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 		tc.Profile, tc.Paths, tc.ECN = transport.RoCE, transport.PathsECMP, true
 		ccName = fr.cfg.RoCECC
 	case ProfileSpray:
-		// As the leaf-spine runs use it: INT hop records and adaptive
-		// spraying, which learns the spines from them.
-		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, 4
+		// As the leaf-spine runs use it: INT hop records (one per switch
+		// on the longest path: leaf, spine, leaf) and adaptive spraying,
+		// which learns the spines from them.
+		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, sprayINTHops
+		// Acknowledgements share the spine links with the data going the
+		// other way: one ACK (about 200 bytes) per 3.5 KB packet took 6%
+		// of them. An ACK every sprayAckEvery packets, or after as many
+		// frame times at the spine rate, takes 1.5%; the fixed window
+		// (8 packets) is large enough not to wait for them.
+		tc.AckEvery = sprayAckEvery
+		rate := float64(c.RateBps)
+		if rate == 0 {
+			rate = testbed.DefaultRateBps
+		}
+		tc.AckDelay = max(time.Duration(float64(sprayAckEvery*(c.MTU+14))*8/rate*1e9), 20*time.Microsecond)
 	}
 	switch ccName {
 	case "default":
@@ -274,6 +286,13 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 	}
 	return tc, nil
 }
+
+// sprayINTHops and sprayAckEvery configure spray's QPs on a compare
+// testbed: see transportConfig.
+const (
+	sprayINTHops  = 3
+	sprayAckEvery = 4
+)
 
 // fabricBaseRTT is the unloaded round trip across a software leaf-spine
 // fabric on a loaded two-core machine, roughly (cc calibration).

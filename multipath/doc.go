@@ -29,16 +29,28 @@
 //
 // where base is the smallest RTT measured on any active path, so RTT counts
 // relative to the best path and a delay that all paths share (the
-// receiver's own link) changes nothing. Weights are divided by the largest
-// and raised to at least MinWeight, so the best path has weight 1 and every
-// active path keeps a share. Packets go out in rounds: at the start of a
-// round each active path adds its weight to a credit and joins the round
-// once for every whole packet of credit (deficit round robin), and the
-// round is shuffled with the seeded generator. A path of weight w thus
-// gets a share w / sum(weights) of the packets; on equal paths this is
-// exactly oblivious spraying. A round lasts at most len(set) packets;
-// weights and stalls (below) are re-evaluated at the start of each, while
-// a path taken out for losses leaves at once.
+// receiver's own link) changes nothing. Entropies that PathObserver put on
+// one physical path (the same switches and ports in their INT records) are
+// scored together, from the means of their SRTTs, queue delays and rates,
+// and split the path's weight: one entropy sees a few packets per round
+// trip, and scored alone the 32 entropies of an all-to-all QP over two
+// equal spines got weights from 0.19 to 1, drawn by the noise of their
+// acknowledgements' way back. Weights are divided by the largest and raised
+// to at least MinWeight, so the best path has weight 1 and every active
+// path keeps a share. Packets go out in rounds: at the start of a round
+// each active path adds its weight to a credit and joins the round once
+// for every whole packet of credit (deficit round robin; credits start at
+// spread phases, so that entropies of equal weight do not all join the
+// same rounds), and the round is shuffled with the seeded generator, then
+// interleaved so that every stretch of it loads the physical paths in
+// proportion to their entries (within each path the shuffled order stays):
+// a message's last packets end in the middle of a round, and shuffled
+// whole a round put up to a dozen packets of a 79-packet message more on
+// one spine than on the other, which the message then waits for. A path of
+// weight w thus gets a share w / sum(weights) of the packets; on equal
+// paths this is exactly oblivious spraying. A round lasts at most len(set)
+// packets; weights and stalls (below) are re-evaluated at the start of
+// each, while a path taken out for losses leaves at once.
 //
 // The transport reports every packet an ACK newly acknowledges (not only
 // the one that triggered it) with OnAck, so a path's ACK count and RTT
@@ -130,6 +142,6 @@
 // timeout; at lower rates a dead path goes out when the retransmitter
 // reports its losses. Losses of packets sent before a path went out that
 // are reported only after it came back count against it again. Weighting
-// costs O(len(set)) per round, that is O(1) per packet unless one path
-// dominates.
+// and interleaving cost O(len(set) x physical paths) per round, that is
+// O(physical paths) per packet unless one path dominates.
 package multipath

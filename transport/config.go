@@ -109,9 +109,12 @@ type Config struct {
 	// returns ErrQueueFull; 0 means 1024.
 	SendQueue int
 	// AckEvery is how many data packets a receiver acknowledges at once;
-	// 0 means 2 (Spray) or 16 (RoCE, which also acknowledges when the
-	// sender asks with the BTH AckReq bit). Out-of-order and duplicate
-	// packets are acknowledged at once.
+	// 0 means 2 (Spray) or 16 (RoCE). Both also acknowledge at once when
+	// the sender asks with the BTH AckReq bit (the last packet of a
+	// message; with Spray also a full window smaller than 2*AckEvery
+	// packets) and when a duplicate arrives; RoCE NAKs a gap at once,
+	// while Spray, whose sprayed packets arrive beyond holes all the time,
+	// treats a packet beyond a hole like any other.
 	AckEvery int
 	// AckDelay is how long a receiver holds an acknowledgement that has not
 	// reached AckEvery; 0 means 20µs.

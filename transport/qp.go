@@ -268,6 +268,7 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	}
 	sb, err := retransmit.New(retransmit.Config{
 		Mode: mode, Capacity: cfg.Window, MinRTO: cfg.MinRTO, MaxRTO: cfg.MaxRTO, MaxRetries: cfg.MaxRetries,
+		MaxAckDelay: cfg.AckDelay,
 	}, q.startPSN)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -852,8 +853,13 @@ func (q *QP) recvSpray(now clock.Time, pk *wire.Packet) {
 	q.stats.RxPackets++
 	q.stats.RxBytes += uint64(len(pk.Payload))
 	q.noteData(now, pk, p, h.TxTime)
-	if d > 0 || pk.BTH.AckReq {
-		q.ackNow = true // a gap, or the last packet of a message: tell the sender now
+	if pk.BTH.AckReq {
+		// The last packet of a message, or a sender waiting on a small
+		// window: tell the sender now. A packet beyond a hole waits for
+		// AckEvery or AckDelay like any other: sprayed packets arrive
+		// beyond holes most of the time, and RACK finds losses by time,
+		// not by counting acknowledgements.
+		q.ackNow = true
 	}
 	q.deliverSpray()
 }
