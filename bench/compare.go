@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
 )
 
 // Profiles that Compare runs, in its default order.
@@ -127,6 +128,22 @@ type CompareConfig struct {
 	Seed uint64
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// OnEndpoint, when not nil, is called with every spray and roce
+	// Endpoint a run starts, before its first packet, and a name for it:
+	// "PROFILE/SCENARIO/rankR" (roce/loss0.1/rank0). It instruments them
+	// (telemetry.InstrumentWith), as transport.Config.OnEndpoint does, and
+	// must not block. The endpoints close when their run ends.
+	OnEndpoint func(ep *transport.Endpoint, name string)
+}
+
+// endpointHook returns the transport hook of rank r's endpoint in the run
+// of prof under sc, or nil.
+func (c CompareConfig) endpointHook(prof, sc string, r int) func(*transport.Endpoint) {
+	if c.OnEndpoint == nil {
+		return nil
+	}
+	name := fmt.Sprintf("%s/%s/rank%d", prof, sc, r)
+	return func(ep *transport.Endpoint) { c.OnEndpoint(ep, name) }
 }
 
 func (c CompareConfig) withDefaults() (CompareConfig, error) {

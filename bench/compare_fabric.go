@@ -445,6 +445,7 @@ func (fr *cmpFabric) sprayWorld(ctx context.Context, prof, sc string) (*cmpWorld
 		}
 		c := tc
 		c.Seed += uint64(r) * 0x9E3779B97F4A7C15
+		c.OnEndpoint = fr.cfg.endpointHook(prof, sc, r)
 		if eps[r], err = transport.NewEndpoint(l, c); err != nil {
 			l.Close()
 			return nil, err

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
 )
 
 const compareUsage = `usage: spray compare [flags]
@@ -27,6 +29,7 @@ JSON and the CDF of the all-to-all completion times as a PNG.
   sudo spray compare --scenarios lossless,loss0.1 --size 4M --iters 50
   spray compare                               without root: ranks in this process over loopback
                                               (link/udp), lossless and loss scenarios only
+  sudo spray compare --metrics :9464          and serve the endpoints' metrics for Prometheus
 
 Scenarios: lossless, loss0.01 and loss0.1 (random loss at every spine link's egress), collision
 (ECMP flows given entropies that hash onto one spine), spinefail (a spine link blackholed a third
@@ -84,6 +87,7 @@ func runCompare(args []string) error {
 	pairwise := fs.Bool("pairwise", false, "all-to-all in p-1 pairwise rounds (default: every peer at once, as NCCL groups its sends)")
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
+	metrics := fs.String("metrics", "", "serve the spray and roce endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the comparison runs (e.g. :9464); each run's endpoints are named PROFILE/SCENARIO/rankR")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,6 +120,19 @@ func runCompare(args []string) error {
 	}
 	logger := log.New(os.Stderr, "spray: ", 0)
 	cfg.Logf = logger.Printf
+	if *metrics != "" {
+		srv, err := startMetrics(*metrics, logger.Printf)
+		if err != nil {
+			return fmt.Errorf("compare: --metrics: %w", err)
+		}
+		defer srv.Close()
+		mp := srv.MeterProvider()
+		cfg.OnEndpoint = func(ep *transport.Endpoint, name string) {
+			if _, err := telemetry.InstrumentWith(mp, ep, name); err != nil {
+				logger.Printf("metrics: %s: %v", name, err)
+			}
+		}
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
