@@ -111,6 +111,12 @@ type CompareConfig struct {
 	// to drain at the spine rate (at least 5 ms), so that a queue that
 	// builds on a software fabric does not look like a loss.
 	MinRTO time.Duration
+	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent
+	// (transport.Config.LocalAckTimeout): a fixed retransmission timer of
+	// 4.096µs x 2^RoCEAckTimeout. 0 means the transport's default
+	// (transport.DefaultLocalAckTimeout, 67.1 ms); negative gives roce the
+	// adaptive timer of spray (from MinRTO, doubling).
+	RoCEAckTimeout int
 	// SprayCC and RoCECC name the congestion controllers (cc.ByName) of
 	// the spray and roce QPs on a testbed, calibrated to the fabric's
 	// rates, or CCWindow; "" means DefaultSprayCC and DefaultRoCECC,
@@ -206,6 +212,12 @@ func (c CompareConfig) withDefaults() (CompareConfig, error) {
 	if c.RoCECC == "" {
 		c.RoCECC = DefaultRoCECC
 	}
+	if c.RoCEAckTimeout == 0 {
+		c.RoCEAckTimeout = transport.DefaultLocalAckTimeout
+	}
+	if c.RoCEAckTimeout > transport.MaxLocalAckTimeout {
+		return c, fmt.Errorf("%w: roce Local ACK Timeout %d above %d", ErrCompare, c.RoCEAckTimeout, transport.MaxLocalAckTimeout)
+	}
 	if c.RunTimeout == 0 {
 		c.RunTimeout = time.Minute
 	}
@@ -297,9 +309,13 @@ type CompareResult struct {
 	// leaves, in each direction. AllToAllLimit is the largest all-to-all
 	// algbw the fabric allows (GB/s), from the spine links and the leaves'
 	// host ports; 0 on loopback.
-	BisectionGbps float64      `json:"bisection_gbps"`
-	AllToAllLimit float64      `json:"alltoall_limit_gbytes"`
-	Rows          []CompareRow `json:"rows"`
+	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent (their
+	// fixed retransmission timer is 4.096µs x 2^RoCEAckTimeout), negative
+	// when they ran the adaptive timer instead.
+	RoCEAckTimeout int          `json:"roce_local_ack_timeout"`
+	BisectionGbps  float64      `json:"bisection_gbps"`
+	AllToAllLimit  float64      `json:"alltoall_limit_gbytes"`
+	Rows           []CompareRow `json:"rows"`
 }
 
 // Row returns the row of profile under scenario, or nil.

@@ -44,7 +44,7 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 	if cfg.Testbed.Hosts > 0 {
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
-	res := CompareResult{Mode: "loopback", Link: KindUDP}
+	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -147,7 +147,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof, sc string, loss float64, dropped *atomic.Uint64) ([]collective.Comm, func(), error) {
 	tc := transport.Config{Seed: cfg.Seed, MTU: 9014, Window: cfg.Window, Entropies: min(cfg.Entropies, 8)}
 	if prof == ProfileRoCE {
-		tc.Profile, tc.Paths = transport.RoCE, transport.PathsECMP
+		tc.Profile, tc.Paths, tc.LocalAckTimeout = transport.RoCE, transport.PathsECMP, cfg.RoCEAckTimeout
 	}
 	base := loopbackBase()
 	eps := make([]*transport.Endpoint, n)

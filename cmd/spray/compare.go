@@ -20,7 +20,8 @@ import (
 
 const compareUsage = `usage: spray compare [flags]
 
-Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N, DCQCN), spray
+Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N, a fixed Local ACK
+Timeout as RoCE NICs run it: 67 ms by default, --roce-ack-timeout), spray
 (adaptive spraying, selective repeat, INT) and kernel TCP, one after the other, under each
 scenario, on one leaf-spine testbed; prints one row per profile and scenario, writes the rows as
 JSON and the CDF of the all-to-all completion times as a PNG.
@@ -80,6 +81,7 @@ func runCompare(args []string) error {
 	linkKind := fs.String("link", bench.KindXDP, "link of the spray and roce ranks on a testbed: xdp, raw or udp")
 	sprayCC := fs.String("cc-spray", bench.DefaultSprayCC, "congestion control of spray: hpcc, swift, auto, dcqcn, fixed, window or default")
 	roceCC := fs.String("cc-roce", bench.DefaultRoCECC, "congestion control of roce: dcqcn, fixed, window or default")
+	roceTimeout := fs.Int("roce-ack-timeout", transport.DefaultLocalAckTimeout, "roce's Local ACK Timeout exponent: a fixed retransmission timer of 4.096us x 2^N, as ibv_modify_qp's timeout (perftest 14, NCCL 20); -1: an adaptive timer instead")
 	jsonFile := fs.String("json", "compare.json", "write the rows here as JSON (\"\": don't)")
 	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs here as PNG (\"\": don't)")
 	loopback := fs.Bool("loopback", false, "run on loopback even as root")
@@ -102,7 +104,10 @@ func runCompare(args []string) error {
 		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
 		Size: n, Iters: *iters, Warmup: *warmup, Link: *linkKind, SprayCC: *sprayCC, RoCECC: *roceCC,
 		Seed: *seed, RunTimeout: *runTimeout, Loopback: *loopback || os.Geteuid() != 0,
-		Pairwise: *pairwise,
+		Pairwise: *pairwise, RoCEAckTimeout: *roceTimeout,
+	}
+	if *roceTimeout == 0 {
+		return fmt.Errorf("compare: --roce-ack-timeout 0 (an infinite timer) is not supported; want 1 to %d, or -1", transport.MaxLocalAckTimeout)
 	}
 	if *warmup == 0 {
 		cfg.Warmup = -1
