@@ -106,10 +106,11 @@ type CompareConfig struct {
 	Entropies int
 	// Window bounds the packets a QP has outstanding; 0 means 256.
 	Window int
-	// MinRTO is the smallest retransmission timeout of spray and roce QPs
-	// on a testbed; 0 means four times the time a full switch queue takes
-	// to drain at the spine rate (at least 5 ms), so that a queue that
-	// builds on a software fabric does not look like a loss.
+	// MinRTO is the smallest retransmission timeout of spray QPs (and of
+	// roce QPs with an adaptive timer, RoCEAckTimeout < 0) on a testbed; 0
+	// means four times the time a full switch queue takes to drain at the
+	// spine rate (at least 5 ms), so that a queue that builds on a
+	// software fabric does not look like a loss.
 	MinRTO time.Duration
 	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent
 	// (transport.Config.LocalAckTimeout): a fixed retransmission timer of
