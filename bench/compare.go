@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
 )
 
 // Profiles that Compare runs, in its default order.
@@ -105,11 +106,18 @@ type CompareConfig struct {
 	Entropies int
 	// Window bounds the packets a QP has outstanding; 0 means 256.
 	Window int
-	// MinRTO is the smallest retransmission timeout of spray and roce QPs
-	// on a testbed; 0 means four times the time a full switch queue takes
-	// to drain at the spine rate (at least 5 ms), so that a queue that
-	// builds on a software fabric does not look like a loss.
+	// MinRTO is the smallest retransmission timeout of spray QPs (and of
+	// roce QPs with an adaptive timer, RoCEAckTimeout < 0) on a testbed; 0
+	// means four times the time a full switch queue takes to drain at the
+	// spine rate (at least 5 ms), so that a queue that builds on a
+	// software fabric does not look like a loss.
 	MinRTO time.Duration
+	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent
+	// (transport.Config.LocalAckTimeout): a fixed retransmission timer of
+	// 4.096µs x 2^RoCEAckTimeout. 0 means the transport's default
+	// (transport.DefaultLocalAckTimeout, 67.1 ms); negative gives roce the
+	// adaptive timer of spray (from MinRTO, doubling).
+	RoCEAckTimeout int
 	// SprayCC and RoCECC name the congestion controllers (cc.ByName) of
 	// the spray and roce QPs on a testbed, calibrated to the fabric's
 	// rates, or CCWindow; "" means DefaultSprayCC and DefaultRoCECC,
@@ -127,6 +135,22 @@ type CompareConfig struct {
 	Seed uint64
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// OnEndpoint, when not nil, is called with every spray and roce
+	// Endpoint a run starts, before its first packet, and a name for it:
+	// "PROFILE/SCENARIO/rankR" (roce/loss0.1/rank0). It instruments them
+	// (telemetry.InstrumentWith), as transport.Config.OnEndpoint does, and
+	// must not block. The endpoints close when their run ends.
+	OnEndpoint func(ep *transport.Endpoint, name string)
+}
+
+// endpointHook returns the transport hook of rank r's endpoint in the run
+// of prof under sc, or nil.
+func (c CompareConfig) endpointHook(prof, sc string, r int) func(*transport.Endpoint) {
+	if c.OnEndpoint == nil {
+		return nil
+	}
+	name := fmt.Sprintf("%s/%s/rank%d", prof, sc, r)
+	return func(ep *transport.Endpoint) { c.OnEndpoint(ep, name) }
 }
 
 func (c CompareConfig) withDefaults() (CompareConfig, error) {
@@ -188,6 +212,12 @@ func (c CompareConfig) withDefaults() (CompareConfig, error) {
 	}
 	if c.RoCECC == "" {
 		c.RoCECC = DefaultRoCECC
+	}
+	if c.RoCEAckTimeout == 0 {
+		c.RoCEAckTimeout = transport.DefaultLocalAckTimeout
+	}
+	if c.RoCEAckTimeout > transport.MaxLocalAckTimeout {
+		return c, fmt.Errorf("%w: roce Local ACK Timeout %d above %d", ErrCompare, c.RoCEAckTimeout, transport.MaxLocalAckTimeout)
 	}
 	if c.RunTimeout == 0 {
 		c.RunTimeout = time.Minute
@@ -280,9 +310,13 @@ type CompareResult struct {
 	// leaves, in each direction. AllToAllLimit is the largest all-to-all
 	// algbw the fabric allows (GB/s), from the spine links and the leaves'
 	// host ports; 0 on loopback.
-	BisectionGbps float64      `json:"bisection_gbps"`
-	AllToAllLimit float64      `json:"alltoall_limit_gbytes"`
-	Rows          []CompareRow `json:"rows"`
+	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent (their
+	// fixed retransmission timer is 4.096µs x 2^RoCEAckTimeout), negative
+	// when they ran the adaptive timer instead.
+	RoCEAckTimeout int          `json:"roce_local_ack_timeout"`
+	BisectionGbps  float64      `json:"bisection_gbps"`
+	AllToAllLimit  float64      `json:"alltoall_limit_gbytes"`
+	Rows           []CompareRow `json:"rows"`
 }
 
 // Row returns the row of profile under scenario, or nil.

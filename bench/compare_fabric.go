@@ -77,7 +77,7 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error
 		return CompareResult{}, err
 	}
 	defer fab.Close()
-	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link}
+	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -248,6 +248,7 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 	switch prof {
 	case ProfileRoCE:
 		tc.Profile, tc.Paths, tc.ECN = transport.RoCE, transport.PathsECMP, true
+		tc.LocalAckTimeout = fr.cfg.RoCEAckTimeout
 		ccName = fr.cfg.RoCECC
 	case ProfileSpray:
 		// As the leaf-spine runs use it: INT hop records (one per switch
@@ -464,6 +465,7 @@ func (fr *cmpFabric) sprayWorld(ctx context.Context, prof, sc string) (*cmpWorld
 		}
 		c := tc
 		c.Seed += uint64(r) * 0x9E3779B97F4A7C15
+		c.OnEndpoint = fr.cfg.endpointHook(prof, sc, r)
 		if eps[r], err = transport.NewEndpoint(l, c); err != nil {
 			l.Close()
 			return nil, err

@@ -44,7 +44,7 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 	if cfg.Testbed.Hosts > 0 {
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
-	res := CompareResult{Mode: "loopback", Link: KindUDP}
+	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -111,7 +111,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 		}
 	} else {
 		var err error
-		comms, closeAll, err = loopbackSpray(rctx, cfg, n, prof, loss, &dropped)
+		comms, closeAll, err = loopbackSpray(rctx, cfg, n, prof, sc, loss, &dropped)
 		if err != nil {
 			return row, fmt.Errorf("bench: loopback %s world: %w", prof, err)
 		}
@@ -144,10 +144,10 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 
 // loopbackSpray builds n ranks over link/udp on loopback addresses, with a
 // QP between every two.
-func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof string, loss float64, dropped *atomic.Uint64) ([]collective.Comm, func(), error) {
+func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof, sc string, loss float64, dropped *atomic.Uint64) ([]collective.Comm, func(), error) {
 	tc := transport.Config{Seed: cfg.Seed, MTU: 9014, Window: cfg.Window, Entropies: min(cfg.Entropies, 8)}
 	if prof == ProfileRoCE {
-		tc.Profile, tc.Paths = transport.RoCE, transport.PathsECMP
+		tc.Profile, tc.Paths, tc.LocalAckTimeout = transport.RoCE, transport.PathsECMP, cfg.RoCEAckTimeout
 	}
 	base := loopbackBase()
 	eps := make([]*transport.Endpoint, n)
@@ -176,6 +176,7 @@ func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof string, l
 		}
 		c := tc
 		c.Seed += uint64(r) * 0x9E3779B97F4A7C15
+		c.OnEndpoint = cfg.endpointHook(prof, sc, r)
 		if eps[r], err = transport.NewEndpoint(l, c); err != nil {
 			l.Close()
 			return fail(err)

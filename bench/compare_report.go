@@ -6,6 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sprayfabric/spray/transport"
 )
 
 // WriteCompareTable writes res as a table, one row per profile and
@@ -23,6 +25,12 @@ func WriteCompareTable(w io.Writer, res CompareResult) {
 	default:
 		fmt.Fprintf(w, "# testbed %s, link %s, %s all-to-all: bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s\n",
 			res.Testbed, res.Link, res.AllToAll, res.BisectionGbps, res.AllToAllLimit)
+	}
+	if res.RoCEAckTimeout > 0 {
+		fmt.Fprintf(w, "# roce: retransmission timer fixed at the Local ACK Timeout, 4.096us x 2^%d = %v, as RoCE NICs run it\n",
+			res.RoCEAckTimeout, transport.AckTimeout(res.RoCEAckTimeout).Round(100*time.Microsecond))
+	} else if res.RoCEAckTimeout < 0 {
+		fmt.Fprintf(w, "# roce: adaptive retransmission timer (RFC 6298, doubling), not a RoCE NIC's fixed Local ACK Timeout\n")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tprofile\tsize\titers\tmean\tp50\tp99\tp99.9\talgbw\tbusbw\t#wrong\tretx/dup\tECN\tdrops\tmax qdelay\tmean qdelay\timbalance\t")

@@ -220,7 +220,7 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 				// context ended while ranks wait.
 				stop()
 				dwg.Wait()
-				return samples, wrong, context.Cause(ctx)
+				return samples, wrong, iterError(it, warmup, time.Since(t0), context.Cause(ctx))
 			}
 			if len(errs) > 0 {
 				break
@@ -229,7 +229,7 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 		stop()
 		dwg.Wait()
 		if len(errs) > 0 {
-			return samples, wrong, errors.Join(errs...)
+			return samples, wrong, iterError(it, warmup, time.Since(t0), errors.Join(errs...))
 		}
 		prev = last.Sub(t0)
 		if it >= warmup {
@@ -237,4 +237,14 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 		}
 	}
 	return samples, wrong, nil
+}
+
+// iterError says which iteration err stopped and how long after its start
+// (for a QP that fails, the time its retransmission timer took to give up).
+func iterError(it, warmup int, d time.Duration, err error) error {
+	which := fmt.Sprintf("iteration %d", it-warmup+1)
+	if it < warmup {
+		which = fmt.Sprintf("warm-up iteration %d", it+1)
+	}
+	return fmt.Errorf("%s stopped %v after its start: %w", which, d.Round(time.Millisecond), err)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
 )
 
 // checkCompareOutputs writes res as a table, JSON and PNG and checks that
@@ -110,6 +111,14 @@ func TestCompareLoopback(t *testing.T) {
 	}
 	if lost == 0 {
 		t.Errorf("0.1%% loss dropped no frame of about 10k")
+	}
+	if res.RoCEAckTimeout != transport.DefaultLocalAckTimeout {
+		t.Errorf("roce ran with Local ACK Timeout %d, want the default %d", res.RoCEAckTimeout, transport.DefaultLocalAckTimeout)
+	}
+	var tab bytes.Buffer
+	WriteCompareTable(&tab, res)
+	if !strings.Contains(tab.String(), "Local ACK Timeout, 4.096us x 2^14 = 67.1ms") {
+		t.Errorf("the table does not state roce's timer:\n%s", tab.String())
 	}
 	checkCompareOutputs(t, res)
 }

@@ -97,6 +97,15 @@ type Config struct {
 	// the last progress, fast enough for a training job to react.
 	MinRTO, MaxRTO time.Duration
 
+	// FixedRTO, when not zero, is the retransmission timeout, whatever the
+	// RTT samples say: no estimate, no exponential backoff, MinRTO and
+	// MaxRTO unused. It is the transport timer of a classic RoCE NIC (the
+	// QP's Local ACK Timeout, 4.096µs x 2^exponent; see package transport),
+	// which restarts at the same value after every timeout until
+	// MaxRetries of them have passed. RTT samples are still taken (SRTT,
+	// MinRTT) for the statistics.
+	FixedRTO time.Duration
+
 	// MaxRetries is the number of consecutive retransmission timeouts
 	// without an ACK making progress after which the next timeout fails
 	// the scoreboard with ErrRetryExceeded. Zero means DefaultMaxRetries
@@ -156,6 +165,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: negative initial RTT %v", ErrInvalidConfig, c.InitialRTT)
 	case c.MinRTO < 0 || c.MaxRTO < 0:
 		return fmt.Errorf("%w: negative RTO bound", ErrInvalidConfig)
+	case c.FixedRTO < 0:
+		return fmt.Errorf("%w: negative fixed RTO %v", ErrInvalidConfig, c.FixedRTO)
 	case c.MaxRetries < 0:
 		return fmt.Errorf("%w: negative max retries %d", ErrInvalidConfig, c.MaxRetries)
 	case c.MinReorderWindow < 0:
@@ -163,7 +174,7 @@ func (c Config) Validate() error {
 	case c.MaxAckDelay < 0:
 		return fmt.Errorf("%w: negative max ACK delay %v", ErrInvalidConfig, c.MaxAckDelay)
 	}
-	for _, v := range []time.Duration{c.InitialRTT, c.MinRTO, c.MaxRTO, c.MinReorderWindow, c.MaxAckDelay} {
+	for _, v := range []time.Duration{c.InitialRTT, c.MinRTO, c.MaxRTO, c.FixedRTO, c.MinReorderWindow, c.MaxAckDelay} {
 		if v > MaxDuration {
 			return fmt.Errorf("%w: duration %v above %v", ErrInvalidConfig, v, MaxDuration)
 		}

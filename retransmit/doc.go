@@ -22,7 +22,9 @@
 //     last resort. Per-packet spraying reorders by design, so the window
 //     grows when a declared loss turns out to be reordering.
 //   - GoBackN (classic RoCEv2): cumulative ACKs only; a NAK or a timeout
-//     resends everything from the first missing PSN, in order.
+//     resends everything from the first missing PSN, in order. With
+//     Config.FixedRTO the timer is a RoCE NIC's Local ACK Timeout: fixed,
+//     no RTT estimate, no backoff.
 //
 // The package is sans-IO: it reads no clock (every method takes now), starts
 // no goroutines, does no I/O and, but for returned errors, allocates nothing

@@ -297,11 +297,15 @@ func (s *Scoreboard) MinRTT() time.Duration {
 	return s.minRTT
 }
 
-// RTO returns the current retransmission timeout: SRTT + 4*RTTVAR (RFC 6298
-// 2.2-2.3, with RTTVAR = InitialRTT/2 before the first sample) within
-// [MinRTO, MaxRTO], doubled for each timeout since the last valid RTT
-// sample (RFC 6298 5.5) and capped at MaxRTO.
+// RTO returns the current retransmission timeout: Config.FixedRTO when it
+// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3, with RTTVAR =
+// InitialRTT/2 before the first sample) within [MinRTO, MaxRTO], doubled
+// for each timeout since the last valid RTT sample (RFC 6298 5.5) and
+// capped at MaxRTO.
 func (s *Scoreboard) RTO() time.Duration {
+	if s.cfg.FixedRTO > 0 {
+		return s.cfg.FixedRTO
+	}
 	srtt, rttvar := s.srtt, s.rttvar
 	if !s.hasRTT {
 		srtt, rttvar = s.cfg.InitialRTT, s.cfg.InitialRTT/2
@@ -864,7 +868,7 @@ func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Eve
 //     acknowledged are declared lost and queued in PSN order (in
 //     SelectiveRepeat the oldest, and the others only if RACK.rtt + reo_wnd
 //     has passed since they were sent; in GoBackN all), the timeout
-//     doubles (up to MaxRTO) and restarts. After MaxRetries consecutive RTOs
+//     doubles (up to MaxRTO; a FixedRTO stays as it is) and restarts. After MaxRetries consecutive RTOs
 //     without progress the next one returns Failed and an error wrapping
 //     ErrRetryExceeded instead, and the scoreboard stays failed.
 //   - Reorder (RFC 8985 6.2 step 5, 8): RACK loss detection runs again.
@@ -884,7 +888,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		}
 		s.retries++
 		s.stats.RTOs++
-		if s.RTO() < s.cfg.MaxRTO {
+		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
 		// RFC 8985 6.3: in SelectiveRepeat the oldest packet is lost (it was

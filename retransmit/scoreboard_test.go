@@ -22,6 +22,8 @@ func TestConfigValidate(t *testing.T) {
 		{MaxRetries: -1},
 		{MinReorderWindow: -1},
 		{MaxAckDelay: -1},
+		{FixedRTO: -1},
+		{FixedRTO: MaxDuration + 1},
 		{InitialRTT: MaxDuration + 1},
 		{MaxRTO: 1 << 62},
 	}
@@ -363,6 +365,54 @@ func TestRTOBackoffAndFailure(t *testing.T) {
 		}
 		if ev, res := s.OnAck(now, Ack{Cum: first.Add(2)}, nil); len(ev) != 0 || res.Progress {
 			t.Fatal("a failed scoreboard accepted an ACK")
+		}
+	})
+}
+
+// TestFixedRTO: with FixedRTO (classic RoCE's Local ACK Timeout) every
+// timeout comes FixedRTO after the one before, whatever the RTT samples
+// say, with no backoff, and the scoreboard fails at the (MaxRetries+1)th:
+// (MaxRetries+1) x FixedRTO after the last progress. MinRTO and MaxRTO do
+// not bound it.
+func TestFixedRTO(t *testing.T) {
+	const fixed = 67108864 * time.Nanosecond // 4.096µs x 2^14
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{Mode: GoBackN, FixedRTO: fixed, MinRTO: time.Millisecond, MaxRTO: 2 * time.Millisecond}, first)
+		// An RTT sample of 30µs would give an adaptive RTO at MinRTO.
+		sendNew(t, s, 0)
+		if _, res := s.OnAck(30*us, Ack{Cum: first.Add(1)}, nil); res.RTT != 30*time.Microsecond {
+			t.Fatalf("RTT sample %v", res.RTT)
+		}
+		start := clock.Time(time.Millisecond)
+		sendNew(t, s, start)
+		sendNew(t, s, start)
+		if s.RTO() != fixed {
+			t.Fatalf("RTO %v after a 30µs sample, want the fixed %v", s.RTO(), fixed)
+		}
+		now := start
+		for i := range DefaultMaxRetries + 1 {
+			next := s.NextTimeout()
+			if got := next.Sub(now); got != fixed {
+				t.Fatalf("timeout %d came %v after the one before, want %v", i, got, fixed)
+			}
+			now = next
+			ev, kind, err := s.OnTimeout(now, nil)
+			if i == DefaultMaxRetries {
+				if kind != Failed || !errors.Is(err, ErrRetryExceeded) {
+					t.Fatalf("timeout %d: kind %v err %v, want Failed", i, kind, err)
+				}
+				break
+			}
+			if _, lost := split(ev); kind != RTO || !samePSNs(lost, psns(first, 1, 2)) {
+				t.Fatalf("timeout %d: kind %v lost %v", i, kind, lost)
+			}
+			resendLost(t, s, now)
+		}
+		if got, want := now.Sub(start), time.Duration(DefaultMaxRetries+1)*fixed; got != want {
+			t.Fatalf("failed %v after the last progress, want %v", got, want)
+		}
+		if st := s.Stats(); st.RTOs != DefaultMaxRetries {
+			t.Fatalf("%d RTOs counted, want %d", st.RTOs, DefaultMaxRetries)
 		}
 	})
 }

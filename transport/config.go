@@ -121,9 +121,23 @@ type Config struct {
 	AckDelay time.Duration
 	// MinRTO, MaxRTO and MaxRetries bound retransmission timeouts: the QP
 	// fails with ErrPeerUnreachable after MaxRetries consecutive timeouts
-	// with no progress. Zero values take the retransmit package's defaults.
+	// with no progress. Zero values take the retransmit package's defaults
+	// (1 ms, 100 ms, 7). MinRTO and MaxRTO bound the Spray profile's
+	// adaptive timer; the RoCE profile's timer is LocalAckTimeout's, fixed,
+	// unless LocalAckTimeout is negative.
 	MinRTO, MaxRTO time.Duration
 	MaxRetries     int
+	// LocalAckTimeout is the RoCE profile's retransmission timer, as a
+	// RoCE NIC takes it: the exponent of IBA's Local ACK Timeout QP
+	// attribute (ibv_qp_attr.timeout), a timer of 4.096µs x
+	// 2^LocalAckTimeout (AckTimeout), the same after every timeout (no RTT
+	// estimate, no backoff), so that a QP whose peer stops answering fails
+	// (MaxRetries+1) timers after its last progress. 0 means
+	// DefaultLocalAckTimeout (14: 67.1 ms); 1 to 29 set it; a negative
+	// value gives the RoCE profile the Spray profile's adaptive timer
+	// (RFC 6298 within MinRTO and MaxRTO, doubling on each timeout)
+	// instead. The Spray profile ignores it.
+	LocalAckTimeout int
 	// INTHops reserves room for that many INT hop records in every data
 	// packet (Spray only) for switches to fill; 0 reserves none.
 	INTHops int
@@ -154,6 +168,23 @@ type Config struct {
 	// Clock is the clock an Endpoint reads; nil means the system's monotonic
 	// clock. Engines and QPs never read it: they are handed the time.
 	Clock clock.Clock
+}
+
+// DefaultLocalAckTimeout is Config.LocalAckTimeout's default: 14, a timer
+// of 67.1 ms, as perftest's default QP timeout. It is the smallest of the
+// usual settings; NCCL's default NCCL_IB_TIMEOUT is 20 (4.3 s). See the
+// package documentation.
+const DefaultLocalAckTimeout = 14
+
+// MaxLocalAckTimeout is the largest Config.LocalAckTimeout: IBA's field has
+// 5 bits (up to 31), but 2^30 x 4.096µs is above the hour that bounds the
+// retransmit package's timers.
+const MaxLocalAckTimeout = 29
+
+// AckTimeout returns the timer of a Local ACK Timeout exponent:
+// 4.096µs x 2^exp, for exp in [0, MaxLocalAckTimeout].
+func AckTimeout(exp int) time.Duration {
+	return 4096 * time.Nanosecond << exp
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -233,6 +264,12 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.INTHops < 0 || c.INTHops > 8 {
 		return c, fmt.Errorf("%w: INTHops %d not in [0, 8]", ErrConfig, c.INTHops)
+	}
+	if c.LocalAckTimeout == 0 {
+		c.LocalAckTimeout = DefaultLocalAckTimeout
+	}
+	if c.LocalAckTimeout > MaxLocalAckTimeout {
+		return c, fmt.Errorf("%w: LocalAckTimeout %d above %d", ErrConfig, c.LocalAckTimeout, MaxLocalAckTimeout)
 	}
 	if c.PacingBurst == 0 {
 		c.PacingBurst = 16 << 10

@@ -49,6 +49,49 @@
 //   - Every bound is in Config; frames that fail to decode, packets for
 //     unknown QPs and packets from the wrong source are counted and dropped.
 //
+// # Classic RoCE loss recovery
+//
+// The RoCE profile recovers from loss as an RC queue pair on a RoCE NIC
+// does, not as a modern TCP:
+//
+//   - The requester's retransmission timer is the QP's Local ACK Timeout,
+//     the 5-bit QP attribute that verbs set with ibv_modify_qp
+//     (ibv_qp_attr.timeout, "local ack timeout for primary path" in
+//     rdma-core's ibv_modify_qp(3); InfiniBand specification 1.2, 12.7.34,
+//     as Open MPI's help text cites it): a timer of 4.096 µs x 2^timeout
+//     (the kernel's rdma_set_ack_timeout and drivers such as qib compute it
+//     so). It takes no RTT sample and does not back off: every timeout
+//     restarts it at the same value, and after retry_cnt timeouts without
+//     progress (3 bits, at most 7; specification 12.7.38) the QP fails
+//     with a retry-exceeded completion error. Config.LocalAckTimeout is the exponent,
+//     Config.MaxRetries the retry count (default 7); the QP fails
+//     (MaxRetries+1) x 4.096 µs x 2^LocalAckTimeout after its last
+//     progress.
+//   - The responder takes packets in PSN order only. A packet beyond the
+//     expected PSN gets one NAK (PSN sequence error) and every later one is
+//     dropped without an answer until the expected PSN arrives (Linux's
+//     soft-RoCE responder, drivers/infiniband/sw/rxe/rxe_resp.c, check_psn
+//     and its sent_psn_nak flag; Shanley, InfiniBand Network Architecture,
+//     chapter 17: an out-of-sequence request is a class B error, a NAK and
+//     no other action). Duplicates are acknowledged again.
+//   - The requester goes back to the NAK'd PSN and resends everything from
+//     there (Go-Back-N). A lost tail packet, a lost NAK or a lost
+//     retransmission leaves nothing for the responder to NAK: only the
+//     timer repairs them, one Local ACK Timeout later.
+//
+// The default exponent is 14 (67.1 ms), perftest's default QP timeout
+// (DEF_QP_TIME in linux-rdma/perftest's src/perftest_parameters.h, with
+// DEF_RETRY_COUNT 7). It is the smallest of the usual settings, so that the
+// profile shows RoCE at its quickest common configuration: NCCL sets
+// NCCL_IB_TIMEOUT, default 20 (4.3 s; 18 and 14 in older releases), with
+// NCCL_IB_RETRY_CNT 7 (NVIDIA/nccl, src/transport/net_ib); Huawei's HCCL
+// (HCCL_RDMA_TIMEOUT) uses 20 too. A negative LocalAckTimeout gives the RoCE profile the Spray
+// profile's adaptive timer instead (RFC 6298, from MinRTO, doubling up to
+// MaxRTO), an ablation that no RoCE NIC runs by the specification. Some
+// recent NICs (NVIDIA's "adaptive retransmission" firmware option) start
+// below the Local ACK Timeout and back off up to it; the profile models the
+// specification's fixed timer.
+//
 // # Wire
 //
 // The Spray profile uses spray's opcodes (0xE0 data, 0xE1 ACK with SACK

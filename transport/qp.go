@@ -266,10 +266,15 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	if q.gbn {
 		mode = retransmit.GoBackN
 	}
-	sb, err := retransmit.New(retransmit.Config{
+	rc := retransmit.Config{
 		Mode: mode, Capacity: cfg.Window, MinRTO: cfg.MinRTO, MaxRTO: cfg.MaxRTO, MaxRetries: cfg.MaxRetries,
 		MaxAckDelay: cfg.AckDelay,
-	}, q.startPSN)
+	}
+	if cfg.Profile == RoCE && cfg.LocalAckTimeout > 0 {
+		// A RoCE NIC's transport timer: the QP's Local ACK Timeout, fixed.
+		rc.FixedRTO = AckTimeout(cfg.LocalAckTimeout)
+	}
+	sb, err := retransmit.New(rc, q.startPSN)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}

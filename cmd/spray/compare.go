@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/testbed"
+	"github.com/sprayfabric/spray/transport"
 )
 
 const compareUsage = `usage: spray compare [flags]
 
-Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N, DCQCN), spray
+Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N, a fixed Local ACK
+Timeout as RoCE NICs run it: 67 ms by default, --roce-ack-timeout), spray
 (adaptive spraying, selective repeat, INT) and kernel TCP, one after the other, under each
 scenario, on one leaf-spine testbed; prints one row per profile and scenario, writes the rows as
 JSON and the CDF of the all-to-all completion times as a PNG.
@@ -27,6 +30,7 @@ JSON and the CDF of the all-to-all completion times as a PNG.
   sudo spray compare --scenarios lossless,loss0.1 --size 4M --iters 50
   spray compare                               without root: ranks in this process over loopback
                                               (link/udp), lossless and loss scenarios only
+  sudo spray compare --metrics :9464          and serve the endpoints' metrics for Prometheus
 
 Scenarios: lossless, loss0.01 and loss0.1 (random loss at every spine link's egress), collision
 (ECMP flows given entropies that hash onto one spine), spinefail (a spine link blackholed a third
@@ -77,6 +81,7 @@ func runCompare(args []string) error {
 	linkKind := fs.String("link", bench.KindXDP, "link of the spray and roce ranks on a testbed: xdp, raw or udp")
 	sprayCC := fs.String("cc-spray", bench.DefaultSprayCC, "congestion control of spray: hpcc, swift, auto, dcqcn, fixed, window or default")
 	roceCC := fs.String("cc-roce", bench.DefaultRoCECC, "congestion control of roce: dcqcn, fixed, window or default")
+	roceTimeout := fs.Int("roce-ack-timeout", transport.DefaultLocalAckTimeout, "roce's Local ACK Timeout exponent: a fixed retransmission timer of 4.096us x 2^N, as ibv_modify_qp's timeout (perftest 14, NCCL 20); -1: an adaptive timer instead")
 	jsonFile := fs.String("json", "compare.json", "write the rows here as JSON (\"\": don't)")
 	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs here as PNG (\"\": don't)")
 	loopback := fs.Bool("loopback", false, "run on loopback even as root")
@@ -84,6 +89,7 @@ func runCompare(args []string) error {
 	pairwise := fs.Bool("pairwise", false, "all-to-all in p-1 pairwise rounds (default: every peer at once, as NCCL groups its sends)")
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
+	metrics := fs.String("metrics", "", "serve the spray and roce endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the comparison runs (e.g. :9464); each run's endpoints are named PROFILE/SCENARIO/rankR")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +104,10 @@ func runCompare(args []string) error {
 		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
 		Size: n, Iters: *iters, Warmup: *warmup, Link: *linkKind, SprayCC: *sprayCC, RoCECC: *roceCC,
 		Seed: *seed, RunTimeout: *runTimeout, Loopback: *loopback || os.Geteuid() != 0,
-		Pairwise: *pairwise,
+		Pairwise: *pairwise, RoCEAckTimeout: *roceTimeout,
+	}
+	if *roceTimeout == 0 {
+		return fmt.Errorf("compare: --roce-ack-timeout 0 (an infinite timer) is not supported; want 1 to %d, or -1", transport.MaxLocalAckTimeout)
 	}
 	if *warmup == 0 {
 		cfg.Warmup = -1
@@ -116,6 +125,19 @@ func runCompare(args []string) error {
 	}
 	logger := log.New(os.Stderr, "spray: ", 0)
 	cfg.Logf = logger.Printf
+	if *metrics != "" {
+		srv, err := startMetrics(*metrics, logger.Printf)
+		if err != nil {
+			return fmt.Errorf("compare: --metrics: %w", err)
+		}
+		defer srv.Close()
+		mp := srv.MeterProvider()
+		cfg.OnEndpoint = func(ep *transport.Endpoint, name string) {
+			if _, err := telemetry.InstrumentWith(mp, ep, name); err != nil {
+				logger.Printf("metrics: %s: %v", name, err)
+			}
+		}
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)

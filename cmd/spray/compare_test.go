@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"image/png"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sprayfabric/spray/bench"
@@ -57,5 +59,81 @@ func TestParseCompareSize(t *testing.T) {
 		if _, err := parseCompareSize(s); err == nil {
 			t.Errorf("%q: no error", s)
 		}
+	}
+}
+
+// TestCompareMetrics: spray compare --metrics serves the roce and spray
+// endpoints' series, named by profile, scenario and rank, while the
+// comparison runs; two scrapes during a run see the bytes grow, and the
+// page is gone when compare returns.
+func TestCompareMetrics(t *testing.T) {
+	urls := make(chan string, 1)
+	metricsStarted = func(url string) { urls <- url }
+	defer func() { metricsStarted = nil }()
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		done <- runCompare([]string{"--loopback", "--metrics", "127.0.0.1:0", "--scenarios", "lossless,loss0.1",
+			"--profiles", "roce,spray", "--size", "1M", "--iters", "20",
+			"--json", filepath.Join(dir, "c.json"), "--png", ""})
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case err := <-done:
+		t.Fatalf("compare ended before serving metrics: %v", err)
+	}
+	const name = "spray_qp_tx_bytes_total"
+	var first float64
+	seen := map[string]bool{}
+	for first == 0 {
+		if v, ok := sumFamily(t, url, name); ok && v > 0 {
+			first = v
+		}
+		for _, ep := range endpointLabels(t, url, name) {
+			seen[ep] = true
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("compare ended (%v) before %s showed traffic", err, name)
+		default:
+		}
+	}
+	for {
+		v, ok := sumFamily(t, url, name)
+		for _, ep := range endpointLabels(t, url, name) {
+			seen[ep] = true
+		}
+		if ok && v > first {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("compare ended (%v) with %s still at %v", err, name, first)
+		default:
+		}
+	}
+	for _, fam := range []string{"spray_qp_retransmits_total", "spray_path_tx_bytes_total", "spray_qp_rx_bytes_total", "spray_qp_rtt_smoothed_seconds"} {
+		if _, ok := sumFamily(t, url, fam); !ok {
+			t.Errorf("%s missing during the run", fam)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for ep := range seen {
+		if (strings.HasPrefix(ep, "roce/") || strings.HasPrefix(ep, "spray/")) && strings.Contains(ep, "/rank") {
+			named = true
+		} else {
+			t.Errorf("endpoint %q: want PROFILE/SCENARIO/rankR", ep)
+		}
+	}
+	if !named {
+		t.Errorf("no endpoint series seen (%v)", seen)
+	}
+	t.Logf("endpoints seen: %v", seen)
+	if _, err := http.Get(url); err == nil {
+		t.Errorf("metrics still served after compare returned")
 	}
 }

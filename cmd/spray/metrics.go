@@ -16,14 +16,23 @@ func serveMetrics(addr string, tcfg *transport.Config, logf func(string, ...any)
 	if addr == "" {
 		return func() {}, nil
 	}
-	srv, err := telemetry.Serve(addr)
+	srv, err := startMetrics(addr, logf)
 	if err != nil {
 		return nil, err
 	}
 	tcfg.OnEndpoint = telemetry.OnEndpoint(srv.MeterProvider())
+	return func() { srv.Close() }, nil
+}
+
+// startMetrics serves Prometheus metrics on addr and says where.
+func startMetrics(addr string, logf func(string, ...any)) (*telemetry.Server, error) {
+	srv, err := telemetry.Serve(addr)
+	if err != nil {
+		return nil, err
+	}
 	logf("metrics for Prometheus on %s", srv.URL())
 	if metricsStarted != nil {
 		metricsStarted(srv.URL())
 	}
-	return func() { srv.Close() }, nil
+	return srv, nil
 }

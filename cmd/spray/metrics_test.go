@@ -94,3 +94,30 @@ func TestPerfMetrics(t *testing.T) {
 		t.Errorf("metrics still served after perf returned")
 	}
 }
+
+// endpointLabels returns the endpoint labels of family name in a scrape of
+// url.
+func endpointLabels(t *testing.T, url, name string) []string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if f := fams[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					out = append(out, l.GetValue())
+				}
+			}
+		}
+	}
+	return out
+}
