@@ -78,7 +78,18 @@ func (p Params) hpcc() HPCCConfig {
 	if t <= 0 {
 		t = SoftwareBaseRTT
 	}
-	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t}
+	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, QueueOffset: p.frameBytes(), ClampTxRate: true}
+}
+
+// frameBytes is about one full frame on the wire: the payload and spray's
+// headers (Ethernet, IPv4, UDP, BTH, data header, INT with 4 hops, ICRC:
+// 182 bytes).
+func (p Params) frameBytes() int {
+	pb := p.PacketBytes
+	if pb <= 0 {
+		pb = 1400
+	}
+	return pb + 14 + 20 + 8 + 12 + 24 + 4 + 4*24 + 4
 }
 
 func (p Params) swift() SwiftConfig {
