@@ -26,7 +26,8 @@
 //     η), the reference Wc updated once per RTT; Rate = W/T. Defaults:
 //     η = 0.95, maxStage = 5, W_init = line rate × T (the paper's
 //     B_NIC × T), W_AI = W_init(1-η)/N with N = 100 (ours), T = 10µs (ours),
-//     line rate 100 Gb/s (ours), minimum window 1024 bytes (ours).
+//     line rate 100 Gb/s (ours), minimum window 1024 bytes (ours); no
+//     QueueOffset and no ClampTxRate (a switch's INT, see below).
 //   - Swift (NewSwift; Kumar et al., "Swift: Delay is Simple and Effective
 //     for Congestion Control in the Datacenter", SIGCOMM 2020) keeps a
 //     fabric window against Sample.RTT minus Sample.HoldTime, with a target
@@ -62,7 +63,22 @@
 // transport.ProfileCC and the CLI use, therefore changes: HPCC's T
 // to 100µs (SoftwareBaseRTT; with 10µs a single 1500-byte packet queued at 1
 // Gb/s reads as U > 1, and a window of line rate × 10µs cannot fill a 100µs
-// pipe); Swift's target to 50µs (SoftwareSwiftTarget, plus up to twice that
+// pipe); HPCC's W_init to at least two full frames (a 200 Mbit/s host
+// port's B·T is 2,500 bytes at T = 100µs, under two 1,500-byte frames, and
+// since a packet goes only when it fits in the window, such a window is
+// stop-and-wait: one packet per RTT, whatever the rate, while a loaded
+// machine's RTT is 2-10 times T); and HPCC's reading of spray's test
+// fabric's INT, whose counters differ from a switch's: the queue term
+// loses one frame (HPCCConfig.QueueOffset: the fabric's QLen is the
+// packet's queue delay times the rate, which at line rate includes the
+// packet's own wait for the shaper's tokens, so a busy link with no queue
+// read a frame, 0.6 of B·T above), and txRate is capped at the link rate
+// (HPCCConfig.ClampTxRate: TxBytes counts frames entering the shaper, and
+// two records a few µs apart read bursts at 3-8 times the link rate). With
+// the paper's reading, four senders holding a 200 Mbit/s port at 0.94 of
+// its rate read U = 1.36 at the median (0.31 of it queue term, most of the
+// rest bursts) and sat at the minimum window, which was then what set
+// their rate. Swift's target to 50µs (SoftwareSwiftTarget, plus up to twice that
 // of flow scaling) measured from the smallest fabric delay seen in the last
 // 10-20s (SwiftConfig.RelativeTarget; an absolute 25µs target is below the
 // unloaded RTT and would cut the window forever); Swift's smallest window to
