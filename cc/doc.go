@@ -103,16 +103,28 @@
 // (a larger or adaptive target, or ignoring delay spikes without loss).
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
-// senders into one 200 Mbit/s leaf port with 32 KiB of queue, a loaded
-// 2-core machine, HPCC's T set to the measured base RTT, 200-250µs): HPCC
-// and Swift keep the queue's p99 at 130-185µs (under twice their targets)
-// with no or few overflow drops and Jain's index 0.86-1.0; DCQCN's p99 is
-// 1-1.6 ms, like no control at all, and both overflow the buffer (DCQCN
-// 30-1300, none 550-2400 drops per 2 s). The 90% utilization is
-// not reached by any controller there, uncontrolled included: HPCC and
-// Swift 0.40-0.61, none 0.61-0.78; the senders are CPU-bound and time out
-// spuriously. With T at SoftwareBaseRTT (100µs), below that RTT, HPCC's
-// window (at most line rate × T) held utilization at 0.2-0.3.
+// senders into one 200 Mbit/s leaf port with 32 KiB of queue, T the
+// measured base RTT, 80-240µs; the 2-core machine shared with other
+// benchmarks, load average 4-10): HPCC with ByName's calibration used
+// 0.51-0.97 of the link over 10 runs (median 0.80) where no control used
+// 0.61-1.00 (median 0.84) in the same runs, with no overflow drops, Jain's
+// index 1.00 and the queue's p99 at 211-298µs, under twice T in 4 of the
+// 10 runs; the paper's reading and W_init (before the calibration), in
+// three runs alternating with it, used 0.45-0.78 against its 0.51-0.85,
+// p99 152-215µs. What holds HPCC back in its
+// worst runs is the machine, not the signal: ACKs stop for over a ms at
+// once for every sender (1.25 s of 2 s in gaps over 1 ms in one traced
+// run), and a controller that keeps the queue near empty leaves the link
+// idle through such stalls, which no control and DCQCN ride out on their
+// full 1.3 ms buffer (with tens of thousands of overflow drops). Earlier
+// figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
+// 0.40-0.61; DCQCN's p99 1-1.6 ms, like no control, both overflowing the
+// buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
+// HPCC holds the spine links at η counting ACKs and spurious resends
+// (1,700-3,400 per run, 250-490 with the fixed window), the cross-leaf
+// QPs sit at the minimum window, one packet in flight, and spray took
+// 77-83 ms per all-to-all against 52-73 ms with the fixed window, whose
+// queues hold 730-870µs on average.
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus
