@@ -108,16 +108,21 @@
 // benchmarks, load average 4-10): HPCC with ByName's calibration used
 // 0.51-0.97 of the link over 10 runs (median 0.80) where no control used
 // 0.61-1.00 (median 0.84) in the same runs, with no overflow drops, Jain's
-// index 1.00 and the queue's p99 at 211-298µs, under twice T in 4 of the
-// 10 runs; the paper's reading and W_init (before the calibration), in
-// three runs alternating with it, used 0.45-0.78 against its 0.51-0.85,
-// p99 152-215µs. What holds HPCC back in its
-// worst runs is the machine, not the signal: ACKs stop for over a ms at
-// once for every sender (1.25 s of 2 s in gaps over 1 ms in one traced
-// run), and a controller that keeps the queue near empty leaves the link
-// idle through such stalls, which no control and DCQCN ride out on their
-// full 1.3 ms buffer (with tens of thousands of overflow drops). Earlier
-// figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
+// index 0.99-1.00 and the queue's p99 at 211-298µs, under twice T in 4 of
+// the 10 runs (the offset lets a frame more stand in the queue); the
+// paper's reading and W_init (before the calibration), in three runs
+// alternating with it, used 0.45-0.78 against its 0.51-0.85, p99
+// 152-215µs. What holds HPCC back in its worst runs is the loop, not the
+// signal: with U at 0.77-0.82 at the median and the pacing rate near the
+// line rate, each sender has one or two packets in flight and its ACKs
+// stopped for over a ms some 900 times in 2 s (1.1-1.25 s of the 2 s in
+// such gaps in traced runs; in one, at the same instants for all four
+// senders), RTT p90 1.2 ms against T = 100µs. The cause is not traced yet
+// (the engines sleep between packets under HPCC and never without
+// control: a suspect); a controller that keeps the queue near empty
+// leaves the link idle through such gaps, which no control and DCQCN ride
+// out on their full 1.3 ms buffer (with tens of thousands of overflow
+// drops). Earlier figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
 // 0.40-0.61; DCQCN's p99 1-1.6 ms, like no control, both overflowing the
 // buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
 // HPCC holds the spine links at η counting ACKs and spurious resends
