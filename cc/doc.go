@@ -106,10 +106,11 @@
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, T the
 // measured base RTT, 80-240µs; the 2-core machine shared with other
 // benchmarks, load average 4-10): HPCC with ByName's calibration used
-// 0.51-0.97 of the link over 10 runs (median 0.80) where no control used
-// 0.61-1.00 (median 0.84) in the same runs, with no overflow drops, Jain's
-// index 0.99-1.00 and the queue's p99 at 211-298µs, under twice T in 4 of
-// the 10 runs (the offset lets a frame more stand in the queue); the
+// 0.51-0.97 of the link over 17 runs (median 0.66; 0.9 or more in 3) where
+// no control used 0.61-1.00 (median 0.96) in the same runs, with no
+// overflow drops, Jain's index 0.99-1.00 and the queue's p99 at
+// 205-306µs, under twice T in 6 of the 17 runs (the offset lets a frame
+// more stand in the queue); the
 // paper's reading and W_init (before the calibration), in three runs
 // alternating with it, used 0.45-0.78 against its 0.51-0.85, p99
 // 152-215µs. What holds HPCC back in its worst runs is the loop, not the
