@@ -41,7 +41,10 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //
 //   - "auto": Auto, Swift until INT records come back, then HPCC (the spray
 //     profile's default);
-//   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0);
+//   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0), W_init at
+//     least two frames (p.PacketBytes plus spray's headers), the queue
+//     term less one frame (QueueOffset) and txRate at most the link rate
+//     (ClampTxRate): the test fabric's INT counters, see the package doc;
 //   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
 //     to twice that on top) for the queueing that INT records report
 //     (SwiftConfig.INTFabricDelay) or, on ACKs without INT, over the
@@ -85,7 +88,25 @@ func (p Params) hpcc() HPCCConfig {
 	if t <= 0 {
 		t = SoftwareBaseRTT
 	}
-	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t}
+	line := p.LineRate
+	if !positive(line) {
+		line = 12.5e9 // HPCC's default
+	}
+	// W_init is the paper's line rate × T, but at least two frames: a
+	// window under two frames holds the sender to one packet in flight.
+	winit := max(line*t.Seconds(), float64(2*p.frameBytes()))
+	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, InitWindow: int(min(winit, 1<<40)), QueueOffset: p.frameBytes(), ClampTxRate: true}
+}
+
+// frameBytes is about one full frame on the wire: the payload and spray's
+// headers (Ethernet, IPv4, UDP, BTH, data header, INT with 4 hops, ICRC:
+// 182 bytes).
+func (p Params) frameBytes() int {
+	pb := p.PacketBytes
+	if pb <= 0 {
+		pb = 1400
+	}
+	return pb + 14 + 20 + 8 + 12 + 24 + 4 + 4*24 + 4
 }
 
 // dcqcn calibrates DCQCN for a software fabric (ours): its feedback loop

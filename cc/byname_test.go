@@ -3,6 +3,7 @@ package cc
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestByName(t *testing.T) {
@@ -32,6 +33,17 @@ func TestByName(t *testing.T) {
 	mk, _ = ByName("hpcc", Params{})
 	if h := mk().(*HPCC); h.BaseRTT() != SoftwareBaseRTT {
 		t.Fatalf("hpcc: T %v", h.BaseRTT())
+	}
+	// A bandwidth-delay product under two frames (200 Mb/s × 100µs = 2500
+	// bytes) still lets HPCC keep two full frames in flight; a large one
+	// is the paper's W_init.
+	mk, _ = ByName("hpcc", Params{LineRate: 25e6, BaseRTT: 100 * time.Microsecond, PacketBytes: 1400})
+	if w := mk().Window(); w < 2*(1400+150) || w > 2*(1400+200) {
+		t.Fatalf("hpcc on a small BDP: window %d, want two frames of 1400 bytes of payload", w)
+	}
+	mk, _ = ByName("hpcc", Params{LineRate: 1.25e9, BaseRTT: 100 * time.Microsecond, PacketBytes: 1400})
+	if w := mk().Window(); w != 125000 {
+		t.Fatalf("hpcc on a large BDP: window %d, want 125000", w)
 	}
 	if Target("swift", Params{}) != 3*SoftwareSwiftTarget || Target("hpcc", Params{}) != SoftwareBaseRTT || Target("none", Params{}) != 0 {
 		t.Fatal("targets")

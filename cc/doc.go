@@ -26,7 +26,8 @@
 //     η), the reference Wc updated once per RTT; Rate = W/T. Defaults:
 //     η = 0.95, maxStage = 5, W_init = line rate × T (the paper's
 //     B_NIC × T), W_AI = W_init(1-η)/N with N = 100 (ours), T = 10µs (ours),
-//     line rate 100 Gb/s (ours), minimum window 1024 bytes (ours).
+//     line rate 100 Gb/s (ours), minimum window 1024 bytes (ours); no
+//     QueueOffset and no ClampTxRate (a switch's INT, see below).
 //   - Swift (NewSwift; Kumar et al., "Swift: Delay is Simple and Effective
 //     for Congestion Control in the Datacenter", SIGCOMM 2020) keeps a
 //     fabric window against Sample.RTT minus Sample.HoldTime, with a target
@@ -67,6 +68,21 @@
 //   - HPCC's T to 100µs (SoftwareBaseRTT; with 10µs a single 1500-byte
 //     packet queued at 1 Gb/s reads as U > 1, and a window of line rate ×
 //     10µs cannot fill a 100µs pipe).
+//   - HPCC's W_init to at least two full frames (a 200 Mbit/s host port's
+//     B·T is 2,500 bytes at T = 100µs, under two 1,500-byte frames, and
+//     since a packet goes only when it fits in the window, such a window
+//     is stop-and-wait: one packet per RTT, while a loaded machine's RTT
+//     is 2-10 times T); and HPCC's reading of spray's test fabric's INT,
+//     whose counters differ from a switch's: the queue term loses one frame
+//     (HPCCConfig.QueueOffset: the fabric's QLen is the packet's queue
+//     delay times the rate, which at line rate includes the packet's own
+//     wait for the shaper's tokens, so a busy link with no queue read a
+//     frame, 0.6 of B·T), and txRate is capped at the link rate
+//     (HPCCConfig.ClampTxRate: TxBytes counts frames entering the shaper,
+//     and two records a few µs apart read bursts at 3-8 times the link
+//     rate). With the paper's reading, four senders holding a 200 Mbit/s
+//     port at 0.94 of its rate read U = 1.36 at the median and sat at the
+//     minimum window, which then set their rate.
 //   - Swift's fabric delay. When ACKs echo INT records, it is the queueing
 //     they report (the sum over hops of queue bytes over egress rate;
 //     SwiftConfig.INTFabricDelay), and the target of 50µs
@@ -129,13 +145,36 @@
 // that the default not cost that.
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
-// senders into one 200 Mbit/s leaf port with 32 KiB of queue, HPCC's T the
-// measured base RTT, 80-120µs, a machine loaded by other work): see the
-// README's Measured section for the table. The senders share two cores
-// with the fabric and the receiver; when the ACK path stalls for a ms,
-// a window-based controller that holds the queue near 100µs leaves the
-// link idle, which no controller parameter fixes: only no control, whose
-// full 1.3 ms buffer covers the stalls, reaches 0.9-1.0 there.
+// senders into one 200 Mbit/s leaf port with 32 KiB of queue, T the
+// measured base RTT, 80-240µs; the 2-core machine shared with other
+// benchmarks, load average 4-10): HPCC with ByName's calibration used
+// 0.51-0.97 of the link over 17 runs (median 0.66; 0.9 or more in 3) where
+// no control used 0.61-1.00 (median 0.96) in the same runs, with no
+// overflow drops, Jain's index 0.99-1.00 and the queue's p99 at
+// 205-306µs, under twice T in 6 of the 17 runs (the offset lets a frame
+// more stand in the queue); the
+// paper's reading and W_init (before the calibration), in three runs
+// alternating with it, used 0.45-0.78 against its 0.51-0.85, p99
+// 152-215µs. What holds HPCC back in its worst runs is the loop, not the
+// signal: with U at 0.77-0.82 at the median and the pacing rate near the
+// line rate, each sender has one or two packets in flight and its ACKs
+// stopped for over a ms some 900 times in 2 s (1.1-1.25 s of the 2 s in
+// such gaps in traced runs; in one, at the same instants for all four
+// senders), RTT p90 1.2 ms against T = 100µs. Neither the queue (p50
+// 30-45µs) nor the receiver (hold time 0 at p90, under 141µs at p99)
+// holds it: the time goes in the hosts' and switches' I/O and wake-ups,
+// not traced further (the engines sleep between packets under HPCC and
+// never without control: a suspect); a controller that keeps the queue near empty
+// leaves the link idle through such gaps, which no control and DCQCN ride
+// out on their full 1.3 ms buffer (with tens of thousands of overflow
+// drops). Earlier figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
+// 0.40-0.61; DCQCN's p99 1-1.6 ms, like no control, both overflowing the
+// buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
+// HPCC holds the spine links at η counting ACKs and spurious resends
+// (1,700-3,400 per run, 250-490 with the fixed window), the cross-leaf
+// QPs sit at the minimum window, one packet in flight, and spray took
+// 77-83 ms per all-to-all against 52-73 ms with the fixed window, whose
+// queues hold 730-870µs on average.
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus

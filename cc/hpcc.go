@@ -36,6 +36,23 @@ type HPCCConfig struct {
 	// MinWindow is the smallest window in bytes (the paper sets none; a
 	// window below one packet still lets one packet out). 0 means 1024.
 	MinWindow int
+	// QueueOffset is subtracted from each hop's queue length, in bytes,
+	// before it counts (at least 0 remains). 0 means none, as in the
+	// paper. For fabrics whose QLen counts the packet's own wait at the
+	// shaper: spray's test fabric derives QLen from the packet's queue
+	// delay times the link rate, and a frame that reaches a busy shaper
+	// with an empty queue still waits for its own tokens, so a link at
+	// line rate reads one frame of queue where a switch's queue counter
+	// reads none. ByName sets it to about one frame.
+	QueueOffset int
+	// ClampTxRate caps each hop's txRate at its link rate. False means
+	// the paper's measurement, for a TxBytes counter of bytes that left
+	// the port. Spray's test fabric counts TxBytes as frames enter the
+	// shaper (its programs run before the qdisc), so that a burst reads as
+	// several times the link rate for the few µs between two records; the
+	// bytes a port cannot send show in its queue term anyway. ByName sets
+	// it.
+	ClampTxRate bool
 }
 
 // hpccHops bounds the hop records an HPCC controller remembers. A path
@@ -71,6 +88,8 @@ type HPCC struct {
 	t        float64 // base RTT, ns
 	line     float64 // bytes/s
 	winit    float64
+	qoff     float64 // QueueOffset
+	clamp    bool    // ClampTxRate
 	eta      float64
 	maxStage int
 	wai      float64
@@ -103,6 +122,8 @@ func NewHPCC(cfg HPCCConfig) *HPCC {
 		wai:      cfg.AdditiveIncrease,
 		minW:     float64(cfg.MinWindow),
 		winit:    float64(cfg.InitWindow),
+		qoff:     float64(max(cfg.QueueOffset, 0)),
+		clamp:    cfg.ClampTxRate,
 	}
 	if h.t <= 0 {
 		h.t = float64(10 * time.Microsecond)
@@ -211,8 +232,11 @@ func (h *HPCC) measure(records []byte) (float64, bool) {
 		dt := float64(r.TS - e.ts)
 		b := float64(r.RateMbps) * 1e6 / 8           // bytes/s
 		txRate := float64(r.TxBytes-e.tx) * 1e9 / dt // bytes/s; uint32 wrap
-		q := float64(min(r.QLen, e.qlen))            // bytes
-		u := q/(b*h.t/1e9) + txRate/b                // queue over B*T, plus rate over B
+		if h.clamp {
+			txRate = min(txRate, b)
+		}
+		q := max(0, float64(min(r.QLen, e.qlen))-h.qoff) // bytes
+		u := q/(b*h.t/1e9) + txRate/b                    // queue over B*T, plus rate over B
 		*e = hpccHop{sw: r.Switch, port: r.Port, ts: r.TS, qlen: r.QLen, tx: r.TxBytes}
 		if !found || u > umax {
 			umax, tau, found = u, dt, true

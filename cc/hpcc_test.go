@@ -91,7 +91,7 @@ func TestHPCCDefaults(t *testing.T) {
 	if h.Window() != 125000 {
 		t.Fatalf("window moved without INT: %d", h.Window())
 	}
-	bad := NewHPCC(HPCCConfig{BaseRTT: -1, LineRate: math.NaN(), Eta: 7, InitWindow: -3, AdditiveIncrease: math.Inf(1), MinWindow: -1})
+	bad := NewHPCC(HPCCConfig{BaseRTT: -1, LineRate: math.NaN(), Eta: 7, InitWindow: -3, AdditiveIncrease: math.Inf(1), MinWindow: -1, QueueOffset: -5})
 	if bad.Window() != 125000 || bad.Rate() != 12.5e9 {
 		t.Fatalf("bad config: window %d rate %v, want the defaults", bad.Window(), bad.Rate())
 	}
@@ -343,6 +343,68 @@ func TestHPCCConverges(t *testing.T) {
 		}
 	}
 	t.Logf("utilization %.3f, mean queue %.0f bytes", util, qsum)
+}
+
+// TestHPCCSoftwareFabric checks ByName's calibration for spray's test
+// fabric on a 200 Mb/s bottleneck with T = 100µs (B·T = 2500 bytes, under
+// two frames). At 90% of the link, every record shows one frame of queue
+// (the frame's own wait for the shaper's tokens) and, now and then, a
+// burst entering the shaper at many times the link rate: the paper's
+// measurement reads U > 1.4 and cuts the window to its minimum, ByName's
+// reads U near 0.9 and keeps growing it. A real queue above the frame
+// still cuts it.
+func TestHPCCSoftwareFabric(t *testing.T) {
+	const (
+		T     = 100 * time.Microsecond
+		line  = 25e6 // 200 Mb/s
+		frame = 1400 + 182
+	)
+	mk, err := ByName("hpcc", Params{LineRate: line, BaseRTT: T, PacketBytes: 1400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(h *HPCC, extraQueue uint32) *hpccRun {
+		p := &port{sw: 1, port: 2, mbps: 200}
+		r := newHPCCRun(h, 1, frame, 60*time.Microsecond)
+		i := 0
+		r.acks(400, func() []byte {
+			i++
+			if i%5 == 0 { // a burst: 2 frames into the shaper within 2µs
+				p.ts += uint64(2 * time.Microsecond)
+				p.tx += 2 * frame
+				return records(wire.Hop{Switch: p.sw, Port: p.port, RateMbps: p.mbps, TS: p.ts, QLen: frame + extraQueue, TxBytes: p.tx})
+			}
+			return records(p.step(r.dt, 0.9, frame+extraQueue))
+		})
+		return r
+	}
+	paper := NewHPCC(HPCCConfig{BaseRTT: T, LineRate: line})
+	run(paper, 0)
+	if u := paper.Utilization(); u < 1.3 {
+		t.Errorf("paper's measurement: U %.3f, want above 1.3 (a frame of queue is 0.63 of B·T)", u)
+	}
+	if w := paper.Window(); w != paper.minWindow() {
+		t.Errorf("paper's measurement: window %d, want the minimum %d", w, paper.minWindow())
+	}
+	sw := mk().(*HPCC)
+	start := sw.Window()
+	sw.setWindow(1500)
+	run(sw, 0)
+	if u := sw.Utilization(); u < 0.8 || u > 1.0 {
+		t.Errorf("ByName's calibration: U %.3f, want near the link's 0.9 plus the bursts", u)
+	}
+	if w := sw.Window(); w < 2400 || w != start {
+		t.Errorf("ByName's calibration: window %d after 24ms at 90%% of the link, want it back at W_init %d", w, start)
+	}
+	// Two frames queued beyond the sender's own: U ≈ 0.9 + 2·frame/(B·T).
+	sw = mk().(*HPCC)
+	run(sw, 2*frame)
+	if u := sw.Utilization(); u < 1.8 {
+		t.Errorf("a real queue: U %.3f, want above 1.8", u)
+	}
+	if w := sw.Window(); w != sw.minWindow() {
+		t.Errorf("a real queue: window %d, want the minimum %d", w, sw.minWindow())
+	}
 }
 
 func FuzzHPCC(f *testing.F) {
