@@ -540,8 +540,23 @@ func (a *adaptive) remove(now clock.Time, i int) {
 }
 
 // restore puts path i back into the set after an acknowledged probe, with
-// its loss history cleared and its RTT restarted from the probe's.
+// its loss history cleared and its RTT restarted from the probe's, and with
+// it every path out of the set that has the same known signature (OnPath):
+// they take the same links, and the probe just crossed them. After a spine
+// comes back, one probe brings all of its entropies back instead of one
+// probe each (one is in flight at a time across the set).
 func (a *adaptive) restore(i int, rtt time.Duration) {
+	a.restoreOne(i, rtt)
+	if g := a.st[i].group; g != 0 {
+		for j := range a.st {
+			if a.st[j].down && a.st[j].group == g {
+				a.restoreOne(j, rtt)
+			}
+		}
+	}
+}
+
+func (a *adaptive) restoreOne(i int, rtt time.Duration) {
 	s := &a.st[i]
 	s.down, s.probing, s.pending = false, false, false
 	s.consecLoss, s.lossRate = 0, 0
@@ -602,22 +617,32 @@ func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
 // otherwise open with a probe on each of them, every one lost.
 func (a *adaptive) probe(now clock.Time) (int, bool) {
 	ref := a.refRTT()
+	flight := clock.Never
+	for i := range a.st {
+		s := &a.st[i]
+		if !s.down || !s.probing {
+			continue
+		}
+		deadline := s.probeSent.Add(a.probeTimeout(i, ref))
+		if now <= deadline {
+			flight = clock.Min(flight, deadline+1)
+			continue
+		}
+		s.probing = false
+		s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
+		s.probeAt = now.Add(s.probeInterval)
+		a.backOffGroup(i)
+	}
+	if flight != clock.Never {
+		a.nextProbe = flight
+		return 0, false
+	}
 	best, found := 0, false
-	next, flight := clock.Never, clock.Never
+	next := clock.Never
 	for i := range a.st {
 		s := &a.st[i]
 		if !s.down {
 			continue
-		}
-		if s.probing {
-			deadline := s.probeSent.Add(a.probeTimeout(i, ref))
-			if now <= deadline {
-				flight = clock.Min(flight, deadline+1)
-				continue
-			}
-			s.probing = false
-			s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
-			s.probeAt = now.Add(s.probeInterval)
 		}
 		if s.probeAt > now {
 			next = clock.Min(next, s.probeAt)
@@ -632,12 +657,26 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 			next = clock.Min(next, s.probeAt)
 		}
 	}
-	if flight != clock.Never {
-		a.nextProbe = flight
-		return 0, false
-	}
 	a.nextProbe = next
 	return best, found
+}
+
+// backOffGroup makes the paths out of the set that share path i's known
+// signature wait for i's next probe: i's probe just failed on their links,
+// and their own probes would cost a probe timeout each, one at a time, while
+// paths of other signatures wait to be probed back in.
+func (a *adaptive) backOffGroup(i int) {
+	g := a.st[i].group
+	if g == 0 {
+		return
+	}
+	s := &a.st[i]
+	for j := range a.st {
+		if t := &a.st[j]; j != i && t.down && !t.probing && t.group == g {
+			t.probeInterval = max(t.probeInterval, s.probeInterval)
+			t.probeAt = max(t.probeAt, s.probeAt)
+		}
+	}
 }
 
 // newRound takes stalled paths out, recomputes the weights and fills the

@@ -748,3 +748,75 @@ func TestAdaptiveRandomFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveProbeBySignature: entropies with the same path signature
+// (OnPath) take the same links. When a spine's entropies are all out, one
+// acknowledged probe brings every one of them back; one probe that times
+// out makes all of them wait for the doubled interval, so probes of a dead
+// spine do not go out one entropy after another.
+func TestAdaptiveProbeBySignature(t *testing.T) {
+	set := []uint16{50000, 50001, 50002, 50003, 50004, 50005}
+	sig := func(e uint16) uint64 { return 1 + uint64(e%2) } // two spines, three entropies each
+	cfg := AdaptiveConfig{LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
+	p := NewAdaptive(set, 1, cfg)
+	po := p.(PathObserver)
+	var now clock.Time
+	for _, e := range set {
+		po.OnPath(now, e, sig(e))
+		p.OnAck(now, e, 10*time.Microsecond, false)
+	}
+	down := func() {
+		for _, e := range set {
+			if sig(e) == 2 {
+				p.OnLoss(now, e)
+			}
+		}
+	}
+	probesOf := func() (n uint64) {
+		for _, e := range set {
+			if sig(e) == 2 {
+				n += statsOf(p, e).Probes
+			}
+		}
+		return n
+	}
+	probe := func(limit int) (uint16, bool) {
+		for range limit {
+			now = now.Add(time.Microsecond)
+			if e := p.Next(now); sig(e) == 2 {
+				return e, true
+			}
+		}
+		return 0, false
+	}
+	down()
+	e, ok := probe(200)
+	if !ok || probesOf() != 1 {
+		t.Fatalf("no probe of the spine's entropies within 200µs of their removal (probes %d)", probesOf())
+	}
+	now = now.Add(5 * time.Microsecond)
+	p.OnAck(now, e, 5*time.Microsecond, false)
+	for _, x := range set {
+		if statsOf(p, x).Down {
+			t.Fatalf("entropy %d still out after a probe of entropy %d, on the same path, came back", x, e)
+		}
+	}
+
+	// The spine dies again: the first probe times out (4 x 10µs), and no
+	// entropy of the spine is probed before the doubled interval.
+	down()
+	if _, ok := probe(200); !ok {
+		t.Fatal("no probe after the second removal")
+	}
+	sent := probesOf()
+	now = now.Add(41 * time.Microsecond)
+	p.Next(now) // notices the timeout
+	failAt := now
+	e, ok = probe(400)
+	if !ok || probesOf() != sent+1 {
+		t.Fatalf("no second probe (probes %d)", probesOf())
+	}
+	if now.Sub(failAt) < 200*time.Microsecond {
+		t.Fatalf("entropy %d probed %v after its spine's probe timed out, want the doubled interval (200µs)", e, now.Sub(failAt))
+	}
+}

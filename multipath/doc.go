@@ -74,8 +74,13 @@
 // be positive) within the probe timeout (StallRTTs times the larger of the
 // largest active SRTT and the path's own SRTT from before it went out, at
 // least MinStallTimeout) puts the path back with its loss history cleared
-// and its SRTT restarted from the probe's RTT. A probe that times out
-// doubles the interval to the next one, up to MaxProbeInterval. Losses
+// and its SRTT restarted from the probe's RTT, and with it every path out
+// of the set whose INT path signature (OnPath) is the same: they cross the
+// same links. A probe that times out doubles the interval to the next one,
+// up to MaxProbeInterval, and the paths of the same signature wait for it
+// too. (After a spine came back, its eight entropies of a 32-entropy QP
+// needed eight probes, one in flight at a time; a probe that failed on one
+// of them did not stop the next from trying the same dead links.) Losses
 // reported on a path that is out are counted but change nothing, as they
 // may be of packets sent before it went out.
 //
