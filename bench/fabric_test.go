@@ -109,8 +109,8 @@ func collidingPorts(t *testing.T, ctx context.Context, fab *testbed.Fabric, a, b
 // link, two ECMP QPs whose entropies hash onto one spine (found with
 // SpineOf) share that spine's link, about half of it each, while the other
 // spine idles; one sprayed QP between the same hosts uses both spines
-// evenly and gets well above what the two ECMP QPs get together, towards
-// the fabric's bisection (2 x 50 Mbit/s).
+// evenly, gets well above what the two ECMP QPs get together and at least
+// 75% of the fabric's bisection (2 x 50 Mbit/s) as goodput.
 func TestFabricCollisions(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -166,6 +166,12 @@ func TestFabricCollisions(t *testing.T) {
 		if sh < 0.4 || sh > 0.6 {
 			t.Errorf("spray: spine %d carried %.1f%% of the bytes, want about half", s, 100*sh)
 		}
+	}
+	// Ten runs at load average 7-10 measured 0.82-0.86 of the bisection
+	// (0.94-0.99 on the wire; the rest is headers, INT records included,
+	// and a few resends).
+	if g < 0.75*bisection {
+		t.Errorf("spray got %.1f Mbit/s, %.2f of the %.0f Mbit/s bisection: want at least 0.75", g, g/bisection, bisection)
 	}
 	if g < 1.3*(e0+e1) {
 		t.Errorf("spray got %.1f Mbit/s, the two colliding ECMP QPs %.1f together: spraying should beat the collision", g, e0+e1)
@@ -266,9 +272,12 @@ func TestFabricFailover(t *testing.T) {
 }
 
 // failoverBound is TestFabricFailover's bound on the time to 90% of
-// (S-1)/S: the 50 ms, plus slack for two cores shared with other
-// work, where the engines are descheduled for milliseconds at times.
-const failoverBound = 100 * time.Millisecond
+// (S-1)/S of the pre-failure goodput: the 50 ms. Ten runs on two
+// cores at load average 7-10 from other work measured 0.3-27.5 ms (to
+// (S-1)/S itself: 0.3-32.5 ms); the 10% below (S-1)/S is the slack for the
+// engines being descheduled for milliseconds at times, which moves bytes
+// between the 5 ms buckets.
+const failoverBound = 50 * time.Millisecond
 
 // TestFabricLossSweep: random loss of 0.01%, 0.1% and 1% on every spine
 // link of a 1x2x4 fabric shaped to 50 Mbit/s per link: transfers complete

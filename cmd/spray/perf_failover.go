@@ -24,6 +24,7 @@ type failoverReport struct {
 	Profile     string  `json:"profile"`
 	Port        string  `json:"port"`
 	WindowBytes int     `json:"window_bytes,omitempty"`
+	MinRTOMs    float64 `json:"min_rto_ms"`
 	Bytes       int64   `json:"bytes"`
 	Seconds     float64 `json:"seconds"`
 	GoodputMbps float64 `json:"goodput_mbps"`
@@ -129,6 +130,14 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 		}
 		tcfg.CC = func() cc.Controller { return cc.Fixed{WindowBytes: window} }
 	}
+	if tcfg.MinRTO == 0 {
+		// A packet may wait in two full port queues on its way (the
+		// sender's leaf uplink, the spine's port down): a retransmission
+		// timeout shorter than that is spurious by construction, and
+		// under CPU load the default 1 ms floor fired 100-175 times per
+		// 1 GiB (10 ms: 2-3 per 512 MiB, against 14-18).
+		tcfg.MinRTO = max(time.Duration(2*fab.Config.BufferBytes*8)*time.Second/time.Duration(fab.Config.RateBps), time.Millisecond)
+	}
 	logger.Printf("testbed %s: %s, %s (%v) -> %s (%v); %s blackholed at %v, restored at %v", fab.Prefix, fab.Config, a.Name, a.IP, b.Name, b.IP, spec, at, f.restore)
 	res, err := bench.RunFailover(ctx, bench.FailoverRun{
 		Fabric: fab, Progs: progs, Switch: sw, Port: port, FailAt: at, RestoreAt: f.restore,
@@ -139,7 +148,7 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 	}
 	fl := res.Flows[0]
 	rep := failoverReport{
-		Testbed: fab.Config.String(), Link: kinds[0], Profile: tcfg.Profile.String(), Port: spec, WindowBytes: window,
+		Testbed: fab.Config.String(), Link: kinds[0], Profile: tcfg.Profile.String(), Port: spec, WindowBytes: window, MinRTOMs: float64(tcfg.MinRTO) / 1e6,
 		Bytes: fl.Bytes, Seconds: fl.Seconds, GoodputMbps: fl.GoodputMbps, Integrity: fl.Integrity,
 		Retransmits: fl.Sender.Retransmits, Timeouts: fl.Sender.Timeouts,
 		FailedS: res.Failed.Seconds(), RestoredS: res.Restored.Seconds(), PreMbps: res.Pre / 1e6, PostMbps: res.Post / 1e6,
@@ -179,6 +188,7 @@ func printFailover(w io.Writer, r failoverReport) {
 	if r.WindowBytes > 0 {
 		fmt.Fprintf(w, ", fixed window %d bytes", r.WindowBytes)
 	}
+	fmt.Fprintf(w, ", min RTO %.1f ms", r.MinRTOMs)
 	fmt.Fprintln(w)
 	frac := float64(r.Spines-1) / float64(r.Spines)
 	fmt.Fprintf(w, "  goodput:      %.1f Mbit/s in the second before the failure, %.1f (%.2f of it) from 100 ms after it to the restore\n",
