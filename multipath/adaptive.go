@@ -76,7 +76,7 @@ type AckPather interface {
 type AdaptiveConfig struct {
 	// StallRTTs is K: a path that has had a packet outstanding for more
 	// than K smoothed RTTs with no ACK, while another path acknowledged a
-	// packet sent later, is stalled and taken out. 0 means 4.
+	// packet sent later, is stalled and taken out. 0 means 2.
 	StallRTTs int
 	// MinStallTimeout is the floor of the stall and probe timeouts, so that
 	// microsecond RTTs do not make scheduling jitter look like a stall.
@@ -127,7 +127,7 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 		return f
 	}
 	if c.StallRTTs <= 0 {
-		c.StallRTTs = 4
+		c.StallRTTs = 2
 	}
 	if c.MinStallTimeout <= 0 {
 		c.MinStallTimeout = 50 * time.Microsecond
@@ -540,12 +540,19 @@ func (a *adaptive) remove(now clock.Time, i int) {
 }
 
 // restore puts path i back into the set after an acknowledged probe, with
-// its loss history cleared and its RTT restarted from the probe's, and with
-// it every path out of the set that has the same known signature (OnPath):
-// they take the same links, and the probe just crossed them. After a spine
-// comes back, one probe brings all of its entropies back instead of one
-// probe each (one is in flight at a time across the set).
+// its loss history cleared and its SRTT restarted from the larger of the
+// probe's RTT and the largest SRTT of the active paths, and with it every
+// path out of the set that has the same known signature (OnPath): they take
+// the same links, and the probe just crossed them. After a spine comes
+// back, one probe brings all of its entropies back instead of one probe
+// each (one is in flight at a time across the set). The probe crossed an
+// empty queue: restarted from its RTT alone, the path drew the largest
+// share at once and its first packets, behind the queue that share built,
+// took more than StallRTTs of that RTT and took it out again.
 func (a *adaptive) restore(i int, rtt time.Duration) {
+	if a.active > 0 {
+		rtt = max(rtt, a.refRTT())
+	}
 	a.restoreOne(i, rtt)
 	if g := a.st[i].group; g != 0 {
 		for j := range a.st {

@@ -295,7 +295,7 @@ func TestAdaptiveCongestedPathGetsLess(t *testing.T) {
 // a packet sent at or after the probe, within the probe timeout.
 func TestAdaptiveProbeRules(t *testing.T) {
 	set := []uint16{50000, 50001}
-	cfg := AdaptiveConfig{LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
+	cfg := AdaptiveConfig{StallRTTs: 4, LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
 	p := NewAdaptive(set, 1, cfg)
 	var now clock.Time
 	p.OnAck(now, 50000, 10*time.Microsecond, false)
@@ -352,14 +352,16 @@ func TestAdaptiveProbeRules(t *testing.T) {
 	now = now.Add(5 * time.Microsecond)
 	p.OnAck(now, 50001, 5*time.Microsecond, false)
 	st := statsOf(p, 50001)
-	if st.Down || st.Removals != 1 || st.Probes != 2 || st.SRTT != 5*time.Microsecond {
+	// Its SRTT restarts from the larger of the probe's 5µs and the other
+	// path's 10µs: the probe crossed an empty queue.
+	if st.Down || st.Removals != 1 || st.Probes != 2 || st.SRTT != 10*time.Microsecond {
 		t.Fatalf("after a timely probe ACK: %+v", st)
 	}
 	got := map[uint16]int{}
 	for range 100 {
 		got[next()]++
 	}
-	// 50000 still has a loss and a larger RTT against it: it gets less.
+	// 50000 still has a loss against it: it gets less.
 	if got[50000] < 10 || got[50001] < 10 || got[50000] > got[50001] {
 		t.Fatalf("after the restore: %v, want both in use, more on 50001", got)
 	}
@@ -367,7 +369,7 @@ func TestAdaptiveProbeRules(t *testing.T) {
 
 func TestAdaptiveConfigDefaults(t *testing.T) {
 	got := AdaptiveConfig{}.withDefaults()
-	want := AdaptiveConfig{StallRTTs: 4, MinStallTimeout: 50 * time.Microsecond, InitialRTT: 100 * time.Microsecond,
+	want := AdaptiveConfig{StallRTTs: 2, MinStallTimeout: 50 * time.Microsecond, InitialRTT: 100 * time.Microsecond,
 		LossLimit: 3, MaxLossRate: 0.25, ProbeInterval: time.Millisecond, MaxProbeInterval: 64 * time.Millisecond,
 		ECNWeight: 4, LossWeight: 16, MinWeight: 1.0 / 16}
 	if got != want {
@@ -687,12 +689,12 @@ func TestAdaptiveRandomFaults(t *testing.T) {
 		p := NewAdaptive(set, r.Uint64(), AdaptiveConfig{ProbeInterval: 100 * time.Microsecond, MaxProbeInterval: time.Millisecond})
 		rtt := time.Duration(5+r.IntN(20)) * time.Microsecond
 		s := newSim(t, p, rtt)
-		// A silent failure goes unnoticed for StallRTTs (4) x rtt, at least
+		// A silent failure goes unnoticed for StallRTTs (2) x rtt, at least
 		// 50µs, from the last ACK (one RTT after the failure); the path
 		// carries its share of the packets meanwhile (1/up with up paths in
 		// the set), give or take a round.
 		bound := func(up int) uint64 {
-			return uint64(max(4*rtt, 50*time.Microsecond)+rtt)/uint64(time.Microsecond)/uint64(up) + uint64(k)
+			return uint64(max(2*rtt, 50*time.Microsecond)+rtt)/uint64(time.Microsecond)/uint64(up) + uint64(k)
 		}
 		s.run(1000)
 		dead := make([]bool, k)
@@ -757,7 +759,7 @@ func TestAdaptiveRandomFaults(t *testing.T) {
 func TestAdaptiveProbeBySignature(t *testing.T) {
 	set := []uint16{50000, 50001, 50002, 50003, 50004, 50005}
 	sig := func(e uint16) uint64 { return 1 + uint64(e%2) } // two spines, three entropies each
-	cfg := AdaptiveConfig{LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
+	cfg := AdaptiveConfig{StallRTTs: 4, LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
 	p := NewAdaptive(set, 1, cfg)
 	po := p.(PathObserver)
 	var now clock.Time
