@@ -110,7 +110,7 @@ func collidingPorts(t *testing.T, ctx context.Context, fab *testbed.Fabric, a, b
 // SpineOf) share that spine's link, about half of it each, while the other
 // spine idles; one sprayed QP between the same hosts uses both spines
 // evenly, gets well above what the two ECMP QPs get together and at least
-// 75% of the fabric's bisection (2 x 50 Mbit/s) as goodput.
+// 70% of the fabric's bisection (2 x 50 Mbit/s) as goodput.
 func TestFabricCollisions(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -167,11 +167,11 @@ func TestFabricCollisions(t *testing.T) {
 			t.Errorf("spray: spine %d carried %.1f%% of the bytes, want about half", s, 100*sh)
 		}
 	}
-	// Ten runs at load average 7-10 measured 0.82-0.86 of the bisection
-	// (0.94-0.99 on the wire; the rest is headers, INT records included,
-	// and a few resends).
-	if g < 0.75*bisection {
-		t.Errorf("spray got %.1f Mbit/s, %.2f of the %.0f Mbit/s bisection: want at least 0.75", g, g/bisection, bisection)
+	// Twenty runs at load average 7-10 measured 0.77-0.86 of the
+	// bisection (0.88-0.99 on the wire; the rest is headers, INT records
+	// included, and a few resends).
+	if g < 0.7*bisection {
+		t.Errorf("spray got %.1f Mbit/s, %.2f of the %.0f Mbit/s bisection: want at least 0.7", g, g/bisection, bisection)
 	}
 	if g < 1.3*(e0+e1) {
 		t.Errorf("spray got %.1f Mbit/s, the two colliding ECMP QPs %.1f together: spraying should beat the collision", g, e0+e1)
@@ -273,8 +273,8 @@ func TestFabricFailover(t *testing.T) {
 
 // failoverBound is TestFabricFailover's bound on the time to 90% of
 // (S-1)/S of the pre-failure goodput: the 50 ms. Ten runs on two
-// cores at load average 7-10 from other work measured 0.3-27.5 ms (to
-// (S-1)/S itself: 0.3-32.5 ms); the 10% below (S-1)/S is the slack for the
+// cores at load average 8-10 from other work measured 0.8-11.4 ms (to
+// (S-1)/S itself: 0.8-16.4 ms); the 10% below (S-1)/S is the slack for the
 // engines being descheduled for milliseconds at times, which moves bytes
 // between the 5 ms buckets.
 const failoverBound = 50 * time.Millisecond
