@@ -75,7 +75,7 @@ func TestRACKPerPath(t *testing.T) {
 }
 
 // TestRACKDeadPath: the packets of a path that stopped delivering are
-// declared lost four of its RTTs after they were sent, once later packets
+// declared lost two of its RTTs after they were sent, once later packets
 // on other paths are delivered.
 func TestRACKDeadPath(t *testing.T) {
 	s := mustNew(t, Config{}, 0)
@@ -104,8 +104,8 @@ func TestRACKDeadPath(t *testing.T) {
 			}
 		}
 	}
-	if lostAt < 600*us || lostAt > 620*us {
-		t.Fatalf("dead path's packet declared lost at %v, want 200µs + 4x100µs", lostAt)
+	if lostAt < 400*us || lostAt > 420*us {
+		t.Fatalf("dead path's packet declared lost at %v, want 200µs + 2x100µs", lostAt)
 	}
 	if p, _, ok := s.PopLost(); !ok || p != dead {
 		t.Fatalf("PopLost = %d %v, want %d", p, ok, dead)
@@ -230,8 +230,8 @@ func TestRACKPathSlotsShared(t *testing.T) {
 	if _, lost := split(ev); len(lost) != 0 {
 		t.Fatalf("lost %v at once", lost)
 	}
-	// Well before the slow path's RTT has passed four times, nothing is
-	// lost whatever the timers do.
+	// Well before the slow path's RTT has passed twice, nothing is lost
+	// whatever the timers do.
 	for now := clock.Time(1101) * us; now < 1900*us; now += 10 * us {
 		if at := s.NextTimeout(); at <= now {
 			if ev, _, _ := s.OnTimeout(now, nil); len(ev) > 0 {

@@ -759,16 +759,15 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 //     that packet's RTT + reo_wnd has passed since it was sent (RACK on one
 //     path, where reordering is rare);
 //   - otherwise (the path's later packets are still on their way, or the
-//     path died): once four times the larger of RACK.rtt and the path's
-//     last RTT (at least that plus reo_wnd) has passed. Queues that grow,
-//     CPUs that deschedule the receiver and ACKs sprayed back over other
-//     paths make one path's RTT jump by more than any fraction of it; a
-//     dead path is also taken out of the spray set by the path policy, so
-//     the cost of the wait is a few round trips for the packets caught on
-//     it. With twice, one sprayed QP on four 50 Mbit/s spines (bench's
-//     fabric tests, 48 KiB window) had about 1 in 10 packets declared lost
-//     with none dropped: a shifted share doubles a spine's queue within a
-//     round trip, and the path policy took most of the set out at once.
+//     path died): once twice the larger of RACK.rtt and the path's last RTT
+//     (at least that plus reo_wnd) has passed. Queues that grow, CPUs that
+//     deschedule the receiver and ACKs sprayed back over other paths make
+//     one path's RTT jump by more than any fraction of it; a dead path is
+//     also taken out of the spray set by the path policy, so the cost of
+//     the wait is a round trip for the packets caught on it. (Four times
+//     cut one bulk QP's spurious resends on four 50 Mbit/s spines, but made
+//     spray compare's all-to-all 10-20% slower: its real queue drops were
+//     repaired two round trips later.)
 //
 // A packet on an entropy with no delivery yet is judged as RFC 8985 says.
 //
@@ -799,7 +798,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 				deadline = e.sentAt.Add(r.rtt + reo)
 			} else {
 				rtt := max(s.rackRTT, r.rtt)
-				deadline = e.sentAt.Add(rtt + max(reo, 3*rtt))
+				deadline = e.sentAt.Add(rtt + max(reo, rtt))
 			}
 		}
 		if !now.Before(deadline) {
