@@ -113,8 +113,9 @@
 // MiB transfer and restored a second later), the dead spine's entropies
 // leave the set within milliseconds (stall verdicts and RACK losses), the
 // goodput averaged over 20 ms is back above 90% of (S-1)/S of its
-// pre-failure level in 1-12 ms (ten runs at load average 8-10), and 300 ms
-// after the restore the spine carries its quarter of the bytes again. With
+// pre-failure level in 1.4-7.8 ms in nine runs of ten (79 ms in the tenth;
+// load average 3-4), and 300 ms after the restore the spine carries its
+// quarter of the bytes again. With
 // StallRTTs 4 the dead spine's entropies went out about 18 ms after the
 // failure: by then the packets caught on it held most of a fixed window,
 // and the goodput fell to less than half before it recovered.
