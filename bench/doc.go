@@ -10,7 +10,10 @@
 // bench <collective>` (size, count, type, time, algbw, busbw, #wrong,
 // p50/p99/p99.9 of the slowest rank's iteration times); RunFabric runs
 // several QPs between two hosts of a leaf-spine fabric with goodput
-// timelines (the failover, collision and loss figures); RunIncast is the
+// timelines (the failover, collision and loss figures); RunFailover
+// blackholes a leaf-spine link in the middle of one (and restores it) and
+// reads the recovery off the timeline, behind `spray perf --fault`;
+// RunIncast is the
 // N->1 congestion-control bench behind `spray incast`.
 //
 // Compare is the fabric comparison behind `spray compare`: the same

@@ -50,6 +50,10 @@ type FabricRun struct {
 	Bucket time.Duration
 	// Seed seeds the payloads.
 	Seed uint64
+	// PathEvery, when positive, samples every sending QP's per-path
+	// counters at that interval into FlowResult.PathSamples (for seeing
+	// paths leave and rejoin the spray set, and their weights, over time).
+	PathEvery time.Duration
 	// During, when set, runs in its own goroutine from the first message on
 	// with the time the transfer started; its context ends when the
 	// transfer does, and the run waits for it.
@@ -93,7 +97,7 @@ func (t Timeline) Rate(from, to time.Duration) float64 {
 // window-long span, beginning at a bucket boundary at or after at, whose
 // rate is at least frac*ref. ok is false if no such span exists.
 func (t Timeline) Recovery(at, window time.Duration, ref, frac float64) (time.Duration, bool) {
-	first := int(max(at, 0) / t.Bucket)
+	first := int((max(at, 0) + t.Bucket - 1) / t.Bucket)
 	n := max(int(window/t.Bucket), 1)
 	for i := first; i+n <= len(t.Bytes); i++ {
 		from := time.Duration(i) * t.Bucket
@@ -102,6 +106,21 @@ func (t Timeline) Recovery(at, window time.Duration, ref, frac float64) (time.Du
 		}
 	}
 	return 0, false
+}
+
+// Dip returns the lowest goodput in bit/s averaged over window (whole
+// buckets) of the windows that begin at a bucket boundary in [from, to);
+// 0 if none fits in the timeline.
+func (t Timeline) Dip(from, to, window time.Duration) float64 {
+	n := max(int(window/t.Bucket), 1)
+	low, found := 0.0, false
+	for i := int((max(from, 0) + t.Bucket - 1) / t.Bucket); time.Duration(i)*t.Bucket < to && i+n <= len(t.Bytes); i++ {
+		at := time.Duration(i) * t.Bucket
+		if r := t.Rate(at, at+time.Duration(n)*t.Bucket); !found || r < low {
+			low, found = r, true
+		}
+	}
+	return low
 }
 
 // FlowResult is what one flow of a FabricRun measured.
@@ -125,6 +144,16 @@ type FlowResult struct {
 	Paths            []multipath.PathStats
 	// Scoreboard is the sender's retransmission counters.
 	Scoreboard retransmit.Stats
+	// PathSamples are the sender's per-path counters every
+	// FabricRun.PathEvery (none when it is zero).
+	PathSamples []PathSample
+}
+
+// PathSample is a sending QP's per-path view at At after the transfer's
+// start.
+type PathSample struct {
+	At    time.Duration
+	Paths []multipath.PathStats
 }
 
 // FabricResult is the outcome of a FabricRun.
@@ -330,6 +359,13 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 		defer close(samplerDone)
 		samplePlaced(dctx, recv, res.Flows, start, r.Bucket)
 	}()
+	pathsDone := make(chan struct{})
+	go func() {
+		defer close(pathsDone)
+		if r.PathEvery > 0 {
+			samplePaths(dctx, send, res.Flows, start, r.PathEvery)
+		}
+	}()
 	err := sendFlows(ctx, r, send, cq, bufs, &res, start)
 	if err != nil {
 		cancel(err)
@@ -338,6 +374,7 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 	stopDuring()
 	<-duringDone
 	<-samplerDone
+	<-pathsDone
 	if cause := context.Cause(ctx); cause != nil {
 		return res, cause
 	}
@@ -387,6 +424,27 @@ func samplePlaced(ctx context.Context, recv []*transport.Conn, flows []FlowResul
 			}
 			flows[i].Placed.add(time.Since(start), int64(st.RxBytes-last[i]))
 			last[i] = st.RxBytes
+		}
+	}
+}
+
+// samplePaths samples the sending QPs' per-path counters every interval
+// until ctx ends, into each flow's PathSamples.
+func samplePaths(ctx context.Context, send []*transport.Conn, flows []FlowResult, start time.Time, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for i, c := range send {
+			ps, err := c.PathStats(ctx)
+			if err != nil {
+				return
+			}
+			flows[i].PathSamples = append(flows[i].PathSamples, PathSample{At: time.Since(start), Paths: ps})
 		}
 	}
 }

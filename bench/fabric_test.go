@@ -109,8 +109,8 @@ func collidingPorts(t *testing.T, ctx context.Context, fab *testbed.Fabric, a, b
 // link, two ECMP QPs whose entropies hash onto one spine (found with
 // SpineOf) share that spine's link, about half of it each, while the other
 // spine idles; one sprayed QP between the same hosts uses both spines
-// evenly and gets well above what the two ECMP QPs get together, towards
-// the fabric's bisection (2 x 50 Mbit/s).
+// evenly, gets well above what the two ECMP QPs get together and at least
+// 70% of the fabric's bisection (2 x 50 Mbit/s) as goodput.
 func TestFabricCollisions(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -152,12 +152,26 @@ func TestFabricCollisions(t *testing.T) {
 		}
 	})
 	g := spray.GoodputMbps()
-	t.Logf("spray: %.1f Mbit/s = %.2f of the %.0f Mbit/s bisection (%.2fx the colliding ECMP pair); spine shares %.3f; %d retransmits",
-		g, g/bisection, bisection, g/(e0+e1), shares(d), spray.Flows[0].Sender.Retransmits)
+	var wire uint64
+	for _, v := range d {
+		wire += v
+	}
+	// The spine links' own measure of the bisection in use: the frames
+	// leaf 0 sent up to the spines (headers, INT records and resends
+	// included), over the transfer.
+	wireMbps := float64(wire) * 8 / spray.Seconds / 1e6
+	t.Logf("spray: %.1f Mbit/s = %.2f of the %.0f Mbit/s bisection (%.2fx the colliding ECMP pair); on the wire %.1f Mbit/s = %.2f of it (goodput/wire %.3f); spine shares %.3f; %d retransmits",
+		g, g/bisection, bisection, g/(e0+e1), wireMbps, wireMbps/bisection, g/wireMbps, shares(d), spray.Flows[0].Sender.Retransmits)
 	for s, sh := range shares(d) {
 		if sh < 0.4 || sh > 0.6 {
 			t.Errorf("spray: spine %d carried %.1f%% of the bytes, want about half", s, 100*sh)
 		}
+	}
+	// Forty runs at load average 3-10 measured 0.77-0.86 of the
+	// bisection (0.88-1.00 on the wire; the rest is headers, INT records
+	// included, and a few resends).
+	if g < 0.7*bisection {
+		t.Errorf("spray got %.1f Mbit/s, %.2f of the %.0f Mbit/s bisection: want at least 0.7", g, g/bisection, bisection)
 	}
 	if g < 1.3*(e0+e1) {
 		t.Errorf("spray got %.1f Mbit/s, the two colliding ECMP QPs %.1f together: spraying should beat the collision", g, e0+e1)
@@ -200,13 +214,14 @@ func TestFabricSpread(t *testing.T) {
 // TestFabricFailover: on a 1x2x4 fabric shaped to 50 Mbit/s per spine
 // link, a spine link (leaf 0 to spine 1) is blackholed one second into a
 // 48 MiB sprayed transfer (several seconds at these rates) and restored a
-// second later. The transfer completes byte-exact; on its own timeline
-// (bytes placed per 5 ms) the goodput, averaged over 20 ms, is back to at
-// least 90% of (S-1)/S of its pre-failure level within 50 ms of the
-// failure (the issue's bound, logged; the test fails beyond 100 ms); after the restore the path is probed back in and the spine
-// carries its share again. The timeline is of payload placed at the
-// receiver (sampled every 5 ms); whole messages, which a hole holds back,
-// are reported beside it.
+// second later (RunFailover). The transfer completes byte-exact; on its own
+// timeline (bytes placed at the receiver, sampled every 5 ms) the goodput,
+// averaged over 20 ms, is back to at least 90% of (S-1)/S of its
+// pre-failure level within failoverBound of the failure; after the restore
+// the path is probed back in and the spine carries its share again. The
+// time to (S-1)/S itself is logged: the pre-failure goodput is near the
+// four spines' limit, so the three left give (S-1)/S of it at best and the
+// 20 ms averages cross that line at random.
 func TestFabricFailover(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -214,102 +229,58 @@ func TestFabricFailover(t *testing.T) {
 	const spines, deadSpine = 4, 1
 	fab, progs := shapedFabric(t, ctx, spines)
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
-	dead := fab.PortID(fab.Leaves[0], fab.Config.Hosts+deadSpine)
-	const failAt, restoreAt = time.Second, 2 * time.Second
-	var failed, restored time.Duration // on the transfer's clock
-	var atFail, atRestore, atProbe []uint64
-	res, err := RunFabric(ctx, FabricRun{
-		A: a, B: b, Transport: fabricConfig(transport.Spray, a.MTU+14, seed),
-		Total: 48 << 20, MsgSize: 16 << 10, Depth: 64, Seed: seed,
-		During: func(ctx context.Context, start time.Time) {
-			wait := func(d time.Duration) bool {
-				select {
-				case <-time.After(time.Until(start.Add(d))):
-					return true
-				case <-ctx.Done():
-					return false
-				}
-			}
-			if !wait(failAt) {
-				return
-			}
-			atFail, _ = fab.UplinkBytes(0)
-			if err := progs.SetFaults(dead, ebpf.Faults{Blackhole: true, RoCEOnly: true}); err != nil {
-				t.Error(err)
-			}
-			failed = time.Since(start)
-			if !wait(restoreAt) {
-				return
-			}
-			atRestore, _ = fab.UplinkBytes(0)
-			if err := progs.SetFaults(dead, ebpf.Faults{}); err != nil {
-				t.Error(err)
-			}
-			restored = time.Since(start)
-			if wait(restoreAt + 300*time.Millisecond) {
-				atProbe, _ = fab.UplinkBytes(0)
-			}
-		},
+	res, err := RunFailover(ctx, FailoverRun{
+		Fabric: fab, Progs: progs, Switch: fab.Leaves[0], Port: fab.Config.Hosts + deadSpine,
+		FailAt: time.Second, RestoreAt: 2 * time.Second,
+		Run: FabricRun{A: a, B: b, Transport: fabricConfig(transport.Spray, a.MTU+14, seed),
+			Total: 48 << 20, MsgSize: 16 << 10, Depth: 64, Seed: seed},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := fab.UplinkBytes(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if failed == 0 || restored == 0 || atProbe == nil {
-		t.Fatalf("the transfer took %.2fs and ended before the failure and the restore were over", res.Seconds)
-	}
 	f := res.Flows[0]
 	tl := f.Placed
-	pre := tl.Rate(failed-500*time.Millisecond, failed)
-	post := tl.Rate(failed+100*time.Millisecond, restored)
-	frac := 0.9 * float64(spines-1) / spines
-	rec, ok := tl.Recovery(failed, 20*time.Millisecond, pre, frac)
-	msgRec, msgOK := f.Received.Recovery(failed, 20*time.Millisecond, f.Received.Rate(failed-500*time.Millisecond, failed), frac)
-	t.Logf("whole messages received: back to %.0f%% after %v (found %v); a hole holds back every later message until it is repaired", 100*frac, msgRec, msgOK)
 	var timeline strings.Builder
-	for i := int(failed/tl.Bucket) - 4; i < int(failed/tl.Bucket)+16 && i < len(tl.Bytes); i++ {
+	for i := int(res.Failed/tl.Bucket) - 4; i < int(res.Failed/tl.Bucket)+16 && i < len(tl.Bytes); i++ {
 		fmt.Fprintf(&timeline, " %.0f", float64(tl.Bytes[i])*8/tl.Bucket.Seconds()/1e6)
 	}
-	t.Logf("48 MiB in %.2fs (%.1f Mbit/s), %d retransmits; blackhole at %v, restore at %v", res.Seconds, f.GoodputMbps, f.Sender.Retransmits, failed.Round(time.Millisecond), restored.Round(time.Millisecond))
-	t.Logf("goodput (payload placed at the receiver): %.1f Mbit/s in the 500 ms before the failure, %.1f (%.2f of it) from 100 ms after it to the restore; Mbit/s per 5 ms from 20 ms before the failure:%s",
-		pre/1e6, post/1e6, post/pre, timeline.String())
-	if post < 0.5*pre {
-		t.Errorf("goodput fell from %.1f to %.1f Mbit/s with one of %d spines down", pre/1e6, post/1e6, spines)
+	frac := float64(spines-1) / spines
+	t.Logf("48 MiB in %.2fs (%.1f Mbit/s), %d retransmits, %d timeouts; blackhole at %v, restore at %v", res.Seconds, f.GoodputMbps,
+		f.Sender.Retransmits, f.Sender.Timeouts, res.Failed.Round(time.Millisecond), res.Restored.Round(time.Millisecond))
+	t.Logf("goodput (payload placed at the receiver): %.1f Mbit/s in the second before the failure, %.1f (%.2f of it) from 100 ms after it to the restore, lowest 20 ms average %.1f (%.2f); Mbit/s per 5 ms from 20 ms before the failure:%s",
+		res.Pre/1e6, res.Post/1e6, res.Post/res.Pre, res.Dip/1e6, res.Dip/res.Pre, timeline.String())
+	t.Logf("goodput (20 ms average) back to %.0f%% of the pre-failure level after %v (found %v), to %.0f%% after %v (found %v); the issue asks for %.0f%% within 50 ms",
+		100*frac, res.Recovery, res.Recovered, 90*frac, res.Recovery90, res.Recovered90, 100*frac)
+	t.Logf("spine %d: %d bytes sent towards the blackhole while it was on, %d in the 300 ms after the restore; shares after the restore %.3f; up to %d of %d entropies out, %d still out 300 ms after the restore",
+		deadSpine, res.DeadBytes, res.ProbeBytes, res.SharesAfter, res.PathsOut, res.Paths, res.OutAfter)
+	if res.Post < 0.5*res.Pre {
+		t.Errorf("goodput fell from %.1f to %.1f Mbit/s with one of %d spines down", res.Pre/1e6, res.Post/1e6, spines)
 	}
-	// The issue asks for 50 ms; on two cores shared with other testbeds
-	// the engines are descheduled for tens of milliseconds at times, so
-	// the test allows twice that and logs the figure.
-	t.Logf("goodput (20 ms average) back to %.0f%% of the pre-failure level %v after the failure (found %v; the issue asks for 50 ms)", 100*frac, rec, ok)
-	if !ok || rec > 100*time.Millisecond {
-		t.Errorf("goodput (20 ms average) not back to %.0f%% of its pre-failure %.1f Mbit/s within 100 ms of the failure (found %v, after %v)", 100*frac, pre/1e6, ok, rec)
+	if !res.Recovered90 || res.Recovery90 > failoverBound {
+		t.Errorf("goodput (20 ms average) not back to %.0f%% of its pre-failure %.1f Mbit/s within %v of the failure (found %v, after %v)",
+			90*frac, res.Pre/1e6, failoverBound, res.Recovered90, res.Recovery90)
 	}
-	during := atRestore[deadSpine] - atFail[deadSpine]
-	probed := atProbe[deadSpine] - atRestore[deadSpine]
-	after := shares(func() []uint64 {
-		d := make([]uint64, len(end))
-		for i := range d {
-			d[i] = end[i] - atRestore[i]
-		}
-		return d
-	}())
-	t.Logf("spine %d: %d bytes sent into the blackhole in its second, %d in the 300 ms after the restore; shares after the restore %.3f", deadSpine, during, probed, after)
-	var removals uint64
-	for _, p := range f.Paths {
-		removals += p.Removals
-	}
-	if removals == 0 {
+	if res.Removals == 0 {
 		t.Error("no path was taken out of the spray set")
 	}
-	if probed < 100<<10 || after[deadSpine] < 0.5/spines {
-		t.Errorf("spine %d after the restore: %d bytes in 300 ms, share %.3f: the path was not probed back in", deadSpine, probed, after[deadSpine])
+	if res.ProbeBytes < 100<<10 || !res.ProbedBack {
+		t.Errorf("spine %d after the restore: %d bytes in 300 ms, share %.3f: the path was not probed back in", deadSpine, res.ProbeBytes, res.SharesAfter[deadSpine])
 	}
-	if pc, err := progs.PortCounters(dead); err != nil || pc.DropBlackhole == 0 {
-		t.Errorf("the blackhole dropped nothing (%v): the test proves nothing", err)
+	if res.Blackholed == 0 {
+		t.Error("the blackhole dropped nothing: the test proves nothing")
 	}
 }
+
+// failoverBound is TestFabricFailover's bound on the time to 90% of
+// (S-1)/S of the pre-failure goodput. The issue asks for 50 ms; ten runs on
+// two cores at load average 3-4 from other work measured 1.4-7.8 ms in nine
+// and 79 ms in one (the goodput fell to nothing for tens of milliseconds,
+// with about 3,700 resends in the run against 800-3,200 in the others; the
+// cause is not found), so the bound keeps the slack that the last session
+// chose. The 10% below (S-1)/S is for the engines being
+// descheduled for milliseconds at times, which moves bytes between the 5 ms
+// buckets.
+const failoverBound = 100 * time.Millisecond
 
 // TestFabricLossSweep: random loss of 0.01%, 0.1% and 1% on every spine
 // link of a 1x2x4 fabric shaped to 50 Mbit/s per link: transfers complete

@@ -183,7 +183,7 @@ func TestAdaptiveOneProbeAtATime(t *testing.T) {
 		}
 		return n
 	}
-	// A burst shorter than the probe timeout (4 x 20µs, at least 50µs).
+	// A burst shorter than the probe timeout (2 x 20µs, at least 50µs).
 	for range 20 {
 		p.Next(now)
 		now += 2 * us

@@ -76,7 +76,7 @@ type AckPather interface {
 type AdaptiveConfig struct {
 	// StallRTTs is K: a path that has had a packet outstanding for more
 	// than K smoothed RTTs with no ACK, while another path acknowledged a
-	// packet sent later, is stalled and taken out. 0 means 4.
+	// packet sent later, is stalled and taken out. 0 means 2.
 	StallRTTs int
 	// MinStallTimeout is the floor of the stall and probe timeouts, so that
 	// microsecond RTTs do not make scheduling jitter look like a stall.
@@ -127,7 +127,7 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 		return f
 	}
 	if c.StallRTTs <= 0 {
-		c.StallRTTs = 4
+		c.StallRTTs = 2
 	}
 	if c.MinStallTimeout <= 0 {
 		c.MinStallTimeout = 50 * time.Microsecond
@@ -560,8 +560,30 @@ func (a *adaptive) remove(now clock.Time, i int) {
 }
 
 // restore puts path i back into the set after an acknowledged probe, with
-// its loss history cleared and its RTT restarted from the probe's.
+// its loss history cleared and its SRTT restarted from the larger of the
+// probe's RTT and the largest SRTT of the active paths, and with it every
+// path out of the set that has the same known signature (OnPath): they take
+// the same links, and the probe just crossed them. After a spine comes
+// back, one probe brings all of its entropies back instead of one probe
+// each (one is in flight at a time across the set). The probe crossed an
+// empty queue: restarted from its RTT alone, the path drew the largest
+// share at once and its first packets, behind the queue that share built,
+// took more than StallRTTs of that RTT and took it out again.
 func (a *adaptive) restore(i int, rtt time.Duration) {
+	if a.active > 0 {
+		rtt = max(rtt, a.refRTT())
+	}
+	a.restoreOne(i, rtt)
+	if g := a.st[i].group; g != 0 {
+		for j := range a.st {
+			if a.st[j].down && a.st[j].group == g {
+				a.restoreOne(j, rtt)
+			}
+		}
+	}
+}
+
+func (a *adaptive) restoreOne(i int, rtt time.Duration) {
 	s := &a.st[i]
 	s.down, s.probing, s.pending = false, false, false
 	s.consecLoss, s.lossRate = 0, 0
@@ -622,22 +644,32 @@ func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
 // otherwise open with a probe on each of them, every one lost.
 func (a *adaptive) probe(now clock.Time) (int, bool) {
 	ref := a.refRTT()
+	flight := clock.Never
+	for i := range a.st {
+		s := &a.st[i]
+		if !s.down || !s.probing {
+			continue
+		}
+		deadline := s.probeSent.Add(a.probeTimeout(i, ref))
+		if now <= deadline {
+			flight = clock.Min(flight, deadline+1)
+			continue
+		}
+		s.probing = false
+		s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
+		s.probeAt = now.Add(s.probeInterval)
+		a.backOffGroup(i)
+	}
+	if flight != clock.Never {
+		a.nextProbe = flight
+		return 0, false
+	}
 	best, found := 0, false
-	next, flight := clock.Never, clock.Never
+	next := clock.Never
 	for i := range a.st {
 		s := &a.st[i]
 		if !s.down {
 			continue
-		}
-		if s.probing {
-			deadline := s.probeSent.Add(a.probeTimeout(i, ref))
-			if now <= deadline {
-				flight = clock.Min(flight, deadline+1)
-				continue
-			}
-			s.probing = false
-			s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
-			s.probeAt = now.Add(s.probeInterval)
 		}
 		if s.probeAt > now {
 			next = clock.Min(next, s.probeAt)
@@ -652,12 +684,26 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 			next = clock.Min(next, s.probeAt)
 		}
 	}
-	if flight != clock.Never {
-		a.nextProbe = flight
-		return 0, false
-	}
 	a.nextProbe = next
 	return best, found
+}
+
+// backOffGroup makes the paths out of the set that share path i's known
+// signature wait for i's next probe: i's probe just failed on their links,
+// and their own probes would cost a probe timeout each, one at a time, while
+// paths of other signatures wait to be probed back in.
+func (a *adaptive) backOffGroup(i int) {
+	g := a.st[i].group
+	if g == 0 {
+		return
+	}
+	s := &a.st[i]
+	for j := range a.st {
+		if t := &a.st[j]; j != i && t.down && !t.probing && t.group == g {
+			t.probeInterval = max(t.probeInterval, s.probeInterval)
+			t.probeAt = max(t.probeAt, s.probeAt)
+		}
+	}
 }
 
 // newRound takes stalled paths out, recomputes the weights and fills the

@@ -299,7 +299,7 @@ func TestAdaptiveCongestedPathGetsLess(t *testing.T) {
 // a packet sent at or after the probe, within the probe timeout.
 func TestAdaptiveProbeRules(t *testing.T) {
 	set := []uint16{50000, 50001}
-	cfg := AdaptiveConfig{LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
+	cfg := AdaptiveConfig{StallRTTs: 4, LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
 	p := NewAdaptive(set, 1, cfg)
 	var now clock.Time
 	p.OnAck(now, 50000, 10*time.Microsecond, false)
@@ -356,14 +356,16 @@ func TestAdaptiveProbeRules(t *testing.T) {
 	now = now.Add(5 * time.Microsecond)
 	p.OnAck(now, 50001, 5*time.Microsecond, false)
 	st := statsOf(p, 50001)
-	if st.Down || st.Removals != 1 || st.Probes != 2 || st.SRTT != 5*time.Microsecond {
+	// Its SRTT restarts from the larger of the probe's 5µs and the other
+	// path's 10µs: the probe crossed an empty queue.
+	if st.Down || st.Removals != 1 || st.Probes != 2 || st.SRTT != 10*time.Microsecond {
 		t.Fatalf("after a timely probe ACK: %+v", st)
 	}
 	got := map[uint16]int{}
 	for range 100 {
 		got[next()]++
 	}
-	// 50000 still has a loss and a larger RTT against it: it gets less.
+	// 50000 still has a loss against it: it gets less.
 	if got[50000] < 10 || got[50001] < 10 || got[50000] > got[50001] {
 		t.Fatalf("after the restore: %v, want both in use, more on 50001", got)
 	}
@@ -371,7 +373,7 @@ func TestAdaptiveProbeRules(t *testing.T) {
 
 func TestAdaptiveConfigDefaults(t *testing.T) {
 	got := AdaptiveConfig{}.withDefaults()
-	want := AdaptiveConfig{StallRTTs: 4, MinStallTimeout: 50 * time.Microsecond, InitialRTT: 100 * time.Microsecond,
+	want := AdaptiveConfig{StallRTTs: 2, MinStallTimeout: 50 * time.Microsecond, InitialRTT: 100 * time.Microsecond,
 		LossLimit: 3, MaxLossRate: 0.25, ProbeInterval: time.Millisecond, MaxProbeInterval: 64 * time.Millisecond,
 		ECNWeight: 4, LossWeight: 16, MinWeight: 1.0 / 16}
 	if got != want {
@@ -691,12 +693,12 @@ func TestAdaptiveRandomFaults(t *testing.T) {
 		p := NewAdaptive(set, r.Uint64(), AdaptiveConfig{ProbeInterval: 100 * time.Microsecond, MaxProbeInterval: time.Millisecond})
 		rtt := time.Duration(5+r.IntN(20)) * time.Microsecond
 		s := newSim(t, p, rtt)
-		// A silent failure goes unnoticed for StallRTTs (4) x rtt, at least
+		// A silent failure goes unnoticed for StallRTTs (2) x rtt, at least
 		// 50µs, from the last ACK (one RTT after the failure); the path
 		// carries its share of the packets meanwhile (1/up with up paths in
 		// the set), give or take a round.
 		bound := func(up int) uint64 {
-			return uint64(max(4*rtt, 50*time.Microsecond)+rtt)/uint64(time.Microsecond)/uint64(up) + uint64(k)
+			return uint64(max(2*rtt, 50*time.Microsecond)+rtt)/uint64(time.Microsecond)/uint64(up) + uint64(k)
 		}
 		s.run(1000)
 		dead := make([]bool, k)
@@ -849,4 +851,76 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// TestAdaptiveProbeBySignature: entropies with the same path signature
+// (OnPath) take the same links. When a spine's entropies are all out, one
+// acknowledged probe brings every one of them back; one probe that times
+// out makes all of them wait for the doubled interval, so probes of a dead
+// spine do not go out one entropy after another.
+func TestAdaptiveProbeBySignature(t *testing.T) {
+	set := []uint16{50000, 50001, 50002, 50003, 50004, 50005}
+	sig := func(e uint16) uint64 { return 1 + uint64(e%2) } // two spines, three entropies each
+	cfg := AdaptiveConfig{StallRTTs: 4, LossLimit: 1, ProbeInterval: 100 * time.Microsecond, MinStallTimeout: time.Microsecond}
+	p := NewAdaptive(set, 1, cfg)
+	po := p.(PathObserver)
+	var now clock.Time
+	for _, e := range set {
+		po.OnPath(now, e, sig(e))
+		p.OnAck(now, e, 10*time.Microsecond, false)
+	}
+	down := func() {
+		for _, e := range set {
+			if sig(e) == 2 {
+				p.OnLoss(now, e)
+			}
+		}
+	}
+	probesOf := func() (n uint64) {
+		for _, e := range set {
+			if sig(e) == 2 {
+				n += statsOf(p, e).Probes
+			}
+		}
+		return n
+	}
+	probe := func(limit int) (uint16, bool) {
+		for range limit {
+			now = now.Add(time.Microsecond)
+			if e := p.Next(now); sig(e) == 2 {
+				return e, true
+			}
+		}
+		return 0, false
+	}
+	down()
+	e, ok := probe(200)
+	if !ok || probesOf() != 1 {
+		t.Fatalf("no probe of the spine's entropies within 200µs of their removal (probes %d)", probesOf())
+	}
+	now = now.Add(5 * time.Microsecond)
+	p.OnAck(now, e, 5*time.Microsecond, false)
+	for _, x := range set {
+		if statsOf(p, x).Down {
+			t.Fatalf("entropy %d still out after a probe of entropy %d, on the same path, came back", x, e)
+		}
+	}
+
+	// The spine dies again: the first probe times out (4 x 10µs), and no
+	// entropy of the spine is probed before the doubled interval.
+	down()
+	if _, ok := probe(200); !ok {
+		t.Fatal("no probe after the second removal")
+	}
+	sent := probesOf()
+	now = now.Add(41 * time.Microsecond)
+	p.Next(now) // notices the timeout
+	failAt := now
+	e, ok = probe(400)
+	if !ok || probesOf() != sent+1 {
+		t.Fatalf("no second probe (probes %d)", probesOf())
+	}
+	if now.Sub(failAt) < 200*time.Microsecond {
+		t.Fatalf("entropy %d probed %v after its spine's probe timed out, want the doubled interval (200µs)", e, now.Sub(failAt))
+	}
 }

@@ -42,8 +42,8 @@
 // from DSACK (spray's receiver sends none); it learns from spurious
 // retransmissions instead (see Config.MinReorderWindow), found by timing or
 // by the send time an ACK echoes (Ack.AckedSentAt). Per-entropy state is
-// kept for 256 entropies, direct-mapped, so with more entropies some are
-// judged by plain RACK. A retransmission timeout declares lost the oldest
+// kept in a table of 256 slots (an entropy in one of the 8 slots from its
+// own), so with many entropies some are judged by plain RACK. A retransmission timeout declares lost the oldest
 // packet and those sent more than RACK.rtt + reo_wnd ago (RFC 8985 6.3),
 // not the whole window. It applies from the
 // first ACK, reordering seen or not, since spraying reorders by design. The

@@ -209,3 +209,40 @@ func reorderScriptAt(t *testing.T, s *Scoreboard, first psn.PSN, start clock.Tim
 		t.Fatalf("first+1 not declared lost by %v: stats %+v", start+29*us, s.Stats())
 	}
 }
+
+// TestRACKPathSlotsShared: entropies whose home slot in the per-entropy
+// table is the same (256 apart) keep separate RACK state: a packet on a
+// slow path is not declared lost because a later packet on a fast path,
+// sharing its slot, was delivered.
+func TestRACKPathSlotsShared(t *testing.T) {
+	s := mustNew(t, Config{}, 0)
+	const fast, slow = 49152, 49152 + 256
+	// Both paths deliver once: the fast one in 100µs, the slow one in 1ms.
+	pf := sendOn(t, s, 0, fast)
+	ps := sendOn(t, s, 0, slow)
+	s.OnAck(100*us, sackOf(pf, pf, pf), nil)
+	s.OnAck(1000*us, Ack{Cum: ps.Next(), Acked: ps, HasAcked: true}, nil)
+	// A packet on the slow path, then one on the fast path that is
+	// delivered first.
+	slow2 := sendOn(t, s, 1000*us, slow)
+	fast2 := sendOn(t, s, 1001*us, fast)
+	ev, _ := s.OnAck(1101*us, sackOf(slow2, fast2, fast2), nil)
+	if _, lost := split(ev); len(lost) != 0 {
+		t.Fatalf("lost %v at once", lost)
+	}
+	// Well before the slow path's RTT has passed twice, nothing is lost
+	// whatever the timers do.
+	for now := clock.Time(1101) * us; now < 1900*us; now += 10 * us {
+		if at := s.NextTimeout(); at <= now {
+			if ev, _, _ := s.OnTimeout(now, nil); len(ev) > 0 {
+				if _, lost := split(ev); len(lost) > 0 {
+					t.Fatalf("slow path's packet declared lost at %v, %v after it was sent (its path's RTT is 1ms)", now, now-1000*us)
+				}
+			}
+		}
+	}
+	ev, _ = s.OnAck(2000*us, Ack{Cum: fast2.Next(), Acked: slow2, HasAcked: true}, nil)
+	if _, lost := split(ev); len(lost) != 0 {
+		t.Fatalf("lost %v", lost)
+	}
+}

@@ -37,6 +37,10 @@ const perfUsage = `usage: spray perf [server|client] [flags]
   sudo spray perf --testbed leafspine:2x2x2   hosts x leaves x spines of namespaces, L4-hashed
                                               multipath routes, shaped switch ports, spray's
                                               fabric programs (INT, ECN, faults) on every port
+  sudo spray perf --testbed leafspine:1x2x4,rate=100mbit,mtu=3500 --total 1G \
+        --fault leaf0:up1@5s --restore 10s    one sprayed QP across the fabric; the link is
+                                              blackholed at 5 s and restored at 10 s into the
+                                              transfer; prints the goodput timeline summary
   spray perf server [--listen :18515]         on one host: answer clients (the link kind
                                               and profile come from the client)
   spray perf client --peer HOST [--link udp]  on another host: measure against the server
@@ -49,12 +53,13 @@ flags:
 
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
-	metrics                                                 string
+	metrics, fault                                          string
 	size, pings, mtu, paths, window                         int
-	total                                                   int64
+	total, windowBytes                                      sizeFlag
+	restore                                                 time.Duration
 	loss, gbps                                              float64
 	seed                                                    uint64
-	jsonOut                                                 bool
+	jsonOut, pathsSet                                       bool
 	timeout                                                 time.Duration
 }
 
@@ -77,7 +82,8 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", bench.DefaultControlPort), "server: control address to listen on")
 	fs.StringVar(&f.peer, "peer", "", "client: the server's host or host:port")
 	fs.IntVar(&f.size, "size", 1<<20, "bulk message size in bytes")
-	fs.Int64Var(&f.total, "total", 1<<30, "bulk bytes to transfer")
+	f.total = 1 << 30
+	fs.Var(&f.total, "total", "bulk bytes to transfer (K, M, G suffixes; default 1G)")
 	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (negative: none)")
 	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
 	fs.Float64Var(&f.gbps, "gbps", 0, "mem link: bandwidth of the in-memory fabric in Gbit/s (0 = unlimited)")
@@ -89,9 +95,17 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.ccName, "cc", "fixed", "congestion control: "+strings.Join(cc.Names, ", ")+" (dcqcn turns on ECN marking of data packets)")
 	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve OpenTelemetry metrics of every endpoint for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464)")
+	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole this leaf-spine link PORT@TIME into the transfer (PORT as in `spray testbed fault --port`, e.g. leaf0:up1@5s) and report the failover")
+	fs.DurationVar(&f.restore, "restore", 0, "with --fault: restore the link this long into the transfer (0: never)")
+	fs.Var(&f.windowBytes, "window-bytes", "with --fault and --cc fixed: the QP's fixed window in bytes (default: (spines-1) x half a port buffer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "paths" {
+			f.pathsSet = true
+		}
+	})
 	prof, err := transport.ParseProfile(f.profile)
 	if err != nil {
 		return err
@@ -105,7 +119,7 @@ func runPerf(args []string) error {
 	if tcfg.CC, err = cc.ByName(f.ccName, cc.Params{LineRate: 1.25e9, PacketBytes: max(f.mtu-100, 1400)}); err != nil {
 		return err
 	}
-	pcfg := bench.PerfConfig{MsgSize: f.size, Total: f.total, Pings: f.pings, Seed: f.seed}
+	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
 	if f.pcapFile != "" {
@@ -154,6 +168,15 @@ func runPerf(args []string) error {
 		return report(f, results)
 	}
 
+	if f.fault != "" || f.restore != 0 {
+		if !strings.HasPrefix(f.testbed, "leafspine") {
+			return fmt.Errorf("perf: --fault and --restore need a leafspine testbed (--testbed leafspine:HxLxS)")
+		}
+		if f.fault == "" {
+			return fmt.Errorf("perf: --restore needs --fault")
+		}
+		return perfFailover(ctx, f, tcfg, logger)
+	}
 	switch f.testbed {
 	case "":
 		var results []bench.PerfResult

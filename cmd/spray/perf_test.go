@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -50,5 +52,61 @@ func TestPerfPairPcap(t *testing.T) {
 			t.Fatalf("scapy checked %d classic frames", n)
 		}
 		t.Logf("scapy's ICRC agrees with spray's on %d frames", n)
+	}
+}
+
+// TestPerfFaultFlags: --fault and --restore are refused, with an error and
+// before anything runs, where they cannot apply.
+func TestPerfFaultFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--fault", "leaf0:up1@1s"},                          // no testbed
+		{"--testbed", "pair", "--fault", "leaf0:up1@1s"},     // not a leaf-spine
+		{"--testbed", "leafspine:1x2x2", "--restore", "2s"},  // restore without fault
+		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0"}, // no time
+		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@-1s"},
+		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@2s", "--restore", "1s"},
+		{"--total", "12Q"},
+	} {
+		if err := runPerf(args); err == nil {
+			t.Errorf("perf %v: no error", args)
+		}
+	}
+}
+
+// TestPerfFailover: spray perf --fault on a small fabric: the transfer is
+// byte-exact, the blackhole drops frames, paths leave the spray set, the
+// goodput recovers, and the link is probed back in after the restore.
+func TestPerfFailover(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	out, err := os.CreateTemp(t.TempDir(), "perf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = out
+	err = runPerf([]string{"--testbed", "leafspine:1x2x2,rate=100mbit,mtu=3500", "--total", "48M",
+		"--fault", "leaf0:up1@500ms", "--restore", "1s", "--json"})
+	os.Stdout = stdout
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r failoverReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	t.Logf("%s", b)
+	switch {
+	case !r.Integrity || r.Bytes != 48<<20:
+		t.Errorf("transfer: %d bytes, sha256 ok %v", r.Bytes, r.Integrity)
+	case r.Blackholed == 0 || r.PathsOut == 0:
+		t.Errorf("the blackhole dropped %d frames and took %d paths out", r.Blackholed, r.PathsOut)
+	case r.RecoveryMs < 0 && r.Recovery90Ms < 0:
+		t.Errorf("goodput never recovered after the failure")
+	case !r.ProbedBack || r.DeadSpine != 1:
+		t.Errorf("spine %d not probed back in: shares after the restore %v", r.DeadSpine, r.SharesAfter)
 	}
 }
