@@ -150,15 +150,21 @@ func (p Params) swift() SwiftConfig {
 
 // Target returns the queueing delay that the named controller, as ByName
 // configures it from p, aims to keep a bottleneck under: Swift's largest
-// target (base plus the full flow-scaling range), HPCC's T (a queue of
-// one T at the bottleneck alone makes U = 1 > η), and 0 for the others,
-// which have no delay target.
+// target (base plus the full flow-scaling range), HPCC's T plus, when
+// p.LineRate is known, one frame's time at it (with the QueueOffset that
+// ByName sets, U reaches 1 > η at a queue of one T beyond the frame that
+// the fabric's INT counts as each packet's own wait for the shaper), and 0
+// for the others, which have no delay target.
 func Target(name string, p Params) time.Duration {
 	switch name {
 	case "swift":
 		return 3 * SoftwareSwiftTarget
 	case "hpcc", "auto":
-		return p.hpcc().BaseRTT
+		t := p.hpcc().BaseRTT
+		if p.LineRate > 0 {
+			t += time.Duration(float64(p.frameBytes()) / p.LineRate * float64(time.Second))
+		}
+		return t
 	}
 	return 0
 }

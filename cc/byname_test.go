@@ -48,4 +48,9 @@ func TestByName(t *testing.T) {
 	if Target("swift", Params{}) != 3*SoftwareSwiftTarget || Target("hpcc", Params{}) != SoftwareBaseRTT || Target("none", Params{}) != 0 {
 		t.Fatal("targets")
 	}
+	// With the line rate known, HPCC's target holds one frame's time more.
+	p := Params{LineRate: 25e6, BaseRTT: 100 * time.Microsecond, PacketBytes: 3350}
+	if got, want := Target("hpcc", p), 100*time.Microsecond+time.Duration(float64(p.frameBytes())/25e6*1e9); got != want || got < 230*time.Microsecond {
+		t.Fatalf("hpcc target at 200 Mbit/s: %v, want %v", got, want)
+	}
 }
