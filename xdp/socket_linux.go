@@ -258,9 +258,9 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		timeout = stuckRetry
 	}
 	c.ctr.waits.Add(1)
-	if events == unix.POLLIN && (timeout < 0 || timeout >= poll.Precise) {
-		// A long wait parks in the runtime poller rather than blocking the
-		// thread (see package internal/poll).
+	if events == unix.POLLIN {
+		// A wait for frames parks in the runtime poller rather than blocking
+		// the thread, the short ones too (see package internal/poll).
 		s.sys.waitOnce.Do(func() { s.sys.waiter, _ = poll.New(s.sys.fd, s.sys.efd) })
 		if w := s.sys.waiter; w != nil {
 			err := w.Wait(timeout)
