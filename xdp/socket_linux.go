@@ -234,8 +234,9 @@ func (s *Socket) FD() int { return s.sys.fd }
 // been freed (when the last Alloc came up short), Wake is called, Close is
 // called, or timeout passes (negative: no limit). Before sleeping it kicks
 // the kernel for TX entries still queued and returns at once when frames
-// are already waiting. It sleeps in ppoll on the socket (POLLIN, plus
-// POLLOUT while waiting for completions) and the wake eventfd. Spurious
+// are already waiting. It parks in the runtime poller on the socket and the
+// wake eventfd, with a timerfd for the timeout (package internal/poll), or
+// sleeps in ppoll while it also waits for completions (POLLOUT). Spurious
 // returns happen. After Close it returns link.ErrClosed.
 func (s *Socket) Wait(timeout time.Duration) error {
 	s.mu.RLock()

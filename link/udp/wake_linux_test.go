@@ -36,8 +36,10 @@ func BenchmarkWakeWhilePacing(b *testing.B) {
 	defer y.Close()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	late := make([][]time.Duration, 4) // each pacer's Wait return after its timeout
-	for i := range 4 {                 // the pacing engines: 30 µs waits on idle links
+	// The pacing engines: 30 µs waits on idle links; late holds how late
+	// each one's Waits returned.
+	late := make([][]time.Duration, 4)
+	for i := range 4 {
 		p, err := Open(Config{Local: netip.AddrFrom4([4]byte{127, ipA.As4()[1], ipA.As4()[2], byte(10 + i)})})
 		if err != nil {
 			b.Fatal(err)
