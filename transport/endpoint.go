@@ -142,9 +142,11 @@ func (ep *Endpoint) run() {
 				continue
 			}
 		}
-		// Let the goroutines that dispatch just woke run first: a link's
-		// short Wait blocks this thread in a system call with its P, and a
-		// woken application goroutine would then need another thread.
+		// Let the goroutines that dispatch just woke run first: the links
+		// of package link park their Waits in the runtime poller, but a
+		// Wait that sleeps in a system call (AF_XDP waiting for transmit
+		// completions) holds this thread's P, and a woken application
+		// goroutine would then need another thread.
 		runtime.Gosched()
 		if err = ep.eng.link.Wait(timeout); err != nil {
 			return

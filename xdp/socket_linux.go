@@ -234,8 +234,9 @@ func (s *Socket) FD() int { return s.sys.fd }
 // been freed (when the last Alloc came up short), Wake is called, Close is
 // called, or timeout passes (negative: no limit). Before sleeping it kicks
 // the kernel for TX entries still queued and returns at once when frames
-// are already waiting. It sleeps in ppoll on the socket (POLLIN, plus
-// POLLOUT while waiting for completions) and the wake eventfd. Spurious
+// are already waiting. It parks in the runtime poller on the socket and the
+// wake eventfd, with a timerfd for the timeout (package internal/poll), or
+// sleeps in ppoll while it also waits for completions (POLLOUT). Spurious
 // returns happen. After Close it returns link.ErrClosed.
 func (s *Socket) Wait(timeout time.Duration) error {
 	s.mu.RLock()
@@ -258,9 +259,9 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		timeout = stuckRetry
 	}
 	c.ctr.waits.Add(1)
-	if events == unix.POLLIN && (timeout < 0 || timeout >= poll.Precise) {
-		// A long wait parks in the runtime poller rather than blocking the
-		// thread (see package internal/poll).
+	if events == unix.POLLIN {
+		// A wait for frames parks in the runtime poller rather than blocking
+		// the thread, the short ones too (see package internal/poll).
 		s.sys.waitOnce.Do(func() { s.sys.waiter, _ = poll.New(s.sys.fd, s.sys.efd) })
 		if w := s.sys.waiter; w != nil {
 			err := w.Wait(timeout)

@@ -34,7 +34,7 @@ type Stats struct {
 	Fills, Completions uint64
 	// TxWakeups and RxWakeups count the system calls that kicked the
 	// kernel (sendto for TX, recvfrom for the fill ring and busy polling);
-	// Waits counts the ppoll calls of Wait.
+	// Waits counts the calls of Wait that went to sleep.
 	TxWakeups, RxWakeups, Waits uint64
 	// TxDeviceDrops counts frames the kernel consumed from the TX ring but
 	// the device dropped (sendto returned EBUSY, copy mode).

@@ -8,13 +8,20 @@
 // the engine has just woken (an application's Recv, say) then need another
 // thread, and on a virtual machine waking a sleeping thread costs tens of
 // microseconds each time. Parked in the poller, the engine hands its P
-// straight to them. The poller's timers are coarse (about a millisecond), so
-// links use this for long or unlimited waits and ppoll for short, precise
-// ones.
+// straight to them.
+//
+// Why every wait, short ones too: the runtime looks at its poller only when
+// a P runs out of goroutines (or from sysmon, every 10 ms). Threads blocked
+// in ppoll never get there, so while some engines of a process sat in short
+// ppoll waits (pacing) and others were parked here, a frame for a parked
+// engine went unnoticed for a millisecond or more: in `spray incast` under
+// HPCC the senders' ACKs stopped for over 1 ms about 900 times in 2 s. A
+// timeout is therefore a timerfd in the Waiter's epoll set, with the
+// kernel's high-resolution timer, not a runtime deadline (whose poller
+// sleep rounds up to a millisecond).
 package poll
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -23,65 +30,102 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Precise is the longest wait that links should do with ppoll rather than
-// with a Waiter: the runtime poller's timers are about this coarse.
-const Precise = time.Millisecond
-
-// Waiter waits until one of a set of file descriptors is readable. It is
-// safe for one goroutine to Wait while others call Wake.
+// Waiter waits until one of a set of file descriptors is readable or its
+// timeout passes. It is safe for one goroutine to Wait while others call
+// Wake on the descriptors.
 type Waiter struct {
-	f  *os.File // the epoll instance, registered with the runtime poller
-	rc syscall.RawConn
-	ev [4]unix.EpollEvent
+	f     *os.File // the epoll instance, registered with the runtime poller
+	rc    syscall.RawConn
+	tfd   int  // timerfd in the epoll set
+	armed bool // tfd may expire or has expired since the last settime
+	ev    [4]unix.EpollEvent
+	// the callbacks given to rc, made once: a closure made per call
+	// would allocate.
+	ready func(fd uintptr) bool
+	look  func(fd uintptr)
+	err   error
 }
 
 // New returns a Waiter for the descriptors fds (readability). The caller
-// keeps ownership of fds; Close releases only the Waiter's own descriptor.
+// keeps ownership of fds; Close releases only the Waiter's own descriptors.
 func New(fds ...int) (*Waiter, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("poll: epoll_create1: %w", err)
 	}
-	for _, fd := range fds {
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("poll: timerfd_create: %w", err)
+	}
+	fail := func(err error) (*Waiter, error) {
+		unix.Close(tfd)
+		unix.Close(ep)
+		return nil, err
+	}
+	for _, fd := range append(fds, tfd) {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			unix.Close(ep)
-			return nil, fmt.Errorf("poll: epoll_ctl: %w", err)
+			return fail(fmt.Errorf("poll: epoll_ctl: %w", err))
 		}
 	}
 	if err := unix.SetNonblock(ep, true); err != nil {
-		unix.Close(ep)
-		return nil, fmt.Errorf("poll: %w", err)
+		return fail(fmt.Errorf("poll: %w", err))
 	}
 	f := os.NewFile(uintptr(ep), "spray-poll")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
+		unix.Close(tfd)
 		return nil, fmt.Errorf("poll: %w", err)
 	}
-	return &Waiter{f: f, rc: rc}, nil
+	w := &Waiter{f: f, rc: rc, tfd: tfd}
+	w.ready = func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), w.ev[:], 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	}
+	w.look = func(fd uintptr) {
+		if _, err := unix.EpollWait(int(fd), w.ev[:], 0); err != nil && err != unix.EINTR {
+			w.err = fmt.Errorf("poll: epoll_wait: %w", err)
+		}
+	}
+	return w, nil
 }
 
 // Wait returns when a descriptor is readable or timeout passes (negative:
-// no limit). Spurious returns are allowed. After Close it returns an error
-// wrapping os.ErrClosed.
+// no limit; 0: just look). Spurious returns are allowed. Once Close has
+// begun it returns an error (the os package's "use of closed file").
 func (w *Waiter) Wait(timeout time.Duration) error {
-	var dl time.Time
-	if timeout >= 0 {
-		dl = time.Now().Add(timeout)
+	// timerfd_settime clears a pending expiry, so a timer left over from
+	// an earlier Wait cannot end this one early.
+	switch {
+	case timeout > 0:
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(timeout.Nanoseconds())}
+		if err := unix.TimerfdSettime(w.tfd, 0, &spec, nil); err != nil {
+			return fmt.Errorf("poll: timerfd_settime: %w", err)
+		}
+		w.armed = true
+	case w.armed:
+		if err := unix.TimerfdSettime(w.tfd, 0, &unix.ItimerSpec{}, nil); err != nil {
+			return fmt.Errorf("poll: timerfd_settime: %w", err)
+		}
+		w.armed = false
 	}
-	if err := w.f.SetReadDeadline(dl); err != nil {
-		return err
+	if timeout == 0 {
+		w.err = nil
+		if err := w.rc.Control(w.look); err != nil {
+			return err
+		}
+		return w.err
 	}
-	err := w.rc.Read(func(fd uintptr) bool {
-		n, err := unix.EpollWait(int(fd), w.ev[:], 0)
-		return n > 0 || (err != nil && err != unix.EINTR)
-	})
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil
-	}
-	return err
+	return w.rc.Read(w.ready)
 }
 
-// Close releases the Waiter; a pending Wait returns.
-func (w *Waiter) Close() error { return w.f.Close() }
+// Close releases the Waiter; a pending Wait returns. Do not start a Wait
+// once Close has begun (the links hold a lock for that): the timerfd's
+// number could be reused.
+func (w *Waiter) Close() error {
+	err := w.f.Close()
+	unix.Close(w.tfd)
+	return err
+}

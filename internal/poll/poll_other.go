@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// Precise is the longest wait that links should do with ppoll.
-const Precise = time.Millisecond
-
 // Waiter is not available on this platform.
 type Waiter struct{}
 

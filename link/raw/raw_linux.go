@@ -235,8 +235,9 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 	return sent
 }
 
-// Wait blocks in ppoll until a frame arrives, Wake is called or timeout
-// passes (negative: no limit).
+// Wait parks in the runtime poller until a frame arrives, Wake is called or
+// timeout passes (negative: no limit; a timerfd keeps short timeouts
+// precise).
 func (l *Link) Wait(timeout time.Duration) error { return l.c.Wait(timeout) }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine.

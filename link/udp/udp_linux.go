@@ -361,8 +361,9 @@ func (l *Link) fillMsg(j int, b []byte, p *parsed) {
 	h.SetControllen(txCtrlLen)
 }
 
-// Wait blocks in ppoll until a datagram arrives at Port, Wake is called or
-// timeout passes (negative: no limit).
+// Wait parks in the runtime poller until a datagram arrives at Port, Wake is
+// called or timeout passes (negative: no limit; a timerfd keeps short
+// timeouts precise).
 func (l *Link) Wait(timeout time.Duration) error { return l.c.Wait(timeout) }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine.

@@ -1,8 +1,8 @@
 // Package sock is the socket plumbing that link/udp and link/raw share: two
 // buffer pools behind tagged frame IDs, batched sendmmsg/recvmmsg over
-// pre-wired mmsghdr/iovec arrays, Wait/Wake with ppoll and an eventfd, Close
-// and the bookkeeping of the file descriptors, and the counters both links
-// keep. Each link keeps only what is its own: how its sockets are opened,
+// pre-wired mmsghdr/iovec arrays, Wait/Wake with the runtime poller
+// (package internal/poll) and an eventfd, Close and the bookkeeping of the
+// file descriptors, and the counters both links keep. Each link keeps only what is its own: how its sockets are opened,
 // what a frame looks like on the way in and out, and its extra counters.
 //
 // Use it for a link.Link over kernel sockets on Linux. On other platforms

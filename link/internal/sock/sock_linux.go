@@ -170,8 +170,8 @@ type Core struct {
 
 	pfd [2]unix.PollFd
 	ts  unix.Timespec
-	// waiter parks long waits in the runtime poller (made on first use by
-	// the one goroutine that calls Wait).
+	// waiter parks waits in the runtime poller (made on first use by the
+	// one goroutine that calls Wait).
 	waiter   *poll.Waiter
 	waitOnce sync.Once
 	one      [8]byte
@@ -413,8 +413,9 @@ func (c *Core) SendDone(fs []link.Frame, sent, bytes int, bad, malformed, errs u
 	}
 }
 
-// Wait blocks in ppoll until the receiving socket is readable, Wake is called
-// or timeout passes (negative: no limit). It returns link.ErrClosed once
+// Wait parks in the runtime poller until the receiving socket is readable,
+// Wake is called or timeout passes (negative: no limit), with the precision
+// of a timerfd. It returns link.ErrClosed once
 // Close has begun.
 func (c *Core) Wait(timeout time.Duration) error {
 	c.mu.RLock()
@@ -422,19 +423,19 @@ func (c *Core) Wait(timeout time.Duration) error {
 	if c.closed.Load() {
 		return link.ErrClosed
 	}
-	if timeout < 0 || timeout >= poll.Precise {
-		c.waitOnce.Do(func() { c.waiter, _ = poll.New(c.efd, c.rxFD) })
-		if c.waiter != nil {
-			err := c.waiter.Wait(timeout)
-			_, _ = unix.Read(c.efd, c.junk[:])
-			if c.closed.Load() {
-				return link.ErrClosed
-			}
-			if err != nil {
-				return fmt.Errorf("%s: wait: %w", c.name, err)
-			}
-			return nil
+	// Every wait parks in the runtime poller, the short ones too (see
+	// package internal/poll); ppoll only if the Waiter could not be made.
+	c.waitOnce.Do(func() { c.waiter, _ = poll.New(c.efd, c.rxFD) })
+	if c.waiter != nil {
+		err := c.waiter.Wait(timeout)
+		_, _ = unix.Read(c.efd, c.junk[:])
+		if c.closed.Load() {
+			return link.ErrClosed
 		}
+		if err != nil {
+			return fmt.Errorf("%s: wait: %w", c.name, err)
+		}
+		return nil
 	}
 	c.pfd[0] = unix.PollFd{Fd: int32(c.efd), Events: unix.POLLIN}
 	c.pfd[1] = unix.PollFd{Fd: int32(c.rxFD), Events: unix.POLLIN}

@@ -1,0 +1,105 @@
+//go:build linux
+
+package poll
+
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func eventfd(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+func newWaiter(t *testing.T, fds ...int) *Waiter {
+	t.Helper()
+	w, err := New(fds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// waitAsync runs w.Wait(timeout) and returns its result channel.
+func waitAsync(w *Waiter, timeout time.Duration) chan error {
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(timeout) }()
+	return done
+}
+
+func TestWaitTimeoutReturns(t *testing.T) {
+	w := newWaiter(t, eventfd(t))
+	defer w.Close()
+	// Short and sub-millisecond timeouts come back with nothing readable
+	// (the timerfd), over and over (each Wait re-arms it).
+	for _, d := range []time.Duration{50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond, 0} {
+		for range 3 {
+			select {
+			case err := <-waitAsync(w, d):
+				if err != nil {
+					t.Fatalf("Wait(%v): %v", d, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Wait(%v) did not return", d)
+			}
+		}
+	}
+}
+
+func TestWaitWakesOnReadable(t *testing.T) {
+	efd := eventfd(t)
+	w := newWaiter(t, efd)
+	defer w.Close()
+	// A timed Wait first leaves an armed timer behind; the untimed one
+	// after it must still return when the descriptor becomes readable.
+	if err := w.Wait(time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{-1, time.Hour} {
+		done := waitAsync(w, d)
+		time.Sleep(10 * time.Millisecond)
+		if _, err := unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait(%v): %v", d, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Wait(%v) missed the readable descriptor", d)
+		}
+		var b [8]byte
+		if _, err := unix.Read(efd, b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCloseEndsWait(t *testing.T) {
+	w := newWaiter(t, eventfd(t))
+	done := waitAsync(w, -1)
+	time.Sleep(10 * time.Millisecond)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Wait ended by Close returned no error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the pending Wait")
+	}
+	if err := w.Wait(-1); err == nil {
+		t.Fatal("Wait after Close returned no error")
+	}
+}
