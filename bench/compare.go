@@ -56,13 +56,16 @@ var (
 const DefaultCompareTestbed = "leafspine:2x2x2,rate=100mbit,hostrate=200mbit,mtu=3500"
 
 // Congestion control of the compared profiles on a testbed (see
-// CompareConfig.SprayCC): the same fixed window for both, so that they
-// differ only in paths and loss recovery. HPCC and Swift (cc.ByName) stall
-// a QP whose window falls below one packet in this version of the
-// transport; DCQCN runs ("dcqcn") but lets queues overflow at these rates.
+// CompareConfig.SprayCC): each profile's own, as transport.ProfileCC gives
+// them and cc.ByName calibrates them to the fabric's rates: spray runs
+// "auto" (HPCC from the INT records its ACKs echo, Swift until they come),
+// roce runs DCQCN from ECN marks, as classic RoCEv2 does (without PFC:
+// the testbed has none, and spray needs none). CCWindow gives both the same
+// fixed window instead, so that they differ only in paths and loss
+// recovery.
 const (
-	DefaultSprayCC = CCWindow
-	DefaultRoCECC  = CCWindow
+	DefaultSprayCC = "auto"
+	DefaultRoCECC  = "dcqcn"
 )
 
 // CCWindow names a fixed window instead of a congestion controller: each

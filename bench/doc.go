@@ -23,10 +23,11 @@
 // link blackholed mid-run), with the fabric programs' counters read per
 // run; WriteCompareTable, WriteCompareJSON and WriteCompareCDF report it.
 // Without root it runs the ranks over loopback (link/udp), with loss
-// injected by the sending links and no fabric scenarios. Caveats: both
-// QP profiles use the same fixed window by default (CCWindow), so that they
-// differ only in paths and loss recovery (CompareConfig's SprayCC and
-// RoCECC pick their own controllers); on a two-core machine the forwarding
+// injected by the sending links and no fabric scenarios. Each QP profile
+// runs its own congestion control by default (spray HPCC/Swift, roce
+// DCQCN; CompareConfig's SprayCC and RoCECC, or CCWindow for the same
+// fixed window on both, so that they differ only in paths and loss
+// recovery). Caveats: on a two-core machine the forwarding
 // namespaces and the engines share the CPUs, so the all-to-all reaches a
 // fraction of the fabric's limit (AllToAllLimit; spray lossless 82-86% by
 // the median iteration, its mean 71-86% depending on the other load, less

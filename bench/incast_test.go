@@ -58,11 +58,12 @@ func TestJoinTime(t *testing.T) {
 // share fairly, where no congestion control overflows the buffer; both
 // drop nothing after warm-up and share within the issue's 0.95; DCQCN
 // queues more than HPCC and drops a tenth of no control's at most; the
-// joining flow reaches its share. Utilization is only asserted against
-// none's (at least 0.4 of it): on this shared machine the ACK path stalls
-// for ms when other work runs, and the controllers that keep the queue
-// near 100µs then leave the link idle (Swift measured 0.51-0.91 against
-// none's 0.78-0.99 under a load average of 7-8), not the issue's 0.9.
+// joining flow reaches its share. Utilization is asserted against none's
+// (at least 0.7 of it), not the issue's absolute 0.9: a machine whose
+// other work stalls the endpoints for ms leaves the link idle under a
+// controller that keeps the queue near 100µs, where none's full buffer
+// covers the stalls (quiet machine, after the link waits moved to the
+// runtime poller: HPCC 0.93-1.00, Swift 0.97-0.99, none 1.00).
 func TestIncast(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -97,16 +98,13 @@ func TestIncast(t *testing.T) {
 		if r.OverflowDrops*10 > none.OverflowDrops {
 			t.Errorf("%s: %d overflow drops (none: %d)", name, r.OverflowDrops, none.OverflowDrops)
 		}
-		jain, util := 0.95, 0.4
+		jain, util := 0.95, 0.7
 		if r.SteadyDrops > 0 {
 			t.Errorf("%s: %d overflow drops after warm-up", name, r.SteadyDrops)
 		}
 		if r.Jain < jain {
 			t.Errorf("%s: Jain's index %.3f (goodput %v)", name, r.Jain, r.GoodputMbps)
 		}
-		// Known gap (issue 5): with the queue held near 100µs, the link
-		// idles whenever the CPU-bound endpoints' ACK path stalls, so this
-		// asserts only a fraction of none's rate.
 		if r.Utilization < util*none.Utilization {
 			t.Errorf("%s: utilization %.2f, none %.2f", name, r.Utilization, none.Utilization)
 		}
