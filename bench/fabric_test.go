@@ -180,8 +180,12 @@ func TestFabricCollisions(t *testing.T) {
 
 // TestFabricSpread: one sprayed QP spreads its bytes over the four spines
 // of a 1x2x4 fabric shaped to 50 Mbit/s per spine link within ±10% of a
-// quarter each, over 32 MiB; an ECMP QP puts all of its bytes on one
-// spine.
+// quarter each, over 64 MiB; an ECMP QP puts all of its bytes on one
+// spine. Adaptive spraying learns each entropy's spine from the INT
+// records in the first ACKs and moves weight between spines as their
+// queues differ: over 32 MiB the start weighed more and the lowest
+// spine's share reached 22.3% in 2 of 5 runs (after physical paths were
+// scored pooled); over 64 MiB five runs gave 23.3-26.3%.
 func TestFabricSpread(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -189,7 +193,7 @@ func TestFabricSpread(t *testing.T) {
 	fab, _ := shapedFabric(t, ctx, 4)
 	a, b := fab.Host(0, 0), fab.Host(1, 0)
 	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
-		total := map[transport.Profile]int64{transport.Spray: 32 << 20, transport.RoCE: 4 << 20}[prof]
+		total := map[transport.Profile]int64{transport.Spray: 64 << 20, transport.RoCE: 4 << 20}[prof]
 		var res FabricResult
 		d := uplinkDelta(t, fab, 0, func() {
 			var err error
