@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"net/netip"
 	"os"
@@ -624,14 +623,6 @@ func nodeSysctls(n *node) error {
 			[2]string{"net/ipv4/conf/default/ignore_routes_with_linkdown", "1"},
 		)
 	}
-	if n.kind != kindHost {
-		// The kernel draws each namespace's multipath hash seed at random, so
-		// which spine an ECMP flow takes changed from one testbed to the
-		// next. A seed fixed per switch name (different per switch, as real
-		// fabrics do against hash polarization) makes placement a function
-		// of the 5-tuple: runs with equal transport seeds take equal paths.
-		kv = append(kv, [2]string{"net/ipv4/fib_multipath_hash_seed", strconv.FormatUint(uint64(hashSeed(n.short)), 10)})
-	}
 	h := Host{Name: n.name, NS: n.ns, closed: new(atomic.Bool)}
 	return h.Do(func() error {
 		for _, x := range kv {
@@ -639,9 +630,6 @@ func nodeSysctls(n *node) error {
 			if err := os.WriteFile(p, []byte(x[1]), 0o644); err != nil {
 				if strings.Contains(x[0], "ipv6") && errors.Is(err, os.ErrNotExist) {
 					continue // a kernel without IPv6
-				}
-				if strings.Contains(x[0], "hash_seed") && errors.Is(err, os.ErrNotExist) {
-					continue // before Linux 6.11 the seed is random
 				}
 				return fmt.Errorf("testbed: sysctl %s in %s: %w", x[0], n.name, err)
 			}
@@ -1002,13 +990,4 @@ func (f *Fabric) nodeByName(name string) *node {
 		}
 	}
 	return nil
-}
-
-// hashSeed is a switch's multipath hash seed: FNV-1a of its name without the
-// testbed's prefix (node.short), so that equal fabrics under different
-// prefixes hash alike.
-func hashSeed(short string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(short))
-	return h.Sum32()
 }
