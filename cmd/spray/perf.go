@@ -275,26 +275,11 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("perf --testbed %s needs root (network namespaces, XDP, AF_XDP): run it with sudo", f.testbed)
 	}
-	lcfg, err := testbed.ParseLeafSpine(f.testbed)
-	if err != nil {
-		return err
-	}
-	if f.mtu > 0 {
-		lcfg.MTU = f.mtu - 14
-	}
-	fab, err := testbed.NewLeafSpine(ctx, lcfg)
+	fab, progs, err := perfFabric(ctx, f, tcfg.ECN, nil)
 	if err != nil {
 		return err
 	}
 	defer fab.Close()
-	var ecn ebpf.ECNConfig
-	if tcfg.ECN {
-		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
-	}
-	progs, err := fab.AttachPrograms(ecn)
-	if err != nil {
-		return err
-	}
 	defer progs.Close()
 	a, b := fab.Host(0, 0), fab.Host(fab.Config.Leaves-1, fab.Config.Hosts-1)
 	logger.Printf("testbed %s: %s, %s (%v) -> %s (%v)", fab.Prefix, fab.Config, a.Name, a.IP, b.Name, b.IP)
@@ -396,4 +381,37 @@ func perfTCP(ctx context.Context, cfg bench.PerfConfig) (bench.PerfResult, error
 	}
 	res.Link, res.Profile = "tcp", "kernel"
 	return res, nil
+}
+
+// perfFabric builds the leaf-spine fabric of --testbed (with --mtu) and
+// attaches spray's fabric programs to every switch port, marking ECN when
+// ecn is set; check, when not nil, vets the parsed config first. The caller
+// closes both.
+func perfFabric(ctx context.Context, f perfFlags, ecn bool, check func(testbed.LeafSpineConfig) error) (*testbed.Fabric, *ebpf.Fabric, error) {
+	lcfg, err := testbed.ParseLeafSpine(f.testbed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.mtu > 0 {
+		lcfg.MTU = f.mtu - 14
+	}
+	if check != nil {
+		if err := check(lcfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	fab, err := testbed.NewLeafSpine(ctx, lcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var marks ebpf.ECNConfig
+	if ecn {
+		marks = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
+	}
+	progs, err := fab.AttachPrograms(marks)
+	if err != nil {
+		fab.Close()
+		return nil, nil, err
+	}
+	return fab, progs, nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
-	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -78,29 +77,16 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 	if len(kinds) != 1 || kinds[0] == bench.KindTCP || kinds[0] == "mem" {
 		return fmt.Errorf("perf: --fault runs one link kind of xdp, raw or udp, not %q", f.links)
 	}
-	lcfg, err := testbed.ParseLeafSpine(f.testbed)
-	if err != nil {
-		return err
-	}
-	if f.mtu > 0 {
-		lcfg.MTU = f.mtu - 14
-	}
-	if lcfg.Leaves < 2 || lcfg.Spines < 2 {
-		return fmt.Errorf("perf: --fault needs two leaves and two spines at least, not %s", f.testbed)
-	}
-	fab, err := testbed.NewLeafSpine(ctx, lcfg)
+	fab, progs, err := perfFabric(ctx, f, tcfg.ECN, func(lcfg testbed.LeafSpineConfig) error {
+		if lcfg.Leaves < 2 || lcfg.Spines < 2 {
+			return fmt.Errorf("perf: --fault needs two leaves and two spines at least, not %s", f.testbed)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer fab.Close()
-	var ecn ebpf.ECNConfig
-	if tcfg.ECN {
-		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
-	}
-	progs, err := fab.AttachPrograms(ecn)
-	if err != nil {
-		return err
-	}
 	defer progs.Close()
 	sw, port, err := fab.LookupPort(spec)
 	if err != nil {
