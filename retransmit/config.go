@@ -125,6 +125,12 @@ type Config struct {
 	// 16 loss recoveries without such an event. Sprayed traffic reorders
 	// by design: set a floor near the path delay spread if it is known.
 	MinReorderWindow time.Duration
+	// QueueingReorder raises RACK's reordering window to at least the
+	// queueing part of the smoothed RTT (SRTT - MinRTT), still at most SRTT:
+	// for a sender that sprays one flow over paths whose queues differ, a
+	// packet overtaken by a later one on a path with less queue is late by
+	// up to that much, not lost.
+	QueueingReorder bool
 
 	// MaxAckDelay is how long the receiver may hold an ACK back. It is
 	// added to the probe timeout when a single packet is in flight (RFC

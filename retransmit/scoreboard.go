@@ -347,6 +347,9 @@ func (s *Scoreboard) RTO() time.Duration {
 // at least Config.MinReorderWindow (RFC 8985 6.2 step 4).
 func (s *Scoreboard) ReorderWindow() time.Duration {
 	w := s.MinRTT() / 4 * time.Duration(s.reoMult)
+	if s.cfg.QueueingReorder {
+		w = max(w, s.SRTT()-s.MinRTT())
+	}
 	w = min(w, s.SRTT())
 	return max(w, s.cfg.MinReorderWindow)
 }

@@ -270,6 +270,9 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 		Mode: mode, Capacity: cfg.Window, MinRTO: cfg.MinRTO, MaxRTO: cfg.MaxRTO, MaxRetries: cfg.MaxRetries,
 		MaxAckDelay: cfg.AckDelay,
 	}
+	// A sprayed QP's packets overtake each other by up to the difference
+	// of their paths' queues: RACK waits that long before it calls one lost.
+	rc.QueueingReorder = q.spray && cfg.Paths != PathsECMP
 	if cfg.Profile == RoCE && cfg.LocalAckTimeout > 0 {
 		// A RoCE NIC's transport timer: the QP's Local ACK Timeout, fixed.
 		rc.FixedRTO = AckTimeout(cfg.LocalAckTimeout)
