@@ -409,29 +409,37 @@ func runFlows(ctx context.Context, r FabricRun, send, recv []*transport.Conn, cq
 // ctx ends, into each flow's Placed timeline.
 func samplePlaced(ctx context.Context, recv []*transport.Conn, flows []FlowResult, start time.Time, bucket time.Duration) {
 	last := make([]uint64, len(recv))
-	tick := time.NewTicker(bucket)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, bucket, func() bool {
 		for i, c := range recv {
 			st, err := c.Stats(ctx)
 			if err != nil {
-				return
+				return false
 			}
 			flows[i].Placed.add(time.Since(start), int64(st.RxBytes-last[i]))
 			last[i] = st.RxBytes
 		}
-	}
+		return true
+	})
 }
 
 // samplePaths samples the sending QPs' per-path counters every interval
 // until ctx ends, into each flow's PathSamples.
 func samplePaths(ctx context.Context, send []*transport.Conn, flows []FlowResult, start time.Time, every time.Duration) {
-	tick := time.NewTicker(every)
+	everyTick(ctx, every, func() bool {
+		for i, c := range send {
+			ps, err := c.PathStats(ctx)
+			if err != nil {
+				return false
+			}
+			flows[i].PathSamples = append(flows[i].PathSamples, PathSample{At: time.Since(start), Paths: ps})
+		}
+		return true
+	})
+}
+
+// everyTick calls fn every interval until ctx ends or fn returns false.
+func everyTick(ctx context.Context, interval time.Duration, fn func() bool) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -439,12 +447,8 @@ func samplePaths(ctx context.Context, send []*transport.Conn, flows []FlowResult
 			return
 		case <-tick.C:
 		}
-		for i, c := range send {
-			ps, err := c.PathStats(ctx)
-			if err != nil {
-				return
-			}
-			flows[i].PathSamples = append(flows[i].PathSamples, PathSample{At: time.Since(start), Paths: ps})
+		if !fn() {
+			return
 		}
 	}
 }

@@ -72,19 +72,6 @@ func uplinkDelta(t *testing.T, fab *testbed.Fabric, l int, fn func()) []uint64 {
 	return d
 }
 
-// shares returns each element's fraction of the sum.
-func shares(d []uint64) []float64 {
-	var total uint64
-	for _, v := range d {
-		total += v
-	}
-	out := make([]float64, len(d))
-	for i, v := range d {
-		out[i] = float64(v) / float64(max(total, 1))
-	}
-	return out
-}
-
 // collidingPorts returns two entropies that the fabric hashes onto the same
 // spine for traffic from a to b, and that spine.
 func collidingPorts(t *testing.T, ctx context.Context, fab *testbed.Fabric, a, b *testbed.Host, seed uint64) ([]uint16, int) {
@@ -133,8 +120,8 @@ func TestFabricCollisions(t *testing.T) {
 	})
 	e0, e1 := ecmp.Flows[0].GoodputMbps, ecmp.Flows[1].GoodputMbps
 	t.Logf("ECMP, entropies %v on spine %d: %.1f + %.1f Mbit/s = %.2f + %.2f of the %.0f Mbit/s link; spine shares %.3f",
-		ports, spine, e0, e1, e0/link, e1/link, link, shares(d))
-	if sh := shares(d); sh[spine] < 0.99 {
+		ports, spine, e0, e1, e0/link, e1/link, link, shareOf(d))
+	if sh := shareOf(d); sh[spine] < 0.99 {
 		t.Errorf("colliding ECMP QPs: spine %d carried %.1f%% of the bytes, want all", spine, 100*sh[spine])
 	}
 	for i, g := range []float64{e0, e1} {
@@ -161,8 +148,8 @@ func TestFabricCollisions(t *testing.T) {
 	// included), over the transfer.
 	wireMbps := float64(wire) * 8 / spray.Seconds / 1e6
 	t.Logf("spray: %.1f Mbit/s = %.2f of the %.0f Mbit/s bisection (%.2fx the colliding ECMP pair); on the wire %.1f Mbit/s = %.2f of it (goodput/wire %.3f); spine shares %.3f; %d retransmits",
-		g, g/bisection, bisection, g/(e0+e1), wireMbps, wireMbps/bisection, g/wireMbps, shares(d), spray.Flows[0].Sender.Retransmits)
-	for s, sh := range shares(d) {
+		g, g/bisection, bisection, g/(e0+e1), wireMbps, wireMbps/bisection, g/wireMbps, shareOf(d), spray.Flows[0].Sender.Retransmits)
+	for s, sh := range shareOf(d) {
 		if sh < 0.4 || sh > 0.6 {
 			t.Errorf("spray: spine %d carried %.1f%% of the bytes, want about half", s, 100*sh)
 		}
@@ -202,7 +189,7 @@ func TestFabricSpread(t *testing.T) {
 				t.Fatalf("%v: %v", prof, err)
 			}
 		})
-		sh := shares(d)
+		sh := shareOf(d)
 		t.Logf("%v: %d MiB at %.1f Mbit/s, per-spine shares %.3f", prof, total>>20, res.GoodputMbps(), sh)
 		for s, v := range sh {
 			switch {
