@@ -133,16 +133,28 @@
 // (ours: the losses of a start-up burst arrive together). The config
 // structs' zero values stay the papers'.
 //
-// Profiles (partial): transport.ProfileCC gives the spray profile "auto"
-// and the roce profile "dcqcn" (with Config.ECN), but transport.Config.CC
-// nil still means Fixed: over link/mem, where the CPU rather than a queue
-// limits the transfer, Swift moved 0.9-7 times fewer bytes per second than
-// Fixed on a loaded machine (5 back-to-back pairs, median 2.6; 9 times
-// fewer before StandingDelay): it keeps the receiver's backlog near its
-// target, and a CPU-bound receiver then wakes for a few packets at a time
-// instead of draining batches. Over the pair testbed's UDP link the two
-// were within the noise (1.7-2.6 against 1.5-3.0 Gbit/s). The issue asks
-// that the default not cost that.
+// Profiles: transport.Config.CC nil means the profile's controller
+// (transport.ProfileCC): "auto" for the spray profile, "dcqcn" for the
+// roce profile (whose data packets it then marks ECN-capable), as ByName
+// configures them with the QP's payload size and transport.Config.LineRate.
+// Any other controller is a Config.CC (or a --cc flag) away; Fixed{} is the
+// unlimited, unpaced window that nil meant before. Over link/mem, where
+// the CPU rather than a queue limits a transfer and no INT comes back,
+// "auto" (Swift on RTTs) moved as many bytes per second as Fixed{}: 9.5-10.4
+// against 9.1-10.1 Gbit/s (`spray perf --link mem --total 268435456`,
+// back-to-back pairs, quiet machine). It had moved a fifth of that
+// (1.8-2.0 against 9.7) because link/mem delivered frames to an idle
+// receiver up to a millisecond late (the Go runtime's poller rounds a
+// sub-millisecond timer up to 1 ms when nothing else runs; a window-limited
+// sender lets both engines idle, Fixed's never do): a tenth of the RTT
+// samples read 1.0-1.1 ms with a hold time of 0, all of it fabric delay to
+// Swift, which cut its window on them, and the 1 ms retransmission timer
+// fired spuriously. link/mem now spins through waits of up to 100µs. Host
+// delays still count as fabric delay here: the receiver's hold time starts
+// when its engine reads the packet, not when the link received it (the
+// paper's NIC timestamp), so an engine that wakes late (a loaded CPU, a
+// timer that fires late) adds to Sample.RTT - Sample.HoldTime;
+// StandingDelay filters single late samples, not a whole late flight.
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, T the
