@@ -17,7 +17,9 @@ import "github.com/sprayfabric/spray/cc"
 //
 // Over link/mem, where the CPU rather than a queue limits a transfer and
 // no INT comes back, "auto" (Swift on RTTs) moves as many bytes per second
-// as the unlimited window (see the cc package doc, "Profiles").
+// as the unlimited window; over the pair testbed's veth, where the
+// receiver's CPU is the bottleneck and its backlog counts as delay, 0.7-0.8
+// of it (see the cc package doc, "Profiles").
 func ProfileCC(p Profile, prm cc.Params) func() cc.Controller {
 	name := "auto"
 	if p == RoCE {
