@@ -24,6 +24,16 @@ const (
 	// SoftwareSwiftTarget is Swift's base target, measured from the
 	// path's smallest recent fabric delay (SwiftConfig.RelativeTarget).
 	SoftwareSwiftTarget = 50 * time.Microsecond
+	// SoftwareSwiftEndpointAllowance is added to Swift's target on ACKs
+	// without INT records (SwiftConfig.RTTEndpointAllowance): their RTT
+	// holds the receiver's backlog before its engine reads a packet, which
+	// a CPU-bound receiver keeps at tens to hundreds of µs. With the
+	// fabric target alone Swift moved 0.53-0.62 of the unlimited window's
+	// bytes per second over the pair testbed's veth (no INT, no queue but
+	// the receiver's), 0.71-0.77 with this (see the package doc); 100µs
+	// keeps a 1 Gb/s, 32 KiB bottleneck without INT from overflowing
+	// (200µs did not).
+	SoftwareSwiftEndpointAllowance = 100 * time.Microsecond
 	// SoftwareSwiftMinCwnd is Swift's smallest window in packets: a
 	// packet every 10 RTTs at worst. The paper's 0.001 (a packet every
 	// 1000 RTTs) stalls a QP for seconds after a timeout when an RTT is a
@@ -49,7 +59,9 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //     to twice that on top) for the queueing that INT records report
 //     (SwiftConfig.INTFabricDelay) or, on ACKs without INT, over the
 //     path's smallest recent fabric delay and filtered of scheduling spikes
-//     (SwiftConfig.StandingDelay), RetxResetThreshold 3, smallest
+//     (SwiftConfig.StandingDelay), with SoftwareSwiftEndpointAllowance
+//     more target for the endpoints' delays that such an RTT holds
+//     (SwiftConfig.RTTEndpointAllowance), RetxResetThreshold 3, smallest
 //     window SoftwareSwiftMinCwnd, no endpoint window (the hold time is the
 //     delayed-ACK timer, which fires up to a ms late on a loaded machine);
 //     with p.LineRate known, an initial window of one BDP (line rate ×
@@ -129,7 +141,8 @@ func (p Params) dcqcn() DCQCNConfig {
 }
 
 func (p Params) swift() SwiftConfig {
-	c := SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, INTFabricDelay: true, StandingDelay: true, EndpointTarget: -1, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd}
+	c := SwiftConfig{PacketBytes: p.PacketBytes, BaseTarget: SoftwareSwiftTarget, RelativeTarget: true, INTFabricDelay: true, StandingDelay: true, EndpointTarget: -1, RetxResetThreshold: 3, MinCwnd: SoftwareSwiftMinCwnd,
+		RTTEndpointAllowance: SoftwareSwiftEndpointAllowance}
 	if p.LineRate > 0 {
 		// A slow link's pipe and target queue are a few packets: start at
 		// the BDP (HPCC's W_init) and let one flow's increase per RTT be at

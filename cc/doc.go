@@ -43,7 +43,8 @@
 //     (ours: the paper derives targets from the deployment). Options
 //     (ours, off in the zero value): the fabric delay from INT records
 //     (INTFabricDelay), relative to a windowed minimum (RelativeTarget),
-//     and filtered of single delayed samples (StandingDelay).
+//     filtered of single delayed samples (StandingDelay), and an endpoint
+//     allowance on the target of ACKs without INT (RTTEndpointAllowance).
 //   - DCQCN (NewDCQCN and CNPGenerator; Zhu et al., "Congestion Control for
 //     Large-Scale RDMA Deployments", SIGCOMM 2015) is a rate controller: on
 //     a CNP, Rt = Rc, Rc = Rc(1 - α/2), α = (1-g)α + g; α decays by (1-g)
@@ -99,6 +100,17 @@
 //     sample of the last half to one smoothed RTT rather than each ACK's
 //     own (SwiftConfig.StandingDelay, Copa's standing RTT), so that a
 //     sample that waited for a descheduled engine does not cut the window.
+//     On those ACKs the target is also SoftwareSwiftEndpointAllowance
+//     (100µs) higher (SwiftConfig.RTTEndpointAllowance): their RTT holds the
+//     receiver's backlog before its engine reads a packet, where the paper's
+//     hold time starts at the NIC and its endpoint window has a target of
+//     its own. Over the pair testbed (veth, no INT, no queue but the
+//     receiver's) that raised the profile default from 5.9 to 7.3 Gbit/s
+//     over AF_XDP and from 4.0 to 5.4 over UDP, medians of 8 interleaved
+//     runs where the unlimited window moved 9.4 and 7.6 (256 MiB, 2-core
+//     machine shared with other benchmarks, load average 1.7-1.9); 200µs
+//     was no better in 6 more and overflowed a 1 Gb/s, 32 KiB bottleneck
+//     without INT (transport's TestDefaultCCSpray).
 //   - Swift's smallest window to 0.1 packet (SoftwareSwiftMinCwnd; the
 //     paper's 0.001 paces one packet per 1000 RTTs, seconds on a loaded
 //     machine, after a timeout), its reset to it to the third consecutive
@@ -133,16 +145,35 @@
 // (ours: the losses of a start-up burst arrive together). The config
 // structs' zero values stay the papers'.
 //
-// Profiles (partial): transport.ProfileCC gives the spray profile "auto"
-// and the roce profile "dcqcn" (with Config.ECN), but transport.Config.CC
-// nil still means Fixed: over link/mem, where the CPU rather than a queue
-// limits the transfer, Swift moved 0.9-7 times fewer bytes per second than
-// Fixed on a loaded machine (5 back-to-back pairs, median 2.6; 9 times
-// fewer before StandingDelay): it keeps the receiver's backlog near its
-// target, and a CPU-bound receiver then wakes for a few packets at a time
-// instead of draining batches. Over the pair testbed's UDP link the two
-// were within the noise (1.7-2.6 against 1.5-3.0 Gbit/s). The issue asks
-// that the default not cost that.
+// Profiles: transport.Config.CC nil means the profile's controller
+// (transport.ProfileCC): "auto" for the spray profile, "dcqcn" for the
+// roce profile (whose data packets it then marks ECN-capable), as ByName
+// configures them with the QP's payload size and transport.Config.LineRate.
+// Any other controller is a Config.CC (or a --cc flag) away; Fixed{} is the
+// unlimited, unpaced window that nil meant before.
+//
+// Over link/mem, where the CPU rather than a queue limits a transfer and
+// no INT comes back, "auto" (Swift on RTTs) moves as many bytes per second
+// as Fixed{}: 9.5-10.2 against 9.0-9.8 Gbit/s in 5 back-to-back pairs
+// (`spray perf --link mem --total 268435456`, load average 1.7). It had
+// moved a fifth of that (1.8-2.1 against 5.0-9.8) because link/mem handed
+// frames to an idle receiver up to a millisecond late: the Go runtime's
+// poller rounds a timer under a millisecond up to 1 ms when nothing else
+// runs, and a window-limited sender lets both engines idle (Fixed's never
+// do). A tenth of the RTT samples read 1.0-1.1 ms with a hold time of 0,
+// all of it fabric delay to Swift, which cut its window on them, and the
+// 1 ms retransmission timer fired spuriously (28-33 timeouts per 256 MiB).
+// link/mem now spins through waits of up to 100µs. Host delays still count
+// as fabric delay without INT: the receiver's hold time starts when its
+// engine reads the packet, not when the link received it, so a CPU-bound
+// receiver's backlog, and an engine that wakes late, add to Sample.RTT -
+// Sample.HoldTime; RTTEndpointAllowance (above) allows for some of it, and
+// over the pair testbed the default still moved 0.7-0.8 of Fixed{}'s bytes
+// per second (medians above). On a shaped leaf-spine fabric the unlimited
+// window overflows the switch queues: `spray perf --testbed
+// leafspine:1x2x4,rate=100mbit --total 268435456` moved 0.24 Gbit/s over
+// AF_XDP and 0.21 over UDP with the default (HPCC from INT; 1.5-2.1k
+// retransmissions) against 0.14 and 0.11 with --cc fixed (2.9-3.2 million).
 //
 // Measured on a leaf-spine testbed (spray incast, bench.RunIncast; 4
 // senders into one 200 Mbit/s leaf port with 32 KiB of queue, T the

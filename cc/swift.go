@@ -81,6 +81,16 @@ type SwiftConfig struct {
 	// longer cut the window. The reaction to a queue comes up to half an
 	// RTT later.
 	StandingDelay bool
+	// RTTEndpointAllowance is added to the fabric target on ACKs without
+	// INT records (ours). Their fabric delay, the RTT minus the hold time,
+	// also holds the endpoints' delays that a software endpoint does not
+	// timestamp apart: the receiver's backlog before its engine reads a
+	// packet (the hold time starts there, the paper's starts at the NIC),
+	// and the engines' wake-ups. The paper keeps those under the endpoint
+	// target, in a window of their own; without a measure of them, this
+	// adds an endpoint allowance to the one window. 0 means none: the
+	// paper's fabric target.
+	RTTEndpointAllowance time.Duration
 }
 
 // Swift is the Swift delay-based window controller (Kumar et al., SIGCOMM
@@ -93,7 +103,9 @@ type SwiftConfig struct {
 // per RTT (the latest RTT sample); a loss cuts by MaxMDF, a timeout drops
 // the window to MinCwnd. Below one packet, the window stays at one packet
 // and Rate paces at cwnd packets per RTT. With INTFabricDelay, the fabric
-// delay of an ACK with INT records is the queueing its records report.
+// delay of an ACK with INT records is the queueing its records report;
+// with RTTEndpointAllowance, the target of an ACK without them is higher
+// by that allowance.
 //
 // Its zero value is not usable: use NewSwift. It is not safe for concurrent
 // use.
@@ -107,6 +119,7 @@ type Swift struct {
 	retxReset         int
 	fcwnd, ecwnd      float64
 	intDelay          bool
+	rttAllow          float64       // ns
 	rtt               time.Duration // latest sample
 	srtt              float64       // ns, EWMA (gain 1/8) of the samples
 	standing          bool
@@ -172,6 +185,7 @@ func NewSwift(cfg SwiftConfig) *Swift {
 		s.retxReset = 1
 	}
 	s.intDelay = cfg.INTFabricDelay
+	s.rttAllow = float64(max(cfg.RTTEndpointAllowance, 0))
 	s.standing = cfg.StandingDelay
 	s.stCur, s.stPrev = math.Inf(1), math.Inf(1)
 	s.relative, s.minWin = cfg.RelativeTarget, cfg.MinDelayWindow
@@ -250,11 +264,12 @@ func (s *Swift) OnAck(a Sample) {
 		s.srtt += (float64(a.RTT) - s.srtt) / 8
 	}
 	hold := min(max(a.HoldTime, 0), a.RTT)
-	var fabric float64
+	var fabric, allow float64
 	if q, ok := intQueueDelay(a.INT); ok && s.intDelay {
 		fabric = q
 	} else {
 		fabric = float64(a.RTT - hold)
+		allow = s.rttAllow
 		if s.relative {
 			fabric -= s.minDelay(a.Now, fabric)
 		}
@@ -270,7 +285,7 @@ func (s *Swift) OnAck(a Sample) {
 	endpoint := float64(hold)
 	acked := float64(max(a.AckedBytes, 0)) / s.mss
 	can := s.canDecrease(a.Now)
-	target := float64(s.TargetDelay(s.fcwnd, len(a.INT)/wire.HopLen))
+	target := float64(s.TargetDelay(s.fcwnd, len(a.INT)/wire.HopLen)) + allow
 	f, fcut := s.step(s.fcwnd, fabric, target, acked, can)
 	e, ecut := s.step(s.ecwnd, endpoint, s.eTarget, acked, can)
 	s.fcwnd, s.ecwnd = f, e

@@ -397,3 +397,42 @@ func TestByNameSwiftCalibration(t *testing.T) {
 		t.Fatalf("no line rate: cwnd %v ai %v, want 16 and 1", s.Cwnd(), s.ai)
 	}
 }
+
+// TestSwiftRTTEndpointAllowance: with an endpoint allowance, an RTT-based
+// fabric delay between the target and the target plus the allowance
+// grows the window and one above both cuts it; an ACK with INT records is
+// held to the fabric target alone.
+func TestSwiftRTTEndpointAllowance(t *testing.T) {
+	const allow = 100 * time.Microsecond
+	cfg := SwiftConfig{InitCwnd: 100, INTFabricDelay: true, RTTEndpointAllowance: allow}
+	target := NewSwift(cfg).TargetDelay(100, 0)
+	s := NewSwift(cfg)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: target + allow/2})
+	if s.Cwnd() <= 100 || s.Decreases() != 0 {
+		t.Fatalf("RTT at the target plus half the allowance: cwnd %v after %d cuts, want growth", s.Cwnd(), s.Decreases())
+	}
+	s = NewSwift(cfg)
+	d := target + 2*allow
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: d})
+	want := 100 * (1 - 0.8*float64(d-target-allow)/float64(d))
+	if math.Abs(s.Cwnd()-want) > 1e-6 {
+		t.Fatalf("RTT at the target plus twice the allowance: cwnd %v, want %v", s.Cwnd(), want)
+	}
+	// INT records: the queue they report against the fabric target.
+	s = NewSwift(cfg)
+	t2 := s.TargetDelay(100, 1)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: 30 * time.Microsecond, INT: hops(1, t2+allow/2)})
+	if s.Cwnd() >= 100 {
+		t.Fatalf("INT queue at the target plus half the allowance: cwnd %v, want a cut", s.Cwnd())
+	}
+	// Without the option (the paper's), the first case cuts.
+	s = NewSwift(SwiftConfig{InitCwnd: 100})
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: target + allow/2})
+	if s.Cwnd() >= 100 {
+		t.Fatalf("no allowance, RTT over the target: cwnd %v, want a cut", s.Cwnd())
+	}
+	mk, _ := ByName("swift", Params{})
+	if got := mk().(*Swift).rttAllow; got != float64(SoftwareSwiftEndpointAllowance) {
+		t.Fatalf("ByName's allowance %vns, want %v", got, SoftwareSwiftEndpointAllowance)
+	}
+}

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sprayfabric/spray/cc"
@@ -141,13 +142,24 @@ type Config struct {
 	// INTHops reserves room for that many INT hop records in every data
 	// packet (Spray only) for switches to fill; 0 reserves none.
 	INTHops int
-	// CC makes a congestion controller for each QP; nil means a fixed,
-	// unlimited one (the window is still bounded by Window).
+	// CC makes a congestion controller for each QP; nil means the
+	// profile's (ProfileCC): for Spray cc's "auto" (Swift from RTT, HPCC
+	// once ACKs echo INT records), for RoCE "dcqcn", each for the QP's
+	// payload size and LineRate. cc.Fixed{} gives the unlimited, unpaced
+	// window (still bounded by Window) that nil meant before.
 	CC func() cc.Controller
+	// LineRate is the rate of the endpoint's link in bytes per second, if
+	// known; 0 means unknown. Only the profile's controller (CC nil) uses
+	// it: HPCC's and Swift's initial window and increase, DCQCN's starting
+	// rate and increase step (cc.Params.LineRate); unknown, they start
+	// from 100 Gb/s (HPCC, DCQCN) or 16 packets (Swift) and come down.
+	LineRate float64
 	// PacingBurst is the pacer's burst in bytes; 0 means 16 KiB.
 	PacingBurst int
-	// ECN marks data packets ECN-capable (ECT(0)); default off: DCQCN and
-	// ECN-echo need it, and the testbed enables it.
+	// ECN marks data packets ECN-capable (ECT(0)): DCQCN and ECN echo
+	// need it. Default off for Spray; on for RoCE with CC nil, whose
+	// controller (DCQCN) has no other signal, whatever this field says
+	// (as a RoCE NIC with DCQCN marks its packets); set CC to turn it off.
 	ECN bool
 	// Seed seeds every random choice (initial PSNs, entropies, spraying
 	// order). Equal seeds give equal runs over a deterministic link.
@@ -264,6 +276,12 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.INTHops < 0 || c.INTHops > 8 {
 		return c, fmt.Errorf("%w: INTHops %d not in [0, 8]", ErrConfig, c.INTHops)
+	}
+	if c.CC == nil && c.Profile == RoCE {
+		c.ECN = true // the profile's DCQCN reacts to CE marks only
+	}
+	if c.LineRate < 0 || math.IsNaN(c.LineRate) || math.IsInf(c.LineRate, 0) {
+		return c, fmt.Errorf("%w: LineRate %v", ErrConfig, c.LineRate)
 	}
 	if c.LocalAckTimeout == 0 {
 		c.LocalAckTimeout = DefaultLocalAckTimeout

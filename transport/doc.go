@@ -92,6 +92,18 @@
 // below the Local ACK Timeout and back off up to it; the profile models the
 // specification's fixed timer.
 //
+// # Congestion control
+//
+// Each QP has its own controller (package cc), made by Config.CC. nil
+// means the profile's (ProfileCC): the Spray profile runs cc's "auto",
+// Swift on the RTT until acknowledgements echo INT records and HPCC from
+// them on; the RoCE profile runs DCQCN and marks its data packets
+// ECN-capable for it (Config.ECN), as a RoCE NIC with DCQCN does; both are
+// calibrated for software fabrics (cc.ByName) with the QP's payload size
+// and, when the application knows it, Config.LineRate. Any profile takes
+// any controller through Config.CC; a constructor of cc.Fixed{} gives an
+// unlimited, unpaced window, which overruns a shaped queue.
+//
 // # Wire
 //
 // The Spray profile uses spray's opcodes (0xE0 data, 0xE1 ACK with SACK

@@ -294,13 +294,9 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	default:
 		q.paths = multipath.NewSpray(set, rng.Uint64())
 	}
-	if cfg.CC != nil {
-		q.ctrl = cfg.CC()
-	} else {
-		q.ctrl = cc.Fixed{}
-	}
-	q.pacer = cc.NewPacer(cfg.PacingBurst)
 	q.seg = payloadSize(cfg, lip.Is6())
+	q.ctrl = newController(cfg, q.seg)
+	q.pacer = cc.NewPacer(cfg.PacingBurst)
 	q.msgs = make([]sendMsg, cfg.SendQueue)
 	q.events = make([]retransmit.Event, 0, cfg.Window)
 	q.recvq = make([]Completion, cfg.MaxMessages)

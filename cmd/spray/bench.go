@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/collective"
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link/route"
@@ -48,7 +49,9 @@ and the p50, p99 and p99.9 of the iterations' times (each the slowest rank's).
                                                 HOST:PORT (its own address) and prints
 
 Sizes take the suffixes K, M and G (KiB, MiB, GiB). Transports: spray (the spray profile),
-roce (the classic RoCEv2 profile: Go-Back-N, one path, DCQCN), tcp (kernel TCP).
+roce (the classic RoCEv2 profile: Go-Back-N, one path, DCQCN), tcp (kernel TCP). Each
+profile runs its own congestion control (spray: auto, Swift from RTT or HPCC from INT;
+roce: DCQCN) unless --cc names another.
 
 flags:
 `
@@ -62,6 +65,7 @@ type benchFlags struct {
 	root, check, paths     int
 	jsonOut, progress      string
 	transport, linkKind    string
+	ccName                 string
 	rank, world            int
 	bootstrap, ip, testbed string
 	metrics                string
@@ -168,6 +172,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the transports")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
+	fs.StringVar(&f.ccName, "cc", "", "congestion control of the spray and roce transports: "+strings.Join(cc.Names, ", ")+" (default: the profile's, auto for spray, dcqcn for roce; fixed is an unlimited window)")
 	fs.Var(&f.chunk, "chunk", "largest message of the collectives' algorithms (0: 256K)")
 	fs.DurationVar(&f.minRTO, "min-rto", 0, "smallest retransmission timeout of spray and roce QPs (0: the transport's 1ms; with --testbed, 4x a full switch queue's drain time, at least 5ms, as spray compare; in one process 5ms)")
 	op := ""
@@ -198,6 +203,11 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 		return fmt.Errorf("bench: which collective? (%s)", strings.Join(bench.CollOps, ", "))
 	}
 	f.op = op
+	if f.ccName != "" {
+		if _, err := cc.ByName(f.ccName, cc.Params{}); err != nil {
+			return fmt.Errorf("bench: --cc: %w", err)
+		}
+	}
 	cfg, err := f.collConfig()
 	if err != nil {
 		return err
@@ -271,7 +281,30 @@ func (f *benchFlags) transportConfig(rank int) transport.Config {
 	if f.transport == "roce" {
 		prof = transport.RoCE
 	}
-	return transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths, OnEndpoint: f.onEndpoint, MinRTO: f.minRTO}
+	tc := transport.Config{Profile: prof, Seed: f.seed + uint64(rank), Entropies: f.paths, OnEndpoint: f.onEndpoint, MinRTO: f.minRTO}
+	f.setCC(&tc)
+	return tc
+}
+
+// setCC sets tc.CC from --cc for frames of tc.MTU bytes (0: unknown): nil
+// (the profile's controller) by default, cc.ByName's otherwise, with ECN
+// marking for dcqcn.
+func (f *benchFlags) setCC(tc *transport.Config) {
+	if f.ccName == "" {
+		return
+	}
+	pb := 0 // ByName's 1400
+	if tc.MTU > 0 {
+		pb = max(tc.MTU-100, 256)
+	}
+	tc.CC, _ = cc.ByName(f.ccName, cc.Params{PacketBytes: pb}) // the name was checked
+	tc.ECN = f.ccName == "dcqcn"
+}
+
+// dcqcn reports whether the run's controller is DCQCN (the roce profile's
+// by default), which needs the fabric to mark ECN.
+func (f *benchFlags) dcqcn() bool {
+	return f.ccName == "dcqcn" || f.ccName == "" && f.transport == "roce"
 }
 
 // progressFunc returns the progress callback of rank 0: a bar on stderr
@@ -490,6 +523,7 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 	}
 	tc := f.transportConfig(f.rank)
 	tc.MTU = frame
+	f.setCC(&tc)
 	if tc.Profile == transport.Spray {
 		tc.INTHops = 4
 		tc.Paths = transport.PathsAdaptive
@@ -559,7 +593,7 @@ func (f *benchFlags) runTestbed(ctx context.Context) error {
 	}
 	defer fab.Close()
 	var ecn ebpf.ECNConfig
-	if f.transport == "roce" { // DCQCN reacts to ECN marks
+	if f.dcqcn() { // DCQCN reacts to ECN marks
 		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
 	}
 	progs, err := fab.AttachPrograms(ecn)
@@ -635,6 +669,9 @@ func (f *benchFlags) rankArgs(r, n int, boot, progress string) []string {
 		"--transport", f.transport, "--link", kind, "--seed", strconv.FormatUint(f.seed, 10),
 		"--paths", strconv.Itoa(f.paths), "--chunk", f.chunk.String(), "--timeout", f.timeout.String(), "--min-rto", f.minRTO.String(),
 		"--rank", strconv.Itoa(r), "--world", strconv.Itoa(n), "--bootstrap", boot,
+	}
+	if f.ccName != "" {
+		args = append(args, "--cc", f.ccName)
 	}
 	if r == 0 {
 		args = append(args, "--progress", progress)

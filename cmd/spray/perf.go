@@ -92,7 +92,7 @@ func runPerf(args []string) error {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.IntVar(&f.mtu, "mtu", 0, "largest frame in bytes, Ethernet header included (default: 9014 for mem, the interface MTU + 14 otherwise)")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
-	fs.StringVar(&f.ccName, "cc", "fixed", "congestion control: "+strings.Join(cc.Names, ", ")+" (dcqcn turns on ECN marking of data packets)")
+	fs.StringVar(&f.ccName, "cc", "", "congestion control: "+strings.Join(cc.Names, ", ")+" (default: the profile's, auto for spray, dcqcn for roce; dcqcn turns on ECN marking of data packets; fixed is an unlimited window)")
 	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve OpenTelemetry metrics of every endpoint for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464)")
 	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole this leaf-spine link PORT@TIME into the transfer (PORT as in `spray testbed fault --port`, e.g. leaf0:up1@5s) and report the failover")
@@ -115,8 +115,9 @@ func runPerf(args []string) error {
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()
 
-	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window, ECN: f.ccName == "dcqcn"}
-	if tcfg.CC, err = cc.ByName(f.ccName, cc.Params{LineRate: 1.25e9, PacketBytes: max(f.mtu-100, 1400)}); err != nil {
+	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window,
+		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE}
+	if err := perfCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
 	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed}
@@ -206,6 +207,28 @@ func runPerf(args []string) error {
 	return fmt.Errorf("perf: unknown testbed %q (want pair or leafspine:HxLxS)", f.testbed)
 }
 
+// perfCC sets tcfg.CC for --cc name on a link of tcfg.MTU-byte frames
+// (0: unknown) at tcfg.LineRate bytes/s (0: unknown): nil for "" (the
+// profile's controller, which the transport sizes for each QP's payload
+// and LineRate), cc.ByName's controller otherwise. Callers that learn the
+// MTU or the rate of the link call it again.
+func perfCC(name string, tcfg *transport.Config) error {
+	if name == "" {
+		tcfg.CC = nil
+		return nil
+	}
+	pb := 0 // ByName's 1400
+	if tcfg.MTU > 0 {
+		pb = max(tcfg.MTU-100, 256) // about the payload: spray's headers take 70-170 bytes
+	}
+	mk, err := cc.ByName(name, cc.Params{LineRate: tcfg.LineRate, PacketBytes: pb})
+	if err != nil {
+		return err
+	}
+	tcfg.CC = mk
+	return nil
+}
+
 func splitKinds(s, def string) []string {
 	if s == "" {
 		s = def
@@ -257,6 +280,9 @@ func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg benc
 	defer p.Close()
 	logger.Printf("testbed %s: %s (%v) <-> %s (%v), veth MTU %d", p.Prefix, p.A.Name, p.A.IP, p.B.Name, p.B.IP, mtu)
 	tcfg.MTU = mtu + 14
+	if err := perfCC(f.ccName, &tcfg); err != nil {
+		return err
+	}
 	var results []bench.PerfResult
 	for _, kind := range splitKinds(f.links, "xdp,raw,udp,tcp") {
 		res, err := bench.RunPair(ctx, p, bench.PairRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap})
@@ -289,6 +315,11 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 		if tcfg.Paths == transport.PathsDefault {
 			tcfg.Paths = transport.PathsAdaptive // balances the spines from INT path signatures
 		}
+	}
+	// The hosts' ports are the fastest a flow goes.
+	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
+	if err := perfCC(f.ccName, &tcfg); err != nil {
+		return err
 	}
 	var results []bench.PerfResult
 	for _, kind := range splitKinds(f.links, "xdp,udp,tcp") {
@@ -323,6 +354,10 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 func perfMem(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link) (bench.PerfResult, error) {
 	if tcfg.MTU == 0 {
 		tcfg.MTU = 9014
+	}
+	tcfg.LineRate = f.gbps * 1e9 / 8
+	if err := perfCC(f.ccName, &tcfg); err != nil {
+		return bench.PerfResult{}, err
 	}
 	fab := mem.NewFabric(mem.Config{Seed: f.seed, Loss: f.loss, Bandwidth: f.gbps * 1e9, FrameSize: max(tcfg.MTU, 1514), Delay: 2 * time.Microsecond}, clock.NewSystem())
 	pa, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, 1}, netip.AddrFrom4([4]byte{10, 99, 0, 1}))

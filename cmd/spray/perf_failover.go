@@ -105,6 +105,10 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 			tcfg.Entropies = 8 * fab.Config.Spines
 		}
 	}
+	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
+	if err := perfCC(f.ccName, &tcfg); err != nil {
+		return err
+	}
 	window := 0
 	if f.ccName == "fixed" || f.ccName == "none" {
 		// Unlimited, a QP would overrun the shaped ports; bounded by half

@@ -29,7 +29,11 @@
 // when the destination port's FIFO is idle, and later when frames are queued
 // ahead of it. Recv hands out the frames whose due time has passed, in due
 // order. Under a *clock.Sim, Wait returns at once and the simulation moves
-// the clock, typically to NextDelivery() or the engines' next timer.
+// the clock, typically to NextDelivery() or the engines' next timer. Under
+// the system clock, a Wait of up to 100µs (a frame due after Delay, an
+// engine's delayed-ACK timer) spins, yielding the processor, rather than
+// sleep on a runtime timer, which an otherwise idle Go process oversleeps
+// to a millisecond.
 //
 // # Determinism
 //
