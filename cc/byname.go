@@ -52,9 +52,10 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //   - "auto": Auto, Swift until INT records come back, then HPCC (the spray
 //     profile's default);
 //   - "hpcc": HPCC with T = p.BaseRTT (SoftwareBaseRTT if 0), W_init at
-//     least two frames (p.PacketBytes plus spray's headers), the queue
-//     term less one frame (QueueOffset) and txRate at most the link rate
-//     (ClampTxRate): the test fabric's INT counters, see the package doc;
+//     least two frames (p.PacketBytes plus spray's headers), a smallest
+//     window of one frame (MinWindow), the queue term less one frame
+//     (QueueOffset) and txRate at most the link rate (ClampTxRate): the
+//     test fabric's INT counters, see the package doc;
 //   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
 //     to twice that on top) for the queueing that INT records report
 //     (SwiftConfig.INTFabricDelay) or, on ACKs without INT, over the
@@ -107,7 +108,11 @@ func (p Params) hpcc() HPCCConfig {
 	// W_init is the paper's line rate × T, but at least two frames: a
 	// window under two frames holds the sender to one packet in flight.
 	winit := max(line*t.Seconds(), float64(2*p.frameBytes()))
-	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, InitWindow: int(min(winit, 1<<40)), QueueOffset: p.frameBytes(), ClampTxRate: true}
+	// The smallest window is one frame, not 1024 bytes (see the package
+	// doc): below a frame the window no longer bounds anything (a packet
+	// still goes when none is in flight) and only the pacing rate W/T
+	// holds the sender back.
+	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, InitWindow: int(min(winit, 1<<40)), MinWindow: p.frameBytes(), QueueOffset: p.frameBytes(), ClampTxRate: true}
 }
 
 // frameBytes is about one full frame on the wire: the payload and spray's

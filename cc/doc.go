@@ -84,6 +84,19 @@
 //     rate). With the paper's reading, four senders holding a 200 Mbit/s
 //     port at 0.94 of its rate read U = 1.36 at the median and sat at the
 //     minimum window, which then set their rate.
+//   - HPCC's smallest window to one full frame (HPCCConfig.MinWindow; 1024
+//     bytes in the zero value). Below a frame the window bounds nothing (a
+//     packet goes whenever none is in flight) and only the pacing rate W/T
+//     holds the sender back. In spray compare's all-to-all (100 Mbit/s
+//     spines, 3.5 KB frames, T = 200µs) a cross-leaf QP's share of B·T is
+//     under a frame, so a queue of one frame beyond the offset reads U > 1:
+//     HPCC held those QPs at the floor at the median, and a 1024-byte floor
+//     paced each at 5 MB/s, four of them 82% of the two spines they share;
+//     the spines ran at 93% between ramp and tail. With a one-frame floor
+//     each keeps a frame in flight and the spines ran at 97-98%: 49.4-51.0
+//     ms per all-to-all against 52.7-53.0 (three runs each, back to back,
+//     with the ACK change of the same session). A 4-into-1 incast (TestIncast)
+//     kept its queue (p50 208 against 209µs, p99 234 against 235µs).
 //   - Swift's fabric delay. When ACKs echo INT records, it is the queueing
 //     they report (the sum over hops of queue bytes over egress rate;
 //     SwiftConfig.INTFabricDelay), and the target of 50µs
@@ -201,11 +214,9 @@
 // drops). Earlier figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
 // 0.40-0.61; DCQCN's p99 1-1.6 ms, like no control, both overflowing the
 // buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
-// HPCC holds the spine links at η counting ACKs and spurious resends
-// (1,700-3,400 per run, 250-490 with the fixed window), the cross-leaf
-// QPs sit at the minimum window, one packet in flight, and spray took
-// 77-83 ms per all-to-all against 52-73 ms with the fixed window, whose
-// queues hold 730-870µs on average.
+// the cross-leaf QPs sit at the minimum window, one frame in flight, each
+// frame acknowledged at once (the window holds no second one), so ACKs
+// take 5% of the spines' bytes (bench.AllToAllLimit accounts for the rest).
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus

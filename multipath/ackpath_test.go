@@ -201,3 +201,54 @@ func TestAdaptiveOneProbeAtATime(t *testing.T) {
 		t.Fatalf("%d probes after the first timed out, want 2", n)
 	}
 }
+
+// TestAdaptiveUrgentAfterSpineFailure: two spines, 8 entropies on one and
+// 24 on the other (as the fabric's hash happened to split a QP's set in
+// spray compare). The second spine dies: nothing more is learned of its
+// entropies, whose record stays clean, while the first spine keeps
+// delivering the QP's packets but loses a packet on each of its entropies
+// (the peer's acknowledgements went to the dead spine). An urgent resend
+// and an urgent acknowledgement go to the spine that delivered last, not
+// to a clean entropy of the dead one; and with the spines unknown (no
+// OnPath), the rule is as before: the freshest clean entropy.
+func TestAdaptiveUrgentAfterSpineFailure(t *testing.T) {
+	const us = clock.Time(time.Microsecond)
+	for _, known := range []bool{true, false} {
+		seed := testutil.Seed(t)
+		set := Entropies(seed, 32)
+		p := NewAdaptive(set, seed, AdaptiveConfig{})
+		live := map[uint16]bool{}
+		for i, e := range set {
+			live[e] = i < 8
+			if known {
+				sig := uint64(2)
+				if live[e] {
+					sig = 1
+				}
+				p.(PathObserver).OnPath(0, e, sig)
+			}
+		}
+		now := warm(p, 0, 640)
+		// The dead spine's entropies: their last packets before the failure
+		// were acknowledged. Then only the live spine's carry data; each
+		// delivers some, and then loses one.
+		now += clock.Time(time.Millisecond)
+		for range 3 {
+			for _, e := range set[:8] {
+				p.OnAck(now+20*us, e, 20*time.Microsecond, false)
+				now += 10 * us
+			}
+		}
+		for _, e := range set[:8] {
+			p.OnLoss(now, e)
+		}
+		r, ap := p.(Resender), p.(AckPather)
+		e1, e2 := r.NextResend(now, true), ap.NextAck(true)
+		if known && (!live[e1] || !live[e2]) {
+			t.Fatalf("after the spine failure: urgent resend on %d (live spine: %v), urgent ACK on %d (%v)", e1, live[e1], e2, live[e2])
+		}
+		if !known && (live[e1] || live[e2]) {
+			t.Fatalf("spines unknown: urgent resend on %d, ACK on %d, want clean entropies (not the 8 that lost)", e1, e2)
+		}
+	}
+}

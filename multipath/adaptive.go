@@ -383,23 +383,62 @@ func (a *adaptive) NextAck(urgent bool) uint16 {
 // (the latest send time of a packet acknowledged on it, then the latest
 // ACK) of those whose latest report was an ACK and that lost no
 // acknowledgement since, or -1.
+//
+// On a known physical path (OnPath) the proof is the path's: of the
+// entropies of the path with the freshest proof of all, it takes one whose
+// latest report was an ACK, or, when every one of them lost its latest
+// packet, the one that delivered last, rather than an entropy of another
+// path whose proof is older. After a spine dies, the entropies that
+// hashed onto it keep the clean record they had before (nothing is learned
+// of an entropy that nothing is sent on), while those of the live spine
+// lose packets whose acknowledgements the peer sent on the dead one: the
+// rule without paths sent every resend of a QP in timeout backoff, and
+// the peer's urgent acknowledgements, to a different entropy of the dead
+// spine, until MaxRetries failed the QP (spray compare's spinefail, about
+// one run in seven).
 func (a *adaptive) freshest() int {
-	best := -1
+	best, proof := -1, -1
 	for i := range a.st {
 		s := &a.st[i]
-		if s.down || s.consecLoss > 0 || s.ackLost || a.stats[i].Acks == 0 {
+		if s.down || s.ackLost || a.stats[i].Acks == 0 {
 			continue
 		}
-		if best < 0 {
-			best = i
+		if proof < 0 || a.fresher(i, proof) {
+			proof = i
+		}
+		if s.consecLoss > 0 {
 			continue
 		}
-		if b := &a.st[best]; s.ackedSent > b.ackedSent ||
-			(s.ackedSent == b.ackedSent && a.stats[i].LastAck > a.stats[best].LastAck) {
+		if best < 0 || a.fresher(i, best) {
 			best = i
 		}
 	}
-	return best
+	if proof < 0 || a.st[proof].group == 0 || (best >= 0 && a.st[best].group == a.st[proof].group) {
+		return best
+	}
+	// The freshest proof is on another physical path than best's (so its
+	// entropy lost its latest packet): take an entropy of that path that
+	// delivered its latest packet, or else the one that delivered last.
+	pick, g := proof, a.st[proof].group
+	for i := range a.st {
+		s := &a.st[i]
+		if s.down || s.ackLost || a.stats[i].Acks == 0 || s.consecLoss > 0 || s.group != g {
+			continue
+		}
+		if pick == proof || a.fresher(i, pick) {
+			pick = i
+		}
+	}
+	return pick
+}
+
+// fresher reports whether path i has a fresher proof of delivery than
+// path j: a later send time of a packet acknowledged on it, then a later
+// ACK.
+func (a *adaptive) fresher(i, j int) bool {
+	s, b := &a.st[i], &a.st[j]
+	return s.ackedSent > b.ackedSent ||
+		(s.ackedSent == b.ackedSent && a.stats[i].LastAck > a.stats[j].LastAck)
 }
 
 // AckLost marks the path of entropy as one that probably lost an

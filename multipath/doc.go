@@ -106,7 +106,13 @@
 // LossLimit losses yet, and a timed-out packet resent on it again costs
 // another, doubled, timeout. (The transport sends a second copy of that
 // packet on the next path of the round, as the freshest proof may predate
-// the failure.)
+// the failure.) Where the physical paths are known (OnPath), the proof is
+// the physical path's: the freshest one wins even when each of its
+// entropies lost its latest packet, since after a spine dies the entropies
+// on it keep their clean record (nothing is sent there any more) while
+// those of the live spine lose packets whose acknowledgements went to the
+// dead one; picking clean entropies sent each resend of a QP in backoff
+// to another entropy of the dead spine until the QP failed.
 //
 // Acknowledgements leave on the same paths as the QP's own data, so the
 // policy also picks their entropies (AckPather.NextAck): the set in turn,

@@ -691,6 +691,12 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 			a.HoldNs = uint32(hold)
 		}
 		a.SackBase = uint32(q.win.Sack(q.last.psn, a.Sack[:]))
+		// Trailing zero words say nothing: an ACK of packets that arrived
+		// in order carries one word, not four (24 bytes less on links
+		// that ACKs share with the other direction's data).
+		for a.SackWords > 1 && a.Sack[a.SackWords-1] == 0 {
+			a.SackWords--
+		}
 		a.INTHops = uint8(q.last.intLen / wire.HopLen)
 		pk.INT = q.last.intBuf[:q.last.intLen]
 		pk.BTH.PSN = a.CumPSN
