@@ -13,6 +13,13 @@ type Params struct {
 	LineRate    float64       // bytes per second the sender's link carries; 0: the controller's default (100 Gb/s)
 	BaseRTT     time.Duration // unloaded round trip of the fabric; 0: SoftwareBaseRTT
 	PacketBytes int           // payload of a full packet; 0: 1400
+	// AckEvery, when above 1, has HPCC keep a window of at least that
+	// many frames (HPCCConfig.MinInflight), so that a receiver that
+	// acknowledges every AckEvery packets (transport.Config.AckEvery) can:
+	// fewer ACKs on the links, at the cost of up to AckEvery frames per
+	// QP waiting in the queues when HPCC's own window is smaller (see the
+	// package doc). 0: HPCC's own window (the transport's default).
+	AckEvery int
 }
 
 // Calibration of ByName for software fabrics (network namespaces, veth,
@@ -55,7 +62,8 @@ var Names = []string{"auto", "hpcc", "swift", "dcqcn", "fixed", "none"}
 //     least two frames (p.PacketBytes plus spray's headers), a smallest
 //     window of one frame (MinWindow), the queue term less one frame
 //     (QueueOffset) and txRate at most the link rate (ClampTxRate): the
-//     test fabric's INT counters, see the package doc;
+//     test fabric's INT counters, see the package doc; and with
+//     p.AckEvery, a window of at least that many frames (MinInflight);
 //   - "swift": Swift with a target of SoftwareSwiftTarget (flow scaling up
 //     to twice that on top) for the queueing that INT records report
 //     (SwiftConfig.INTFabricDelay) or, on ACKs without INT, over the
@@ -112,7 +120,13 @@ func (p Params) hpcc() HPCCConfig {
 	// doc): below a frame the window no longer bounds anything (a packet
 	// still goes when none is in flight) and only the pacing rate W/T
 	// holds the sender back.
-	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, InitWindow: int(min(winit, 1<<40)), MinWindow: p.frameBytes(), QueueOffset: p.frameBytes(), ClampTxRate: true}
+	// A window of AckEvery frames lets the receiver acknowledge AckEvery
+	// packets at once; the pacing rate stays HPCC's (see the package doc).
+	minIn := 0
+	if p.AckEvery > 1 {
+		minIn = p.AckEvery * p.frameBytes() // may exceed W_init: it is no window HPCC computes
+	}
+	return HPCCConfig{LineRate: p.LineRate, BaseRTT: t, InitWindow: int(min(winit, 1<<40)), MinWindow: p.frameBytes(), QueueOffset: p.frameBytes(), ClampTxRate: true, MinInflight: minIn}
 }
 
 // frameBytes is about one full frame on the wire: the payload and spray's

@@ -97,6 +97,28 @@
 //     ms per all-to-all against 52.7-53.0 (three runs each, back to back,
 //     with the ACK change of the same session). A 4-into-1 incast (TestIncast)
 //     kept its queue (p50 208 against 209µs, p99 234 against 235µs).
+//   - With Params.AckEvery (opt-in; the transport's default leaves it 0),
+//     HPCC's window is at least AckEvery frames (HPCCConfig.MinInflight),
+//     the pacing rate still the computed window over T. A window of one
+//     frame has each packet acknowledged at once (the sender waits for the
+//     ACK, so it asks for it): one ACK per data packet on the links that
+//     the other direction's data uses. In spray compare's all-to-all
+//     (AckEvery 4, which bench passes) the receivers sent 14.4-14.6k ACKs
+//     per 30 all-to-alls instead of 27.9k, the spines carried 45.4-45.5 ms
+//     of line time per iteration instead of 46.0-46.6, and an all-to-all
+//     took 48.3-48.7 ms against 50.8-52.0 (3 runs each, back to back, load
+//     average 3; 47.9-48.1 against 49.5-49.6 at load 0.8), with no queue
+//     drop but the mean queue delay at 425-430µs against 95-100µs: the
+//     extra frames wait at the spines, above HPCC's target (T plus a
+//     frame's time). That is why it is not the default: in TestIncast's
+//     4-into-1 (AckEvery 2) HPCC's queue went from p99 235µs to 468µs,
+//     beyond twice its target. Windows of two or more frames need the
+//     retransmit package's AckEvery (the probe timeout allows for the
+//     receiver's delay while fewer packets are in flight) and the
+//     receiver's prompt ACK of a packet that a later-sent one overtook:
+//     without them a window of two frames cost 420-1,330 resends per 30
+//     all-to-alls on this lossless fabric (100-790 of them found
+//     spurious); with them 19-29 at four frames.
 //   - Swift's fabric delay. When ACKs echo INT records, it is the queueing
 //     they report (the sum over hops of queue bytes over egress rate;
 //     SwiftConfig.INTFabricDelay), and the target of 50µs
@@ -216,7 +238,8 @@
 // buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
 // the cross-leaf QPs sit at the minimum window, one frame in flight, each
 // frame acknowledged at once (the window holds no second one), so ACKs
-// take 5% of the spines' bytes (bench.AllToAllLimit accounts for the rest).
+// take 5% of the spines' bytes, half that with Params.AckEvery (see above;
+// bench.AllToAllLimit accounts for the rest).
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
 // echoing the acknowledged packet's records, switches stamping them) plus

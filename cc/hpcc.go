@@ -53,6 +53,14 @@ type HPCCConfig struct {
 	// bytes a port cannot send show in its queue term anyway. ByName sets
 	// it.
 	ClampTxRate bool
+	// MinInflight is the smallest window that Window returns, in bytes;
+	// the pacing rate stays the computed window over T. 0 means none (the
+	// window is the computed one, at least MinWindow). A receiver that
+	// acknowledges every few packets needs that many in flight to send
+	// fewer acknowledgements than packets: with a smaller window the
+	// sender waits for each ACK and asks for it at once. ByName sets it
+	// from Params.AckEvery.
+	MinInflight int
 }
 
 // hpccHops bounds the hop records an HPCC controller remembers. A path
@@ -94,6 +102,7 @@ type HPCC struct {
 	maxStage int
 	wai      float64
 	minW     float64
+	minIn    float64 // MinInflight
 
 	w, wc    float64 // window, reference window (bytes)
 	u        float64 // smoothed utilization
@@ -124,6 +133,7 @@ func NewHPCC(cfg HPCCConfig) *HPCC {
 		winit:    float64(cfg.InitWindow),
 		qoff:     float64(max(cfg.QueueOffset, 0)),
 		clamp:    cfg.ClampTxRate,
+		minIn:    float64(max(cfg.MinInflight, 0)),
 	}
 	if h.t <= 0 {
 		h.t = float64(10 * time.Microsecond)
@@ -179,8 +189,9 @@ func (h *HPCC) NextTimer() clock.Time { return clock.Never }
 // OnTimer does nothing.
 func (h *HPCC) OnTimer(clock.Time) {}
 
-// Window returns the window in bytes (at least 1).
-func (h *HPCC) Window() int { return max(1, int(h.w)) }
+// Window returns the window in bytes: the computed one, at least
+// MinInflight (and 1).
+func (h *HPCC) Window() int { return max(1, int(max(h.w, h.minIn))) }
 
 // Rate returns the window over the base RTT, at most the line rate.
 func (h *HPCC) Rate() float64 { return min(h.line, h.w*1e9/h.t) }

@@ -471,3 +471,36 @@ func BenchmarkHPCCOnAck(b *testing.B) {
 		h.OnAck(Sample{Now: now, AckedBytes: 4096, RTT: 12 * time.Microsecond, INT: rec})
 	}
 }
+
+// TestHPCCMinInflight: with Params.AckEvery, ByName's HPCC keeps a window
+// of at least AckEvery frames, so that a receiver that acknowledges every
+// AckEvery packets gets them; at a queue that drives the computed window
+// to its minimum the pacing rate is still that minimum over T, not the
+// larger window's. Without AckEvery the window is the computed one.
+func TestHPCCMinInflight(t *testing.T) {
+	const (
+		T     = 200 * time.Microsecond
+		line  = 25e6 // 200 Mb/s
+		frame = 3400 + 182
+	)
+	for _, every := range []int{0, 4} {
+		mk, err := ByName("hpcc", Params{LineRate: line, BaseRTT: T, PacketBytes: 3400, AckEvery: every})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mk().(*HPCC)
+		p := &port{sw: 1, port: 2, mbps: 200}
+		r := newHPCCRun(h, 1, frame, 60*time.Microsecond)
+		r.acks(400, func() []byte { return records(p.step(r.dt, 1, 4*frame)) }) // a standing queue of 4 frames
+		wantW := frame
+		if every > 0 {
+			wantW = every * frame
+		}
+		if w := h.Window(); w != wantW {
+			t.Errorf("AckEvery %d: window %d at a standing queue, want %d", every, w, wantW)
+		}
+		if rate, want := h.Rate(), float64(frame)/T.Seconds(); math.Abs(rate-want) > want*0.01 {
+			t.Errorf("AckEvery %d: rate %.0f B/s, want the minimum window over T, %.0f", every, rate, want)
+		}
+	}
+}

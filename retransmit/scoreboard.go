@@ -818,7 +818,8 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 }
 
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, plus
-// MaxAckDelay when one packet is in flight, no later than the retransmission
+// MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
+// packet), no later than the retransmission
 // timer; only in SelectiveRepeat with TLP on, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
 // armed timer; otherwise only an unarmed one is set.
@@ -839,7 +840,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 		return
 	}
 	pto := 2 * s.SRTT()
-	if s.inPkts == 1 {
+	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
 	s.ptoAt = clock.Min(now.Add(pto), s.rtoAt)

@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{MaxRetries: -1},
 		{MinReorderWindow: -1},
 		{MaxAckDelay: -1},
+		{AckEvery: -1},
 		{FixedRTO: -1},
 		{FixedRTO: MaxDuration + 1},
 		{InitialRTT: MaxDuration + 1},
@@ -38,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 	s := mustNew(t, Config{}, 0)
 	got := s.Config()
 	want := Config{Capacity: DefaultCapacity, InitialRTT: DefaultInitialRTT, MinRTO: DefaultMinRTO,
-		MaxRTO: DefaultMaxRTO, MaxRetries: DefaultMaxRetries}
+		MaxRTO: DefaultMaxRTO, MaxRetries: DefaultMaxRetries, AckEvery: 2}
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
@@ -306,6 +307,34 @@ func TestTailLossProbe(t *testing.T) {
 		}
 		mustCheck(t, s)
 	})
+}
+
+// TestProbeWaitsForDelayedAck: the probe timeout holds MaxAckDelay while
+// fewer packets than the receiver's AckEvery are in flight, since the
+// receiver may hold their ACK that long; with AckEvery's default (2) only a
+// single packet in flight does (RFC 8985 7.2).
+func TestProbeWaitsForDelayedAck(t *testing.T) {
+	const delay = 500 * time.Microsecond
+	for _, c := range []struct {
+		every, inFlight int
+		held            bool
+	}{{0, 1, true}, {0, 2, false}, {4, 1, true}, {4, 3, true}, {4, 4, false}} {
+		s := mustNew(t, Config{MaxAckDelay: delay, AckEvery: c.every, MinRTO: 10 * time.Millisecond}, 0)
+		sendNew(t, s, 0)
+		s.OnAck(100*us, Ack{Cum: 1}, nil) // SRTT 100µs
+		var last clock.Time
+		for i := range c.inFlight {
+			last = clock.Time(200+i) * us
+			sendNew(t, s, last)
+		}
+		want := last.Add(2 * s.SRTT())
+		if c.held {
+			want = want.Add(delay)
+		}
+		if got := s.NextTimeout(); got != want {
+			t.Errorf("AckEvery %d, %d in flight: probe at %v, want %v (SRTT %v, ACK held: %v)", c.every, c.inFlight, got, want, s.SRTT(), c.held)
+		}
+	}
 }
 
 func TestNoTLP(t *testing.T) {

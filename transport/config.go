@@ -115,7 +115,10 @@ type Config struct {
 	// message; with Spray also a full window smaller than 2*AckEvery
 	// packets) and when a duplicate arrives; RoCE NAKs a gap at once,
 	// while Spray, whose sprayed packets arrive beyond holes all the time,
-	// treats a packet beyond a hole like any other.
+	// treats a packet beyond a hole like any other and acknowledges at
+	// once one that a packet sent after it overtook. The sender's tail
+	// loss probe allows for AckDelay while fewer than AckEvery packets
+	// are in flight.
 	AckEvery int
 	// AckDelay is how long a receiver holds an acknowledgement that has not
 	// reached AckEvery; 0 means 20µs.
