@@ -39,6 +39,18 @@ func TestStatsTelemetryMove(t *testing.T) {
 				// after it, and by Karn's rule no later ACK is timed
 				// (classic ACKs echo no send time).
 				mc.Loss = 0.005
+				// At 0.5% about 1 seed in 70 (1796245796159995546) drops
+				// no data frame of the ~860 at all, and Go-Back-N then
+				// rightly resends nothing: drop every 150th data frame
+				// (frames larger than an ACK) besides the random loss.
+				var data int
+				mc.Filter = func(f []byte) bool {
+					if len(f) < 512 {
+						return true
+					}
+					data++
+					return data%150 != 75
+				}
 			}
 			s := newSimPair(t, mc, Config{Profile: prof, Seed: seed})
 			transfer(t, s, randomMessages(rng, 40, 256<<10))
@@ -63,7 +75,7 @@ func TestStatsTelemetryMove(t *testing.T) {
 				t.Errorf("RTT histogram: %d samples summing to %v; QP timed %d, min %v", n, qs.RTT.Sum, st.RTTSamples, st.MinRTT)
 			}
 			if st.Retransmits == 0 {
-				t.Errorf("no retransmits at 2%% loss")
+				t.Errorf("no retransmits with %d frames lost and %d filtered", s.fab.Stats().Lost, s.fab.Stats().Filtered)
 			}
 			var pkts, bytes, retx uint64
 			for _, p := range qs.Paths {
