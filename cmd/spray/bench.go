@@ -286,18 +286,9 @@ func (f *benchFlags) transportConfig(rank int) transport.Config {
 	return tc
 }
 
-// setCC sets tc.CC from --cc for frames of tc.MTU bytes (0: unknown): nil
-// (the profile's controller) by default, cc.ByName's otherwise, with ECN
-// marking for dcqcn.
+// setCC sets tc.CC from --cc (setNamedCC) and ECN marking for dcqcn.
 func (f *benchFlags) setCC(tc *transport.Config) {
-	if f.ccName == "" {
-		return
-	}
-	pb := 0 // ByName's 1400
-	if tc.MTU > 0 {
-		pb = max(tc.MTU-100, 256)
-	}
-	tc.CC, _ = cc.ByName(f.ccName, cc.Params{PacketBytes: pb}) // the name was checked
+	_ = setNamedCC(f.ccName, tc) // runBench checked the name
 	tc.ECN = f.ccName == "dcqcn"
 }
 

@@ -117,7 +117,7 @@ func runPerf(args []string) error {
 
 	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window,
 		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE}
-	if err := perfCC(f.ccName, &tcfg); err != nil {
+	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
 	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed}
@@ -207,12 +207,12 @@ func runPerf(args []string) error {
 	return fmt.Errorf("perf: unknown testbed %q (want pair or leafspine:HxLxS)", f.testbed)
 }
 
-// perfCC sets tcfg.CC for --cc name on a link of tcfg.MTU-byte frames
+// setNamedCC sets tcfg.CC for --cc name (perf and bench) on a link of tcfg.MTU-byte frames
 // (0: unknown) at tcfg.LineRate bytes/s (0: unknown): nil for "" (the
 // profile's controller, which the transport sizes for each QP's payload
 // and LineRate), cc.ByName's controller otherwise. Callers that learn the
 // MTU or the rate of the link call it again.
-func perfCC(name string, tcfg *transport.Config) error {
+func setNamedCC(name string, tcfg *transport.Config) error {
 	if name == "" {
 		tcfg.CC = nil
 		return nil
@@ -280,7 +280,7 @@ func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg benc
 	defer p.Close()
 	logger.Printf("testbed %s: %s (%v) <-> %s (%v), veth MTU %d", p.Prefix, p.A.Name, p.A.IP, p.B.Name, p.B.IP, mtu)
 	tcfg.MTU = mtu + 14
-	if err := perfCC(f.ccName, &tcfg); err != nil {
+	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
 	var results []bench.PerfResult
@@ -318,7 +318,7 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	}
 	// The hosts' ports are the fastest a flow goes.
 	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
-	if err := perfCC(f.ccName, &tcfg); err != nil {
+	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
 	var results []bench.PerfResult
@@ -356,7 +356,7 @@ func perfMem(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench
 		tcfg.MTU = 9014
 	}
 	tcfg.LineRate = f.gbps * 1e9 / 8
-	if err := perfCC(f.ccName, &tcfg); err != nil {
+	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return bench.PerfResult{}, err
 	}
 	fab := mem.NewFabric(mem.Config{Seed: f.seed, Loss: f.loss, Bandwidth: f.gbps * 1e9, FrameSize: max(tcfg.MTU, 1514), Delay: 2 * time.Microsecond}, clock.NewSystem())

@@ -106,7 +106,7 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 		}
 	}
 	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
-	if err := perfCC(f.ccName, &tcfg); err != nil {
+	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
 	window := 0
