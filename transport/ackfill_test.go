@@ -13,7 +13,8 @@ import (
 // TestSprayAckFillsHole: a receiver that acknowledges every 8 packets and
 // holds an acknowledgement for up to 2 ms, a sender with a window of 4
 // packets, sprayed over paths that reorder. A packet that arrives after
-// one sent later (it fills a hole) is acknowledged at once, and the sender's
+// one sent later (it fills a hole) is acknowledged at once when an ACK
+// already reported the later one (else with it), and the sender's
 // tail loss probe allows for the receiver's delay while fewer than 8
 // packets are in flight, so the sender resends next to nothing on this
 // lossless fabric, and the bytes arrive intact. With reordered packets held
