@@ -113,10 +113,12 @@ type Config struct {
 	// 0 means 2 (Spray) or 16 (RoCE). Both also acknowledge at once when
 	// the sender asks with the BTH AckReq bit (the last packet of a
 	// message; with Spray also a full window smaller than 2*AckEvery
-	// packets) and when a duplicate arrives; RoCE NAKs a gap at once,
+	// packets, at most once per AckEvery packets when the window holds
+	// AckEvery) and when a duplicate arrives; RoCE NAKs a gap at once,
 	// while Spray, whose sprayed packets arrive beyond holes all the time,
 	// treats a packet beyond a hole like any other and acknowledges at
-	// once one that a packet sent after it overtook. The sender's tail
+	// once one that a packet sent after it overtook, when an earlier ACK
+	// reported that later packet. The sender's tail
 	// loss probe allows for AckDelay while fewer than AckEvery packets
 	// are in flight.
 	AckEvery int
@@ -142,8 +144,13 @@ type Config struct {
 	// (RFC 6298 within MinRTO and MaxRTO, doubling on each timeout)
 	// instead. The Spray profile ignores it.
 	LocalAckTimeout int
-	// INTHops reserves room for that many INT hop records in every data
-	// packet (Spray only) for switches to fill; 0 reserves none.
+	// INTHops reserves room for that many INT hop records in data packets
+	// (Spray only) for switches to fill; 0 reserves none. With AckEvery 1
+	// every data packet has the room; above 1, only those likely to have
+	// their records echoed (an ACK echoes one packet's: the latest with
+	// records since the previous ACK): those that ask for an ACK (AckReq),
+	// resends, and a new packet once AckEvery have gone without the room.
+	// The payload per packet is the same either way.
 	INTHops int
 	// CC makes a congestion controller for each QP; nil means the
 	// profile's (ProfileCC): for Spray cc's "auto" (Swift from RTT, HPCC

@@ -109,7 +109,10 @@
 // The Spray profile uses spray's opcodes (0xE0 data, 0xE1 ACK with SACK
 // bitmap, echoed timestamp and INT records); the RoCE profile uses the
 // standard RC opcodes and AETH ACK/NAK, so that its packets decode in
-// Wireshark as RoCEv2. Classic packets carry a power-of-two payload (the
+// Wireshark as RoCEv2. With Config.INTHops and AckEvery above 1, only the
+// spray data packets whose records an ACK is likely to echo carry the INT
+// region, and an ACK echoes the latest of them (its PSN, timestamp,
+// entropy and hold time with its records). Classic packets carry a power-of-two payload (the
 // RoCE path MTU: 1024 bytes for a 1500-byte MTU), spray packets as much as
 // the MTU allows.
 //

@@ -151,7 +151,11 @@
 //
 // It is followed by SackWords 8-byte SACK words (bit i of word w, counting
 // from the least significant bit, is PSN SackBase+64w+i) and INTHops hop
-// records echoed from the acknowledged data packet (not variant here).
+// records echoed from the data packet AckedPSN (not variant here). The
+// transport echoes the packet that triggered the ACK, or the latest that
+// carried records since its previous ACK when only some data packets
+// carry an INT region (transport.Config.INTHops with AckEvery above 1);
+// an ACK with no such packet echoes the trigger with INTHops 0.
 //
 // CNP: the BTH (opcode 0x81, BECN set by convention) and 16 reserved bytes
 // (zero on encode, ignored on decode), then the ICRC.

@@ -176,7 +176,10 @@ type Ack struct {
 	// CumPSN is the next PSN the receiver expects: every PSN before it has
 	// arrived.
 	CumPSN uint32
-	// AckedPSN is the PSN of the data packet that triggered this ACK.
+	// AckedPSN is the PSN of the data packet whose send time, entropy and
+	// INT records this ACK echoes: the one that triggered it, or (spray
+	// transport with INT records on some packets only) the latest with
+	// records that arrived since the previous ACK.
 	AckedPSN uint32
 	// SackBase is the PSN of bit 0 of Sack[0]; bit i of word w is PSN
 	// SackBase+64w+i.
