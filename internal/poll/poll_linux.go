@@ -46,8 +46,10 @@ type Waiter struct {
 	ready func(fd uintptr) bool
 	look  func(fd uintptr)
 	err   error
-	// woken: Wake was called since the last Wait began.
-	woken atomic.Bool
+	// wakes counts Wake calls; seen is the count the last Wait that
+	// blocked answered (a Wake after it makes the next Wait return).
+	wakes atomic.Uint64
+	seen  uint64
 }
 
 // New returns a Waiter for the descriptors fds (readability). The caller
@@ -122,15 +124,18 @@ func (w *Waiter) Wait(timeout time.Duration) error {
 		}
 		return w.err
 	}
-	// Clear the deadline of an earlier Wake before looking at woken: a
-	// Wake that comes after the look sets the deadline again.
+	// Clear the deadline of an earlier Wake before looking at the count:
+	// a Wake that comes after the look sets the deadline again.
 	if err := w.f.SetReadDeadline(time.Time{}); err != nil {
 		return err
 	}
-	if w.woken.Swap(false) {
+	if n := w.wakes.Load(); n != w.seen {
+		w.seen = n
 		return nil
 	}
 	err := w.rc.Read(w.ready)
+	// Whatever ended the wait, it returns after the Wakes counted so far.
+	w.seen = w.wakes.Load()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return nil // Wake
 	}
@@ -145,7 +150,7 @@ func (w *Waiter) Wait(timeout time.Duration) error {
 // does not do (the engine of a QP whose application just posted work sat
 // for 60 to 160 µs before it ran the post).
 func (w *Waiter) Wake() {
-	w.woken.Store(true)
+	w.wakes.Add(1)
 	_ = w.f.SetReadDeadline(pastDeadline)
 }
 

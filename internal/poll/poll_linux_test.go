@@ -134,11 +134,15 @@ func TestWakeEndsWait(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("a Wake before Wait(%v) was lost", d)
 		}
+		done = waitAsync(w, d)
 		select {
-		case <-waitAsync(w, d):
+		case <-done:
 			t.Fatalf("Wait(%v) returned with nothing readable and no Wake", d)
 		case <-time.After(20 * time.Millisecond):
-			w.Wake() // let it go
+		}
+		w.Wake() // one Wait at a time: end this one before the next
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
