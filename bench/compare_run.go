@@ -134,15 +134,22 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	type done struct {
-		end   time.Time
-		wrong int
-		err   error
+		end time.Time
+		err error
 	}
+	// A rank reports its end on dones, then checks what it received (and
+	// fills its next send buffer) only when told to on check[r], once every
+	// rank has ended: the ranks share this process's cores, and a rank that
+	// finished first would otherwise take CPU from the engines of those
+	// still finishing (hosts of a real fabric check on their own cores).
 	start := make([]chan struct{}, n)
+	check := make([]chan struct{}, n)
 	dones := make(chan done, n)
+	checked := make(chan int, n)
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		start[r] = make(chan struct{}, 1)
+		check[r] = make(chan struct{}, 1)
 		wg.Go(func() {
 			send := make([]int32, block*n)
 			recv := make([]int32, block*n)
@@ -162,24 +169,28 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 				}
 				err := collective.AllToAll(ctx, c, send, recv, opt)
 				end := time.Now()
-				wrong := 0
-				if err == nil {
-					for s := range n {
-						for i := range block {
-							if recv[s*block+i] != a2aValue(s, r, it, i) {
-								wrong++
-							}
-						}
-					}
-					fill(it + 1)
-				} else {
+				if err != nil {
 					err = fmt.Errorf("rank %d: %w", r, err)
 					cancel(err)
-				}
-				dones <- done{end, wrong, err}
-				if err != nil {
+					dones <- done{end, err}
 					return
 				}
+				dones <- done{end, nil}
+				select {
+				case <-check[r]:
+				case <-ctx.Done():
+					return
+				}
+				wrong := 0
+				for s := range n {
+					for i := range block {
+						if recv[s*block+i] != a2aValue(s, r, it, i) {
+							wrong++
+						}
+					}
+				}
+				fill(it + 1)
+				checked <- wrong
 			}
 		})
 	}
@@ -208,7 +219,6 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 		for range n {
 			select {
 			case d := <-dones:
-				wrong += d.wrong
 				if d.err != nil {
 					errs = append(errs, d.err)
 				}
@@ -230,6 +240,17 @@ func runAllToAll(ctx context.Context, comms []collective.Comm, block, warmup, it
 		dwg.Wait()
 		if len(errs) > 0 {
 			return samples, wrong, iterError(it, warmup, time.Since(t0), errors.Join(errs...))
+		}
+		for r := range n {
+			check[r] <- struct{}{}
+		}
+		for range n {
+			select {
+			case w := <-checked:
+				wrong += w
+			case <-ctx.Done():
+				return samples, wrong, iterError(it, warmup, time.Since(t0), context.Cause(ctx))
+			}
 		}
 		prev = last.Sub(t0)
 		if it >= warmup {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"image/png"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,29 @@ func TestCompareFabric(t *testing.T) {
 		t.Logf("lossless: spray algbw %.1f%% of the fabric's all-to-all limit (target >= 90%%)", 100*s.AlgBW/res.AllToAllLimit)
 	}
 	checkCompareOutputs(t, res)
+}
+
+// TestRunAllToAllCountsWrong: compare's ranks check what they received
+// after every rank's all-to-all ended; an element corrupted in one
+// iteration is still counted, and every iteration is timed.
+func TestRunAllToAllCountsWrong(t *testing.T) {
+	cs := collWorld(t, "tcp", 4)
+	bad := &corruptComm{Comm: cs[1]}
+	cs[1] = bad
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hooks := a2aHooks{before: func(it int) error {
+		bad.armed.Store(it == 2) // corrupt the first message of iteration 2 only
+		return nil
+	}}
+	samples, wrong, err := runAllToAll(ctx, cs, 256, 1, 4, false, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 4 || slices.Min(samples) <= 0 {
+		t.Errorf("samples %v, want 4 positive times", samples)
+	}
+	if wrong != 1 {
+		t.Errorf("%d wrong elements, want the 1 that was corrupted", wrong)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"unsafe"
 )
 
@@ -264,14 +265,15 @@ func AllToAll[T Element](ctx context.Context, c Comm, send, recv []T, opt *Optio
 	}
 	m := len(send) / p
 	blk := func(x []T, k int) []T { return x[k*m : (k+1)*m] }
-	copy(blk(recv, r), blk(send, r))
 	if p == 1 || m == 0 {
+		copy(blk(recv, r), blk(send, r))
 		return nil
 	}
 	ce := opt.chunkElems(elemSize[T]())
 	if opt != nil && opt.AllToAllConcurrent {
 		return allToAllConcurrent(ctx, c, send, recv, m, ce)
 	}
+	copy(blk(recv, r), blk(send, r))
 	for s := 1; s < p; s++ {
 		to, from := mod(r+s, p), mod(r-s, p)
 		if err := exchange(ctx, c, to, blk(send, to), from, blk(recv, from), ce, false, 0); err != nil {
@@ -306,6 +308,11 @@ func allToAllConcurrent[T Element](ctx context.Context, c Comm, send, recv []T, 
 			errc <- err
 		}()
 	}
+	// The rank's own block is copied once the goroutines just started had
+	// a turn to post their transfers, not before: a block of a large
+	// all-to-all takes tens of µs to copy, and they wait for this P.
+	runtime.Gosched()
+	copy(blk(recv, r), blk(send, r))
 	errs := make([]error, 0, 2*(p-1))
 	for range 2 * (p - 1) {
 		errs = append(errs, <-errc)

@@ -468,9 +468,10 @@ func (a *adaptive) nextInRound(now clock.Time) uint16 {
 
 // pick returns the next entry of the current weighted round, starting a
 // new round when it is used up, passing over paths taken out during the
-// round and, when fresh, paths that lost their latest packet (at least one
-// active path must not have). A fresh pick that finds none in two sets'
-// worth of entries takes the heaviest such path.
+// round and, when fresh, paths that lost their latest packet. A fresh pick
+// that finds none in two sets' worth of entries takes the heaviest such
+// path, or, when none is left (the new round took the only ones out as
+// stalled), the heaviest active path: a pick always returns an active path.
 func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 	for skipped := 0; ; {
 		if a.pos == len(a.order) {
@@ -484,11 +485,9 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 			if skipped++; !fresh || skipped < 2*len(a.set) {
 				continue
 			}
-			i = -1
-			for j := range a.st {
-				if t := &a.st[j]; !t.down && t.consecLoss == 0 && (i < 0 || t.weight > a.st[i].weight) {
-					i = j
-				}
+			i = a.heaviest(true)
+			if i < 0 {
+				i = a.heaviest(false)
 			}
 			s = &a.st[i]
 		}
@@ -498,6 +497,19 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 		a.stats[i].Packets++
 		return a.set[i]
 	}
+}
+
+// heaviest returns the active path of the largest weight (when fresh, of
+// those whose latest report was an ACK), or -1. Without fresh it finds one:
+// the last active path never goes out.
+func (a *adaptive) heaviest(fresh bool) int {
+	i := -1
+	for j := range a.st {
+		if t := &a.st[j]; !t.down && (!fresh || t.consecLoss == 0) && (i < 0 || t.weight > a.st[i].weight) {
+			i = j
+		}
+	}
+	return i
 }
 
 // OnAck scores the path: RTT, ECN, and the end of a stall or a loss run. On

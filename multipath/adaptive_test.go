@@ -924,3 +924,40 @@ func TestAdaptiveProbeBySignature(t *testing.T) {
 		t.Fatalf("entropy %d probed %v after its spine's probe timed out, want the doubled interval (200µs)", e, now.Sub(failAt))
 	}
 }
+
+// TestAdaptiveResendAfterStallRemovesFreshPath: NextResend found a path
+// whose latest report was an ACK, then the round it drew from ended and the
+// next round took that path out as stalled, leaving only paths that lost
+// their latest packet. The pick indexed the set with -1 (spray compare
+// --cc-spray fixed --size 4M panicked). Every resend must be an active path.
+func TestAdaptiveResendAfterStallRemovesFreshPath(t *testing.T) {
+	seed := testutil.Seed(t)
+	set := Entropies(seed, 3)
+	r := NewAdaptive(set, seed, AdaptiveConfig{}).(Resender)
+	p := r.(Policy)
+	at := func(us int) clock.Time { return clock.Time(0).Add(time.Duration(us) * time.Microsecond) }
+	for _, e := range set {
+		p.OnAck(at(1000), e, 10*time.Microsecond, false)
+	}
+	// Every path gets packets from 1000µs on; none is acknowledged yet.
+	for us := 1000; us <= 1100; us += 10 {
+		p.Next(at(us))
+	}
+	// Two paths acknowledge packets sent at 1080µs, then each loses its
+	// latest packet; the third (the only fresh one) stays silent, stalled.
+	stalled := set[0]
+	for _, e := range set[1:] {
+		p.OnAck(at(1100), e, 20*time.Microsecond, false)
+		p.OnLoss(at(1100), e)
+	}
+	for k := range 4 * len(set) {
+		e := r.NextResend(at(1100), false)
+		st := statsOf(p, e)
+		if !slices.Contains(set, e) || st.Down {
+			t.Fatalf("resend %d: entropy %d, down %v; want an active path of %v", k, e, st.Down, p.Stats())
+		}
+	}
+	if !statsOf(p, stalled).Down {
+		t.Fatalf("the stalled path %d stayed in the set: %+v", stalled, p.Stats())
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -49,6 +50,8 @@ type sysSocket struct {
 	// waiter parks long waits in the runtime poller; made on first use.
 	waiter   *poll.Waiter
 	waitOnce sync.Once
+	// waking is waiter once made, for Wake on other goroutines.
+	waking atomic.Pointer[poll.Waiter]
 }
 
 // Open creates an AF_XDP socket and its UMEM, registers the UMEM, maps the
@@ -262,7 +265,12 @@ func (s *Socket) Wait(timeout time.Duration) error {
 	if events == unix.POLLIN {
 		// A wait for frames parks in the runtime poller rather than blocking
 		// the thread, the short ones too (see package internal/poll).
-		s.sys.waitOnce.Do(func() { s.sys.waiter, _ = poll.New(s.sys.fd, s.sys.efd) })
+		s.sys.waitOnce.Do(func() {
+			s.sys.waiter, _ = poll.New(s.sys.fd, s.sys.efd)
+			if s.sys.waiter != nil {
+				s.sys.waking.Store(s.sys.waiter)
+			}
+		})
 		if w := s.sys.waiter; w != nil {
 			err := w.Wait(timeout)
 			syscall.Syscall(unix.SYS_READ, uintptr(s.sys.efd), uintptr(unsafe.Pointer(&s.sys.drainBuf[0])), 8)
@@ -326,7 +334,10 @@ func (s *Socket) Close() error {
 }
 
 func (y *sysSocket) wake() {
-	if y.efd >= 0 {
+	if w := y.waking.Load(); w != nil {
+		w.Wake() // a Wait parked in the runtime poller
+	}
+	if y.efd >= 0 { // a Wait in ppoll
 		syscall.Syscall(unix.SYS_WRITE, uintptr(y.efd), uintptr(unsafe.Pointer(&eventfdOne[0])), 8)
 	}
 }

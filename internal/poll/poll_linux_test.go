@@ -103,3 +103,46 @@ func TestCloseEndsWait(t *testing.T) {
 		t.Fatal("Wait after Close returned no error")
 	}
 }
+
+func TestWakeEndsWait(t *testing.T) {
+	w := newWaiter(t, eventfd(t))
+	defer w.Close()
+	for _, d := range []time.Duration{-1, time.Hour} {
+		// A pending Wait returns, without an error, and the next one waits
+		// again (the deadline Wake used is cleared).
+		done := waitAsync(w, d)
+		time.Sleep(10 * time.Millisecond)
+		w.Wake()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait(%v) ended by Wake: %v", d, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Wake did not end the pending Wait(%v)", d)
+		}
+		if err := w.Wait(20 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		// A Wake with no Wait pending ends the next Wait at once.
+		w.Wake()
+		select {
+		case err := <-waitAsync(w, d):
+			if err != nil {
+				t.Fatalf("Wait(%v) after Wake: %v", d, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a Wake before Wait(%v) was lost", d)
+		}
+		done = waitAsync(w, d)
+		select {
+		case <-done:
+			t.Fatalf("Wait(%v) returned with nothing readable and no Wake", d)
+		case <-time.After(20 * time.Millisecond):
+		}
+		w.Wake() // one Wait at a time: end this one before the next
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -16,5 +16,8 @@ func New(...int) (*Waiter, error) { return nil, errors.New("poll: not supported 
 // Wait returns an error.
 func (w *Waiter) Wait(time.Duration) error { return errors.New("poll: not supported") }
 
+// Wake does nothing.
+func (w *Waiter) Wake() {}
+
 // Close does nothing.
 func (w *Waiter) Close() error { return nil }

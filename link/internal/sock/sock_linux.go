@@ -174,6 +174,7 @@ type Core struct {
 	// one goroutine that calls Wait).
 	waiter   *poll.Waiter
 	waitOnce sync.Once
+	waking   atomic.Pointer[poll.Waiter] // waiter once made, for Wake
 	one      [8]byte
 	junk     [8]byte
 
@@ -425,7 +426,11 @@ func (c *Core) Wait(timeout time.Duration) error {
 	}
 	// Every wait parks in the runtime poller, the short ones too (see
 	// package internal/poll); ppoll only if the Waiter could not be made.
-	c.waitOnce.Do(func() { c.waiter, _ = poll.New(c.efd, c.rxFD) })
+	c.waitOnce.Do(func() {
+		if c.waiter, _ = poll.New(c.efd, c.rxFD); c.waiter != nil {
+			c.waking.Store(c.waiter)
+		}
+	})
 	if c.waiter != nil {
 		err := c.waiter.Wait(timeout)
 		_, _ = unix.Read(c.efd, c.junk[:])
@@ -458,12 +463,20 @@ func (c *Core) Wait(timeout time.Duration) error {
 }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
+// Once Wait parks in the runtime poller, Wake goes through the poller's
+// deadline (poll.Waiter.Wake: no system call, and the waiter runs on the
+// caller's P at once); before, through the eventfd.
 func (c *Core) Wake() {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if !c.closed.Load() {
-		_, _ = unix.Write(c.efd, c.one[:])
+	if c.closed.Load() {
+		return
 	}
+	if w := c.waking.Load(); w != nil {
+		w.Wake()
+		return
+	}
+	_, _ = unix.Write(c.efd, c.one[:])
 }
 
 // Close wakes a pending Wait, waits for the methods in progress, calls
