@@ -10,20 +10,33 @@ import (
 	"github.com/sprayfabric/spray/link/mem"
 )
 
-// TestSprayAckFillsHole: a receiver that acknowledges every 8 packets and
-// holds an acknowledgement for up to 2 ms, a sender with a window of 4
-// packets, sprayed over paths that reorder. A packet that arrives after
-// one sent later (it fills a hole) is acknowledged at once when an ACK
-// already reported the later one (else with it), and the sender's
-// tail loss probe allows for the receiver's delay while fewer than 8
-// packets are in flight, so the sender resends next to nothing on this
-// lossless fabric, and the bytes arrive intact. With reordered packets held
-// for the delayed-ACK timer and the probe waiting 2 SRTTs, 5 transfers of
-// 60 messages resent 10-21 packets that had arrived (10 runs).
-func TestSprayAckFillsHole(t *testing.T) {
+// TestSprayDelayedAckNoResends: a receiver that acknowledges every 8
+// packets and holds an acknowledgement for up to 2 ms, a sender with a
+// window of 4 packets, sprayed over lossless paths that reorder (20 µs,
+// 1 in 5 frames up to 50 µs later); 20 transfers of 60 messages. The bytes
+// arrive intact, and the sender resends next to nothing: most transfers
+// resend none, and all 20 together at most 40 of about 25,000 packets.
+// What keeps it so: a window below 2*AckEvery packets asks for an ACK on
+// nearly every packet (windowFull), and the sender's loss timers allow for
+// the receiver's AckDelay (retransmit's MaxAckDelay).
+//
+// It does not test the receiver's rule for overtaken packets (an ACK at
+// once when an ACK already reported the overtaker): with nearly every
+// packet asking for an ACK, it passes with that rule removed (1-9 of 20
+// transfers resent, 1-18 packets in all, 40 seeds); TestSprayAckOvertaken
+// tests that rule. Measured over 200 seeds: 0-11 of 20 transfers resent
+// (4.2 on average), 0-15 packets in all. Per transfer, over 1,500 (300
+// seeds of the earlier 5-transfer version): none in 81%, at most 8 in all
+// but one, which resent 22; another 300 seeds had one of 14 (RACK called
+// reordered packets lost: no probes, no RTOs). With MaxAckDelay 0: 17-20
+// transfers, 51-92 packets (40 seeds).
+// Without the prompt ACKs of a small window: 81-147 packets in 5 transfers
+// (100 seeds).
+func TestSprayDelayedAckNoResends(t *testing.T) {
+	const transfers = 20
 	seed := testutil.Seed(t)
-	var retx, spurious, packets uint64
-	for i := range uint64(5) {
+	var retx, spurious, packets, resent uint64
+	for i := range uint64(transfers) {
 		rng := rand.New(rand.NewPCG(seed+i, 9))
 		cfg := Config{Profile: Spray, Seed: seed + i, MTU: 9014, Entropies: 8, AckEvery: 8, AckDelay: 2 * time.Millisecond}
 		seg := payloadSize(&cfg, false)
@@ -38,8 +51,17 @@ func TestSprayAckFillsHole(t *testing.T) {
 		t.Logf("%d data packets, %d retransmits (%d spurious, %d probes), %d acknowledgements",
 			tx.TxPackets, tx.Retransmits, rs.SpuriousRetransmits, rs.TLPs, s.qb.Stats().AcksSent)
 		retx, spurious, packets = retx+tx.Retransmits, spurious+rs.SpuriousRetransmits, packets+tx.TxPackets
+		if tx.Retransmits > 0 {
+			resent++
+		}
 	}
-	if retx > 5 {
-		t.Fatalf("%d retransmits (%d found spurious) of %d packets on a lossless fabric: reordered packets waited for the delayed-ACK timer", retx, spurious, packets)
+	t.Logf("%d of %d transfers resent packets: %d retransmits (%d found spurious) of %d packets", resent, transfers, retx, spurious, packets)
+	// Bounds well beyond the 200 seeds measured (at most 11 and 15),
+	// and below what MaxAckDelay 0 gives (at least 17 and 51).
+	if resent > 14 {
+		t.Errorf("%d of %d transfers resent packets on a lossless fabric (%d retransmits), want at most 14: the sender's timers did not allow for the receiver's delayed ACKs", resent, transfers, retx)
+	}
+	if retx > 40 {
+		t.Errorf("%d retransmits (%d found spurious) of %d packets on a lossless fabric, want at most 40", retx, spurious, packets)
 	}
 }
