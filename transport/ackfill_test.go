@@ -24,8 +24,8 @@ import (
 // once when an ACK already reported the overtaker): with nearly every
 // packet asking for an ACK, it passes with that rule removed (1-9 of 20
 // transfers resent, 1-18 packets in all, 40 seeds); TestSprayAckOvertaken
-// tests that rule. Measured over 200 seeds: 0-11 of 20 transfers resent
-// (4.2 on average), 0-15 packets in all. Per transfer, over 1,500 (300
+// tests that rule. Measured over 400 seeds: 0-11 of 20 transfers resent
+// (4.2 on average), 0-18 packets in all. Per transfer, over 1,500 (300
 // seeds of the earlier 5-transfer version): none in 81%, at most 8 in all
 // but one, which resent 22; another 300 seeds had one of 14 (RACK called
 // reordered packets lost: no probes, no RTOs). With MaxAckDelay 0: 17-20
@@ -56,7 +56,7 @@ func TestSprayDelayedAckNoResends(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d transfers resent packets: %d retransmits (%d found spurious) of %d packets", resent, transfers, retx, spurious, packets)
-	// Bounds well beyond the 200 seeds measured (at most 11 and 15),
+	// Bounds well beyond the 400 seeds measured (at most 11 and 18),
 	// and below what MaxAckDelay 0 gives (at least 17 and 51).
 	if resent > 14 {
 		t.Errorf("%d of %d transfers resent packets on a lossless fabric (%d retransmits), want at most 14: the sender's timers did not allow for the receiver's delayed ACKs", resent, transfers, retx)
