@@ -110,9 +110,11 @@
 //     average 3; 47.9-48.1 against 49.5-49.6 at load 0.8), with no queue
 //     drop but the mean queue delay at 425-430µs against 95-100µs: the
 //     extra frames wait at the spines, above HPCC's target (T plus a
-//     frame's time). That is why it is not the default: in TestIncast's
-//     4-into-1 (AckEvery 2) HPCC's queue went from p99 235µs to 468µs,
-//     beyond twice its target. Windows of two or more frames need the
+//     frame's time). That is why it is not the transport's default (in
+//     TestIncast's 4-into-1, AckEvery 2, HPCC's queue went from p99 235µs
+//     to 468µs, beyond twice its target); spray compare opts in
+//     (bench passes its receivers' AckEvery), where a QP's fair share of a
+//     100 Mbit/s spine times the RTT is below one 3.5 KB frame. Windows of two or more frames need the
 //     retransmit package's AckEvery (the probe timeout allows for the
 //     receiver's delay while fewer packets are in flight) and the
 //     receiver's prompt ACK of a packet that a later-sent one overtook:
