@@ -341,28 +341,23 @@ func (r *CompareResult) Row(profile, scenario string) *CompareRow {
 // lower (headers: about 4% at MTU 3500).
 //
 // What the default comparison loses against this bound (1 MiB of payload
-// across 200 Mbit/s each way: 41.9 ms), measured from the spine ports'
-// byte counters (spray lossless, concurrent all-to-all, 30 iterations):
+// across 200 Mbit/s each way: 41.9 ms), measured with dumpcap on the spine
+// ports (spray lossless, concurrent all-to-all, 36 iteration-directions,
+// commit 6039705; the mean all-to-all 45.2-46.1 ms, 91-93%):
 //
-//   - Data headers: a spray data frame at MTU 3500 is 3,486 bytes for
-//     3,328 of payload (Ethernet, IPv4, UDP, BTH, data header, 3 INT
-//     records, ICRC: 158 bytes; the payload is a multiple of 64 bytes),
-//     so a leaf uplink carries 549,252 bytes per all-to-all for 524,288
-//     of payload: 43.9 ms at line rate, 95.5% of the bound at best.
-//   - ACKs of the other direction's data, 178 bytes each (202 before the
-//     SACK words were trimmed): one per 4 packets with a window of 8 or
-//     more frames (44.7 ms of line time per iteration), one per packet
-//     when the window holds a single frame, as HPCC's does here (46.2 ms;
-//     46.5 with 202-byte ACKs).
-//   - Idle spines: 0.3-0.5 ms from the release to the first frame on a
-//     spine, and a tail of 1.5-2 ms in which the last QPs finish alone
-//     (the cross-leaf QPs' last ACKs spread over 3-4 ms), plus 2-7% idle
-//     between (HPCC) or drops in a full queue (the fixed window of half a
-//     port buffer per QP, 30-60 drops per 30 iterations).
-//
-// So a controller that holds the links at η = 0.95 of the wire, as HPCC
-// does, cannot reach 90% of this bound here (43.9 ms / 0.95 is 46.2 ms
-// before any ACK or idle time, against 46.6 ms for 90%).
+//   - Data headers: a spray data frame at MTU 3500 is 3,486 bytes with
+//     the INT region (3 hop records) or 3,410 without, for 3,328 of
+//     payload (the payload is a multiple of 64 bytes); a quarter of them
+//     carry the region (those whose records an ACK is likely to echo):
+//     43.2 ms of line time per iteration into each leaf (43.9 ms when
+//     every frame had it).
+//   - ACKs of the other direction's data on the same links: 0.40 per data
+//     frame, 153 bytes on average (with or without echoed INT), 0.8 ms
+//     (2.2 ms when HPCC's one-frame window had every packet acknowledged).
+//   - The rest, 1-2 ms per iteration: the spines idle at the start (the
+//     first frames 0.1 ms after the release), at the end (the two spines
+//     finish 0.5 ms apart, the last ACK and completion) and a few hundred
+//     µs in between.
 func AllToAllLimit(c testbed.LeafSpineConfig) (algbw, bisectionGbps float64) {
 	rate, host := float64(c.RateBps), float64(c.HostRateBps)
 	if rate == 0 {

@@ -246,9 +246,10 @@
 // drops). Earlier figures: Swift's p99 130-185µs with Jain 0.86-1.0 and utilization
 // 0.40-0.61; DCQCN's p99 1-1.6 ms, like no control, both overflowing the
 // buffer. In spray compare's all-to-all (2x2x2, 100 Mbit/s spine links)
-// the cross-leaf QPs sit at the minimum window, one frame in flight, each
-// frame acknowledged at once (the window holds no second one), so ACKs
-// take 5% of the spines' bytes, half that with Params.AckEvery (see above;
+// HPCC's own window is the minimum, one frame in flight, each frame
+// acknowledged at once (the window holds no second one), so ACKs took 5%
+// of the spines' bytes; with Params.AckEvery, which compare passes, and
+// the transport's thinner ACKs and INT regions, 1.7% (see above;
 // bench.AllToAllLimit accounts for the rest).
 //
 // How the transport feeds them: HPCC needs INT (Config.INTHops > 0, ACKs
