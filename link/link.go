@@ -109,3 +109,16 @@ type Stats struct {
 type StatsReader interface {
 	Stats() Stats
 }
+
+// Multi is implemented by a link made of several device queues (an AF_XDP
+// link bound to every RX queue of a NIC). Its own Recv, Send and Wait serve
+// every queue, so that one engine can drive it; Queues returns one Link per
+// queue so that an endpoint can drive each queue with an engine of its own.
+// A caller uses either the Multi itself or its queues, never both.
+type Multi interface {
+	Link
+	// Queues returns one Link per device queue, in queue order. Queue i's
+	// Recv returns the frames the device delivered to queue i, and frames
+	// sent on it leave from queue i. The slice does not change after open.
+	Queues() []Link
+}
