@@ -78,22 +78,23 @@
 //     shaper's tokens), and txRate is capped at the link rate
 //     (HPCCConfig.ClampTxRate: TxBytes counts frames entering the shaper,
 //     and two records a few µs apart read bursts above the link rate).
-//     Guarded by TestIncast in bench.
+//     TestHPCCSoftwareFabric guards both, and the one-frame floor below.
 //   - HPCC's smallest window to one full frame (HPCCConfig.MinWindow; 1024
 //     bytes in the zero value): below a frame the window bounds nothing and
 //     only the pacing rate W/T holds the sender back, which on a fabric
 //     where a QP's share of B·T is under a frame leaves the links idle.
 //   - With Params.AckEvery (opt-in; the transport's default leaves it 0),
-//     HPCC's window is at least AckEvery frames (HPCCConfig.MinInflight),
-//     the pacing rate still the computed window over T: a window of one
-//     frame has each packet acknowledged at once. The extra frames wait at
-//     the bottleneck, above HPCC's target, which is why it is not the
-//     transport's default; spray compare opts in (bench passes its
-//     receivers' AckEvery), where a QP's fair share of a spine times the RTT
-//     is below one frame. Windows of two or more frames need the retransmit
-//     package's AckEvery (the probe timeout allows for the receiver's delay
-//     while fewer packets are in flight) and the receiver's prompt ACK of a
-//     packet that a later-sent one overtook, or they resend spuriously.
+//     HPCC's window is at least AckEvery frames (HPCCConfig.MinInflight,
+//     TestHPCCMinInflight), the pacing rate still the computed window over
+//     T: a window of one frame has each packet acknowledged at once. The
+//     extra frames wait at the bottleneck, above HPCC's target, which is
+//     why it is not the transport's default; spray compare opts in (bench
+//     passes its receivers' AckEvery), where a QP's fair share of a spine
+//     times the RTT is below one frame. Windows of two or more frames need
+//     the retransmit package's AckEvery (the probe timeout allows for the
+//     receiver's delay while fewer packets are in flight) and the
+//     receiver's prompt ACK of a packet that a later-sent one overtook, or
+//     they resend spuriously.
 //   - HPCC reads the INT records of the ACKs that carry them and ignores
 //     the others: with the transport's AckEvery above 1 only some data
 //     packets carry an INT region and an ACK echoes the latest of them
