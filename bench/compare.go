@@ -340,24 +340,13 @@ func (r *CompareResult) Row(profile, scenario string) *CompareRow {
 // of the two. Rates count Ethernet frames, so the payload rate is somewhat
 // lower (headers: about 4% at MTU 3500).
 //
-// What the default comparison loses against this bound (1 MiB of payload
-// across 200 Mbit/s each way: 41.9 ms), measured with dumpcap on the spine
-// ports (spray lossless, concurrent all-to-all, 36 iteration-directions,
-// commit 6039705; the mean all-to-all 45.2-46.1 ms, 91-93%):
-//
-//   - Data headers: a spray data frame at MTU 3500 is 3,486 bytes with
-//     the INT region (3 hop records) or 3,410 without, for 3,328 of
-//     payload (the payload is a multiple of 64 bytes); a quarter of them
-//     carry the region (those whose records an ACK is likely to echo):
-//     43.2 ms of line time per iteration into each leaf (43.9 ms when
-//     every frame had it).
-//   - ACKs of the other direction's data on the same links: 0.40 per data
-//     frame, 153 bytes on average (with or without echoed INT), 0.8 ms
-//     (2.2 ms when HPCC's one-frame window had every packet acknowledged).
-//   - The rest, 1-2 ms per iteration: the spines idle at the start (the
-//     first frames 0.1 ms after the release), at the end (the two spines
-//     finish 0.5 ms apart, the last ACK and completion) and a few hundred
-//     µs in between.
+// What the default comparison loses against this bound: the data
+// headers (a spray data frame at MTU 3500 carries 3,328 bytes of payload
+// in 3,410 bytes, 3,486 with the INT region of 3 hop records, which only
+// the frames an ACK is likely to echo reserve), the ACKs of the other
+// direction's data on the same links, and the spines' idle time at the
+// start and end of each all-to-all. docs/results.md has the breakdown of
+// a spine capture.
 func AllToAllLimit(c testbed.LeafSpineConfig) (algbw, bisectionGbps float64) {
 	rate, host := float64(c.RateBps), float64(c.HostRateBps)
 	if rate == 0 {

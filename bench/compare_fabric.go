@@ -256,10 +256,9 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 		// which learns the spines from them.
 		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, sprayINTHops
 		// Acknowledgements share the spine links with the data going the
-		// other way: one ACK (about 200 bytes) per 3.5 KB packet took 6%
-		// of them. An ACK every sprayAckEvery packets, or after as many
-		// frame times at the spine rate, takes 1.5%; the fixed window
-		// (8 packets) is large enough not to wait for them.
+		// other way: an ACK every sprayAckEvery packets, or after as many
+		// frame times at the spine rate, instead of one per packet; the
+		// fixed window (8 packets) is large enough not to wait for them.
 		tc.AckEvery = sprayAckEvery
 		rate := float64(c.RateBps)
 		if rate == 0 {
@@ -283,8 +282,7 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 		// a 100 Mbit/s spine times the RTT is below one 3.5 KB frame
 		// here, so HPCC's own window would have every packet acknowledged
 		// at once, and those ACKs take the other direction's spine links
-		// (see cc's package doc: 48.3-48.7 against 50.8-52.0 ms per
-		// all-to-all, the mean queue delay 425 against 100µs).
+		// (cc's package doc, HPCCConfig.MinInflight).
 		mk, err := cc.ByName(ccName, cc.Params{LineRate: float64(c.HostRateBps) / 8, BaseRTT: fabricBaseRTT, PacketBytes: c.MTU - 100, AckEvery: tc.AckEvery})
 		if err != nil {
 			return tc, err

@@ -199,8 +199,8 @@ func TestCompareFabric(t *testing.T) {
 	if lost == 0 {
 		t.Errorf("0.1%% loss on the spine links dropped nothing")
 	}
-	// The targets, logged: on this loaded two-core machine they
-	// are not met (see Compare's doc), so they are not asserted.
+	// The comparison's goals, logged, not asserted: a loaded two-core
+	// machine does not meet them (see Compare's doc).
 	if s, r := res.Row(ProfileSpray, ScenarioLoss01), res.Row(ProfileRoCE, ScenarioLoss01); s != nil && r != nil && r.Mean > 0 && r.P999 > 0 {
 		t.Logf("0.1%% loss: spray/roce mean %.2f (target <= 0.5), p99.9 %.2f (target <= 0.3)", float64(s.Mean)/float64(r.Mean), float64(s.P999)/float64(r.P999))
 	}

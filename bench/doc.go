@@ -29,10 +29,9 @@
 // fixed window on both, so that they differ only in paths and loss
 // recovery). Caveats: on a two-core machine the forwarding
 // namespaces and the engines share the CPUs, so the all-to-all reaches a
-// fraction of the fabric's limit (AllToAllLimit; spray lossless 82-86% by
-// the median iteration, its mean 71-86% depending on the other load, less
-// for kernel TCP) and times are noisy; spray's
-// retransmissions there are mostly spurious (CompareRow.Duplicates).
+// fraction of the fabric's limit (AllToAllLimit; docs/results.md has the
+// figures) and times are noisy; spray's retransmissions there are mostly
+// spurious (CompareRow.Duplicates).
 // Spray's QPs on a testbed acknowledge every 4 packets (or after 4 frame
 // times at the spine rate), since their ACKs share the spine links with
 // the data going the other way, and reserve one INT hop record per switch

@@ -64,9 +64,8 @@ type IncastConfig struct {
 	// means KMin 100µs, KMax 400µs, PMax 0.2: marking from about two
 	// packets queued at 200 Mbit/s (one takes 58µs there) up to a third of
 	// the 32 KiB buffer, so that DCQCN, whose loop is a software RTT, runs
-	// a standing queue below the buffer (ours; with KMin 20µs and KMax
-	// 200µs marking began below one queued packet, and DCQCN left the
-	// link idler: utilization 0.74-0.85 against 0.93-0.94).
+	// a standing queue below the buffer (ours: marking that begins below
+	// one queued packet leaves the link idler under DCQCN).
 	ECN ebpf.ECNConfig
 	// PacingBurst is the senders' pacer burst in bytes
 	// (transport.Config.PacingBurst); 0 means two full frames, as close to

@@ -53,18 +53,16 @@ func TestJoinTime(t *testing.T) {
 }
 
 // TestIncast runs the incast table on the default testbed and checks the
-// issue's orders with margins: HPCC and Swift keep the bottleneck's queue
+// controllers' orders with margins: HPCC and Swift keep the bottleneck's queue
 // (p99 from INT) below twice their targets (HPCC: or its target plus a
 // frame time per sender, the queue its one-frame window floor keeps), drop next to nothing and
 // share fairly, where no congestion control overflows the buffer; both
-// drop nothing after warm-up and share within the 0.95; DCQCN
+// drop nothing after warm-up and share with Jain's index 0.95; DCQCN
 // queues more than HPCC and drops a tenth of no control's at most; the
 // joining flow reaches its share. Utilization is asserted against none's
-// (at least 0.7 of it), not the absolute 0.9: a machine whose
-// other work stalls the endpoints for ms leaves the link idle under a
-// controller that keeps the queue near 100µs, where none's full buffer
-// covers the stalls (quiet machine, after the link waits moved to the
-// runtime poller: HPCC 0.93-1.00, Swift 0.97-0.99, none 1.00).
+// (at least 0.7 of it), not an absolute 0.9: a machine whose other work
+// stalls the endpoints for ms leaves the link idle under a controller that
+// keeps the queue near 100µs, where none's full buffer covers the stalls.
 func TestIncast(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -99,10 +97,8 @@ func TestIncast(t *testing.T) {
 			// N senders whose fair share times T is under a frame keep
 			// about N frames queued whatever T is: allow the target plus
 			// one frame time per sender when that is more (cc.Target is
-			// T plus one frame time). At 6039705 HPCC's queue was p99
-			// 232-236µs, the same as at cd6952c, but the measured base
-			// RTT, and with it the target, fell from 75 to 54-56µs
-			// (target 116-117µs): 2x the target failed 2 runs of 3.
+			// T plus one frame time): the queue does not shrink with a
+			// smaller measured base RTT, the target does.
 			bound = max(bound, r.TargetUs+float64(r.Senders)*(r.TargetUs-r.BaseRTTus))
 		}
 		if r.QueueP99us >= bound {

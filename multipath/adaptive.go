@@ -391,11 +391,11 @@ func (a *adaptive) NextAck(urgent bool) uint16 {
 // path whose proof is older. After a spine dies, the entropies that
 // hashed onto it keep the clean record they had before (nothing is learned
 // of an entropy that nothing is sent on), while those of the live spine
-// lose packets whose acknowledgements the peer sent on the dead one: the
-// rule without paths sent every resend of a QP in timeout backoff, and
-// the peer's urgent acknowledgements, to a different entropy of the dead
-// spine, until MaxRetries failed the QP (spray compare's spinefail, about
-// one run in seven).
+// lose packets whose acknowledgements the peer sent on the dead one: a
+// rule without paths would send every resend of a QP in timeout backoff,
+// and the peer's urgent acknowledgements, to a different entropy of the
+// dead spine until MaxRetries failed the QP
+// (TestAdaptiveUrgentAfterSpineFailure).
 func (a *adaptive) freshest() int {
 	best, proof := -1, -1
 	for i := range a.st {

@@ -111,8 +111,8 @@
 // entropies lost its latest packet, since after a spine dies the entropies
 // on it keep their clean record (nothing is sent there any more) while
 // those of the live spine lose packets whose acknowledgements went to the
-// dead one; picking clean entropies sent each resend of a QP in backoff
-// to another entropy of the dead spine until the QP failed.
+// dead one; picking clean entropies would send each resend of a QP in
+// backoff to another entropy of the dead spine until the QP failed.
 //
 // Acknowledgements leave on the same paths as the QP's own data, so the
 // policy also picks their entropies (AckPather.NextAck): the set in turn,
@@ -121,22 +121,18 @@
 // the transport calls when the peer resends a packet it had acknowledged;
 // an ACK of data on the path clears it, and when every active path is
 // marked all marks clear). An urgent acknowledgement (one that answers such
-// a duplicate) goes on the freshest path. With both directions of
-// a spine link dead, blind rotation lost every acknowledgement that hashed
-// onto it, and in spray compare's spinefail all-to-all a QP whose last
-// packets were acknowledged only there failed after 7 timeouts.
+// a duplicate) goes on the freshest path. With both directions of a spine
+// link dead, blind rotation would lose every acknowledgement that hashed
+// onto it, and a QP whose last packets were acknowledged only there would
+// fail after MaxRetries timeouts (TestAdaptiveAckPaths,
+// TestAdaptiveUrgentAfterSpineFailure).
 //
-// On a leaf-spine testbed (bench's TestFabricFailover: four spines shaped
-// to 50 Mbit/s, one leaf-to-spine link blackholed in the middle of a 48
-// MiB transfer and restored a second later), the dead spine's entropies
-// leave the set within milliseconds (stall verdicts and RACK losses), the
-// goodput averaged over 20 ms is back above 90% of (S-1)/S of its
-// pre-failure level in 1.4-7.8 ms in nine runs of ten (79 ms in the tenth;
-// load average 3-4), and 300 ms after the restore the spine carries its
-// quarter of the bytes again. With
-// StallRTTs 4 the dead spine's entropies went out about 18 ms after the
-// failure: by then the packets caught on it held most of a fixed window,
-// and the goodput fell to less than half before it recovered.
+// A path is stalled after StallRTTs (2) of its RTTs without an ACK: the
+// packets caught on a dead path hold part of a fixed window until their
+// entropies leave the set, so a longer wait costs goodput right after a
+// failure. On a leaf-spine testbed the dead spine's entropies leave the set
+// within milliseconds and a probe brings the spine back after a restore
+// (bench's TestFabricFailover; the figures are in docs/results.md).
 //
 // Defaults (AdaptiveConfig's zero value): StallRTTs 2, MinStallTimeout
 // 50µs, InitialRTT 100µs, LossLimit 3, MaxLossRate 0.25, ProbeInterval 1ms,

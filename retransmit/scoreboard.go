@@ -152,8 +152,8 @@ type pathRack struct {
 // pathProbe is how many slots, from its own, an entropy's RACK state may
 // sit in (linear probing): 32 random entropies share a slot of 256 with
 // some other one more often than not (1 - e^(-32*31/512), about 86%), and
-// two spines' entropies in one slot judged each other's packets, a
-// spurious loss whenever their queues differed.
+// two spines' entropies in one slot would judge each other's packets, a
+// spurious loss whenever their queues differ (TestRACKPathSlotsShared).
 const pathProbe = 8
 
 // path returns the RACK state of entropy, or nil when none is kept.
@@ -771,10 +771,9 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 //     deschedule the receiver and ACKs sprayed back over other paths make
 //     one path's RTT jump by more than any fraction of it; a dead path is
 //     also taken out of the spray set by the path policy, so the cost of
-//     the wait is a round trip for the packets caught on it. (Four times
-//     cut one bulk QP's spurious resends on four 50 Mbit/s spines, but made
-//     spray compare's all-to-all 10-20% slower: its real queue drops were
-//     repaired two round trips later.)
+//     the wait is a round trip for the packets caught on it. A longer
+//     wait (four times) trades fewer spurious resends for real queue
+//     drops repaired two round trips later (TestRACKPerPath).
 //
 // A packet on an entropy with no delivery yet is judged as RFC 8985 says.
 //
@@ -826,10 +825,9 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 //
 // Unlike RFC 8985 7.2 the probe is also armed during loss recovery: RACK
 // cannot see a lost resend at the tail (nothing sent later gets delivered),
-// and the RTO floor is some fifty fabric RTTs. In a simulated transfer of
-// 300 packets with 10% data loss (TestSimulation's harness, 200 seeds) this
-// cut RTOs from 30 to 11 and the worst completion time from 7.4ms to 3.4ms
-// for the same number of resends.
+// and the RTO floor is some fifty fabric RTTs, so a probe repairs a lost
+// tail resend sooner than the RTO for the same number of resends
+// (BenchmarkSimRecovery reports RTOs and probes per transfer).
 func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive ||
 		s.nQueued > 0 || s.reoAt != clock.Never || s.inPkts == 0 {

@@ -51,9 +51,9 @@ type LeafSpineConfig struct {
 	// Zero: DefaultRateBps (1 Gbit/s). The kernel forwards every frame
 	// three times on its way through the fabric, on the machine's CPUs: a
 	// rate above what they forward makes the CPU, not the shaper, the
-	// bottleneck. On two cores busy with other work, one UDP flow of
-	// 1442-byte frames got through at 200-430 Mbit/s; use a lower Rate
-	// there, or jumbo frames (MTU 9000, six times fewer frames).
+	// bottleneck. On two busy cores that is a few hundred Mbit/s for
+	// 1500-byte frames: use a lower Rate there, or jumbo frames (MTU 9000,
+	// six times fewer frames).
 	Rate    string
 	RateBps uint64
 	// HostRate is the rate of the leaf's ports towards its hosts (the last

@@ -95,7 +95,7 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.ccName, "cc", "", "congestion control: "+strings.Join(cc.Names, ", ")+" (default: the profile's, auto for spray, dcqcn for roce; dcqcn turns on ECN marking of data packets; fixed is an unlimited window)")
 	fs.IntVar(&f.window, "window", 0, "packets a QP may have outstanding (0: the transport's default)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve OpenTelemetry metrics of every endpoint for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464)")
-	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole this leaf-spine link PORT@TIME into the transfer (PORT as in `spray testbed fault --port`, e.g. leaf0:up1@5s) and report the failover")
+	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole the leaf-spine link `PORT@TIME` into the transfer (PORT as in spray testbed fault --port, e.g. leaf0:up1@5s) and report the failover")
 	fs.DurationVar(&f.restore, "restore", 0, "with --fault: restore the link this long into the transfer (0: never)")
 	fs.Var(&f.windowBytes, "window-bytes", "with --fault and --cc fixed: the QP's fixed window in bytes (default: (spines-1) x half a port buffer)")
 	if err := fs.Parse(args); err != nil {

@@ -14,15 +14,15 @@
 // a P runs out of goroutines (or from sysmon, every 10 ms). Threads blocked
 // in ppoll never get there, so while some engines of a process sat in short
 // ppoll waits (pacing) and others were parked here, a frame for a parked
-// engine went unnoticed for a millisecond or more: in `spray incast` under
-// HPCC the senders' ACKs stopped for over 1 ms about 900 times in 2 s. A
+// engine would go unnoticed for a millisecond or more (link/udp's
+// BenchmarkWakeWhilePacing measures it). A
 // timeout is therefore a timerfd in the Waiter's epoll set, with the
 // kernel's high-resolution timer, not a runtime deadline (whose poller
 // sleep rounds up to a millisecond).
 //
 // Why Wake: the same rule makes a write to an eventfd in the set slow to
 // wake a parked waiter while the Ps are busy (an engine whose application
-// just posted work ran the post 60 to 160 µs later in spray compare). Wake
+// just posted work would run the post tens of µs later). Wake
 // sets the read deadline of the epoll descriptor in the past instead: the
 // runtime readies the waiter on the caller's P at once, without a system
 // call, and a deadline needs no poller sleep to expire.
@@ -154,8 +154,7 @@ func (w *Waiter) Wait(timeout time.Duration) error {
 // deadline, without a system call: the runtime makes it runnable on the
 // caller's P at once, where a write to a descriptor in the set would wait
 // until some P looks at the poller, which a P busy with runnable goroutines
-// does not do (the engine of a QP whose application just posted work sat
-// for 60 to 160 µs before it ran the post).
+// does not do.
 func (w *Waiter) Wake() {
 	w.wakes.Add(1)
 	_ = w.f.SetReadDeadline(pastDeadline)

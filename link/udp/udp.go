@@ -46,7 +46,11 @@ type Config struct {
 	// Entropies are the UDP source ports that the transport sprays over: one
 	// send-only socket is bound to each (duplicates and Port itself need no
 	// extra socket). Empty: every frame is sent from Port. At most
-	// MaxEntropies.
+	// MaxEntropies. Caveat: with none, link.Info.Ports is empty, which the
+	// transport reads as "any port", so a spraying QP writes source ports
+	// the link cannot send from and the peer drops those frames (bad ICRC,
+	// Counters.TxUnknownEntropy here): give a link that carries spray QPs
+	// its entropies (multipath.Entropies).
 	Entropies []uint16
 	// FrameSize is the largest frame, Ethernet header included. 0: 1514.
 	// It must leave room for the headers and 16 bytes (BTH and ICRC).

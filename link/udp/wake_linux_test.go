@@ -15,9 +15,9 @@ import (
 
 // BenchmarkWakeWhilePacing measures how long a frame waits before an
 // untimed Wait on its link returns, while other links of the process do
-// short timed Waits in a loop, as pacing engines do (issues 5 and 6: a
-// frame for an engine parked in the runtime poller went unnoticed for a
-// millisecond or more while the other threads sat in ppoll). It reports the
+// short timed Waits in a loop, as pacing engines do (a frame for an engine
+// parked in the runtime poller must not go unnoticed while the other
+// threads wait with a timeout; see internal/poll). It reports the
 // median and the 99th percentile of the wake-up latency, from just before
 // Send to the return of the receiver's Wait, and of how late the pacers'
 // Waits return after their 30 µs.
