@@ -30,6 +30,8 @@ type spraySender struct {
 	copyDue bool
 	copyPSN psn.PSN
 	copyTag uint64
+	// hops holds the INT records of the ACK being processed, decoded.
+	hops [wire.MaxINTHops]cc.Hop
 }
 
 func (s *spraySender) takes(op wire.Opcode) bool { return op == wire.OpSprayAck }
@@ -171,17 +173,18 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 			rtt = r
 		}
 	}
-	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: pk.INT, Entropy: a.Entropy})
+	hops := decodeHops(pk.INT, s.hops[:0])
+	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
 	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it
 	if a.Entropy != 0 {
-		if len(pk.INT) > 0 {
-			qd := intQueueDelay(pk.INT)
+		if len(hops) > 0 {
+			qd := intQueueDelay(hops)
 			q.noteINT(a.Entropy, qd)
 			if obs, ok := q.paths.(multipath.INTObserver); ok {
 				obs.OnINT(now, a.Entropy, qd)
 			}
 			if obs, ok := q.paths.(multipath.PathObserver); ok {
-				obs.OnPath(now, a.Entropy, intPathSignature(pk.INT))
+				obs.OnPath(now, a.Entropy, intPathSignature(hops))
 			}
 		}
 		q.paths.OnAck(now, a.Entropy, max(rtt-hold, 0), a.ECNCount > 0)
@@ -193,12 +196,21 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	}
 }
 
+// decodeHops appends to dst the hop records of an ACK's INT region (whole
+// records only, at most wire.MaxINTHops), as the controllers take them.
+func decodeHops(records []byte, dst []cc.Hop) []cc.Hop {
+	for i := range min(len(records)/wire.HopLen, wire.MaxINTHops) {
+		h := wire.HopAt(records, i)
+		dst = append(dst, cc.Hop{Switch: h.Switch, Port: h.Port, RateMbps: h.RateMbps, TS: h.TS, QLen: h.QLen, TxBytes: h.TxBytes})
+	}
+	return dst
+}
+
 // intQueueDelay is the queueing delay along a path: the sum over the hop
 // records of each queue's bytes drained at its link's rate.
-func intQueueDelay(records []byte) time.Duration {
+func intQueueDelay(hops []cc.Hop) time.Duration {
 	var d time.Duration
-	for i := range len(records) / wire.HopLen {
-		h := wire.HopAt(records, i)
+	for _, h := range hops {
 		if h.RateMbps > 0 {
 			d += time.Duration(uint64(h.QLen) * 8000 / uint64(h.RateMbps))
 		}
@@ -208,10 +220,9 @@ func intQueueDelay(records []byte) time.Duration {
 
 // intPathSignature names the path a packet took by the switches and egress
 // ports in its INT records (FNV-1a over them; never 0).
-func intPathSignature(records []byte) uint64 {
+func intPathSignature(hops []cc.Hop) uint64 {
 	h := uint64(14695981039346656037)
-	for i := range len(records) / wire.HopLen {
-		hop := wire.HopAt(records, i)
+	for _, hop := range hops {
 		h = (h ^ uint64(hop.Switch)<<16 ^ uint64(hop.Port)) * 1099511628211
 	}
 	return max(h, 1)
