@@ -61,6 +61,12 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 	}
 	p := psn.New(pk.BTH.PSN)
 	d := p.Diff(r.exp)
+	if w := int32(q.cfg.Window); d >= w || d < -w {
+		// No sender has that PSN outstanding or recently acknowledged:
+		// dropped unanswered (TestSpoofClassicData).
+		q.stats.OutOfWindow++
+		return
+	}
 	if d < 0 {
 		q.stats.Duplicates++
 		q.ackNow = true

@@ -52,12 +52,55 @@ func (s *classicSender) resent(psn.PSN, uint64) {}
 
 func (s *classicSender) pollCopy(clock.Time, []byte, float64) (int, error) { return 0, nil }
 
-// onAck processes an ACKNOWLEDGE (ACK or NAK).
+// onCNP takes a CNP while the QP has data in flight or sent some within
+// a retransmission timeout (a CNP answers a CE-marked packet and may
+// overtake nothing but the ACKs behind it). Guarded by TestSpoofCNP.
+func (s *classicSender) onCNP(now clock.Time) bool {
+	q := s.q
+	if q.sb.Outstanding() == 0 && (q.stats.TxPackets == 0 || now.Sub(q.lastSendAt) > q.sb.RTO()) {
+		return false
+	}
+	q.stats.CNPsReceived++
+	q.ctrl.OnCNP(now)
+	return true
+}
+
+// valid reports whether the ACKNOWLEDGE names PSNs the QP sent (inWindow):
+// an ACK's PSN (the last accepted) and a sequence NAK's (the expected one)
+// up to the next PSN to send; a fatal NAK's (the refused request) only an
+// outstanding PSN, at or after the oldest unacknowledged one. Guarded by
+// TestSpoofClassicAck.
+func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
+	q := s.q
+	una := q.sb.Oldest()
+	out := q.sb.Next().Diff(una)
+	switch {
+	case syn == wire.NakPSNSequenceError:
+		return inWindow(p, una, q.cfg.Window, out)
+	case wire.IsNak(syn):
+		return inWindow(p, una, 0, out-1)
+	}
+	return inWindow(p.Next(), una, q.cfg.Window, out)
+}
+
+// onAck processes an ACKNOWLEDGE (ACK or NAK). One that names a PSN the QP
+// did not send, or a NAK that names no outstanding request, is dropped and
+// counted (QPStats.RejectedAcks, RejectedNaks) before it touches anything.
 func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
-	q.stats.AcksReceived++
 	p := psn.New(pk.BTH.PSN)
 	syn := pk.AETH.Syndrome
+	if syn&0xE0 == wire.SyndromeAck || wire.IsNak(syn) {
+		if !s.valid(p, syn) {
+			if wire.IsNak(syn) {
+				q.stats.RejectedNaks++
+			} else {
+				q.stats.RejectedAcks++
+			}
+			return
+		}
+	}
+	q.stats.AcksReceived++
 	var res retransmit.AckResult
 	switch {
 	case syn == wire.NakPSNSequenceError:

@@ -51,7 +51,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true},
 		ce:     17,
 		frames: "7bd0e0177af0f876a271dd2072e6bbf5191eae5884b01885fd834ed787226605",
-		state:  "810be6d0ad603adf0a6072c02346e280202f942c8f9d62b37c4e74a92e287622",
+		state:  "44af5c9b4ee8a13820db936b41bb8f40bb885bb0cf17a11543f25883865eb0b6",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -66,7 +66,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "8f7cab04c68d4b87243f4df337a991065694f43eb4aad5fe6d8790b39e53b4a7",
-		state:  "2ada1f3deba56eebc12363d9b4dd1133911e2ddb3bfdb1b646f9a1325cd2d1fb",
+		state:  "1b273eb1be07d0c3c35a90c85eb7476715ca41312ca291286ef20d85b38cbb32",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -78,7 +78,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "4e4ff1d0bce34544b6786de202cea2e5f829e065bbafce903f378f7022429ca7",
-		state:  "72e47a22b6b920f4509cd2d3f8db7d7e075b94c8d924412fa6ceb01536f54f3d",
+		state:  "6700931414cf5543065db95226b7bb7f391091462b70f206c959ac62c7215c75",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -91,7 +91,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "72d4d50c78923d9d64d72c30a3c3624ac7ed605a928b0a7bbc31ece642312064",
-		state:  "d5045bd5c9e71bb69853e1e4956af74147556c7f0addf294d0fcc0733e98ca1f",
+		state:  "e58135b1e661d28cf6e5bfb4fc1af4a9fba1fb03d6d626585b1731b7fa6a7fcf",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)

@@ -27,8 +27,12 @@ type sender interface {
 	// last: the message's first and last packet) with PSN p; the shell
 	// has set the addresses, the PSN, RETH and the immediate.
 	encode(now clock.Time, pk *wire.Packet, m *sendMsg, off uint32, first, last bool, p psn.PSN)
-	// onAck acts on an acknowledgement the profile's receiver sent.
+	// onAck acts on an acknowledgement the profile's receiver sent, once
+	// it checked that what it acknowledges or names is outstanding.
 	onAck(now clock.Time, pk *wire.Packet)
+	// onCNP acts on a congestion notification and reports whether it
+	// took it (the profile's receivers send them, about data in flight).
+	onCNP(now clock.Time) bool
 	// resent is told of the retransmission of p (scoreboard tag tag).
 	resent(p psn.PSN, tag uint64)
 	// pollCopy encodes a packet the sender owes beyond the scoreboard's
@@ -54,4 +58,13 @@ type receiver interface {
 	ackSent()
 	// held is the number of data packets held ahead of a hole.
 	held() uint64
+}
+
+// inWindow reports whether p lies in [una-window, una+hi]: the PSNs an
+// acknowledgement may name, RFC 5961's SND.UNA - MAX.SND.WND <= SEG.ACK <=
+// SND.NXT with hi the PSNs outstanding (a cumulative PSN, at most Next) or
+// one less (a PSN sent, below Next).
+func inWindow(p, una psn.PSN, window int, hi int32) bool {
+	d := p.Diff(una)
+	return d >= -int32(window) && d <= hi
 }

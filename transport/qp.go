@@ -118,6 +118,14 @@ type QPStats struct {
 	MessagesSent           uint64
 	MessagesReceived       uint64
 	Timeouts               uint64
+	// RejectedAcks counts acknowledgements (ACK, SACK) dropped whole
+	// because what they acknowledge is not what the QP sent: a cumulative
+	// PSN, echoed PSN or SACK bit beyond the last PSN sent or more than a
+	// Window before the oldest unacknowledged one. RejectedNaks counts NAKs
+	// dropped because they name no outstanding request, RejectedCNPs
+	// CNPs dropped because the QP sent no data they could be about. None
+	// of them changes the QP's state: they are what a blind spoofer sends.
+	RejectedAcks, RejectedNaks, RejectedCNPs uint64
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
 	// packet (Spray: every ACK, by its echoed timestamp less the time the
@@ -217,11 +225,12 @@ type QP struct {
 	lastAckEntropy uint16
 	lastAckAt      clock.Time
 
-	lastNow clock.Time // the latest time the QP was handed
-	pkt     wire.Packet
-	comps   []Completion
-	stats   QPStats
-	pstats  pathTable // per-path counters: stats_telemetry.go
+	lastNow    clock.Time // the latest time the QP was handed
+	lastSendAt clock.Time // when the latest data packet left
+	pkt        wire.Packet
+	comps      []Completion
+	stats      QPStats
+	pstats     pathTable // per-path counters: stats_telemetry.go
 }
 
 func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
@@ -546,6 +555,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 func (q *QP) sent(now clock.Time, n int, rate float64) {
 	q.stats.TxPackets++
 	q.stats.TxBytes += uint64(n)
+	q.lastSendAt = now
 	q.ctrl.OnSend(now, n)
 	if rate > 0 {
 		q.pacer.OnSend(now, n, rate)
@@ -657,8 +667,9 @@ func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
 	case q.snd.takes(op):
 		q.snd.onAck(now, pk)
 	case op == wire.OpCNP:
-		q.stats.CNPsReceived++
-		q.ctrl.OnCNP(now)
+		if !q.snd.onCNP(now) {
+			q.stats.RejectedCNPs++
+		}
 	default:
 		q.stats.BadPackets++
 	}

@@ -93,6 +93,11 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	p := psn.New(pk.BTH.PSN)
 	d := p.Diff(r.win.Cum())
 	switch {
+	case d < -int32(r.win.Size()):
+		// Long acknowledged, or never sent: dropped unanswered
+		// (TestSpoofSprayData).
+		q.stats.OutOfWindow++
+		return
 	case d < 0 || r.win.Has(p):
 		q.stats.Duplicates++
 		q.noteData(now, pk)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/sprayfabric/spray/cc"
@@ -149,10 +150,68 @@ func (s *spraySender) pollCopy(now clock.Time, buf []byte, rate float64) (int, e
 	return n, nil
 }
 
-// onAck processes a spray acknowledgement.
+// onCNP: a spray receiver echoes CE marks in its ACKs and sends no CNP.
+func (s *spraySender) onCNP(clock.Time) bool { return false }
+
+// valid reports whether every PSN ack names lies among those the QP sent
+// and has not long had acknowledged (inWindow): the cumulative PSN, the
+// echoed PSN and every SACK bit. Guarded by TestSpoofSprayAck.
+func (s *spraySender) valid(a *wire.Ack) bool {
+	q := s.q
+	una, w := q.sb.Oldest(), q.cfg.Window
+	out := q.sb.Next().Diff(una)
+	if !inWindow(psn.New(a.CumPSN), una, w, out) || !inWindow(psn.New(a.AckedPSN), una, w, out-1) {
+		return false
+	}
+	base := psn.New(a.SackBase)
+	for i, word := range a.Sack[:min(int(a.SackWords), len(a.Sack))] {
+		for ; word != 0; word &= word - 1 {
+			p := base.Add(uint32(64*i + bits.TrailingZeros64(word)))
+			if !inWindow(p, una, w, out-1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// names reports whether a NAK for message id with cumulative PSN cum
+// refers to an outstanding request: a message the sender began and has not
+// completed, and a cumulative PSN not before the oldest unacknowledged
+// PSN (the responder's cumulative PSN stops at the refused packet, which
+// the sender cannot have seen acknowledged). Guarded by TestSpoofSprayNak.
+func (s *spraySender) names(id uint32, cum psn.PSN) bool {
+	q := s.q
+	if cum.Diff(q.sb.Oldest()) < 0 {
+		return false
+	}
+	end := q.cursor
+	if q.curOff > 0 {
+		end++ // the message being segmented
+	}
+	for i := q.head; i < end; i++ {
+		if q.msgs[i%uint64(len(q.msgs))].id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// onAck processes a spray acknowledgement. One that names a PSN the QP did
+// not send, or a NAK that names no outstanding request, is dropped and
+// counted (QPStats.RejectedAcks, RejectedNaks) before it touches the
+// scoreboard, the paths, the controller or the QP's state.
 func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
 	a := &pk.Ack
+	if !s.valid(a) {
+		q.stats.RejectedAcks++
+		return
+	}
+	if wire.IsNak(a.Syndrome) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
+		q.stats.RejectedNaks++
+		return
+	}
 	q.stats.AcksReceived++
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
 		Cum: psn.New(a.CumPSN), SackBase: psn.New(a.SackBase), Sack: a.Sack[:a.SackWords],
