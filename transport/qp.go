@@ -623,9 +623,8 @@ func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
 // acknowledgements (they are cumulative) and never all of them. ACKs do not
 // go through the path policy (nothing acknowledges an ACK), but they leave
 // on the paths of the QP's own data: a policy that knows which of those
-// are dead (multipath.AckPather) passes over them. Blind rotation lost
-// every ACK that landed on a dead spine, and a sender whose tail was
-// acknowledged only there failed after MaxRetries timeouts.
+// are dead (multipath.AckPather) passes over them, so that a dead spine
+// does not take the ACKs of a sender's tail (TestSpineFailOneWay).
 func (q *QP) nextAckEntropy() uint16 {
 	if ap, ok := q.paths.(multipath.AckPather); ok {
 		q.lastAckEntropy = ap.NextAck(q.ackDup)
