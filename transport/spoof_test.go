@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -392,4 +393,70 @@ func TestSpoofCNP(t *testing.T) {
 			t.Fatalf("took %d CNPs (before %d), rejected %d", st.CNPsReceived, taken, st.RejectedCNPs)
 		}
 	})
+}
+
+// TestSpoofWriteInWindow: a spoofed spray WRITE with a bad key that hits
+// the receive window (a guessed PSN) fails the responder side of the QP
+// it reaches, as a genuine one would (a sticky NAK remote access error),
+// but not that QP's requester side: its own sends complete byte-exact. The
+// peer drops the NAKs, which name no message it has in progress (the
+// spoofer guessed a message ID the responder would take, 40 of A's 24)
+// (RejectedNaks).
+func TestSpoofWriteInWindow(t *testing.T) {
+	r := newSpoofRun(t, Spray)
+	r.midway(t, 60)
+	cum := r.qb.rcv.(*sprayReceiver).win.Cum()
+	payload := []byte("spoofed payload")
+	r.inject(t, false, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(cum.Add(3000))},
+		Data: wire.Data{Kind: wire.KindWrite, MsgID: 40, MsgLen: uint32(len(payload)), TxTime: 1},
+		RETH: wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: uint32(len(payload))}}, payload)
+	more := randomMessages(rand.New(rand.NewPCG(25, 26)), 8, 32<<10)
+	for i, m := range more {
+		if err := r.qb.Post(WorkRequest{ID: uint64(100 + i), Op: OpSend, Data: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func() int {
+		n := 0
+		for _, c := range r.cb {
+			if c.ID >= 100 && c.Err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if err := r.run(clock.Time(10*time.Second), func() bool { return sent() == len(more) || r.qb.Err() != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r.qb.Err() != nil {
+		t.Fatalf("the spoofed WRITE failed the receiver's own QP: %v", r.qb.Err())
+	}
+	var got [][]byte
+	for _, c := range r.ca {
+		if c.Op == OpRecv {
+			got = append(got, c.Data)
+		}
+	}
+	got = got[len(got)-len(more):]
+	for i, m := range more {
+		if hash(got[i]) != hash(m) {
+			t.Fatalf("message %d from B arrived corrupted", i)
+		}
+	}
+	if st := r.qb.Stats(); st.RemoteAccessErrors != 1 {
+		t.Fatalf("%d remote access errors at B, want the spoofed WRITE's", st.RemoteAccessErrors)
+	}
+	if st := r.qa.Stats(); st.RejectedNaks == 0 || st.NaksReceived != 0 {
+		t.Fatalf("A rejected %d NAKs and took %d; want B's NAKs of the spoofed WRITE rejected", st.RejectedNaks, st.NaksReceived)
+	}
+	// B's responder now refuses A's packets: A's transfer cannot finish,
+	// and A fails as for a dead peer, after its retransmission timeouts.
+	// (run may stop at the step that failed A: nothing is left to happen.)
+	if err := r.run(clock.Time(time.Minute), func() bool { return r.qa.Err() != nil }); err != nil && r.qa.Err() == nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(r.qa.Err(), ErrPeerUnreachable) {
+		t.Fatalf("A failed with %v, want ErrPeerUnreachable", r.qa.Err())
+	}
+	t.Logf("A failed at %v: %v", r.clk.Now(), r.qa.Err())
 }
