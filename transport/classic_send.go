@@ -53,8 +53,8 @@ func (s *classicSender) resent(psn.PSN, uint64) {}
 func (s *classicSender) pollCopy(clock.Time, []byte, float64) (int, error) { return 0, nil }
 
 // onCNP takes a CNP while the QP has data in flight or sent some within
-// a retransmission timeout (a CNP answers a CE-marked packet and may
-// overtake nothing but the ACKs behind it). Guarded by TestSpoofCNP.
+// a retransmission timeout: a CNP answers a CE-marked data packet, and may
+// arrive after the ACK of that packet. Guarded by TestSpoofCNP.
 func (s *classicSender) onCNP(now clock.Time) bool {
 	q := s.q
 	if q.sb.Outstanding() == 0 && (q.stats.TxPackets == 0 || now.Sub(q.lastSendAt) > q.sb.RTO()) {

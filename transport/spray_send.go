@@ -71,8 +71,8 @@ func (s *spraySender) encode(now clock.Time, pk *wire.Packet, m *sendMsg, off ui
 // one window per timer. A window that holds AckEvery full frames asks at
 // most once per AckEvery new packets: the packets in flight sent since the
 // latest that asked are then at least AckEvery (acknowledged by count) or
-// include it (acknowledged on arrival). Resends ask as before. Guarded by
-// TestSprayAckEverySmallWindow and TestSprayDelayedAckNoResends.
+// include it (acknowledged on arrival). Resends ask too. Guarded by
+// TestSprayAcksCoalesce and TestSprayDelayedAckNoResends.
 func (s *spraySender) windowFull(p psn.PSN) bool {
 	q := s.q
 	w := q.ctrl.Window()
