@@ -34,12 +34,9 @@ const (
 	// SoftwareSwiftEndpointAllowance is added to Swift's target on ACKs
 	// without INT records (SwiftConfig.RTTEndpointAllowance): their RTT
 	// holds the receiver's backlog before its engine reads a packet, which
-	// a CPU-bound receiver keeps at tens to hundreds of µs. With the
-	// fabric target alone Swift moved 0.53-0.62 of the unlimited window's
-	// bytes per second over the pair testbed's veth (no INT, no queue but
-	// the receiver's), 0.71-0.77 with this (see the package doc); 100µs
-	// keeps a 1 Gb/s, 32 KiB bottleneck without INT from overflowing
-	// (200µs did not).
+	// a CPU-bound receiver keeps at tens to hundreds of µs; twice this
+	// overflows a 1 Gb/s, 32 KiB bottleneck without INT (transport's
+	// TestDefaultCCSpray).
 	SoftwareSwiftEndpointAllowance = 100 * time.Microsecond
 	// SoftwareSwiftMinCwnd is Swift's smallest window in packets: a
 	// packet every 10 RTTs at worst. The paper's 0.001 (a packet every

@@ -398,8 +398,7 @@ func TestHPCCSoftwareFabric(t *testing.T) {
 		t.Errorf("a real queue: window %d, want the minimum %d", w, sw.minWindow())
 	}
 	// The minimum is a frame: one packet in flight, paced at a frame per
-	// T at the slowest (1024 bytes per T paced a QP below its share of a
-	// 100 Mbit/s spine in spray compare).
+	// T at the slowest (less paces a QP below its share of a slow spine).
 	if w, r := sw.Window(), sw.Rate(); w < frame || r < frame/T.Seconds()*0.99 {
 		t.Errorf("a real queue: window %d, rate %.0f B/s, want at least a frame (%d) and a frame per T", w, r, frame)
 	}
