@@ -10,7 +10,7 @@ import (
 
 // scorePaths reports to the path policy every packet in q.events that an
 // ACK newly acknowledged, except the one the ACK was sent for (acked), which
-// onSprayAck reports itself with its ECN and INT. A receiver acknowledges
+// the spray sender's onAck reports itself with its ECN and INT. A receiver acknowledges
 // several packets at once (AckEvery, SACK), and each says that its path
 // delivers: without this a path whose packets always share an ACK with a
 // later packet on another path would look dead, and a probe on a path out
