@@ -9,13 +9,14 @@ import (
 )
 
 // scorePaths reports to the path policy every packet in q.events that an
-// ACK newly acknowledged, except the one the ACK was sent for (acked), which
-// the spray sender's onAck reports itself with its ECN and INT. A receiver acknowledges
-// several packets at once (AckEvery, SACK), and each says that its path
-// delivers: without this a path whose packets always share an ACK with a
-// later packet on another path would look dead, and a probe on a path out
-// of the spray set would never be recognised. The RTT is the time since the
-// packet was sent (none for a resend, by Karn's rule).
+// ACK newly acknowledged, except the one the ACK was sent for (acked),
+// which the spray sender's onAck reports itself with its ECN and INT. A
+// receiver acknowledges several packets at once (AckEvery, SACK), and each
+// says that its path delivers: without this a path whose packets always
+// share an ACK with a later packet on another path would look dead, and a
+// probe on a path out of the spray set would never be recognised. The RTT
+// is the time since the packet was sent (none for a resend, by Karn's
+// rule).
 func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 	for i := range q.events {
 		e := &q.events[i]
