@@ -17,7 +17,6 @@ import (
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // DefaultIncastTestbed is the fabric RunIncast is meant for: four hosts on
@@ -623,8 +622,7 @@ func (p *ccProbe) OnAck(s cc.Sample) {
 		}
 		p.acked[bin] += int64(max(s.AckedBytes, 0))
 	}
-	for i := range len(s.INT) / wire.HopLen {
-		h := wire.HopAt(s.INT, i)
+	for _, h := range s.INT {
 		if h.Switch == p.port.Switch && h.Port == p.port.Port && h.RateMbps > 0 && len(p.qdelay) < maxProbeSamples {
 			p.qdelay = append(p.qdelay, qSample{at, time.Duration(uint64(h.QLen) * 8000 / uint64(h.RateMbps))})
 		}

@@ -2,7 +2,6 @@ package cc
 
 import (
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // AutoConfig configures an Auto controller: the configs of the two
@@ -63,9 +62,9 @@ func (a *Auto) cur() Controller {
 
 // hasRate reports whether records hold a hop record with a link rate,
 // which HPCC needs.
-func hasRate(records []byte) bool {
-	for i := range len(records) / wire.HopLen {
-		if wire.HopAt(records, i).RateMbps != 0 {
+func hasRate(records []Hop) bool {
+	for _, h := range records {
+		if h.RateMbps != 0 {
 			return true
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // TestAutoSwitch: Auto runs Swift on ACKs without INT (its window moves
@@ -32,7 +31,7 @@ func TestAutoSwitch(t *testing.T) {
 		}
 	}
 	// Records without a rate do not count.
-	a.OnAck(Sample{Now: now, AckedBytes: 1400, RTT: 10 * time.Microsecond, INT: records(wire.Hop{Switch: 1, TS: 5})})
+	a.OnAck(Sample{Now: now, AckedBytes: 1400, RTT: 10 * time.Microsecond, INT: records(Hop{Switch: 1, TS: 5})})
 	if a.Using() != "swift" {
 		t.Fatal("switched on a record without a link rate")
 	}

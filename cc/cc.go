@@ -23,12 +23,21 @@ type Sample struct {
 	// ECNCount is the number of CE-marked data packets the receiver saw
 	// since its previous ACK.
 	ECNCount int
-	// INT holds the INT hop records echoed by the ACK, back to back in the
-	// wire layout (transport/wire.HopLen bytes each, first hop first), or
+	// INT holds the INT hop records echoed by the ACK, first hop first, or
 	// nil. It is only valid during OnAck: a controller copies what it keeps.
-	INT []byte
+	INT []Hop
 	// Entropy is the UDP source port (path) of the acknowledged packet.
 	Entropy uint16
+}
+
+// Hop is one switch's INT record of the egress port a packet left by, as
+// an ACK echoes it: the transport decodes the wire's records into Hops.
+type Hop struct {
+	Switch, Port uint16 // the switch and its egress port
+	RateMbps     uint32 // the port's link rate; 0: unknown (the record is skipped)
+	TS           uint64 // egress time by the switch's clock, ns
+	QLen         uint32 // queue depth in bytes
+	TxBytes      uint32 // bytes the port transmitted (a counter that wraps)
 }
 
 // Controller is a congestion controller. Implementations document whether

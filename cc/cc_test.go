@@ -16,7 +16,7 @@ func TestFixed(t *testing.T) {
 	}
 	var c Controller = NewFixed(1.25e9, 64<<10)
 	c.OnSend(1, 4096)
-	c.OnAck(Sample{Now: 2, AckedBytes: 4096, RTT: time.Microsecond, ECNCount: 3, INT: make([]byte, 48)})
+	c.OnAck(Sample{Now: 2, AckedBytes: 4096, RTT: time.Microsecond, ECNCount: 3, INT: make([]Hop, 2)})
 	c.OnLoss(3, 4096)
 	c.OnTimeout(4)
 	c.OnCNP(5)

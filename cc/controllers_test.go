@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // FuzzControllers drives every controller through the Controller interface
@@ -19,7 +18,7 @@ func FuzzControllers(f *testing.F) {
 	f.Add([]byte("\x04\xff\xff\xff\xff\x02\x00\x00\x00\x01\x03\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ctrls := []Controller{NewHPCC(HPCCConfig{}), NewSwift(SwiftConfig{}), NewDCQCN(DCQCNConfig{ByteCounter: 4096}), NewAuto(AutoConfig{Swift: SwiftConfig{RelativeTarget: true, EndpointTarget: -1}})}
-		rec := make([]byte, 2*wire.HopLen)
+		rec := make([]byte, 2*hopLen)
 		now := clock.Time(1 << 40)
 		for len(data) >= 5 {
 			op, v := data[0], int32(binary.BigEndian.Uint32(data[1:5]))
@@ -31,7 +30,7 @@ func FuzzControllers(f *testing.F) {
 					c.OnSend(now, int(v))
 				case 1:
 					copy(rec, data)
-					c.OnAck(Sample{Now: now, AckedBytes: int(v), RTT: time.Duration(v), HoldTime: time.Duration(v) / 3, INT: rec[:int(op>>3)%3*wire.HopLen]})
+					c.OnAck(Sample{Now: now, AckedBytes: int(v), RTT: time.Duration(v), HoldTime: time.Duration(v) / 3, INT: decodeHops(rec[:int(op>>3)%3*hopLen])})
 				case 2:
 					c.OnLoss(now, int(v))
 				case 3:

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 const us = clock.Time(time.Microsecond)
@@ -245,11 +244,11 @@ func TestControllersNoAllocs(t *testing.T) {
 	a := NewAuto(AutoConfig{Swift: SwiftConfig{RelativeTarget: true}})
 	for _, c := range []Controller{h, s, d, a} {
 		var now clock.Time
-		rec := make([]byte, wire.HopLen)
+		rec := make([]Hop, 1)
 		allocs := testing.AllocsPerRun(1000, func() {
 			now += 1000
 			c.OnSend(now, 1500)
-			wire.PutHop(rec, 0, p.step(time.Microsecond, 0.9, 1000))
+			rec[0] = p.step(time.Microsecond, 0.9, 1000)
 			c.OnAck(Sample{Now: now, AckedBytes: 1500, RTT: 30 * time.Microsecond, HoldTime: time.Microsecond, INT: rec})
 			if g.OnCE(now) {
 				c.OnCNP(now)

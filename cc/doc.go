@@ -18,7 +18,7 @@
 //
 //   - HPCC (NewHPCC; Li et al., "HPCC: High Precision Congestion Control",
 //     SIGCOMM 2019) computes a window from the INT hop records echoed in
-//     each ACK (Sample.INT, transport/wire.Hop layout): per egress port,
+//     each ACK (Sample.INT, a Hop per switch): per egress port,
 //     U = min(qlen, previous qlen)/(B·T) + txRate/B, with txRate from the
 //     wrapping TxBytes counter and TS deltas of consecutive records of the
 //     same port; the most loaded hop, smoothed over T; per ACK

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // HPCCConfig configures an HPCC controller. The zero value is usable: every
@@ -224,11 +223,10 @@ func (h *HPCC) OnAck(s Sample) {
 // measure is the paper's MeasureInflight: it returns the smoothed
 // utilization after folding in the records, and false when no hop had a
 // previous record to compare with.
-func (h *HPCC) measure(records []byte) (float64, bool) {
+func (h *HPCC) measure(records []Hop) (float64, bool) {
 	var umax, tau float64
 	found := false
-	for i := range len(records) / wire.HopLen {
-		r := wire.HopAt(records, i)
+	for _, r := range records {
 		if r.RateMbps == 0 {
 			continue // no rate: no utilization
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // port is a synthetic switch egress port that stamps INT records: its
@@ -23,19 +22,13 @@ func (p *port) bytesPerSec() float64 { return float64(p.mbps) * 1e6 / 8 }
 
 // step advances the port by dt at utilization util (of its line rate) and
 // returns its record.
-func (p *port) step(dt time.Duration, util float64, qlen uint32) wire.Hop {
+func (p *port) step(dt time.Duration, util float64, qlen uint32) Hop {
 	p.ts += uint64(dt)
 	p.tx += uint32(p.bytesPerSec() * util * dt.Seconds())
-	return wire.Hop{Switch: p.sw, Port: p.port, RateMbps: p.mbps, TS: p.ts, QLen: qlen, TxBytes: p.tx}
+	return Hop{Switch: p.sw, Port: p.port, RateMbps: p.mbps, TS: p.ts, QLen: qlen, TxBytes: p.tx}
 }
 
-func records(hops ...wire.Hop) []byte {
-	b := make([]byte, len(hops)*wire.HopLen)
-	for i, h := range hops {
-		wire.PutHop(b, i, h)
-	}
-	return b
-}
+func records(hops ...Hop) []Hop { return hops }
 
 // hpccRun drives h with one ACK of pkt bytes every dt, keeping inflight
 // packets outstanding (a new packet goes for each ACK), with the INT
@@ -56,7 +49,7 @@ func newHPCCRun(h *HPCC, inflight, pkt int, dt time.Duration) *hpccRun {
 	return r
 }
 
-func (r *hpccRun) acks(n int, rec func() []byte) {
+func (r *hpccRun) acks(n int, rec func() []Hop) {
 	for range n {
 		r.now = r.now.Add(r.dt)
 		r.h.OnAck(Sample{Now: r.now, AckedBytes: r.pkt, RTT: 10 * time.Microsecond, INT: rec()})
@@ -106,7 +99,7 @@ func TestHPCCCut(t *testing.T) {
 	h := NewHPCC(HPCCConfig{BaseRTT: hpccT, LineRate: hpccLine})
 	p := &port{sw: 1, port: 2, mbps: 100000}
 	r := newHPCCRun(h, 10, 1000, time.Microsecond)
-	rec := func() []byte { return records(p.step(r.dt, 1, qlenFor(p, u-1))) }
+	rec := func() []Hop { return records(p.step(r.dt, 1, qlenFor(p, u-1))) }
 	r.acks(100, rec) // the EWMA settles: (1-0.1)^100
 	if got := h.Utilization(); math.Abs(got-u) > 0.01 {
 		t.Fatalf("utilization %.4f, want %.2f", got, u)
@@ -142,9 +135,9 @@ func TestHPCCCut(t *testing.T) {
 	h = NewHPCC(HPCCConfig{BaseRTT: hpccT, LineRate: hpccLine})
 	p = &port{sw: 1, port: 2, mbps: 100000}
 	r = newHPCCRun(h, 1000, 100, time.Microsecond) // a long RTT's worth in flight
-	r.acks(50, func() []byte { return records(p.step(r.dt, 0.5, 0)) })
+	r.acks(50, func() []Hop { return records(p.step(r.dt, 0.5, 0)) })
 	wc := h.RefWindow()
-	r.acks(6, func() []byte { return records(p.step(r.dt, 1, qlenFor(p, 2))) })
+	r.acks(6, func() []Hop { return records(p.step(r.dt, 1, qlenFor(p, 2))) })
 	if h.RefWindow() != wc {
 		t.Fatalf("reference window moved within an RTT: %d -> %d", wc, h.RefWindow())
 	}
@@ -164,11 +157,11 @@ func TestHPCCGrow(t *testing.T) {
 	h := NewHPCC(HPCCConfig{BaseRTT: hpccT, LineRate: hpccLine, AdditiveIncrease: 500})
 	p := &port{sw: 1, port: 2, mbps: 100000}
 	r := newHPCCRun(h, 10, 1000, time.Microsecond)
-	r.acks(200, func() []byte { return records(p.step(r.dt, 1, qlenFor(p, 0.3))) })
+	r.acks(200, func() []Hop { return records(p.step(r.dt, 1, qlenFor(p, 0.3))) })
 	if h.Window() > 40000 {
 		t.Fatalf("setup: window %d, want it cut", h.Window())
 	}
-	low := func() []byte { return records(p.step(r.dt, 0.5, 0)) }
+	low := func() []Hop { return records(p.step(r.dt, 0.5, 0)) }
 	for h.Utilization() >= eta {
 		r.acks(1, low)
 	}
@@ -206,15 +199,15 @@ func TestHPCCMeasure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		want float64
-		rec  func(a, b, c *port) []byte
+		rec  func(a, b, c *port) []Hop
 	}{
-		{"wrap", 0.8, func(a, _, _ *port) []byte { return records(a.step(time.Microsecond, 0.8, 0)) }},
-		{"max of hops", 1.1, func(a, b, _ *port) []byte {
+		{"wrap", 0.8, func(a, _, _ *port) []Hop { return records(a.step(time.Microsecond, 0.8, 0)) }},
+		{"max of hops", 1.1, func(a, b, _ *port) []Hop {
 			return records(a.step(time.Microsecond, 0.3, 0), b.step(time.Microsecond, 1, qlenFor(b, 0.1)))
 		}},
-		{"two paths", 0.7, func() func(a, b, c *port) []byte {
+		{"two paths", 0.7, func() func(a, b, c *port) []Hop {
 			i := 0
-			return func(a, b, c *port) []byte {
+			return func(a, b, c *port) []Hop {
 				i++
 				if i%2 == 0 {
 					return records(a.step(2*time.Microsecond, 0.7, 0), b.step(2*time.Microsecond, 0.2, 0))
@@ -229,7 +222,7 @@ func TestHPCCMeasure(t *testing.T) {
 			b := &port{sw: 2, port: 7, mbps: 40000, tx: 123456789}
 			c := &port{sw: 3, port: 7, mbps: 25000, tx: 987654321}
 			r := newHPCCRun(h, 10, 1000, time.Microsecond)
-			r.acks(200, func() []byte { return tc.rec(a, b, c) })
+			r.acks(200, func() []Hop { return tc.rec(a, b, c) })
 			if got := h.Utilization(); math.Abs(got-tc.want) > 0.02 {
 				t.Fatalf("utilization %.4f, want %.2f", got, tc.want)
 			}
@@ -240,16 +233,15 @@ func TestHPCCMeasure(t *testing.T) {
 	a := &port{sw: 1, port: 1, mbps: 100000}
 	r := newHPCCRun(h, 10, 1000, time.Microsecond)
 	old := a.step(time.Microsecond, 1, 0)
-	r.acks(100, func() []byte { return records(a.step(time.Microsecond, 0.5, 0)) })
+	r.acks(100, func() []Hop { return records(a.step(time.Microsecond, 0.5, 0)) })
 	u, w := h.Utilization(), h.Window()
 	old.QLen = 1 << 30
 	h.OnAck(Sample{Now: r.now, AckedBytes: 1000, INT: records(old)})
 	if h.Utilization() != u || h.Window() != w {
 		t.Fatalf("stale record moved U %.3f -> %.3f, window %d -> %d", u, h.Utilization(), w, h.Window())
 	}
-	// Truncated or zero-rate records are harmless.
-	h.OnAck(Sample{Now: r.now, AckedBytes: 1000, INT: make([]byte, wire.HopLen-1)})
-	h.OnAck(Sample{Now: r.now, AckedBytes: 1000, INT: make([]byte, 3*wire.HopLen)})
+	// Zero-rate records are harmless.
+	h.OnAck(Sample{Now: r.now, AckedBytes: 1000, INT: make([]Hop, 3)})
 	if h.Utilization() != u || h.Window() != w {
 		t.Fatal("empty records moved the controller")
 	}
@@ -267,7 +259,7 @@ func TestHPCCManyHops(t *testing.T) {
 	for round := range 20 {
 		for i := range ports {
 			if round < 10 || i < 4 {
-				r.acks(1, func() []byte { return records(ports[i].step(time.Microsecond, 1.5, 0)) })
+				r.acks(1, func() []Hop { return records(ports[i].step(time.Microsecond, 1.5, 0)) })
 			}
 		}
 	}
@@ -316,7 +308,7 @@ func TestHPCCConverges(t *testing.T) {
 		if step >= lag && step%10 == 0 {
 			s := hist[len(hist)-1-lag]
 			i := (step / 10) % n
-			rec := records(wire.Hop{Switch: 1, Port: 1, RateMbps: 100000, TS: s.ts, QLen: uint32(s.q), TxBytes: uint32(uint64(s.tx))})
+			rec := records(Hop{Switch: 1, Port: 1, RateMbps: 100000, TS: s.ts, QLen: uint32(s.q), TxBytes: uint32(uint64(s.tx))})
 			hs[i].OnSend(now, 1000)
 			hs[i].OnAck(Sample{Now: now, AckedBytes: 1000, RTT: hpccT, INT: rec})
 		}
@@ -367,12 +359,12 @@ func TestHPCCSoftwareFabric(t *testing.T) {
 		p := &port{sw: 1, port: 2, mbps: 200}
 		r := newHPCCRun(h, 1, frame, 60*time.Microsecond)
 		i := 0
-		r.acks(400, func() []byte {
+		r.acks(400, func() []Hop {
 			i++
 			if i%5 == 0 { // a burst: 2 frames into the shaper within 2µs
 				p.ts += uint64(2 * time.Microsecond)
 				p.tx += 2 * frame
-				return records(wire.Hop{Switch: p.sw, Port: p.port, RateMbps: p.mbps, TS: p.ts, QLen: frame + extraQueue, TxBytes: p.tx})
+				return records(Hop{Switch: p.sw, Port: p.port, RateMbps: p.mbps, TS: p.ts, QLen: frame + extraQueue, TxBytes: p.tx})
 			}
 			return records(p.step(r.dt, 0.9, frame+extraQueue))
 		})
@@ -406,8 +398,7 @@ func TestHPCCSoftwareFabric(t *testing.T) {
 		t.Errorf("a real queue: window %d, want the minimum %d", w, sw.minWindow())
 	}
 	// The minimum is a frame: one packet in flight, paced at a frame per
-	// T at the slowest (1024 bytes per T paced a QP below its share of a
-	// 100 Mbit/s spine in spray compare).
+	// T at the slowest (less paces a QP below its share of a slow spine).
 	if w, r := sw.Window(), sw.Rate(); w < frame || r < frame/T.Seconds()*0.99 {
 		t.Errorf("a real queue: window %d, rate %.0f B/s, want at least a frame (%d) and a frame per T", w, r, frame)
 	}
@@ -415,17 +406,17 @@ func TestHPCCSoftwareFabric(t *testing.T) {
 
 func FuzzHPCC(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3})
-	f.Add(records(wire.Hop{Switch: 1, RateMbps: 1, TS: 5, QLen: math.MaxUint32, TxBytes: 7}))
+	f.Add(encodeHops(Hop{Switch: 1, RateMbps: 1, TS: 5, QLen: math.MaxUint32, TxBytes: 7}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := NewHPCC(HPCCConfig{})
 		now := clock.Time(0)
 		for len(data) > 0 {
-			n := min(len(data), int(data[0])%(3*wire.HopLen+1))
+			n := min(len(data), int(data[0])%(3*hopLen+1))
 			data = data[1:]
 			n = min(n, len(data))
 			now += 1000
 			h.OnSend(now, 1000)
-			h.OnAck(Sample{Now: now, AckedBytes: 1000, INT: data[:n]})
+			h.OnAck(Sample{Now: now, AckedBytes: 1000, INT: decodeHops(data[:n])})
 			data = data[n:]
 			if w, r := h.Window(), h.Rate(); w < 1 || w > 125000 || !(r > 0) || r > 12.5e9 {
 				t.Fatalf("window %d rate %v", w, r)
@@ -449,7 +440,7 @@ func TestHPCCDrift(t *testing.T) {
 			prev = wc
 		}
 	}
-	r.acks(200, func() []byte { return records(p.step(r.dt, 1, qlenFor(p, 0.5))) })
+	r.acks(200, func() []Hop { return records(p.step(r.dt, 1, qlenFor(p, 0.5))) })
 	// 200 µs at one update per 2 × max(T, RTT) = 20µs.
 	if updates < 8 || updates > 11 {
 		t.Fatalf("%d reference updates in 200µs, want about 10", updates)
@@ -459,13 +450,13 @@ func TestHPCCDrift(t *testing.T) {
 func BenchmarkHPCCOnAck(b *testing.B) {
 	h := NewHPCC(HPCCConfig{})
 	ps := []port{{sw: 1, port: 1, mbps: 100000}, {sw: 2, port: 3, mbps: 100000}, {sw: 3, port: 1, mbps: 100000}}
-	rec := make([]byte, len(ps)*wire.HopLen)
+	rec := make([]Hop, len(ps))
 	var now clock.Time
 	b.ReportAllocs()
 	for b.Loop() {
 		now += 1000
 		for i := range ps {
-			wire.PutHop(rec, i, ps[i].step(time.Microsecond, 0.9, 1000))
+			rec[i] = ps[i].step(time.Microsecond, 0.9, 1000)
 		}
 		h.OnSend(now, 4096)
 		h.OnAck(Sample{Now: now, AckedBytes: 4096, RTT: 12 * time.Microsecond, INT: rec})
@@ -491,7 +482,7 @@ func TestHPCCMinInflight(t *testing.T) {
 		h := mk().(*HPCC)
 		p := &port{sw: 1, port: 2, mbps: 200}
 		r := newHPCCRun(h, 1, frame, 60*time.Microsecond)
-		r.acks(400, func() []byte { return records(p.step(r.dt, 1, 4*frame)) }) // a standing queue of 4 frames
+		r.acks(400, func() []Hop { return records(p.step(r.dt, 1, 4*frame)) }) // a standing queue of 4 frames
 		wantW := frame
 		if every > 0 {
 			wantW = every * frame

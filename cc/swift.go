@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // SwiftConfig configures a Swift controller. Windows are in packets of
@@ -285,7 +284,7 @@ func (s *Swift) OnAck(a Sample) {
 	endpoint := float64(hold)
 	acked := float64(max(a.AckedBytes, 0)) / s.mss
 	can := s.canDecrease(a.Now)
-	target := float64(s.TargetDelay(s.fcwnd, len(a.INT)/wire.HopLen)) + allow
+	target := float64(s.TargetDelay(s.fcwnd, len(a.INT))) + allow
 	f, fcut := s.step(s.fcwnd, fabric, target, acked, can)
 	e, ecut := s.step(s.ecwnd, endpoint, s.eTarget, acked, can)
 	s.fcwnd, s.ecwnd = f, e
@@ -297,10 +296,9 @@ func (s *Swift) OnAck(a Sample) {
 // intQueueDelay returns the sum of the queue delays (ns) that the INT hop
 // records report, each hop's queue bytes over its egress rate; false when
 // there is no record with a rate.
-func intQueueDelay(records []byte) (float64, bool) {
+func intQueueDelay(records []Hop) (float64, bool) {
 	d, ok := 0.0, false
-	for i := range len(records) / wire.HopLen {
-		h := wire.HopAt(records, i)
+	for _, h := range records {
 		if h.RateMbps > 0 {
 			d += float64(h.QLen) * 8000 / float64(h.RateMbps)
 			ok = true

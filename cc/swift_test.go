@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/transport/wire"
 )
 
 func TestSwiftDefaults(t *testing.T) {
@@ -230,13 +229,13 @@ func FuzzSwift(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := NewSwift(SwiftConfig{})
 		now := clock.Time(0)
-		hops := make([]byte, 4*wire.HopLen)
+		hops := make([]Hop, 4)
 		for i := 0; i+1 < len(data); i += 2 {
 			now += clock.Time(data[i]) * 100
 			v := int(data[i+1])
 			switch data[i] % 4 {
 			case 0, 1:
-				s.OnAck(Sample{Now: now, AckedBytes: v * 50, RTT: time.Duration(v) * time.Microsecond, HoldTime: time.Duration(data[i]) * time.Microsecond, INT: hops[:v%5*wire.HopLen]})
+				s.OnAck(Sample{Now: now, AckedBytes: v * 50, RTT: time.Duration(v) * time.Microsecond, HoldTime: time.Duration(data[i]) * time.Microsecond, INT: hops[:v%5]})
 			case 2:
 				s.OnLoss(now, v)
 			case 3:
@@ -261,10 +260,10 @@ func BenchmarkSwiftOnAck(b *testing.B) {
 
 // hops returns INT records of n hops whose queues hold qdelay each at
 // 200 Mbit/s.
-func hops(n int, qdelay time.Duration) []byte {
-	rec := make([]byte, n*wire.HopLen)
+func hops(n int, qdelay time.Duration) []Hop {
+	rec := make([]Hop, n)
 	for i := range n {
-		wire.PutHop(rec, i, wire.Hop{Switch: uint16(i), RateMbps: 200, QLen: uint32(qdelay.Nanoseconds() * 200 / 8000)})
+		rec[i] = Hop{Switch: uint16(i), RateMbps: 200, QLen: uint32(qdelay.Nanoseconds() * 200 / 8000)}
 	}
 	return rec
 }

@@ -14,14 +14,11 @@ import (
 // TestSprayAcksCoalesce: a sender held by a fixed window of 8 packets,
 // sprayed over paths that reorder, and a receiver told to acknowledge
 // every 4 packets: the receiver sends about one acknowledgement per 4
-// packets, not one per packet (it did when every packet beyond a hole, and
-// every packet of a full window, asked for one at once: on spray compare's
-// testbed that took 6% of the spines), and the bytes arrive intact. A
-// window below 2*AckEvery packets still asks for prompt acknowledgements
-// and does not wait out the delayed-ACK timer; one of AckEvery packets
-// (what HPCC's MinInflight keeps in spray compare) asks once per AckEvery
-// packets, not on every packet that refills it (0.5 ACKs per packet
-// before), and does not wait for the timer either.
+// packets, not one per packet, and the bytes arrive intact. A window
+// below 2*AckEvery packets still asks for prompt acknowledgements and does
+// not wait out the delayed-ACK timer; one of AckEvery packets (what HPCC's
+// MinInflight keeps) asks once per AckEvery packets, not on every packet
+// that refills it, and does not wait for the timer either.
 func TestSprayAcksCoalesce(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

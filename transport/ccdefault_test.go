@@ -24,8 +24,8 @@ func TestProfileCC(t *testing.T) {
 
 // TestDefaultCCSpray: with Config.CC nil a spray QP runs the profile's
 // controller, in units of its own payload, and keeps a shallow bottleneck
-// queue from overflowing, where the unlimited window (cc.Fixed{}, what nil
-// meant before) overflows it. Every message arrives intact either way.
+// queue from overflowing, where the unlimited window (cc.Fixed{})
+// overflows it. Every message arrives intact either way.
 func TestDefaultCCSpray(t *testing.T) {
 	seed := testutil.Seed(t)
 	msgs := randomMessages(testutil.Rand(t), 40, 256<<10)

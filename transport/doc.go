@@ -14,6 +14,15 @@
 // choice (package multipath) and congestion control (package cc) are parts
 // it is built from, chosen by Config.
 //
+// Inside, a QP is a shell and one profile's protocol, split as gVisor's
+// TCP splits its sender and receiver: the shell (qp.go) keeps the state,
+// posting, the send queue, the scoreboard, the path policy, the
+// controller, transmit arbitration, timers and completions; a sender and
+// a receiver per profile (spray_send.go, spray_recv.go for Spray;
+// classic_send.go, classic_recv.go for RoCE) keep only their own state
+// and packets. Selective repeat or Go-Back-N is the scoreboard's mode
+// (Config.Recovery), so either profile takes either.
+//
 // Engine drives the QPs of one link: Step(now) receives a batch, decodes it
 // (transport/wire) and dispatches by destination QP, runs timers and
 // transmits in batches into link-owned buffers. Given link/mem and a
@@ -48,6 +57,16 @@
 //     growing memory.
 //   - Every bound is in Config; frames that fail to decode, packets for
 //     unknown QPs and packets from the wrong source are counted and dropped.
+//   - Feedback proves itself before it is acted on (RFC 5961's idea): an
+//     ACK, SACK or NAK whose PSNs are not between a Window before the
+//     oldest unacknowledged PSN and the next PSN to send, a NAK that names
+//     no outstanding request, and a CNP to a QP with no data in flight are
+//     dropped and counted (QPStats.RejectedAcks, RejectedNaks,
+//     RejectedCNPs); a data packet whose PSN lies a Window or more outside
+//     the receive window is dropped unanswered (OutOfWindow). None of them
+//     fails or rewinds a QP. A spoofer who knows the QP number still has
+//     to guess a PSN within the window; a CNP carries no PSN, so one
+//     spoofed while RoCE data is in flight is taken.
 //
 // # Classic RoCE loss recovery
 //

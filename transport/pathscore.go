@@ -9,13 +9,14 @@ import (
 )
 
 // scorePaths reports to the path policy every packet in q.events that an
-// ACK newly acknowledged, except the one the ACK was sent for (acked), which
-// onSprayAck reports itself with its ECN and INT. A receiver acknowledges
-// several packets at once (AckEvery, SACK), and each says that its path
-// delivers: without this a path whose packets always share an ACK with a
-// later packet on another path would look dead, and a probe on a path out
-// of the spray set would never be recognised. The RTT is the time since the
-// packet was sent (none for a resend, by Karn's rule).
+// ACK newly acknowledged, except the one the ACK was sent for (acked),
+// which the spray sender's onAck reports itself with its ECN and INT. A
+// receiver acknowledges several packets at once (AckEvery, SACK), and each
+// says that its path delivers: without this a path whose packets always
+// share an ACK with a later packet on another path would look dead, and a
+// probe on a path out of the spray set would never be recognised. The RTT
+// is the time since the packet was sent (none for a resend, by Karn's
+// rule).
 func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 	for i := range q.events {
 		e := &q.events[i]
@@ -55,32 +56,4 @@ func (q *QP) noteAckLost(now clock.Time) bool {
 	}
 	ap.AckLost(q.lastAckEntropy)
 	return true
-}
-
-// sendCopy encodes a second copy of the oldest unacknowledged packet, just
-// resent in retransmission timeout backoff on the path with the freshest
-// proof of delivery, on the next path of the spray round instead. After a
-// link failure that proof may predate it, and the acknowledgements of a
-// QP that only receives go on paths it knows nothing about: each timeout
-// then gives the packet and its acknowledgement two chances instead of
-// one, before MaxRetries timeouts fail the QP. The scoreboard does not
-// see the copy (its send time is the first copy's); it counts in
-// Retransmits. Nothing is sent when the packet was acknowledged since.
-func (q *QP) sendCopy(now clock.Time, buf []byte, rate float64) (int, error) {
-	q.copyDue = false
-	if q.copyPSN != q.sb.Oldest() || q.sb.Outstanding() == 0 {
-		return 0, nil
-	}
-	m := &q.msgs[q.copyTag>>32]
-	q.resending = true
-	q.inRTO = false // the next path of the round, not the freshest again
-	n, entropy, err := q.encodeData(now, buf, m, uint32(q.copyTag), q.copyPSN)
-	q.inRTO, q.resending = true, false
-	if err != nil {
-		return 0, err
-	}
-	q.sent(now, n, rate)
-	q.stats.Retransmits++
-	q.pstats.onSend(entropy, n, true)
-	return n, nil
 }

@@ -185,11 +185,6 @@ func (q *QP) noteINT(entropy uint16, delay time.Duration) {
 	q.pstats.hot[i] = above
 }
 
-// noteReorder tracks the most packets held ahead of a hole at once.
-func (q *QP) noteReorder() {
-	q.stats.MaxReorderHeld = max(q.stats.MaxReorderHeld, uint64(q.win.Pending()))
-}
-
 // PathCounters returns a copy of the QP's per-path counters, in the order
 // of PathStats (the path policy's Paths).
 func (q *QP) PathCounters() []PathCounters {

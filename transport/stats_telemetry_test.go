@@ -31,16 +31,16 @@ func TestStatsTelemetryMove(t *testing.T) {
 				// Go-Back-N resends nearly every packet under heavy
 				// reordering, and resent packets give no RTT sample.
 				mc.Reorder, mc.Jitter = 0, 0
-				// At 2% loss some seeds (1796228458687504974) leave the
-				// Go-Back-N sender without a single RTT sample: the
+				// At 2% loss a run can leave the Go-Back-N sender
+				// without a single RTT sample: the
 				// unlimited window puts all 857 packets in flight at
 				// once, a loss among the first 16 (AckEvery) turns the
 				// first feedback into a NAK, which resends everything
 				// after it, and by Karn's rule no later ACK is timed
 				// (classic ACKs echo no send time).
 				mc.Loss = 0.005
-				// At 0.5% about 1 seed in 70 (1796245796159995546) drops
-				// no data frame of the ~860 at all, and Go-Back-N then
+				// At 0.5% a run can drop no data frame of the ~860 at
+				// all, and Go-Back-N then
 				// rightly resends nothing: drop every 150th data frame
 				// (frames larger than an ACK) besides the random loss.
 				var data int

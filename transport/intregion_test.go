@@ -16,10 +16,10 @@ import (
 // echoed carry an INT region (those that ask for an ACK, and one in every
 // AckEvery), nearly all of those get echoed (HPCC gets a sample per
 // AckEvery packets or so; an ACK with no such packet since the previous
-// carries none, 76 bytes less in spray compare), and the
+// carries none), and the
 // records an ACK carries are those of the packet it names (its PSN, send
 // time and entropy: RTT and path scores stay consistent). With AckEvery 1
-// every packet carries the region, as before. The fabric stamps one hop
+// every packet carries the region. The fabric stamps one hop
 // record on every data frame that has room (a switch); the bytes arrive
 // intact over reordering paths.
 func TestSprayINTThinning(t *testing.T) {

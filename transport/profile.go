@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/psn"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// A QP is a shell (qp.go: state, posting, the send queue, the scoreboard,
+// the path policy, the controller, transmit arbitration, timers and
+// completions) around one profile's protocol, split like gVisor's TCP
+// splits its sender and receiver: a sender and a receiver per profile,
+// each holding only its own state and reaching the shell through its QP.
+//
+//	Spray: spraySender (spray_send.go), sprayReceiver (spray_recv.go)
+//	RoCE:  classicSender (classic_send.go), classicReceiver (classic_recv.go)
+//
+// The loss recovery (selective repeat or Go-Back-N) is the scoreboard's
+// mode, chosen by Config.Recovery whatever the profile.
+
+// sender is a profile's requester side.
+type sender interface {
+	// takes reports whether op is the profile's acknowledgement opcode.
+	takes(op wire.Opcode) bool
+	// encode sets the opcode, the BTH AckReq bit and the profile's
+	// headers of the data packet of message m at offset off (first and
+	// last: the message's first and last packet) with PSN p; the shell
+	// has set the addresses, the PSN, RETH and the immediate.
+	encode(now clock.Time, pk *wire.Packet, m *sendMsg, off uint32, first, last bool, p psn.PSN)
+	// onAck acts on an acknowledgement the profile's receiver sent, once
+	// it checked that what it acknowledges or names is outstanding.
+	onAck(now clock.Time, pk *wire.Packet)
+	// onCNP acts on a congestion notification and reports whether it
+	// took it (the profile's receivers send them, about data in flight).
+	onCNP(now clock.Time) bool
+	// resent is told of the retransmission of p (scoreboard tag tag).
+	resent(p psn.PSN, tag uint64)
+	// pollCopy encodes a packet the sender owes beyond the scoreboard's
+	// (Spray: the second copy of a resend in timeout backoff) into buf,
+	// or returns 0.
+	pollCopy(now clock.Time, buf []byte, rate float64) (int, error)
+}
+
+// receiver is a profile's responder side.
+type receiver interface {
+	// connect readies the receiver for the peer's first PSN.
+	connect(peer QPInfo) error
+	// takes reports whether op is one of the profile's data opcodes.
+	takes(op wire.Opcode) bool
+	// recv takes a data packet of the profile.
+	recv(now clock.Time, pk *wire.Packet)
+	// onCE is told of a CE-marked data packet.
+	onCE(now clock.Time)
+	// fillAck fills pk, whose addresses are set, as the acknowledgement
+	// owed, and reports whether it is a NAK; ackSent follows once it is
+	// encoded.
+	fillAck(now clock.Time, pk *wire.Packet) bool
+	ackSent()
+	// held is the number of data packets held ahead of a hole.
+	held() uint64
+}
+
+// inWindow reports whether p lies in [una-window, una+hi]: the PSNs an
+// acknowledgement may name, RFC 5961's SND.UNA - MAX.SND.WND <= SEG.ACK <=
+// SND.NXT with hi the PSNs outstanding (a cumulative PSN, at most Next) or
+// one less (a PSN sent, below Next).
+func inWindow(p, una psn.PSN, window int, hi int32) bool {
+	d := p.Diff(una)
+	return d >= -int32(window) && d <= hi
+}

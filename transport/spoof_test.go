@@ -1,0 +1,462 @@
+package transport
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/psn"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// The spoofer's own port on the fabric: it sends frames that claim to come
+// from the victim's peer.
+var (
+	macX = [6]byte{0x02, 0, 0, 0, 0, 0x0c}
+	ipX  = netip.MustParseAddr("10.0.0.3")
+)
+
+// spoofRun is a transfer in both directions (A to B: SENDs and WRITEs, B
+// to A: SENDs) over a lossless sim pair, into which a spoofer injects
+// frames mid-transfer.
+type spoofRun struct {
+	*simPair
+	x   *mem.Port
+	mr  *MR
+	ab  [][]byte
+	ba  [][]byte
+	off []uint64 // where each WRITE of ab lands in mr
+}
+
+func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
+	t.Helper()
+	s := newSimPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond},
+		Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond})
+	x, err := s.fab.NewPort(macX, ipX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	r := &spoofRun{simPair: s, x: x, mr: s.eb.Register(make([]byte, 1<<20), AccessRemoteWrite)}
+	rng := rand.New(rand.NewPCG(23, 24))
+	r.ab = randomMessages(rng, 24, 64<<10)
+	r.ba = randomMessages(rng, 8, 16<<10)
+	var off uint64
+	for i, m := range r.ab {
+		wr := WorkRequest{ID: uint64(i + 1), Op: OpSend, Data: m}
+		if i%3 == 2 {
+			wr.Op, wr.Remote = OpWrite, r.mr.Remote(off)
+			r.off = append(r.off, off)
+			off += uint64(len(m))
+		}
+		if err := s.qa.Post(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range r.ba {
+		if err := s.qb.Post(WorkRequest{ID: uint64(i + 1), Op: OpSend, Data: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// midway runs the transfer until A has sent packets data packets.
+func (r *spoofRun) midway(t *testing.T, packets uint64) {
+	t.Helper()
+	if err := r.run(clock.Time(time.Second), func() bool { return r.qa.Stats().TxPackets >= packets }); err != nil {
+		t.Fatal(err)
+	}
+	if r.qa.sb.Outstanding() == 0 {
+		t.Fatal("nothing outstanding midway: the spoofed packet would meet an idle QP")
+	}
+}
+
+// inject encodes pk (addresses filled in here: from the victim's peer to
+// the victim) and sends it from the spoofer's port.
+func (r *spoofRun) inject(t *testing.T, toA bool, pk *wire.Packet, payload []byte) {
+	t.Helper()
+	pk.Eth = wire.Eth{Dst: macA, Src: macB}
+	pk.IP = wire.IP{Src: ipB, Dst: ipA, TTL: 64}
+	pk.BTH.DestQP, pk.BTH.PKey = r.qa.QPN(), 0xFFFF
+	if !toA {
+		pk.Eth = wire.Eth{Dst: macB, Src: macA}
+		pk.IP = wire.IP{Src: ipA, Dst: ipB, TTL: 64}
+		pk.BTH.DestQP = r.qb.QPN()
+	}
+	pk.UDP = wire.UDP{Src: 0xC001, Dst: wire.UDPPort}
+	fs := make([]link.Frame, 1)
+	if r.x.Alloc(fs) != 1 {
+		t.Fatal("no transmit buffer on the spoofer's port")
+	}
+	n, err := wire.Encode(fs[0].Buf, pk, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs[0].Buf = fs[0].Buf[:n]
+	if _, err := r.x.Send(fs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finish runs the transfer to its end and checks that every message
+// arrived byte-exact and every request completed without error.
+func (r *spoofRun) finish(t *testing.T) {
+	t.Helper()
+	recvB := 0
+	for i := range r.ab {
+		if i%3 != 2 {
+			recvB++
+		}
+	}
+	err := r.run(clock.Time(10*time.Second), func() bool {
+		return len(r.ca) == len(r.ab)+len(r.ba) && len(r.cb) == len(r.ba)+recvB ||
+			r.qa.Err() != nil || r.qb.Err() != nil
+	})
+	for _, q := range []*QP{r.qa, r.qb} {
+		if q.Err() != nil {
+			t.Fatalf("QP %#x failed: %v", q.QPN(), q.Err())
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotA, gotB [][]byte
+	for _, c := range r.ca {
+		if c.Err != nil {
+			t.Fatalf("completion %d on A: %v", c.ID, c.Err)
+		}
+		if c.Op == OpRecv {
+			gotA = append(gotA, c.Data)
+		}
+	}
+	for _, c := range r.cb {
+		if c.Err != nil {
+			t.Fatalf("completion %d on B: %v", c.ID, c.Err)
+		}
+		if c.Op == OpRecv {
+			gotB = append(gotB, c.Data)
+		}
+	}
+	k, w := 0, 0
+	for i, m := range r.ab {
+		if i%3 == 2 {
+			if got := r.mr.Buf[r.off[w] : r.off[w]+uint64(len(m))]; hash(got) != hash(m) {
+				t.Fatalf("WRITE %d landed corrupted", i)
+			}
+			w++
+			continue
+		}
+		if k >= len(gotB) || hash(gotB[k]) != hash(m) {
+			t.Fatalf("SEND %d from A arrived corrupted or not at all", i)
+		}
+		k++
+	}
+	for i, m := range r.ba {
+		if i >= len(gotA) || hash(gotA[i]) != hash(m) {
+			t.Fatalf("SEND %d from B arrived corrupted or not at all", i)
+		}
+	}
+}
+
+// beyond is a PSN the sender cannot have sent by the time a packet sent
+// now arrives: more than a Window (the default) past next.
+func beyond(next psn.PSN) psn.PSN { return next.Add(4096 + 100) }
+
+// far is a PSN half the PSN space away from p: in no window.
+func far(p psn.PSN) psn.PSN { return p.Add(psn.Half - 7) }
+
+// TestSpoofSprayNak is the blind attack that failed a QP with one packet:
+// a spray ACK with a NAK syndrome (remote access error, message 0) and a
+// meaningless cumulative PSN, sent with the peer's addresses to the QP
+// mid-transfer. It is dropped (RejectedAcks) and the transfer completes.
+// A NAK with plausible PSNs that names no message in progress is dropped
+// too (RejectedNaks).
+func TestSpoofSprayNak(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		plausCum bool // the cumulative PSN is the sender's oldest outstanding
+		msg      uint32
+	}{
+		{"meaningless-cum", false, 0},
+		{"no-such-message", true, 0xBAD0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpoofRun(t, Spray)
+			r.midway(t, 60)
+			una := r.qa.sb.Oldest()
+			cum := far(una)
+			if tc.plausCum {
+				cum = una
+			}
+			r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayAck, PSN: uint32(cum)}, Ack: wire.Ack{
+				CumPSN: uint32(cum), AckedPSN: uint32(cum), SackBase: uint32(cum), SackWords: 1,
+				Syndrome: wire.NakRemoteAccessError, MsgID: tc.msg,
+			}}, nil)
+			r.finish(t)
+			st := r.qa.Stats()
+			if st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 {
+				t.Fatalf("rejected %d ACKs and %d NAKs, %d NAKs taken; want the one spoofed NAK rejected", st.RejectedAcks, st.RejectedNaks, st.NaksReceived)
+			}
+		})
+	}
+}
+
+// TestSpoofSprayAck: spray ACKs whose cumulative PSN, echoed PSN or SACK
+// bits name PSNs never sent are dropped whole (RejectedAcks) and move
+// nothing: the transfer completes byte-exact.
+func TestSpoofSprayAck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ack  func(una, next psn.PSN) wire.Ack
+	}{
+		{"cum", func(una, next psn.PSN) wire.Ack {
+			return wire.Ack{CumPSN: uint32(far(una)), AckedPSN: uint32(una), SackBase: uint32(una), SackWords: 1}
+		}},
+		{"cum-beyond-next", func(una, next psn.PSN) wire.Ack {
+			return wire.Ack{CumPSN: uint32(beyond(next)), AckedPSN: uint32(una), SackBase: uint32(una), SackWords: 1}
+		}},
+		{"echoed", func(una, next psn.PSN) wire.Ack {
+			return wire.Ack{CumPSN: uint32(una), AckedPSN: uint32(beyond(next)), SackBase: uint32(una), SackWords: 1, EchoTime: 1}
+		}},
+		{"sack", func(una, next psn.PSN) wire.Ack {
+			a := wire.Ack{CumPSN: uint32(una), AckedPSN: uint32(una), SackBase: uint32(beyond(next)), SackWords: 2}
+			a.Sack[1] = 1 << 5
+			return a
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpoofRun(t, Spray)
+			r.midway(t, 60)
+			a := tc.ack(r.qa.sb.Oldest(), r.qa.sb.Next())
+			r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayAck, PSN: a.CumPSN}, Ack: a}, nil)
+			r.finish(t)
+			if st := r.qa.Stats(); st.RejectedAcks != 1 {
+				t.Fatalf("rejected %d ACKs, want the spoofed one", st.RejectedAcks)
+			}
+		})
+	}
+}
+
+// TestSpoofSprayData: spray data packets (SEND and a WRITE with a bad key)
+// whose PSN lies far outside the receiver's window are dropped unanswered
+// (OutOfWindow); the receiver's own sends and the transfer complete.
+func TestSpoofSprayData(t *testing.T) {
+	for _, kind := range []wire.OpKind{wire.KindSend, wire.KindSendImm, wire.KindWrite, wire.KindWriteImm} {
+		for _, pos := range []string{"ahead", "behind"} {
+			t.Run(kind.String()+"-"+pos, func(t *testing.T) {
+				r := newSpoofRun(t, Spray)
+				r.midway(t, 60)
+				before := r.qb.Stats()
+				payload := []byte("spoofed payload")
+				p := far(r.qb.rcv.(*sprayReceiver).win.Cum())
+				if pos == "behind" {
+					p = r.qb.rcv.(*sprayReceiver).win.Cum().Add(^uint32(4096 + 10))
+				}
+				pk := &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(p)},
+					Data: wire.Data{Kind: kind, MsgID: 0, MsgLen: uint32(len(payload)), TxTime: 1}}
+				if kind == wire.KindWrite || kind == wire.KindWriteImm {
+					pk.RETH = wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: uint32(len(payload))}
+				}
+				r.inject(t, false, pk, payload)
+				r.finish(t)
+				st := r.qb.Stats()
+				if st.OutOfWindow != before.OutOfWindow+1 || st.RemoteAccessErrors != 0 || st.AcksSent == 0 {
+					t.Fatalf("out of window %d (before %d), remote access errors %d; want the spoofed packet out of window", st.OutOfWindow, before.OutOfWindow, st.RemoteAccessErrors)
+				}
+			})
+		}
+	}
+}
+
+// TestSpoofClassicAck: ACKNOWLEDGE packets that name PSNs the QP never
+// sent (ACK, sequence NAK) or no outstanding request (remote access
+// error, invalid request, remote operational error) are dropped and
+// counted; none fails or rewinds the QP.
+func TestSpoofClassicAck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		syn  uint8
+		nak  bool
+	}{
+		{"ack", wire.SyndromeAck | 0x1F, false},
+		{"nak-sequence", wire.NakPSNSequenceError, true},
+		{"nak-remote-access", wire.NakRemoteAccessError, true},
+		{"nak-invalid-request", wire.NakInvalidRequest, true},
+		{"nak-remote-operational", wire.NakRemoteOperational, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpoofRun(t, RoCE)
+			r.midway(t, 60)
+			p := far(r.qa.sb.Oldest())
+			r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpAcknowledge, PSN: uint32(p)},
+				AETH: wire.AETH{Syndrome: tc.syn, MSN: 1}}, nil)
+			r.finish(t)
+			st := r.qa.Stats()
+			got := st.RejectedAcks
+			if tc.nak {
+				got = st.RejectedNaks
+			}
+			if got != 1 || st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 {
+				t.Fatalf("rejected %d ACKs, %d NAKs, took %d NAKs; want the spoofed one rejected", st.RejectedAcks, st.RejectedNaks, st.NaksReceived)
+			}
+		})
+	}
+}
+
+// TestSpoofClassicNakOld: a fatal NAK naming a PSN already acknowledged
+// (before the oldest outstanding) is no outstanding request: dropped.
+func TestSpoofClassicNakOld(t *testing.T) {
+	r := newSpoofRun(t, RoCE)
+	r.midway(t, 60)
+	p := r.qa.sb.Oldest().Add(^uint32(0)) // the PSN before the oldest outstanding
+	r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpAcknowledge, PSN: uint32(p)},
+		AETH: wire.AETH{Syndrome: wire.NakRemoteAccessError}}, nil)
+	r.finish(t)
+	if st := r.qa.Stats(); st.RejectedNaks != 1 {
+		t.Fatalf("rejected %d NAKs, want the spoofed one", st.RejectedNaks)
+	}
+}
+
+// TestSpoofClassicData: RC SEND and WRITE packets of every opcode whose
+// PSN lies far outside the responder's window are dropped unanswered
+// (OutOfWindow: no sequence NAK goes back); the transfer completes.
+func TestSpoofClassicData(t *testing.T) {
+	for op := wire.OpSendFirst; op <= wire.OpWriteOnlyImm; op++ {
+		for _, pos := range []string{"ahead", "behind"} {
+			t.Run(op.String()+"-"+pos, func(t *testing.T) {
+				r := newSpoofRun(t, RoCE)
+				r.midway(t, 60)
+				before := r.qb.Stats()
+				p := far(r.qb.rcv.(*classicReceiver).exp)
+				if pos == "behind" {
+					p = r.qb.rcv.(*classicReceiver).exp.Add(^uint32(4096 + 10))
+				}
+				pk := &wire.Packet{BTH: wire.BTH{Opcode: op, PSN: uint32(p)},
+					RETH: wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: 16}, Imm: 7}
+				r.inject(t, false, pk, make([]byte, 16))
+				r.finish(t)
+				st := r.qb.Stats()
+				if st.OutOfWindow != before.OutOfWindow+1 || st.RemoteAccessErrors != 0 {
+					t.Fatalf("out of window %d (before %d), remote access errors %d; want the spoofed packet out of window", st.OutOfWindow, before.OutOfWindow, st.RemoteAccessErrors)
+				}
+				if st.NaksSent != before.NaksSent {
+					t.Fatalf("%d NAKs sent after the spoofed packet, want none", st.NaksSent-before.NaksSent)
+				}
+			})
+		}
+	}
+}
+
+// TestSpoofCNP: a CNP to a spray QP (whose receivers never send one) and
+// one to an idle RoCE QP are dropped (RejectedCNPs); one to a RoCE QP with
+// data in flight is taken (a CNP names no PSN to check) and the transfer
+// still completes byte-exact.
+func TestSpoofCNP(t *testing.T) {
+	cnp := func() *wire.Packet { return &wire.Packet{BTH: wire.BTH{Opcode: wire.OpCNP, BECN: true}} }
+	t.Run("spray", func(t *testing.T) {
+		r := newSpoofRun(t, Spray)
+		r.midway(t, 60)
+		r.inject(t, true, cnp(), nil)
+		r.finish(t)
+		if st := r.qa.Stats(); st.RejectedCNPs != 1 || st.CNPsReceived != 0 {
+			t.Fatalf("rejected %d CNPs, took %d; want the spoofed one rejected", st.RejectedCNPs, st.CNPsReceived)
+		}
+	})
+	t.Run("roce-idle", func(t *testing.T) {
+		r := newSpoofRun(t, RoCE)
+		r.finish(t)
+		r.clk.Set(r.clk.Now().Add(time.Second))
+		taken := r.qa.Stats().CNPsReceived
+		r.inject(t, true, cnp(), nil)
+		if err := r.run(r.clk.Now().Add(time.Millisecond), func() bool {
+			return r.qa.Stats().RejectedCNPs > 0 || r.qa.Stats().CNPsReceived > taken
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if r.qa.Stats().RejectedCNPs != 1 || r.qa.Stats().CNPsReceived != taken {
+			t.Fatalf("rejected %d CNPs, took %d more; want the spoofed one rejected", r.qa.Stats().RejectedCNPs, r.qa.Stats().CNPsReceived-taken)
+		}
+	})
+	t.Run("roce-busy", func(t *testing.T) {
+		r := newSpoofRun(t, RoCE)
+		r.midway(t, 60)
+		taken := r.qa.Stats().CNPsReceived
+		r.inject(t, true, cnp(), nil)
+		r.finish(t)
+		if st := r.qa.Stats(); st.CNPsReceived != taken+1 || st.RejectedCNPs != 0 {
+			t.Fatalf("took %d CNPs (before %d), rejected %d", st.CNPsReceived, taken, st.RejectedCNPs)
+		}
+	})
+}
+
+// TestSpoofWriteInWindow: a spoofed spray WRITE with a bad key that hits
+// the receive window (a guessed PSN) fails the responder side of the QP
+// it reaches, as a genuine one would (a sticky NAK remote access error),
+// but not that QP's requester side: its own sends complete byte-exact. The
+// peer drops the NAKs, which name no message it has in progress (the
+// spoofer guessed a message ID the responder would take, 40 of A's 24)
+// (RejectedNaks).
+func TestSpoofWriteInWindow(t *testing.T) {
+	r := newSpoofRun(t, Spray)
+	r.midway(t, 60)
+	cum := r.qb.rcv.(*sprayReceiver).win.Cum()
+	payload := []byte("spoofed payload")
+	r.inject(t, false, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(cum.Add(3000))},
+		Data: wire.Data{Kind: wire.KindWrite, MsgID: 40, MsgLen: uint32(len(payload)), TxTime: 1},
+		RETH: wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: uint32(len(payload))}}, payload)
+	more := randomMessages(rand.New(rand.NewPCG(25, 26)), 8, 32<<10)
+	for i, m := range more {
+		if err := r.qb.Post(WorkRequest{ID: uint64(100 + i), Op: OpSend, Data: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func() int {
+		n := 0
+		for _, c := range r.cb {
+			if c.ID >= 100 && c.Err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if err := r.run(clock.Time(10*time.Second), func() bool { return sent() == len(more) || r.qb.Err() != nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r.qb.Err() != nil {
+		t.Fatalf("the spoofed WRITE failed the receiver's own QP: %v", r.qb.Err())
+	}
+	var got [][]byte
+	for _, c := range r.ca {
+		if c.Op == OpRecv {
+			got = append(got, c.Data)
+		}
+	}
+	got = got[len(got)-len(more):]
+	for i, m := range more {
+		if hash(got[i]) != hash(m) {
+			t.Fatalf("message %d from B arrived corrupted", i)
+		}
+	}
+	if st := r.qb.Stats(); st.RemoteAccessErrors != 1 {
+		t.Fatalf("%d remote access errors at B, want the spoofed WRITE's", st.RemoteAccessErrors)
+	}
+	if st := r.qa.Stats(); st.RejectedNaks == 0 || st.NaksReceived != 0 {
+		t.Fatalf("A rejected %d NAKs and took %d; want B's NAKs of the spoofed WRITE rejected", st.RejectedNaks, st.NaksReceived)
+	}
+	// B's responder now refuses A's packets: A's transfer cannot finish,
+	// and A fails as for a dead peer, after its retransmission timeouts.
+	// (run may stop at the step that failed A: nothing is left to happen.)
+	if err := r.run(clock.Time(time.Minute), func() bool { return r.qa.Err() != nil }); err != nil && r.qa.Err() == nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(r.qa.Err(), ErrPeerUnreachable) {
+		t.Fatalf("A failed with %v, want ErrPeerUnreachable", r.qa.Err())
+	}
+	t.Logf("A failed at %v: %v", r.clk.Now(), r.qa.Err())
+}

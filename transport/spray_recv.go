@@ -1,0 +1,231 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/psn"
+	"github.com/sprayfabric/spray/reorder"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// sprayReceiver is the Spray profile's receiver: it places data packets
+// out of order into their messages (reorder.Window, reorder.Assembler) and
+// acknowledges selectively (cumulative PSN, SACK bitmap, the echo of one
+// packet's send time, entropy and INT records).
+type sprayReceiver struct {
+	q   *QP
+	win *reorder.Window
+	asm *reorder.Assembler
+
+	rxErr    uint8  // sticky responder error: NAK syndrome answered to every packet
+	rxErrMsg uint32 // the message that caused it
+
+	// last is the latest data packet received; echo the latest that
+	// carried INT records, echoSet whether it came since the last ACK:
+	// the ACK then reports that one (PSN, send time, entropy, hold time
+	// and records), else last without records.
+	last    lastData
+	echo    lastData
+	echoSet bool
+
+	ackedHigh psn.PSN // the highest PSN received when the last ACK left
+	ackedSet  bool    // an ACK left: ackedHigh is set
+	highTx    uint64  // send time of the highest PSN received
+}
+
+// lastData is what an ACK reports of one data packet.
+type lastData struct {
+	psn     psn.PSN
+	tx      uint64
+	arrive  clock.Time
+	entropy uint16
+	intLen  int
+	intBuf  [wire.MaxINTHops * wire.HopLen]byte
+}
+
+func (r *sprayReceiver) connect(peer QPInfo) error {
+	cfg := r.q.cfg
+	win, err := reorder.NewWindow(psn.New(peer.PSN), cfg.Window)
+	if err != nil {
+		return err
+	}
+	asm, err := reorder.NewAssembler(reorder.Config{
+		MaxMessages: cfg.MaxMessages, MaxMessageSize: cfg.MaxMessageSize, MaxBytes: cfg.MaxRecvBytes,
+	}, 0)
+	if err != nil {
+		return err
+	}
+	r.win, r.asm = win, asm
+	return nil
+}
+
+func (r *sprayReceiver) takes(op wire.Opcode) bool { return op == wire.OpSprayData }
+
+// held is the number of packets received ahead of a hole.
+func (r *sprayReceiver) held() uint64 {
+	if r.win == nil {
+		return 0
+	}
+	return uint64(r.win.Pending())
+}
+
+// onCE: a CE-marked packet is acknowledged at once, and the ACK echoes
+// the count of marks.
+func (r *sprayReceiver) onCE(clock.Time) { r.q.ackNow = true }
+
+func (r *sprayReceiver) note(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint64) {
+	r.last.psn, r.last.tx, r.last.arrive, r.last.entropy = p, tx, now, pk.UDP.Src
+	if len(pk.INT) > 0 {
+		r.echo.psn, r.echo.tx, r.echo.arrive, r.echo.entropy = p, tx, now, pk.UDP.Src
+		r.echo.intLen = copy(r.echo.intBuf[:], pk.INT)
+		r.echoSet = true
+	}
+}
+
+// recv places a spray data packet.
+func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
+	q := r.q
+	if r.rxErr != 0 {
+		q.ackNow = true // answer with the NAK until the sender gives up
+		return
+	}
+	p := psn.New(pk.BTH.PSN)
+	d := p.Diff(r.win.Cum())
+	switch {
+	case d < -int32(r.win.Size()):
+		// Long acknowledged, or never sent: dropped unanswered
+		// (TestSpoofSprayData).
+		q.stats.OutOfWindow++
+		return
+	case d < 0 || r.win.Has(p):
+		q.stats.Duplicates++
+		q.noteData(now, pk)
+		r.note(now, pk, p, pk.Data.TxTime)
+		q.ackNow = true
+		q.ackDup = q.noteAckLost(now) || q.ackDup
+		return
+	case d >= int32(r.win.Size()):
+		q.stats.OutOfWindow++
+		q.ackNow = true
+		return
+	}
+	h := &pk.Data
+	write := h.Kind == wire.KindWrite || h.Kind == wire.KindWriteImm
+	if !write && h.Kind != wire.KindSend && h.Kind != wire.KindSendImm {
+		q.stats.BadPackets++
+		return
+	}
+	m, err := r.asm.Message(h.MsgID, h.MsgLen, !write)
+	if err != nil {
+		// Too many messages in progress, or not ours to take: drop
+		// without marking, so that the sender retransmits later.
+		q.stats.NoBuffer++
+		return
+	}
+	var dst []byte
+	if write {
+		var ok bool
+		dst, ok = q.mrs.target(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len, h.Offset, len(pk.Payload))
+		if !ok || pk.RETH.Len != h.MsgLen {
+			q.stats.RemoteAccessErrors++
+			r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, h.MsgID, true
+			return
+		}
+	}
+	m.Kind = uint8(h.Kind)
+	if h.Kind == wire.KindSendImm || h.Kind == wire.KindWriteImm {
+		m.Imm, m.HasImm = pk.Imm, true
+	}
+	if _, err := r.asm.Place(m, h.Offset, pk.Payload); err != nil {
+		q.stats.BadPackets++
+		return
+	}
+	copy(dst, pk.Payload)
+	// A packet sent before the highest PSN received (or in the same
+	// engine step: TxTime is the step's time), which overtook it:
+	// reordering, not a resend (a resend leaves after the originals).
+	above := r.win.Highest().Diff(p)
+	late := above > 0 && h.TxTime <= r.highTx
+	// Only one whose overtaker an ACK already reported needs an ACK of
+	// its own (see below); the others join the ACK that reports both.
+	late = late && r.ackedSet && r.ackedHigh.Diff(p) > 0
+	if above < 0 {
+		r.highTx = h.TxTime
+	}
+	r.win.Mark(p)
+	q.stats.MaxReorderHeld = max(q.stats.MaxReorderHeld, uint64(r.win.Pending()))
+	q.stats.RxPackets++
+	q.stats.RxBytes += uint64(len(pk.Payload))
+	q.noteData(now, pk)
+	r.note(now, pk, p, h.TxTime)
+	if pk.BTH.AckReq || late {
+		// Acknowledged at once: the last packet of a message, a packet
+		// of a sender waiting on a small window (AckReq), and a packet
+		// overtaken by one sent after it that an ACK already reported
+		// (as RFC 5681 4.2 does for one that fills a hole): the sender's
+		// RACK and probe timers run from this one's transmission, and
+		// held for AckDelay it would be declared lost. Every other packet,
+		// beyond a hole or filling one, resends included, waits for
+		// AckEvery or AckDelay: sprayed packets arrive beyond holes most
+		// of the time, and RACK finds losses by time, not by counting
+		// acknowledgements. Guarded by TestSprayAckOvertaken and
+		// TestSprayDelayedAckNoResends.
+		q.ackNow = true
+	}
+	r.deliver()
+}
+
+// deliver completes, in order, the messages the assembler finished.
+func (r *sprayReceiver) deliver() {
+	q := r.q
+	for !q.recvFull() {
+		m, ok := r.asm.Pop()
+		if !ok {
+			return
+		}
+		switch wire.OpKind(m.Kind) {
+		case wire.KindSend:
+			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecv, Data: m.Buf, Len: int(m.Len)})
+		case wire.KindSendImm:
+			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Data: m.Buf, Len: int(m.Len), Imm: m.Imm})
+		case wire.KindWriteImm:
+			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Len: int(m.Len), Imm: m.Imm})
+		}
+	}
+}
+
+// fillAck fills pk (headers set) as the spray ACK the receiver owes and
+// reports whether it is a NAK.
+func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
+	pk.BTH.Opcode = wire.OpSprayAck
+	a := &pk.Ack
+	e := &r.last
+	if r.echoSet {
+		e = &r.echo
+	}
+	*a = wire.Ack{
+		CumPSN: uint32(r.win.Cum()), AckedPSN: uint32(e.psn), EchoTime: e.tx,
+		ECNCount: r.q.ecnCount, Entropy: e.entropy, SackWords: wire.MaxSackWords,
+		Syndrome: r.rxErr, MsgID: r.rxErrMsg,
+	}
+	if hold := now.Sub(e.arrive); hold > 0 && hold < time.Second {
+		a.HoldNs = uint32(hold)
+	}
+	a.SackBase = uint32(r.win.Sack(r.last.psn, a.Sack[:]))
+	// Trailing zero words say nothing: an ACK of packets that arrived in
+	// order carries one word, not four.
+	for a.SackWords > 1 && a.Sack[a.SackWords-1] == 0 {
+		a.SackWords--
+	}
+	if r.echoSet {
+		a.INTHops = uint8(e.intLen / wire.HopLen)
+		pk.INT = e.intBuf[:e.intLen]
+		r.echoSet = false
+	}
+	pk.BTH.PSN = a.CumPSN
+	return r.rxErr != 0
+}
+
+// ackSent notes the highest PSN the ACK just sent reported.
+func (r *sprayReceiver) ackSent() { r.ackedHigh, r.ackedSet = r.win.Highest(), true }
