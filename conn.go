@@ -2,7 +2,6 @@ package spray
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -210,16 +209,12 @@ func (c *Conn) QP() *transport.Conn { return c.qp }
 func (c *Conn) Stats(ctx context.Context) (transport.QPStats, error) { return c.qp.Stats(ctx) }
 
 // call runs fn with a context that also ends when the connection is torn
-// down, and explains its error.
+// down, and explains its error. It refuses new work once the teardown began.
 func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
 	if err := c.Err(); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.life, func() { cancel(context.Cause(c.life)) })
-	err := fn(cctx)
-	stop()
-	cancel(nil)
+	err := c.withLife(ctx, fn)
 	if err == nil {
 		return nil
 	}
@@ -227,6 +222,16 @@ func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
 		return context.Cause(c.life)
 	}
 	return c.explain(ctx, err)
+}
+
+// withLife runs fn with a context that also ends at the teardown.
+func (c *Conn) withLife(ctx context.Context, fn func(context.Context) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(context.Cause(c.life)) })
+	err := fn(cctx)
+	stop()
+	cancel(nil)
+	return err
 }
 
 // Send sends msg and returns when the peer has acknowledged all of it.
@@ -272,7 +277,7 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 		default:
 		}
 		var m transport.Message
-		err := c.call(ctx, func(ctx context.Context) error {
+		err := c.withLife(ctx, func(ctx context.Context) error {
 			var err error
 			m, err = c.qp.Recv(ctx)
 			return err
@@ -280,8 +285,8 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 		if err == nil {
 			return m, nil
 		}
-		if ctx.Err() != nil || !errors.Is(err, net.ErrClosed) {
-			return m, err
+		if ctx.Err() != nil || c.life.Err() == nil {
+			return m, err // not torn down: the caller's context, or the endpoint failed
 		}
 		// Torn down: wait for the messages left behind, then report them.
 		select {

@@ -241,12 +241,15 @@ func TestCloseFreesQP(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := <-sent; err != nil && !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Send during Close: %v, want nil or net.ErrClosed", err)
+	sendErr, recvErr := <-sent, <-recvd
+	if sendErr != nil && !errors.Is(sendErr, net.ErrClosed) {
+		t.Fatalf("Send during Close: %v, want nil or net.ErrClosed", sendErr)
 	}
-	if err := <-recvd; err != nil && err != io.EOF {
-		t.Fatalf("peer's Recv: %v, want the message or io.EOF", err)
+	// A Send that completed was acknowledged: the peer must get it intact.
+	if sendErr == nil && recvErr != nil || recvErr != nil && recvErr != io.EOF {
+		t.Fatalf("peer's Recv: %v (Send: %v), want the message, or io.EOF if Send failed", recvErr, sendErr)
 	}
+	t.Logf("Send: %v; peer's Recv: %v", sendErr, recvErr)
 	<-b.Done()
 	if b.Err() != ErrPeerClosed {
 		t.Fatalf("peer's Err %v, want ErrPeerClosed", b.Err())
@@ -459,6 +462,12 @@ func TestExplainUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	fab.Blackhole(true)
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Millisecond)
+	err = a.Send(short, make([]byte, 1000))
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "0 ACKs received") {
+		t.Fatalf("Send that timed out unanswered: %v, want the deadline with the counters", err)
+	}
 	err = a.Send(ctx, make([]byte, 100000))
 	if !errors.Is(err, transport.ErrPeerUnreachable) {
 		t.Fatalf("Send into a blackhole: %v, want ErrPeerUnreachable", err)
