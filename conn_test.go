@@ -266,6 +266,7 @@ func TestCloseFreesQP(t *testing.T) {
 // TestDialErrors: nothing listening, an unknown service, a listener gone,
 // each a clear error with no QP left on either side.
 func TestDialErrors(t *testing.T) {
+	base := runtime.NumGoroutine()
 	seed := testutil.Seed(t)
 	_, ea, eb := memPair(t, mem.Config{Seed: seed})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -301,12 +302,16 @@ func TestDialErrors(t *testing.T) {
 	if qps(t, ea) != 0 || qps(t, eb) != 0 {
 		t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
 	}
+	ea.Close()
+	eb.Close()
+	waitGoroutines(t, base)
 }
 
 // TestBadRequests speaks the protocol by hand: another version, garbage,
 // a truncated request and a silent client each get a rejection or a
 // closed channel, and the listener keeps serving.
 func TestBadRequests(t *testing.T) {
+	base := runtime.NumGoroutine()
 	seed := testutil.Seed(t)
 	_, ea, eb := memPair(t, mem.Config{Seed: seed})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -361,6 +366,10 @@ func TestBadRequests(t *testing.T) {
 	if qps(t, ea) != 0 {
 		t.Fatalf("dialer QPs left: %d", qps(t, ea))
 	}
+	silent.Close()
+	ea.Close()
+	eb.Close()
+	waitGoroutines(t, base)
 }
 
 // TestDialVersionMismatch: a listener that answers in another version is
@@ -399,6 +408,7 @@ func TestDialVersionMismatch(t *testing.T) {
 // its Conns with ErrPeerGone; a new endpoint on the same address accepts a
 // new connection that works.
 func TestPeerGoneAndRestart(t *testing.T) {
+	base := runtime.NumGoroutine()
 	seed := testutil.Seed(t)
 	fab, ea, eb := memPair(t, mem.Config{Seed: seed})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -441,6 +451,9 @@ func TestPeerGoneAndRestart(t *testing.T) {
 	if err := exchange(ctx, a2, b2, randomMsgs(testutil.Rand(t), 5, 100<<10)); err != nil {
 		t.Fatal(err)
 	}
+	ea.Close()
+	eb2.Close()
+	waitGoroutines(t, base)
 }
 
 // TestExplainUnreachable: a peer that drops every frame fails the QP with
