@@ -15,8 +15,9 @@
 // Open resolves the interface (name to index, MAC and first IPv4 address,
 // or an address to the interface that holds it) and opens the link that
 // Options.Link asks for. LinkAuto opens AF_XDP with the steering program
-// when the process may (root, or CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW
-// with a memlock limit that fits the UMEM) and the device supports it, and
+// when the process may (root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF,
+// CAP_PERFMON and CAP_IPC_LOCK or a memlock limit above the UMEM's 32 MiB a
+// queue) and the device supports it, and
 // kernel UDP otherwise, on loopback always; Endpoint.Link and Options.Logf
 // say which and why. Kernel UDP needs no privilege: two processes on one
 // host run on 127.0.0.1 and 127.0.0.2. NewEndpoint takes a link the caller

@@ -104,3 +104,14 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("an address the named interface lacks: %v", err)
 	}
 }
+
+func TestFirstLast(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"load program: denied:\n\t0: r1\n\tR3 pointer arithmetic prohibited\n": "load program: denied: ... R3 pointer arithmetic prohibited",
+	} {
+		if got := firstLast(in); got != want {
+			t.Errorf("firstLast(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

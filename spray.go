@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,9 @@ const (
 	// choice goes to Options.Logf.
 	LinkAuto LinkKind = iota
 	// LinkXDP is AF_XDP (package xdp) fed by the steering program (package
-	// ebpf): root or CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW.
+	// ebpf): root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON (the
+	// verifier refuses the program's packet arithmetic without it) and
+	// CAP_IPC_LOCK or a memlock limit above the UMEM (32 MiB a queue).
 	LinkXDP
 	// LinkUDP is kernel UDP sockets (package link/udp): unprivileged.
 	LinkUDP
@@ -185,10 +188,10 @@ func Open(ctx context.Context, opts Options) (*Endpoint, error) {
 			l, kind, reason = x, LinkXDP, "AF_XDP available"
 			break
 		}
-		kind, reason = LinkUDP, "AF_XDP unavailable: "+err.Error()
+		kind, reason = LinkUDP, "AF_XDP unavailable: "+firstLast(err.Error())
 	case LinkXDP:
 		if l, err = openXDP(ifc, opts); err != nil {
-			return nil, fmt.Errorf("spray: AF_XDP on %s: %w (needs root or CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW; try LinkUDP)", ifc.name, err)
+			return nil, fmt.Errorf("spray: AF_XDP on %s: %w (needs root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON and CAP_IPC_LOCK; or LinkUDP)", ifc.name, err)
 		}
 		reason = "asked for"
 	case LinkRaw:
@@ -312,4 +315,14 @@ func (ep *Endpoint) Close() error {
 		ep.stop()
 	}
 	return ep.Endpoint.Close()
+}
+
+// firstLast shortens a multi-line error (a verifier log) to its first and
+// last lines, which say what failed and why.
+func firstLast(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) <= 2 {
+		return strings.Join(lines, " ")
+	}
+	return strings.TrimSuffix(lines[0], ":") + ": ... " + strings.TrimSpace(lines[len(lines)-1])
 }
