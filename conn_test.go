@@ -491,3 +491,47 @@ func TestExplainUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectCloseCycles connects and closes many times, from alternating
+// sides: QPs and goroutines do not accumulate.
+func TestConnectCloseCycles(t *testing.T) {
+	base := runtime.NumGoroutine()
+	seed := testutil.Seed(t)
+	_, ea, eb := memPair(t, mem.Config{Seed: seed})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ln, err := eb.Listen("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		a, err := ea.Dial(ctx, ln.Addr(), "x")
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		b, err := ln.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Send(ctx, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := b.Recv(ctx); err != nil || len(m.Data) != 1 || m.Data[0] != byte(i) {
+			t.Fatalf("cycle %d: %v %v", i, m.Data, err)
+		}
+		if i%2 == 0 {
+			a.Close()
+		} else {
+			b.Close()
+		}
+		<-a.Done()
+		<-b.Done()
+	}
+	if qps(t, ea) != 0 || qps(t, eb) != 0 {
+		t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
+	}
+	ln.Close()
+	ea.Close()
+	eb.Close()
+	waitGoroutines(t, base)
+}
