@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link"
@@ -16,6 +17,12 @@ import (
 func openXDP(ifc ifaceInfo, opts Options) (link.Link, error) {
 	if opts.Queues > 1 {
 		return nil, fmt.Errorf("%w: AF_XDP serves one queue for now (Queues %d)", ErrOptions, opts.Queues)
+	}
+	// A frame that RSS puts on a queue without a socket passes to the
+	// kernel, which has no socket for it either: with one socket, refuse a
+	// device that spreads frames over several queues.
+	if n := rxQueues(ifc.name); n > 1 {
+		return nil, fmt.Errorf("%w: %s has %d RX queues and AF_XDP serves one for now (ethtool -L %s combined 1)", ErrOptions, ifc.name, n, ifc.name)
 	}
 	if opts.Port != 0 && opts.Port != 4791 {
 		return nil, fmt.Errorf("%w: AF_XDP takes port 4791 only (Port %d)", ErrOptions, opts.Port)
@@ -47,3 +54,9 @@ type xdpLink struct {
 }
 
 func (l *xdpLink) Close() error { return errors.Join(l.Socket.Close(), l.st.Close()) }
+
+// rxQueues counts the device's RX queues in sysfs; 0 when it cannot tell.
+func rxQueues(name string) int {
+	m, _ := filepath.Glob("/sys/class/net/" + name + "/queues/rx-*")
+	return len(m)
+}
