@@ -47,6 +47,12 @@ and the p50, p99 and p99.9 of the iterations' times (each the slowest rank's).
   spray bench allreduce --rank R --world N --bootstrap HOST:PORT [--link udp]
                                                 one rank per host; rank 0 listens at
                                                 HOST:PORT (its own address) and prints
+  mpirun -np 4 spray bench alltoall             rank, world and rank 0's address from
+  srun -N 2 -n 2 spray bench alltoall           mpirun, srun or torchrun (RANK, WORLD_SIZE,
+                                                MASTER_ADDR, MASTER_PORT+1); mpirun across
+                                                hosts: -x SPRAY_BOOTSTRAP=HOST:PORT. Flags win.
+                                                Ranks on a loopback bootstrap address B use
+                                                B+rank (127.0.0.1, .2, ...)
 
 Sizes take the suffixes K, M and G (KiB, MiB, GiB). Transports: spray (the spray profile),
 roce (the classic RoCEv2 profile: Go-Back-N, one path, DCQCN), tcp (kernel TCP). Each
@@ -203,6 +209,9 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 		return fmt.Errorf("bench: which collective? (%s)", strings.Join(bench.CollOps, ", "))
 	}
 	f.op = op
+	if err := f.fromLauncher(fs, os.Getenv); err != nil {
+		return err
+	}
 	if f.ccName != "" {
 		if _, err := cc.ByName(f.ccName, cc.Params{}); err != nil {
 			return fmt.Errorf("bench: --cc: %w", err)
@@ -468,7 +477,8 @@ func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
 	return f.report(rows, f.world, link)
 }
 
-// localAddr is the address this rank uses: --ip, else rank 0's bootstrap
+// localAddr is the address this rank uses: --ip, else on a loopback
+// bootstrap the bootstrap address plus the rank, else rank 0's bootstrap
 // address on rank 0, else the source address of the route towards it.
 func (f *benchFlags) localAddr(ctx context.Context) (netip.Addr, error) {
 	if f.ip != "" {
@@ -483,6 +493,12 @@ func (f *benchFlags) localAddr(ctx context.Context) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("bench: --bootstrap host %q: %v", host, err)
 	}
 	boot := ips[0].Unmap()
+	if boot.IsLoopback() {
+		if ip, ok := loopbackRank(boot, f.rank); ok {
+			return ip, nil
+		}
+		return netip.Addr{}, fmt.Errorf("bench: rank %d has no loopback address after %v: pass --ip", f.rank, boot)
+	}
 	if f.rank == 0 {
 		return boot, nil
 	}

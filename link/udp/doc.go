@@ -15,7 +15,9 @@
 // bytes of the IP address.
 //
 // Sockets: one bound to Config.Local:Config.Port receives and sends, and one
-// per entropy in Config.Entropies, bound to Config.Local:entropy, sends only:
+// per entropy in Config.Entropies, bound to Config.Local:entropy, sends only
+// (without Entropies, Config.EphemeralEntropies of them on ports the kernel
+// picks; link.Info.Ports lists the ports bound, never "any"):
 // a socket filter makes the kernel drop every datagram that arrives at an
 // entropy port, so that its queue never holds memory nobody reads. Peers
 // must therefore send to Port, as the transport always does (destination
@@ -31,7 +33,7 @@
 // RoCEv2 ICRC covers the IPv4 identification and the UDP source port, so a
 // frame passes the receiver's ICRC check only if it was encoded with
 // identification 0 (the wire codec's default) and a source port the link
-// has a socket for (Port or one of Entropies; see
+// has a socket for (one of Info().Ports, or Port; see
 // Counters.TxUnknownEntropy).
 //
 // A Link is safe for concurrent use only as link.Link says: one goroutine

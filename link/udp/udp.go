@@ -19,6 +19,7 @@ const (
 	DefaultBatch        = 64
 	MaxBatch            = 1024 // the kernel's limit on one sendmmsg/recvmmsg
 	MaxEntropies        = 1024
+	DefaultEntropies    = 8 // ephemeral entropy ports when Config.Entropies is empty
 	DefaultSocketBuffer = 4 << 20
 	MaxPoolBytes        = 1 << 30 // Frames * FrameSize, for each of the two pools
 )
@@ -45,13 +46,16 @@ type Config struct {
 	PeerPort uint16
 	// Entropies are the UDP source ports that the transport sprays over: one
 	// send-only socket is bound to each (duplicates and Port itself need no
-	// extra socket). Empty: every frame is sent from Port. At most
-	// MaxEntropies. Caveat: with none, link.Info.Ports is empty, which the
-	// transport reads as "any port", so a spraying QP writes source ports
-	// the link cannot send from and the peer drops those frames (bad ICRC,
-	// Counters.TxUnknownEntropy here): give a link that carries spray QPs
-	// its entropies (multipath.Entropies).
+	// extra socket). At most MaxEntropies. Empty: EphemeralEntropies
+	// sockets are bound to ports the kernel picks. Either way Info().Ports
+	// lists exactly the ports the link can send from, and the transport
+	// draws its entropies from that list only: a frame from any other port
+	// would fail the peer's ICRC check (TestZeroConfigTransport).
 	Entropies []uint16
+	// EphemeralEntropies is the number of send-only sockets bound to
+	// kernel-chosen ports when Entropies is empty. 0: DefaultEntropies;
+	// negative: none, every frame is sent from Port (one path).
+	EphemeralEntropies int
 	// FrameSize is the largest frame, Ethernet header included. 0: 1514.
 	// It must leave room for the headers and 16 bytes (BTH and ICRC).
 	FrameSize int
@@ -115,6 +119,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.SocketBuffer == 0 {
 		d.SocketBuffer = DefaultSocketBuffer
 	}
+	if d.EphemeralEntropies == 0 {
+		d.EphemeralEntropies = DefaultEntropies
+	}
 	d.Local = d.Local.Unmap()
 	switch {
 	case !d.Local.IsValid() || d.Local.IsUnspecified():
@@ -127,6 +134,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return d, fmt.Errorf("%w: FrameSize out of range", ErrConfig)
 	case len(d.Entropies) > MaxEntropies:
 		return d, fmt.Errorf("%w: too many Entropies", ErrConfig)
+	case d.EphemeralEntropies > MaxEntropies:
+		return d, fmt.Errorf("%w: EphemeralEntropies above %d", ErrConfig, MaxEntropies)
 	case d.SocketBuffer < 0:
 		return d, fmt.Errorf("%w: negative SocketBuffer", ErrConfig)
 	}

@@ -81,7 +81,6 @@ func Open(cfg Config) (*Link, error) {
 		BatchSize: c.Batch,
 		MAC:       macOf(c.Local),
 		IP:        c.Local,
-		Ports:     append([]uint16(nil), c.Entropies...),
 	}
 	if err := l.c.Init("udp", c.FrameSize, c.Frames, c.Batch); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -91,7 +90,32 @@ func Open(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	l.setupMsgs()
+	l.info.Ports = l.ports()
 	return l, nil
+}
+
+// ports lists the source ports the link sprays over: Entropies without
+// duplicates, else the ephemeral ports bound, else Port alone.
+func (l *Link) ports() []uint16 {
+	if len(l.socks) == 1 {
+		return []uint16{l.cfg.Port}
+	}
+	var ps []uint16
+	seen := map[uint16]bool{}
+	for _, e := range l.cfg.Entropies {
+		if !seen[e] {
+			seen[e] = true
+			ps = append(ps, e)
+		}
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	ps = make([]uint16, len(l.socks))
+	for p, i := range l.bySport {
+		ps[i] = p
+	}
+	return ps[1:]
 }
 
 func (l *Link) openSockets() error {
@@ -106,6 +130,11 @@ func (l *Link) openSockets() error {
 	l.c.AddFD(l.roce, true)
 	l.socks = append(l.socks, l.roce)
 	l.bySport = map[uint16]int32{l.cfg.Port: 0}
+	add := func(fd int, port uint16) {
+		l.c.AddFD(fd, false)
+		l.bySport[port] = int32(len(l.socks))
+		l.socks = append(l.socks, fd)
+	}
 	for _, e := range l.cfg.Entropies {
 		if _, ok := l.bySport[e]; ok {
 			continue
@@ -114,9 +143,26 @@ func (l *Link) openSockets() error {
 		if err != nil {
 			return err
 		}
-		l.c.AddFD(fd, false)
-		l.bySport[e] = int32(len(l.socks))
-		l.socks = append(l.socks, fd)
+		add(fd, e)
+	}
+	for i := 0; len(l.cfg.Entropies) == 0 && i < l.cfg.EphemeralEntropies; i++ {
+		fd, err := l.socket(0, false)
+		if err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("udp: getsockname: %w", err)
+		}
+		var port int
+		switch a := sa.(type) {
+		case *unix.SockaddrInet4:
+			port = a.Port
+		case *unix.SockaddrInet6:
+			port = a.Port
+		}
+		add(fd, uint16(port))
 	}
 	return nil
 }

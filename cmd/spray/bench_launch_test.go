@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/collective"
+)
+
+// buildSpray builds the spray binary into a temporary directory.
+func buildSpray(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "spray")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+var launchArgs = []string{"bench", "alltoall", "-b", "8", "-e", "8K", "-f", "32", "-w", "1", "-n", "3", "--timeout", "2m"}
+
+// runRanks starts n processes of bin with launchArgs and the environment
+// env(rank) added, and returns rank 0's output.
+func runRanks(t *testing.T, bin string, n int, env func(rank int) []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	outs := make([]bytes.Buffer, n)
+	errs := make([]bytes.Buffer, n)
+	fails := make([]error, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, bin, launchArgs...)
+		cmd.Env = append(os.Environ(), env(r)...)
+		cmd.Stdout, cmd.Stderr = &outs[r], &errs[r]
+		wg.Go(func() { fails[r] = cmd.Run() })
+	}
+	wg.Wait()
+	for r, err := range fails {
+		if err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, errs[r].String())
+		}
+	}
+	for r := 1; r < n; r++ {
+		if outs[r].Len() != 0 {
+			t.Fatalf("rank %d printed %q; only rank 0 should", r, outs[r].String())
+		}
+	}
+	return outs[0].String()
+}
+
+// checkTable checks the sweep of launchArgs: 8, 256 and 8K bytes.
+func checkTable(t *testing.T, out string, world int) {
+	t.Helper()
+	rows := parseBenchTable(t, out)
+	// Sizes are rounded to a whole number of elements per rank.
+	if len(rows) != 3 || rows[0].bytes > 8*int64(world) || rows[2].bytes > 8<<10 || rows[2].bytes < 8<<10-4*int64(world) {
+		t.Fatalf("rows %+v\n%s", rows, out)
+	}
+	for _, r := range rows {
+		if r.wrong != "0" {
+			t.Fatalf("row %+v: wrong results\n%s", r, out)
+		}
+	}
+}
+
+// TestBenchLauncherEnv runs three ranks of spray bench with nothing but
+// the variables srun and torchrun set: each finds its rank, the world size
+// and rank 0's address, and rank 0 prints a table with no wrong result.
+func TestBenchLauncherEnv(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildSpray(t)
+	const n = 3
+	t.Run("srun", func(t *testing.T) {
+		port := freePort(t)
+		out := runRanks(t, bin, n, func(r int) []string {
+			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=" + strconv.Itoa(n),
+				"SLURM_JOB_NODELIST=localhost", "SLURM_STEP_RESV_PORTS=" + strconv.Itoa(port) + "-" + strconv.Itoa(port+3)}
+		})
+		checkTable(t, out, n)
+	})
+	t.Run("torchrun", func(t *testing.T) {
+		port := freePort(t)
+		out := runRanks(t, bin, n, func(r int) []string {
+			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port-1), "LOCAL_RANK=" + strconv.Itoa(r)}
+		})
+		checkTable(t, out, n)
+	})
+}
+
+// TestBenchLauncherErrors: a half-set launcher environment is an error
+// that names the missing variable, unless the flags say everything.
+func TestBenchLauncherErrors(t *testing.T) {
+	t.Setenv("SLURM_PROCID", "1")
+	var stdout, stderr bytes.Buffer
+	err := benchMain([]string{"alltoall", "-b", "8", "-e", "8"}, &stdout, &stderr, -1)
+	if err == nil || !strings.Contains(err.Error(), "SLURM_NTASKS") {
+		t.Fatalf("rank without world size: %v, want an error naming SLURM_NTASKS", err)
+	}
+	// The flags win: the environment is not read.
+	boot := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	out, _ := runBenchCLI(t, "alltoall", "-b", "8", "-e", "8", "-w", "0", "-n", "1", "--transport", "tcp",
+		"--rank", "0", "--world", "1", "--bootstrap", boot)
+	if len(parseBenchTable(t, out)) != 1 {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+// TestBenchMpirun runs spray bench alltoall under Open MPI's mpirun with
+// four ranks over UDP on loopback. It needs openmpi-bin.
+func TestBenchMpirun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not found: install openmpi-bin")
+	}
+	bin := buildSpray(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := []string{"--oversubscribe", "-np", "4"}
+	// On one node the ranks meet at 127.0.0.1:DefaultBootstrapPort with no
+	// variable set, as a user's mpirun does; if that port is taken here,
+	// at another, through SPRAY_BOOTSTRAP.
+	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", collective.DefaultBootstrapPort)); err == nil {
+		ln.Close()
+	} else {
+		args = append(args, "-x", fmt.Sprintf("SPRAY_BOOTSTRAP=127.0.0.1:%d", freePort(t)))
+	}
+	args = append(args, bin)
+	if os.Geteuid() == 0 {
+		args = append([]string{"--allow-run-as-root"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, mpirun, append(args, launchArgs[:len(launchArgs)-2]...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mpirun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("%s", stdout.String())
+	checkTable(t, stdout.String(), 4)
+}

@@ -1,0 +1,298 @@
+package spray
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sprayfabric/spray/transport"
+)
+
+// Conn is a connected QP set up by Dial or Accept, with the connection
+// manager's channel to the peer. Its blocking calls take a context and
+// return an error wrapping net.ErrClosed once the connection is closed
+// (ErrClosed, ErrPeerClosed, ErrPeerGone). It is safe for concurrent use.
+type Conn struct {
+	ep      *Endpoint
+	qp      *transport.Conn
+	tc      net.Conn
+	service string
+	remote  transport.QPInfo
+
+	life context.Context // cancelled, with the cause, when torn down
+	kill context.CancelCauseFunc
+	once sync.Once
+	done chan struct{} // closed when torn down
+	wmu  sync.Mutex    // serializes writes to tc
+
+	mu      sync.Mutex
+	cause   error // why it closes; nil while open
+	left    []transport.Message
+	gotDREQ bool
+	gotDREP bool
+	eof     bool
+	notify  chan struct{}
+	rdone   chan struct{} // the reader's end
+}
+
+type closeKind uint8
+
+const (
+	byLocal closeKind = iota // Close: drain, DREQ, wait for DREP
+	byPeer                   // DREQ received: drain, DREP
+	byGone                   // channel broke: tear down at once
+)
+
+func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, service string, remote transport.QPInfo) (*Conn, error) {
+	c := &Conn{ep: ep, qp: qc, tc: tc, service: service, remote: remote,
+		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
+	c.life, c.kill = context.WithCancelCause(context.Background())
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ep.conns[c] = struct{}{}
+	ep.mu.Unlock()
+	go c.read()
+	return c, nil
+}
+
+// read follows the peer's messages on the channel until it breaks.
+func (c *Conn) read() {
+	defer close(c.rdone)
+	for {
+		m, err := readMsg(c.tc)
+		c.mu.Lock()
+		switch {
+		case err != nil || m.version != cmVersion:
+			c.eof = true
+		case m.typ == msgDREQ:
+			c.gotDREQ = true
+		case m.typ == msgDREP:
+			c.gotDREP = true
+		}
+		eof, dreq := c.eof, c.gotDREQ
+		c.mu.Unlock()
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+		switch {
+		case eof:
+			c.start(byGone)
+			return
+		case dreq:
+			c.start(byPeer)
+		}
+	}
+}
+
+// start begins the teardown once, for the first reason given.
+func (c *Conn) start(k closeKind) {
+	c.once.Do(func() {
+		cause := map[closeKind]error{byLocal: ErrClosed, byPeer: ErrPeerClosed, byGone: ErrPeerGone}[k]
+		c.mu.Lock()
+		c.cause = cause
+		c.mu.Unlock()
+		go c.teardown(k, cause)
+	})
+}
+
+func (c *Conn) send(typ uint8) {
+	c.wmu.Lock()
+	c.tc.SetWriteDeadline(time.Now().Add(c.ep.opts.CloseTimeout))
+	c.tc.Write(appendMsg(nil, typ, nil))
+	c.wmu.Unlock()
+}
+
+func (c *Conn) teardown(k closeKind, cause error) {
+	timeout := c.ep.opts.CloseTimeout
+	if k != byGone {
+		c.drain(time.Now().Add(timeout))
+	}
+	switch k {
+	case byLocal:
+		c.send(msgDREQ)
+		sentDREP := false
+		t := time.NewTimer(timeout)
+	wait:
+		for {
+			c.mu.Lock()
+			dreq, drep, eof := c.gotDREQ, c.gotDREP, c.eof
+			c.mu.Unlock()
+			if dreq && !sentDREP { // both sides closed at once
+				c.send(msgDREP)
+				sentDREP = true
+			}
+			if drep || eof {
+				break
+			}
+			select {
+			case <-c.notify:
+			case <-t.C:
+				break wait
+			}
+		}
+		t.Stop()
+	case byPeer:
+		c.send(msgDREP)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	left, _ := c.qp.Destroy(ctx)
+	cancel()
+	c.mu.Lock()
+	c.left = append(c.left, left...)
+	c.mu.Unlock()
+	c.kill(cause)
+	c.tc.Close()
+	<-c.rdone
+	c.ep.mu.Lock()
+	delete(c.ep.conns, c)
+	c.ep.mu.Unlock()
+	close(c.done)
+}
+
+// drain waits until the QP has no work request pending or has failed.
+func (c *Conn) drain(deadline time.Time) {
+	wait := 100 * time.Microsecond
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		n, failed, err := c.qp.Pending(ctx)
+		cancel()
+		if err != nil || failed != nil || n == 0 {
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+}
+
+// Close drains the work posted on the connection (up to
+// Options.CloseTimeout), tells the peer, waits for its confirmation and
+// frees the QP on this side; the peer frees its own. Calls pending on the
+// Conn then return ErrClosed. Close is idempotent: every call waits for the
+// teardown and returns nil.
+func (c *Conn) Close() error {
+	c.start(byLocal)
+	<-c.done
+	return nil
+}
+
+// Done is closed when the connection is torn down, by either side.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection closed (ErrClosed, ErrPeerClosed or
+// ErrPeerGone), or nil while it is open.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// Service returns the service the connection was set up for.
+func (c *Conn) Service() string { return c.service }
+
+// Info returns the local QP's information; Remote the peer's.
+func (c *Conn) Info() transport.QPInfo { return c.qp.Info() }
+
+// Remote returns the peer QP's information.
+func (c *Conn) Remote() transport.QPInfo { return c.remote }
+
+// QP returns the underlying transport connection, for Post and the
+// completion queue. Work posted there is drained by Close like the rest.
+func (c *Conn) QP() *transport.Conn { return c.qp }
+
+// Stats returns the QP's counters.
+func (c *Conn) Stats(ctx context.Context) (transport.QPStats, error) { return c.qp.Stats(ctx) }
+
+// call runs fn with a context that also ends when the connection is torn
+// down, and explains its error. It refuses new work once the teardown began.
+func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	err := c.withLife(ctx, fn)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil && c.life.Err() != nil {
+		return context.Cause(c.life)
+	}
+	return c.explain(ctx, err)
+}
+
+// withLife runs fn with a context that also ends at the teardown.
+func (c *Conn) withLife(ctx context.Context, fn func(context.Context) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(context.Cause(c.life)) })
+	err := fn(cctx)
+	stop()
+	cancel(nil)
+	return err
+}
+
+// Send sends msg and returns when the peer has acknowledged all of it.
+func (c *Conn) Send(ctx context.Context, msg []byte) error {
+	return c.call(ctx, func(ctx context.Context) error { return c.qp.Send(ctx, msg) })
+}
+
+// SendImm sends msg with an immediate value.
+func (c *Conn) SendImm(ctx context.Context, msg []byte, imm uint32) error {
+	return c.call(ctx, func(ctx context.Context) error { return c.qp.SendImm(ctx, msg, imm) })
+}
+
+// Write writes data into the peer's region at to (see transport.Conn.Write)
+// and returns when the peer has acknowledged all of it.
+func (c *Conn) Write(ctx context.Context, data []byte, to transport.Remote) error {
+	return c.call(ctx, func(ctx context.Context) error { return c.qp.Write(ctx, data, to) })
+}
+
+// WriteImm writes like Write, then gives the peer a completion with imm.
+func (c *Conn) WriteImm(ctx context.Context, data []byte, to transport.Remote, imm uint32) error {
+	return c.call(ctx, func(ctx context.Context) error { return c.qp.WriteImm(ctx, data, to, imm) })
+}
+
+// Recv returns the next received message. After the peer closed the
+// connection it returns the messages that arrived before, then io.EOF.
+func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
+	for {
+		c.mu.Lock()
+		if len(c.left) > 0 {
+			m := c.left[0]
+			c.left = c.left[1:]
+			c.mu.Unlock()
+			return m, nil
+		}
+		cause := c.cause
+		c.mu.Unlock()
+		select {
+		case <-c.done:
+			if cause == ErrPeerClosed {
+				return transport.Message{}, io.EOF
+			}
+			return transport.Message{}, cause
+		default:
+		}
+		var m transport.Message
+		err := c.withLife(ctx, func(ctx context.Context) error {
+			var err error
+			m, err = c.qp.Recv(ctx)
+			return err
+		})
+		if err == nil {
+			return m, nil
+		}
+		if ctx.Err() != nil || c.life.Err() == nil {
+			return m, err // not torn down: the caller's context, or the endpoint failed
+		}
+		// Torn down: wait for the messages left behind, then report them.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return m, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,66 @@
+// Package spray is the front door of the spray transport: one call opens
+// an endpoint on a network interface, and Listen, Accept and Dial set up
+// connected queue pairs given only an address.
+//
+//	ep, err := spray.Open(ctx, spray.Options{Interface: "eth0"})
+//	ln, err := ep.Listen("train")        // on one host
+//	c, err := ln.Accept(ctx)
+//	c, err := ep.Dial(ctx, "10.0.0.2", "train") // on the other
+//	err = c.Send(ctx, msg)               // returns when the peer acknowledged every byte
+//	m, err := c.Recv(ctx)                // messages arrive whole, in order
+//	err = c.Close()                      // drains, tells the peer, frees both QPs
+//
+// # Links
+//
+// Open resolves the interface (name to index, MAC and first IPv4 address,
+// or an address to the interface that holds it) and opens the link that
+// Options.Link asks for. LinkAuto opens AF_XDP with the steering program
+// when the process may (root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF,
+// CAP_PERFMON and CAP_IPC_LOCK or a memlock limit above the UMEM's 32 MiB a
+// queue) and the device supports it, and
+// kernel UDP otherwise, on loopback always; Endpoint.Link and Options.Logf
+// say which and why. Kernel UDP needs no privilege: two processes on one
+// host run on 127.0.0.1 and 127.0.0.2. NewEndpoint takes a link the caller
+// opened instead (link/mem in tests).
+//
+// # Connections
+//
+// The connection manager, in the spirit of rdma_cm, runs over TCP: the
+// first Listen binds Options.CMAddr (default the endpoint's address, port
+// CMPort, 4791), and each connection keeps its TCP connection open as the
+// channel that tells the peer about the end of the QP. Every message is an
+// 8-byte header ("SPCM", version 1, type, body length, big endian) and at
+// most 512 bytes of body:
+//
+//	REQ   profile, QPN, first PSN, MAC, IP, service     dialer to listener
+//	REP   QPN, first PSN, MAC, IP                         listener: QP created and connected
+//	REJ   reason, version, text                           listener: refused (no REP)
+//	RTU   -                                               dialer: QP connected; Accept returns
+//	DREQ  -                                               either side: drained, closing
+//	DREP  -                                               the other: drained too, QP freed
+//
+// A request with another version, for a service without a Listener, for
+// another profile or that does not parse gets a REJ, and Dial an error
+// wrapping ErrVersion, ErrUnknownService or ErrRejected; a Dial to an
+// address where nothing listens fails at once with ErrRefused. Many
+// connections may join the same two endpoints, for one service or several.
+//
+// Conn.Close drains the work posted on the QP, sends DREQ, waits for the
+// peer's DREP (the peer drains its own work first) and destroys the QP;
+// the peer destroys its own when it sends DREP. Calls pending on either
+// side then return an error wrapping net.ErrClosed, and the peer's Recv
+// returns the messages that arrived before, then io.EOF. A peer whose
+// process ends breaks the channel: its Conns fail at once with ErrPeerGone.
+// A peer whose host disappears fails the QP as the transport does,
+// transport.ErrPeerUnreachable after its retransmission timeouts; errors
+// of a QP whose peer never answers carry its counters (ACKs received,
+// packets sent, timeouts) and what to check. A restarted peer is dialled
+// again like a new one.
+//
+// # Errors
+//
+// errors.Is works with ErrOptions, ErrRefused, ErrUnknownService,
+// ErrVersion, ErrRejected, ErrPeerClosed, ErrPeerGone, ErrClosed (the last
+// three wrap net.ErrClosed), and the transport's sentinels
+// (transport.ErrPeerUnreachable, transport.ErrRemoteAccess, ...).
+package spray

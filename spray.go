@@ -1,0 +1,328 @@
+package spray
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/raw"
+	"github.com/sprayfabric/spray/link/udp"
+	"github.com/sprayfabric/spray/telemetry"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// LinkKind selects the link an Endpoint runs over.
+type LinkKind uint8
+
+const (
+	// LinkAuto opens AF_XDP with the steering program when the process may
+	// and the device supports it, else kernel UDP; the reason for the
+	// choice goes to Options.Logf.
+	LinkAuto LinkKind = iota
+	// LinkXDP is AF_XDP (package xdp) fed by the steering program (package
+	// ebpf): root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON (the
+	// verifier refuses the program's packet arithmetic without it) and
+	// CAP_IPC_LOCK or a memlock limit above the UMEM (32 MiB a queue).
+	LinkXDP
+	// LinkUDP is kernel UDP sockets (package link/udp): unprivileged.
+	LinkUDP
+	// LinkRaw is an AF_PACKET socket (package link/raw): CAP_NET_RAW.
+	LinkRaw
+)
+
+func (k LinkKind) String() string {
+	switch k {
+	case LinkAuto:
+		return "auto"
+	case LinkXDP:
+		return "xdp"
+	case LinkUDP:
+		return "udp"
+	case LinkRaw:
+		return "raw"
+	}
+	return fmt.Sprintf("LinkKind(%d)", uint8(k))
+}
+
+// CMPort is the default TCP port of the connection manager: the RoCEv2
+// port number, over TCP.
+const CMPort = 4791
+
+// DefaultMTU is the IP MTU of an Endpoint whose Options.MTU is 0, or the
+// interface's MTU when that is smaller.
+const DefaultMTU = 1500
+
+// Errors. errors.Is works on every error of this package with these, with
+// the transport's sentinels (transport.ErrPeerUnreachable, ...) and with
+// net.ErrClosed for calls on a closed Conn, Listener or Endpoint.
+var (
+	// ErrOptions is returned by Open for options that cannot work.
+	ErrOptions = errors.New("spray: invalid options")
+	// ErrRefused is returned by Dial when nothing listens at the address.
+	ErrRefused = errors.New("spray: connection refused")
+	// ErrUnknownService is returned by Dial when the peer has no Listener
+	// for the service.
+	ErrUnknownService = errors.New("spray: unknown service")
+	// ErrVersion is returned by Dial when the peer speaks another version
+	// of the connection protocol.
+	ErrVersion = errors.New("spray: connection protocol version mismatch")
+	// ErrRejected is returned by Dial when the peer refused the connection
+	// for another reason, given in the message.
+	ErrRejected = errors.New("spray: connection rejected")
+	// ErrPeerClosed is returned by calls on a Conn whose peer closed it.
+	ErrPeerClosed = fmt.Errorf("spray: peer closed the connection: %w", net.ErrClosed)
+	// ErrPeerGone is returned by calls on a Conn whose peer went away
+	// without closing it (its connection manager channel broke).
+	ErrPeerGone = fmt.Errorf("spray: peer went away: %w", net.ErrClosed)
+	// ErrClosed is returned by calls on a Conn or Listener closed locally.
+	ErrClosed = fmt.Errorf("spray: closed: %w", net.ErrClosed)
+)
+
+// Options configure Open. The zero value of every field selects the
+// default in its comment; Interface or Addr is required.
+type Options struct {
+	// Interface is the network interface to run on, e.g. "eth0". Empty:
+	// the interface that holds Addr.
+	Interface string
+	// Addr is the local IPv4 address. Invalid (zero): the first IPv4
+	// address of Interface.
+	Addr netip.Addr
+	// Link is the link kind. LinkAuto (zero) prefers AF_XDP and falls back
+	// to kernel UDP.
+	Link LinkKind
+	// Profile is the transport profile, copied into Transport.Profile.
+	// Zero: transport.Spray.
+	Profile transport.Profile
+	// Queues is the number of device queues AF_XDP serves. 0: 1.
+	Queues int
+	// MTU is the IP MTU (as `ip link` shows it). 0: DefaultMTU, or the
+	// interface's MTU when smaller. Frames are MTU+14 bytes.
+	MTU int
+	// Port is the UDP port RoCE frames are received on (and sent to).
+	// 0: 4791. Endpoints that share an address need different ports
+	// (link/udp; with AF_XDP the steering program takes one port).
+	Port uint16
+	// CMAddr is the TCP address the connection manager listens on for
+	// Listen. Empty: Addr, port CMPort.
+	CMAddr string
+	// Transport is the rest of the transport's configuration; Profile and
+	// MTU above override its fields of the same names.
+	Transport transport.Config
+	// Metrics, when set, instruments the endpoint on this meter provider
+	// (package telemetry) for as long as it is open.
+	Metrics metric.MeterProvider
+	// CloseTimeout bounds how long Conn.Close waits for posted work to
+	// complete and for the peer to confirm. 0: 5 s.
+	CloseTimeout time.Duration
+	// Logf receives the endpoint's few log lines (the link chosen and why).
+	// nil: log/slog's default logger at Info.
+	Logf func(format string, args ...any)
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Logf != nil {
+		o.Logf(format, args...)
+		return
+	}
+	slog.Info(fmt.Sprintf(format, args...))
+}
+
+// Endpoint is a transport endpoint (every method of transport.Endpoint
+// works on it) with a connection manager: Listen, Accept and Dial set up
+// connected QPs given an address. Make one with Open or NewEndpoint. It is
+// safe for concurrent use; Close is idempotent.
+type Endpoint struct {
+	*transport.Endpoint
+	opts   Options
+	kind   LinkKind
+	reason string
+	stop   func() // metrics
+
+	mu        sync.Mutex
+	closed    bool
+	ln        net.Listener // the connection manager's, once Listen was called
+	listeners map[string]*Listener
+	conns     map[*Conn]struct{}
+	hs        map[net.Conn]struct{} // channels in a handshake
+	wg        sync.WaitGroup        // the connection manager's goroutines
+}
+
+// Open resolves the interface and address, opens the best link on it and
+// starts a transport endpoint. ctx bounds the opening only.
+func Open(ctx context.Context, opts Options) (*Endpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ifc, err := resolve(opts.Interface, opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	mtu := opts.MTU
+	if mtu == 0 {
+		mtu = min(DefaultMTU, ifc.mtu)
+	}
+	if mtu < 576 || mtu > 65535-14 || (ifc.mtu > 0 && mtu > ifc.mtu) {
+		return nil, fmt.Errorf("%w: MTU %d (the interface %s has %d)", ErrOptions, mtu, ifc.name, ifc.mtu)
+	}
+	opts.MTU = mtu
+	kind := opts.Link
+	var l link.Link
+	var reason string
+	switch kind {
+	case LinkAuto:
+		if ifc.loopback {
+			kind, reason = LinkUDP, "loopback interface"
+			break
+		}
+		x, err := openXDP(ifc, opts)
+		if err == nil {
+			l, kind, reason = x, LinkXDP, "AF_XDP available"
+			break
+		}
+		kind, reason = LinkUDP, "AF_XDP unavailable: "+firstLast(err.Error())
+	case LinkXDP:
+		if l, err = openXDP(ifc, opts); err != nil {
+			return nil, fmt.Errorf("spray: AF_XDP on %s: %w (needs root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON and CAP_IPC_LOCK; or LinkUDP)", ifc.name, err)
+		}
+		reason = "asked for"
+	case LinkRaw:
+		if l, err = raw.Open(raw.Config{Ifindex: ifc.index, MAC: ifc.mac, IP: ifc.ip, FrameSize: mtu + 18, Port: opts.Port}); err != nil {
+			return nil, fmt.Errorf("spray: raw socket on %s: %w (needs CAP_NET_RAW)", ifc.name, err)
+		}
+		reason = "asked for"
+	case LinkUDP:
+		reason = "asked for"
+	default:
+		return nil, fmt.Errorf("%w: unknown link kind %d", ErrOptions, kind)
+	}
+	if kind == LinkUDP {
+		if l, err = udp.Open(udp.Config{Local: ifc.ip, Port: opts.Port, PeerPort: opts.Port, FrameSize: mtu + 14}); err != nil {
+			return nil, fmt.Errorf("spray: UDP on %s: %w", ifc.ip, err)
+		}
+	}
+	opts.Interface, opts.Addr = ifc.name, ifc.ip
+	ep, err := newEndpoint(l, opts, kind, reason)
+	if err != nil {
+		return nil, err
+	}
+	ep.opts.logf("spray: %s on %s (%s): %s link, %s", ep.Endpoint.LinkInfo().Name, ifc.name, ifc.ip, kind, reason)
+	return ep, nil
+}
+
+// NewEndpoint starts an endpoint over a link the caller opened (link/mem in
+// tests, a link of its own). It owns l from then on, even on error. Of
+// opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout, Metrics and
+// Logf; CMAddr is required unless the link's IP can be listened on.
+func NewEndpoint(l link.Link, opts Options) (*Endpoint, error) {
+	return newEndpoint(l, opts, LinkAuto, "caller's link")
+}
+
+func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endpoint, error) {
+	cfg := opts.Transport
+	cfg.Profile = opts.Profile
+	if opts.MTU != 0 {
+		cfg.MTU = opts.MTU + 14
+	}
+	if opts.CloseTimeout < 0 {
+		l.Close()
+		return nil, fmt.Errorf("%w: negative CloseTimeout", ErrOptions)
+	}
+	if opts.CloseTimeout == 0 {
+		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.CMAddr == "" {
+		opts.CMAddr = netip.AddrPortFrom(l.Info().IP, CMPort).String()
+	}
+	te, err := transport.NewEndpoint(l, cfg)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	ep := &Endpoint{Endpoint: te, opts: opts, kind: kind, reason: reason,
+		listeners: map[string]*Listener{}, conns: map[*Conn]struct{}{}, hs: map[net.Conn]struct{}{}}
+	if opts.Metrics != nil {
+		name := l.Info().Name
+		if ep.stop, err = telemetry.InstrumentWith(opts.Metrics, te, name); err != nil {
+			te.Close()
+			return nil, fmt.Errorf("spray: metrics: %w", err)
+		}
+	}
+	return ep, nil
+}
+
+// Link returns the kind of link the endpoint runs over and why it was
+// chosen (LinkAuto for a caller's link).
+func (ep *Endpoint) Link() (LinkKind, string) { return ep.kind, ep.reason }
+
+// Addr returns the endpoint's IP address.
+func (ep *Endpoint) Addr() netip.Addr { return ep.Endpoint.LinkInfo().IP }
+
+// CMAddr returns the address the connection manager listens on, or would.
+func (ep *Endpoint) CMAddr() string {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.ln != nil {
+		return ep.ln.Addr().String()
+	}
+	return ep.opts.CMAddr
+}
+
+// Close closes every connection (telling the peers), every Listener and
+// the connection manager, then the transport endpoint and its link. It is
+// idempotent.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	ln := ep.ln
+	var lss []*Listener
+	for _, l := range ep.listeners {
+		lss = append(lss, l)
+	}
+	var cs []*Conn
+	for c := range ep.conns {
+		cs = append(cs, c)
+	}
+	for tc := range ep.hs {
+		tc.Close()
+	}
+	ep.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for _, l := range lss {
+		l.Close()
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() { c.Close() })
+	}
+	wg.Wait()
+	ep.wg.Wait()
+	if ep.stop != nil {
+		ep.stop()
+	}
+	return ep.Endpoint.Close()
+}
+
+// firstLast shortens a multi-line error (a verifier log) to its first and
+// last lines, which say what failed and why.
+func firstLast(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) <= 2 {
+		return strings.Join(lines, " ")
+	}
+	return strings.TrimSuffix(lines[0], ":") + ": ... " + strings.TrimSpace(lines[len(lines)-1])
+}

@@ -1,0 +1,62 @@
+package transport
+
+import "context"
+
+// Pending returns the number of work requests posted on the QP and not yet
+// completed, and the error that failed the QP (nil while it works). A
+// connection manager drains a QP before it destroys it by waiting until
+// Pending is 0 or the QP failed.
+func (c *Conn) Pending(ctx context.Context) (n int, failed error, err error) {
+	err = c.ep.do(ctx, func() error {
+		n, failed = c.qp.Pending(), c.qp.Err()
+		return nil
+	})
+	return n, failed, err
+}
+
+// Destroy removes the QP from its endpoint: packets addressed to it are
+// counted as UnknownQP from then on, its QP number and buffers are freed,
+// and its work requests never complete (blocking calls waiting on them
+// return when their context ends). It returns the received messages that
+// Recv had not yet returned, in order. Destroying a destroyed Conn returns
+// nothing and no error. Guarded by the root package's connection tests
+// (TestCloseFreesQP).
+func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
+	var left []Message
+	err := c.ep.do(ctx, func() error {
+		if c.ep.conns[c.qp.qpn] != c {
+			return nil
+		}
+		c.ep.eng.DestroyQP(c.qp)
+		delete(c.ep.conns, c.qp.qpn)
+		for {
+			select {
+			case comp := <-c.recv:
+				left = append(left, message(comp))
+				continue
+			default:
+			}
+			break
+		}
+		for {
+			comp, ok := c.qp.popRecv()
+			if !ok {
+				break
+			}
+			left = append(left, message(comp))
+		}
+		return nil
+	})
+	return left, err
+}
+
+// QPs returns the number of QPs the endpoint holds.
+func (ep *Endpoint) QPs(ctx context.Context) (int, error) {
+	var n int
+	err := ep.do(ctx, func() error { n = len(ep.eng.qps); return nil })
+	return n, err
+}
+
+func message(comp Completion) Message {
+	return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm}
+}
