@@ -45,7 +45,7 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 	if cfg.Testbed.Hosts > 0 {
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
-	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout}
+	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
