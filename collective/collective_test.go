@@ -40,6 +40,12 @@ func tcpWorld(t *testing.T, n int) world {
 
 func sprayWorld(t *testing.T, n int, cfg collectivetest.SprayConfig) world {
 	t.Helper()
+	if cfg.Transport.Seed == 0 {
+		cfg.Transport.Seed = testutil.Seed(t)
+	}
+	if cfg.Fabric.Seed == 0 {
+		cfg.Fabric.Seed = testutil.Seed(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lw, err := collectivetest.Spray(ctx, n, cfg)
