@@ -64,7 +64,8 @@ func TestJoinTime(t *testing.T) {
 // of what no control drops. Utilization is logged, not asserted: endpoints
 // that the machine's other work stalls for milliseconds idle the link under
 // a controller that keeps the queue short, where none's full buffer covers
-// the stalls.
+// the stalls. A machine so loaded that even the senders without control
+// cannot fill half of the bottleneck builds no incast: the test skips.
 func TestIncast(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -85,6 +86,12 @@ func TestIncast(t *testing.T) {
 		by[r.Controller] = r
 	}
 	none := by["none"]
+	// Without congestion control nothing but the CPU limits the senders:
+	// if they could not fill half of the bottleneck, the machine's other
+	// load starved them and no incast happened to judge the controllers by.
+	if none.Utilization < minIncastUtilization {
+		t.Skipf("the senders without congestion control filled %.3f of the bottleneck (want %.2f): the machine is too loaded to build an incast", none.Utilization, minIncastUtilization)
+	}
 	if none.OverflowDrops == 0 {
 		t.Errorf("none: no overflow drops at the bottleneck (queue p99 %.0f µs)", none.QueueP99us)
 	}
@@ -131,3 +138,8 @@ func TestIncast(t *testing.T) {
 		t.Errorf("dcqcn: %d overflow drops, want under half of none's %d", d.OverflowDrops, none.OverflowDrops)
 	}
 }
+
+// minIncastUtilization is the share of the bottleneck that TestIncast's
+// senders without congestion control must fill for the run to show an
+// incast at all.
+const minIncastUtilization = 0.5
