@@ -59,9 +59,9 @@ func TestJoinTime(t *testing.T) {
 // (HPCC: or its target plus a frame time per sender, the queue its
 // one-frame window floor keeps) and under half of the queue that no
 // congestion control builds, which overflows the buffer; they drop next
-// to nothing, nothing after warm-up, share fairly and let a joining flow
-// reach its share; DCQCN queues more than HPCC and drops less than half
-// of what no control drops. Utilization is logged, not asserted: endpoints
+// to nothing, nothing after warm-up, share fairly (Jain's index at least
+// 0.7) and let a joining flow reach its share; DCQCN queues more than HPCC
+// and drops less than half of what no control drops. Utilization is logged, not asserted: endpoints
 // that the machine's other work stalls for milliseconds idle the link under
 // a controller that keeps the queue short, where none's full buffer covers
 // the stalls. A machine so loaded that even the senders without control
@@ -117,7 +117,11 @@ func TestIncast(t *testing.T) {
 		if r.OverflowDrops*10 > none.OverflowDrops {
 			t.Errorf("%s: %d overflow drops (none: %d)", name, r.OverflowDrops, none.OverflowDrops)
 		}
-		const jain = 0.9
+		// A controller that lets one flow hog the link scores 0.25-0.5;
+		// a sender the machine starves of CPU for part of the run costs
+		// up to a quarter, which 0.7 leaves room for (the joining flow's
+		// share is checked on its own below).
+		const jain = 0.7
 		if r.SteadyDrops > 0 {
 			t.Errorf("%s: %d overflow drops after warm-up", name, r.SteadyDrops)
 		}
