@@ -13,6 +13,7 @@ import (
 
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -24,7 +25,7 @@ func collWorld(t *testing.T, kind string, n int) []collective.Comm {
 	var cs []collective.Comm
 	switch kind {
 	case "tcp":
-		ts, err := collective.LocalTCP(ctx, n, collective.TCPConfig{})
+		ts, err := collectivetest.TCP(ctx, n, collective.TCPConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +42,7 @@ func collWorld(t *testing.T, kind string, n int) []collective.Comm {
 			t.Fatal(err)
 		}
 		tc := transport.Config{Seed: testutil.Seed(t), MinRTO: 5 * time.Millisecond, MaxRetries: 20, CC: mk}
-		w, err := collective.LocalSpray(ctx, n, collective.LocalSprayConfig{Transport: tc})
+		w, err := collectivetest.Spray(ctx, n, collectivetest.SprayConfig{Transport: tc})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -309,6 +309,9 @@ type CompareResult struct {
 	Link string `json:"link"`
 	// AllToAll is the all-to-all's schedule: "concurrent" or "pairwise".
 	AllToAll string `json:"alltoall"`
+	// Iterations is the number of timed all-to-alls each row asked for; a
+	// row whose Iters is lower stopped early (its Err says why).
+	Iterations int `json:"iterations"`
 	// BisectionGbps is the capacity between the fabric's two halves of
 	// leaves, in each direction. AllToAllLimit is the largest all-to-all
 	// algbw the fabric allows (GB/s), from the spine links and the leaves'

@@ -66,6 +66,10 @@ type cmpFabric struct {
 	// collide are, per host, entropies that its leaf hashes onto spine 0
 	// towards every host of other leaves (ScenarioCollision).
 	collide [][]uint16
+	// linkLogf receives the links' log lines (the AF_XDP copy-mode
+	// fallback), each kind once per comparison: every socket of every run
+	// would otherwise say the same.
+	linkLogf func(format string, args ...any)
 }
 
 func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error) {
@@ -77,7 +81,7 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error
 		return CompareResult{}, err
 	}
 	defer fab.Close()
-	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout}
+	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -86,7 +90,7 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error
 	res.AllToAllLimit, res.BisectionGbps = AllToAllLimit(fab.Config)
 	cfg.Logf("testbed %s: %s, %d ranks; bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s",
 		fab.Prefix, fab.Config, len(fab.Hosts), res.BisectionGbps, res.AllToAllLimit)
-	fr := &cmpFabric{cfg: cfg, fab: fab}
+	fr := &cmpFabric{cfg: cfg, fab: fab, linkLogf: onceLogf(cfg.Logf)}
 	defer func() {
 		if fr.progs != nil {
 			fr.progs.Close()
@@ -443,7 +447,7 @@ func (fr *cmpFabric) sprayWorld(ctx context.Context, prof, sc string) (*cmpWorld
 		hops[r] = make([][6]byte, n)
 		err := h.Do(func() error {
 			var err error
-			l, err = OpenLink(LinkSpec{Kind: fr.cfg.Link, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, Ports: ports, FrameSize: h.MTU + 14})
+			l, err = OpenLink(LinkSpec{Kind: fr.cfg.Link, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, Ports: ports, FrameSize: h.MTU + 14, Logf: fr.linkLogf})
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/multipath"
@@ -44,7 +45,7 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 	if cfg.Testbed.Hosts > 0 {
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
-	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout}
+	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -94,7 +95,7 @@ func loopbackRun(ctx context.Context, cfg CompareConfig, n int, prof, sc string)
 	var dropped atomic.Uint64
 	var closeAll func()
 	if prof == ProfileTCP {
-		tcs, err := collective.LocalTCP(rctx, n, collective.TCPConfig{})
+		tcs, err := collectivetest.TCP(rctx, n, collective.TCPConfig{})
 		if err != nil {
 			return row, fmt.Errorf("bench: loopback TCP world: %w", err)
 		}

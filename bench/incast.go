@@ -385,6 +385,12 @@ func nextHop(ctx context.Context, from, to *testbed.Host) ([6]byte, error) {
 	return mac, err
 }
 
+// incastMaxRetries is the incast endpoints' retry bound: every host of
+// the testbed shares this machine's cores, and on a loaded machine a
+// receiver can miss the default 7 doubling timeouts (about 130 ms) for
+// want of CPU, failing a QP whose peer is alive.
+const incastMaxRetries = 20
+
 // run starts sender i at starts[i] after the common start and stops every
 // flow at total.
 func (fr *flowRun) run(ctx context.Context, senders []*testbed.Host, starts []time.Duration, total time.Duration) (*flowMeasure, error) {
@@ -392,7 +398,7 @@ func (fr *flowRun) run(ctx context.Context, senders []*testbed.Host, starts []ti
 	tcfg := transport.Config{
 		Profile: transport.Spray, Paths: transport.PathsSpray, INTHops: 4, ECN: fr.ecn,
 		MTU: fr.rcv.MTU + 14, Seed: fr.cfg.Seed, Clock: clk, CC: fr.mk,
-		PacingBurst: fr.cfg.PacingBurst,
+		PacingBurst: fr.cfg.PacingBurst, MaxRetries: incastMaxRetries,
 	}
 	var closers []*transport.Endpoint
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link"
@@ -126,5 +127,23 @@ func tcpPair(ctx context.Context, listen func() (net.Listener, error), dial func
 	case <-ctx.Done():
 		client.Close()
 		return nil, nil, ctx.Err()
+	}
+}
+
+// onceLogf returns a Logf that passes each format string to logf the first
+// time it is used and drops it afterwards: a message that every socket
+// logs alike (xdp's "driver offers no zero-copy") is said once. It is safe
+// for concurrent use.
+func onceLogf(logf func(format string, args ...any)) func(format string, args ...any) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(format string, args ...any) {
+		mu.Lock()
+		first := !seen[format]
+		seen[format] = true
+		mu.Unlock()
+		if first {
+			logf(format, args...)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package collective
+package collective_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 )
 
 // benchWorld builds a world of n ranks for a benchmark.
@@ -16,7 +19,7 @@ func benchWorld(b *testing.B, kind string, n int) []Comm {
 	var cs []Comm
 	switch kind {
 	case "tcp":
-		ts, err := LocalTCP(ctx, n, TCPConfig{})
+		ts, err := collectivetest.TCP(ctx, n, TCPConfig{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -25,7 +28,7 @@ func benchWorld(b *testing.B, kind string, n int) []Comm {
 			b.Cleanup(func() { c.Close() })
 		}
 	case "spray":
-		w, err := LocalSpray(ctx, n, LocalSprayConfig{})
+		w, err := collectivetest.Spray(ctx, n, collectivetest.SprayConfig{})
 		if err != nil {
 			b.Fatal(err)
 		}

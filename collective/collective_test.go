@@ -1,4 +1,4 @@
-package collective
+package collective_test
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 
 	"github.com/sprayfabric/spray/internal/testutil"
 )
@@ -23,7 +26,7 @@ func tcpWorld(t *testing.T, n int) world {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := LocalTCP(ctx, n, TCPConfig{})
+	cs, err := collectivetest.TCP(ctx, n, TCPConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +38,17 @@ func tcpWorld(t *testing.T, n int) world {
 	return w
 }
 
-func sprayWorld(t *testing.T, n int, cfg LocalSprayConfig) world {
+func sprayWorld(t *testing.T, n int, cfg collectivetest.SprayConfig) world {
 	t.Helper()
+	if cfg.Transport.Seed == 0 {
+		cfg.Transport.Seed = testutil.Seed(t)
+	}
+	if cfg.Fabric.Seed == 0 {
+		cfg.Fabric.Seed = testutil.Seed(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lw, err := LocalSpray(ctx, n, cfg)
+	lw, err := collectivetest.Spray(ctx, n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +279,7 @@ func TestCollectives(t *testing.T) {
 	rng := testutil.Rand(t)
 	opt := &Options{ChunkBytes: 1000} // not a multiple of 8: partial chunks
 	for _, p := range worldSizes {
-		for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+		for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, collectivetest.SprayConfig{}) }} {
 			w := mk(t, p)
 			t.Run(fmt.Sprintf("%s/%d", w.name, p), func(t *testing.T) {
 				sizes := []int{0, 1, 2, 5, 257, 3000}
@@ -286,3 +295,11 @@ func TestCollectives(t *testing.T) {
 }
 
 func isInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
+
+// TestRingOnPowerOfTwo forces the ring where recursive doubling would run.
+func TestRingOnPowerOfTwo(t *testing.T) {
+	rng := testutil.Rand(t)
+	w := tcpWorld(t, 4)
+	checkAllReduce[int32](t, w, rng, 7, Sum, &Options{SmallBytes: -1})
+	checkAllReduce[float32](t, w, rng, 1000, Min, &Options{SmallBytes: -1, ChunkBytes: 1})
+}

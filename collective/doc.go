@@ -10,7 +10,7 @@
 // SprayConfig.NextHop when peers sit behind routers, as on a leaf-spine
 // fabric, so that frames go to the router's MAC). Both implement Comm,
 // ordered point to point messages between ranks, and every collective
-// works over any Comm. LocalTCP and LocalSpray build a whole world inside one process
+// works over any Comm. Package collectivetest builds a whole world inside one process
 // (loopback TCP, or one link/mem fabric) for tests and examples.
 //
 // The collectives are generic over Element (float32, float64, int32) with

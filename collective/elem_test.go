@@ -1,8 +1,10 @@
-package collective
+package collective_test
 
 import (
 	"math"
 	"testing"
+
+	. "github.com/sprayfabric/spray/collective"
 
 	"github.com/sprayfabric/spray/internal/testutil"
 )
@@ -15,17 +17,17 @@ func TestElemsOfMisaligned(t *testing.T) {
 	raw := make([]byte, len(x)*8+1)
 	for shift := range 2 {
 		b := raw[shift : shift+len(x)*8]
-		copy(b, bytesOf(x))
+		copy(b, BytesOf(x))
 		var scratch []float64
-		got := elemsOf(b, &scratch)
+		got := ElemsOf(b, &scratch)
 		equal(t, "view", got, x)
 		dst := values[float64](rng, len(x))
 		want := refReduce([][]float64{dst, x}, Max)
-		reduce(dst, got, Max)
+		Reduce(dst, got, Max)
 		equal(t, "reduced", dst, want)
 	}
-	if got := elemsOf[int32](nil, new([]int32)); len(got) != 0 {
-		t.Fatalf("elemsOf(nil) = %v", got)
+	if got := ElemsOf[int32](nil, new([]int32)); len(got) != 0 {
+		t.Fatalf("ElemsOf(nil) = %v", got)
 	}
 }
 
@@ -34,7 +36,7 @@ func TestReduceNaNAndZeros(t *testing.T) {
 	negz := float32(math.Copysign(0, -1))
 	a := []float32{1, nan, 0, negz}
 	b := []float32{nan, 1, negz, 0}
-	reduce(a, b, Min)
+	Reduce(a, b, Min)
 	if !math.IsNaN(float64(a[0])) || !math.IsNaN(float64(a[1])) || !math.Signbit(float64(a[2])) || !math.Signbit(float64(a[3])) {
 		t.Fatalf("min: %v", a)
 	}
@@ -43,12 +45,4 @@ func TestReduceNaNAndZeros(t *testing.T) {
 			t.Fatalf("empty name for op %d", op)
 		}
 	}
-}
-
-// TestRingOnPowerOfTwo forces the ring where recursive doubling would run.
-func TestRingOnPowerOfTwo(t *testing.T) {
-	rng := testutil.Rand(t)
-	w := tcpWorld(t, 4)
-	checkAllReduce[int32](t, w, rng, 7, Sum, &Options{SmallBytes: -1})
-	checkAllReduce[float32](t, w, rng, 1000, Min, &Options{SmallBytes: -1, ChunkBytes: 1})
 }

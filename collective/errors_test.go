@@ -1,9 +1,7 @@
-package collective
+package collective_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -13,145 +11,17 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
+
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/transport"
 )
 
-func TestBootstrapRounds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 5
-	got := make([][][]byte, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			cfg := BootstrapConfig{Rank: r, Size: n, Addr: ln.Addr().String()}
-			if r == 0 {
-				cfg.Listener = ln
-			} else {
-				time.Sleep(time.Duration(r) * 10 * time.Millisecond) // ranks join in any order
-			}
-			b, err := NewBootstrap(ctx, cfg)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer b.Close()
-			if got[r], errs[r] = b.AllGather(ctx, bytes.Repeat([]byte{byte(r)}, r)); errs[r] != nil {
-				return
-			}
-			errs[r] = b.Barrier(ctx)
-		})
-	}
-	wg.Wait()
-	for r := range n {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		for k := range n {
-			if !bytes.Equal(got[r][k], bytes.Repeat([]byte{byte(k)}, k)) {
-				t.Fatalf("rank %d got %v from rank %d", r, got[r][k], k)
-			}
-		}
-	}
-}
-
-// rank0 starts rank 0 of a world of size n on a loopback listener and
-// returns its address and a channel with NewBootstrap's error.
-func rank0(t *testing.T, ctx context.Context, n int) (string, <-chan error) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		b, err := NewBootstrap(ctx, BootstrapConfig{Rank: 0, Size: n, Listener: ln})
-		if err == nil {
-			b.Close()
-		}
-		errc <- err
-	}()
-	return ln.Addr().String(), errc
-}
-
-func hello(rank, size uint32) []byte {
-	h := make([]byte, 16)
-	binary.BigEndian.PutUint32(h[0:], bootMagic)
-	binary.BigEndian.PutUint32(h[4:], bootVersion)
-	binary.BigEndian.PutUint32(h[8:], rank)
-	binary.BigEndian.PutUint32(h[12:], size)
-	return h
-}
-
-func TestBootstrapBadHello(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		hello [][]byte
-	}{
-		{"garbage", [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n")}},
-		{"short", [][]byte{hello(1, 3)[:10]}},
-		{"wrong size", [][]byte{hello(1, 4)}},
-		{"rank 0", [][]byte{hello(0, 3)}},
-		{"rank out of range", [][]byte{hello(3, 3)}},
-		{"duplicate rank", [][]byte{hello(2, 3), hello(2, 3)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			addr, errc := rank0(t, ctx, 3)
-			for _, h := range tc.hello {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				c.Write(h)
-				if len(h) < 16 {
-					c.(*net.TCPConn).CloseWrite()
-				}
-			}
-			if err := <-errc; !errors.Is(err, ErrBootstrap) {
-				t.Fatalf("rank 0 returned %v, want ErrBootstrap", err)
-			}
-		})
-	}
-}
-
-func TestBootstrapTimeout(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nobody listens: rank 1 retries until its context ends
-	_, err = NewBootstrap(ctx, BootstrapConfig{Rank: 1, Size: 2, Addr: addr})
-	if !errors.Is(err, ErrBootstrap) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want ErrBootstrap and DeadlineExceeded", err)
-	}
-	addr, errc := rank0(t, ctx, 2) // rank 1 never comes
-	_ = addr
-	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("rank 0 got %v, want DeadlineExceeded", err)
-	}
-	for _, cfg := range []BootstrapConfig{{Rank: 2, Size: 2}, {Rank: -1, Size: 2}, {Size: 0}, {Size: MaxWorld + 1}, {Size: 1, MaxBlob: -1}} {
-		if _, err := NewBootstrap(context.Background(), cfg); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%+v: got %v, want ErrInvalid", cfg, err)
-		}
-	}
-}
-
 // TestCommErrors checks both Comms: bad peers, cancelled and closed calls.
 func TestCommErrors(t *testing.T) {
-	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, collectivetest.SprayConfig{}) }} {
 		t.Run("", func(t *testing.T) {
 			w := mk(t, 2)
 			a, b := w.comms[0], w.comms[1]
@@ -202,7 +72,7 @@ func TestCommErrors(t *testing.T) {
 func TestTCPMessageBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := LocalTCP(ctx, 2, TCPConfig{MaxMessage: 16})
+	cs, err := collectivetest.TCP(ctx, 2, TCPConfig{MaxMessage: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +93,7 @@ func TestTCPMessageBound(t *testing.T) {
 // wrong results. A rank that saw the mismatch first may cancel its own
 // send, so its partner may only see its context end.
 func TestMismatch(t *testing.T) {
-	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+	for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, collectivetest.SprayConfig{}) }} {
 		w := mk(t, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
@@ -276,7 +146,7 @@ func TestAbsentRank(t *testing.T) {
 // TestBarrier: after Barrier returns on any rank, every rank has entered it.
 func TestBarrier(t *testing.T) {
 	for _, p := range worldSizes {
-		for _, w := range []world{tcpWorld(t, p), sprayWorld(t, p, LocalSprayConfig{})} {
+		for _, w := range []world{tcpWorld(t, p), sprayWorld(t, p, collectivetest.SprayConfig{})} {
 			for round := range 3 {
 				var entered atomic.Int32
 				w.run(t, func(ctx context.Context, r int, c Comm) error {
@@ -300,7 +170,7 @@ func TestBarrier(t *testing.T) {
 func TestRoCEProfile(t *testing.T) {
 	seed := testutil.Seed(t)
 	rng := testutil.Rand(t)
-	w := sprayWorld(t, 3, LocalSprayConfig{
+	w := sprayWorld(t, 3, collectivetest.SprayConfig{
 		Fabric:    mem.Config{Seed: seed, Loss: 0.005},
 		Transport: transport.Config{Profile: transport.RoCE, Seed: seed, MinRTO: time.Millisecond},
 	})

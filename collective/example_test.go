@@ -10,6 +10,7 @@ import (
 
 	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 )
 
 // An all-reduce over four ranks in one process (spray QPs over an
@@ -18,7 +19,7 @@ import (
 func ExampleAllReduce() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := collective.LocalSpray(ctx, 4, collective.LocalSprayConfig{})
+	w, err := collectivetest.Spray(ctx, 4, collectivetest.SprayConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package collective
+package collective_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	. "github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
@@ -23,7 +26,7 @@ func TestCollectivesLarge(t *testing.T) {
 		big, blk = 64<<10, 8<<10
 	}
 	for _, p := range []int{2, 3, 8} {
-		for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, LocalSprayConfig{}) }} {
+		for _, mk := range []func(*testing.T, int) world{tcpWorld, func(t *testing.T, n int) world { return sprayWorld(t, n, collectivetest.SprayConfig{}) }} {
 			w := mk(t, p)
 			t.Run(fmt.Sprintf("%s/%d", w.name, p), func(t *testing.T) {
 				start := time.Now()
@@ -84,7 +87,7 @@ func TestAllReduceRealFloats(t *testing.T) {
 func TestCollectivesLossySpray(t *testing.T) {
 	seed := testutil.Seed(t)
 	rng := testutil.Rand(t)
-	w := sprayWorld(t, 4, LocalSprayConfig{
+	w := sprayWorld(t, 4, collectivetest.SprayConfig{
 		Fabric:    mem.Config{Seed: seed, Loss: 0.01, Dup: 0.01, Reorder: 0.2, ReorderDelay: 20 * time.Microsecond},
 		Transport: transport.Config{Seed: seed, MinRTO: time.Millisecond},
 	})

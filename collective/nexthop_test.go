@@ -1,4 +1,4 @@
-package collective
+package collective_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
@@ -42,7 +45,7 @@ func TestSprayNextHop(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	asked := map[netip.Addr]int{}
-	comms, err := localWorld(ctx, n, func(ctx context.Context, r int, b *Bootstrap) (*SprayComm, error) {
+	comms, err := collectivetest.World(ctx, n, func(ctx context.Context, r int, b *Bootstrap) (*SprayComm, error) {
 		return NewSprayCommConfig(ctx, eps[r], b, SprayConfig{NextHop: func(_ context.Context, ip netip.Addr) ([6]byte, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -75,7 +78,7 @@ func TestSprayNextHop(t *testing.T) {
 	})
 
 	errNoRoute := errors.New("no route")
-	_, err = localWorld(ctx, 2, func(ctx context.Context, r int, b *Bootstrap) (*SprayComm, error) {
+	_, err = collectivetest.World(ctx, 2, func(ctx context.Context, r int, b *Bootstrap) (*SprayComm, error) {
 		return NewSprayCommConfig(ctx, eps[r], b, SprayConfig{NextHop: func(context.Context, netip.Addr) ([6]byte, error) {
 			return [6]byte{}, errNoRoute
 		}})

@@ -1,4 +1,4 @@
-package collective
+package collective_test
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	. "github.com/sprayfabric/spray/collective"
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/udp"

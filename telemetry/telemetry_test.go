@@ -30,6 +30,9 @@ type pair struct {
 
 func newPair(t *testing.T, mc mem.Config, cfg transport.Config) *pair {
 	t.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = testutil.Seed(t)
+	}
 	fab := mem.NewFabric(mc, clock.NewSystem())
 	pa, err := fab.NewPort([6]byte{2, 0, 0, 0, 0, 0xa}, netip.MustParseAddr("10.0.0.1"))
 	if err != nil {

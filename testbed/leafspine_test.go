@@ -281,7 +281,10 @@ func TestLeafSpine(t *testing.T) {
 
 // TestLeafSpineShaping sends UDP for a second at about three times the
 // fabric's rate over one path and checks that the receiver gets no more
-// than the rate, and that a switch queue dropped the excess.
+// bytes than the rate allows from the first send to the end of the drain,
+// and that a switch queue dropped the excess. (The rate between the first
+// and last arrival is only logged: a receiver that the machine's load
+// delays reads a backlog in a burst, which shortens that span.)
 func TestLeafSpineShaping(t *testing.T) {
 	const rate = 50e6
 	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 2, Rate: "50mbit"})
@@ -294,6 +297,7 @@ func TestLeafSpineShaping(t *testing.T) {
 	const size = 1400
 	msg := make([]byte, size)
 	sent := 0
+	t0 := time.Now()
 	err := a.Do(func() error {
 		c, err := net.ListenPacket("udp4", net.JoinHostPort(a.IP.String(), "0"))
 		if err != nil {
@@ -319,6 +323,7 @@ func TestLeafSpineShaping(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the queues drain
+	window := time.Since(t0)
 	r.stop()
 	r.mu.Lock()
 	n, first, last := r.n, r.first, r.last
@@ -327,9 +332,9 @@ func TestLeafSpineShaping(t *testing.T) {
 		t.Fatalf("%d of %d datagrams arrived", n, sent)
 	}
 	got := float64((n-1)*(size+42)*8) / last.Sub(first).Seconds()
-	t.Logf("sent %d datagrams, %d arrived at %.1f Mbit/s (shaped at %.0f)", sent, n, got/1e6, rate/1e6)
-	if got > 1.2*rate {
-		t.Fatalf("receiver got %.1f Mbit/s through a %.0f Mbit/s fabric", got/1e6, rate/1e6)
+	t.Logf("sent %d datagrams, %d arrived at %.1f Mbit/s between the first and the last (shaped at %.0f)", sent, n, got/1e6, rate/1e6)
+	if bits, most := float64(n*(size+42)*8), 1.2*rate*window.Seconds(); bits > most {
+		t.Fatalf("%.0f bits arrived in %v through a %.0f Mbit/s fabric, at most %.0f could", bits, window.Round(time.Millisecond), rate/1e6, most)
 	}
 	st, err := f.PortStats()
 	if err != nil {

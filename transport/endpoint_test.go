@@ -17,6 +17,9 @@ import (
 // endpointPair is two Endpoints over a link/mem fabric on the real clock.
 func endpointPair(t *testing.T, mc mem.Config, cfg Config) (*mem.Fabric, *Endpoint, *Endpoint, *Conn, *Conn) {
 	t.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = testutil.Seed(t)
+	}
 	fab := mem.NewFabric(mc, clock.NewSystem())
 	pa, err := fab.NewPort(macA, ipA)
 	if err != nil {

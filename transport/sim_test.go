@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 )
 
@@ -31,6 +32,9 @@ type simPair struct {
 
 func newSimPair(t testing.TB, mc mem.Config, cfg Config) *simPair {
 	t.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = testutil.Seed(t)
+	}
 	s := &simPair{t: t, clk: &clock.Sim{}}
 	s.fab = mem.NewFabric(mc, s.clk)
 	pa, err := s.fab.NewPort(macA, ipA)

@@ -24,6 +24,7 @@ import (
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link/route"
 	"github.com/sprayfabric/spray/multipath"
@@ -377,7 +378,7 @@ func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
 	link := "mem"
 	if f.transport == "tcp" {
 		link = "loopback"
-		cs, err := collective.LocalTCP(ctx, f.world, collective.TCPConfig{})
+		cs, err := collectivetest.TCP(ctx, f.world, collective.TCPConfig{})
 		if err != nil {
 			return err
 		}
@@ -386,9 +387,9 @@ func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
 			comms = append(comms, c)
 		}
 	} else {
-		// LocalSpray raises the RTO floor: every rank's engine shares this
+		// collectivetest.Spray raises the RTO floor: every rank's engine shares this
 		// machine's cores.
-		w, err := collective.LocalSpray(ctx, f.world, collective.LocalSprayConfig{Transport: f.transportConfig(0)})
+		w, err := collectivetest.Spray(ctx, f.world, collectivetest.SprayConfig{Transport: f.transportConfig(0)})
 		if err != nil {
 			return err
 		}

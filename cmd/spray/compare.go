@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ Runs the same all-to-all (one rank per host) with classic RoCE (ECMP, Go-Back-N,
 Timeout as RoCE NICs run it: 67 ms by default, --roce-ack-timeout), spray
 (adaptive spraying, selective repeat, INT) and kernel TCP, one after the other, under each
 scenario, on one leaf-spine testbed; prints one row per profile and scenario, writes the rows as
-JSON and the CDF of the all-to-all completion times as a PNG.
+JSON and the CDF of the all-to-all completion times as a PNG into --out (results/ by default).
 
   sudo spray compare                          the default testbed, every scenario
   sudo spray compare --scenarios lossless,loss0.1 --size 4M --iters 50
@@ -82,8 +83,9 @@ func runCompare(args []string) error {
 	sprayCC := fs.String("cc-spray", bench.DefaultSprayCC, "congestion control of spray: hpcc, swift, auto, dcqcn, fixed, window or default")
 	roceCC := fs.String("cc-roce", bench.DefaultRoCECC, "congestion control of roce: dcqcn, fixed, window or default")
 	roceTimeout := fs.Int("roce-ack-timeout", transport.DefaultLocalAckTimeout, "roce's Local ACK Timeout exponent: a fixed retransmission timer of 4.096us x 2^N, as ibv_modify_qp's timeout (perftest 14, NCCL 20); -1: an adaptive timer instead")
-	jsonFile := fs.String("json", "compare.json", "write the rows here as JSON (\"\": don't)")
-	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs here as PNG (\"\": don't)")
+	outDir := fs.String("out", "results", "folder for the JSON and PNG files (made if missing)")
+	jsonFile := fs.String("json", "compare.json", "write the rows as JSON to this file in --out (\"\": don't)")
+	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs as PNG to this file in --out (\"\": don't)")
 	loopback := fs.Bool("loopback", false, "run on loopback even as root")
 	seed := fs.Uint64("seed", 1, "seed for the transports, faults and payloads")
 	pairwise := fs.Bool("pairwise", false, "all-to-all in p-1 pairwise rounds (default: every peer at once, as NCCL groups its sends)")
@@ -150,7 +152,19 @@ func runCompare(args []string) error {
 		return err
 	}
 	var wrote []string
+	if *jsonFile != "" || *pngFile != "" {
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+			return fmt.Errorf("compare: --out: %w", err)
+		}
+	}
+	inOut := func(name string) string {
+		if filepath.IsAbs(name) {
+			return name
+		}
+		return filepath.Join(*outDir, name)
+	}
 	if *jsonFile != "" {
+		*jsonFile = inOut(*jsonFile)
 		f, err := os.Create(*jsonFile)
 		if err != nil {
 			return err
@@ -165,6 +179,7 @@ func runCompare(args []string) error {
 		wrote = append(wrote, *jsonFile)
 	}
 	if *pngFile != "" {
+		*pngFile = inOut(*pngFile)
 		f, err := os.Create(*pngFile)
 		if err != nil {
 			return err

@@ -15,13 +15,13 @@ import (
 
 // TestCompareLoopbackCLI runs spray compare on loopback (forced, so that
 // it also runs as root) with a small workload and checks the files it
-// writes: the JSON holds a row per profile, every element right, and the
-// PNG decodes.
+// writes into --out, a folder it makes: the JSON holds a row per profile,
+// every element right, and the PNG decodes.
 func TestCompareLoopbackCLI(t *testing.T) {
-	dir := t.TempDir()
-	js, img := filepath.Join(dir, "c.json"), filepath.Join(dir, "c.png")
+	dir := filepath.Join(t.TempDir(), "out")
+	js, img := filepath.Join(dir, "compare.json"), filepath.Join(dir, "compare.png")
 	if err := runCompare([]string{"--loopback", "--scenarios", "lossless", "--size", "256K", "--iters", "5",
-		"--json", js, "--png", img}); err != nil {
+		"--out", dir}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(js)
@@ -32,8 +32,8 @@ func TestCompareLoopbackCLI(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Mode != "loopback" || len(res.Rows) != 3 {
-		t.Fatalf("mode %q, %d rows, want loopback and 3", res.Mode, len(res.Rows))
+	if res.Mode != "loopback" || len(res.Rows) != 3 || res.Iterations != 5 {
+		t.Fatalf("mode %q, %d rows, %d iterations, want loopback, 3 and 5", res.Mode, len(res.Rows), res.Iterations)
 	}
 	for _, r := range res.Rows {
 		if r.Err != "" || r.Wrong != 0 || r.Iters != 5 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sprayfabric/spray/internal/testutil"
-	"github.com/sprayfabric/spray/link/pcap"
+	"github.com/sprayfabric/spray/internal/wirecheck"
 )
 
 // TestPerfMem runs the README's main command, shortened.
@@ -29,9 +29,9 @@ func TestPerfPairPcap(t *testing.T) {
 		"--size", "65536", "--pings", "20", "--pcap", f, "--json"}); err != nil {
 		t.Fatal(err)
 	}
-	fields, err := pcap.CheckWithTshark(f)
+	fields, err := wirecheck.CheckWithTshark(f)
 	switch {
-	case errors.Is(err, pcap.ErrToolMissing):
+	case errors.Is(err, wirecheck.ErrToolMissing):
 		t.Log("tshark not installed: BTH check skipped")
 	case err != nil:
 		t.Fatal(err)
@@ -41,9 +41,9 @@ func TestPerfPairPcap(t *testing.T) {
 		}
 		t.Logf("tshark agrees with spray on %d frames", len(fields))
 	}
-	n, err := pcap.CheckICRCWithScapy(f)
+	n, err := wirecheck.CheckICRCWithScapy(f)
 	switch {
-	case errors.Is(err, pcap.ErrToolMissing):
+	case errors.Is(err, wirecheck.ErrToolMissing):
 		t.Log("scapy not installed: ICRC check skipped")
 	case err != nil:
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 )
 
 func main() {
@@ -39,12 +40,12 @@ func main() {
 		}
 	}
 
-	spray, err := collective.LocalSpray(ctx, n, collective.LocalSprayConfig{})
+	spray, err := collectivetest.Spray(ctx, n, collectivetest.SprayConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer spray.Close()
-	tcp, err := collective.LocalTCP(ctx, n, collective.TCPConfig{})
+	tcp, err := collectivetest.TCP(ctx, n, collective.TCPConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

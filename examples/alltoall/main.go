@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/collective/collectivetest"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func main() {
 	defer cancel()
 
 	// n ranks, n spray Endpoints on one in-memory fabric, one QP per pair.
-	world, err := collective.LocalSpray(ctx, *ranks, collective.LocalSprayConfig{})
+	world, err := collectivetest.Spray(ctx, *ranks, collectivetest.SprayConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

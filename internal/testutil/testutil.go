@@ -1,31 +1,142 @@
 // Package testutil holds helpers for spray's tests: seeded randomness that is
-// logged and replayable, and root/kernel-feature skips.
+// fixed by default, logged and replayable, and root/kernel-feature skips.
+//
+// Seeds come from the environment:
+//
+//   - by default each test's seed is derived from its name, so every run of
+//     the suite draws the same numbers and a failure repeats;
+//   - SPRAY_SEED=N gives every test the seed N (to replay a failure, run the
+//     one failing test with the seed it logged);
+//   - SPRAY_RANDOM_SEEDS=1 draws a fresh random seed per test, to search for
+//     seeds that break a test (scripts/soak-seeds runs this in a loop).
+//
+// A test that fails logs its seed and the command that replays it.
 package testutil
 
 import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
-	"time"
 )
 
-// Seed returns the seed for a randomized test: SPRAY_SEED from the
-// environment when set, otherwise one derived from the clock. It logs the
-// seed so that a failure can be replayed with SPRAY_SEED=<seed>.
+// Environment variables read by Seed.
+const (
+	// EnvSeed replays one seed: every test that calls Seed gets its value.
+	EnvSeed = "SPRAY_SEED"
+	// EnvRandomSeeds, set to 1, gives each test a fresh random seed.
+	EnvRandomSeeds = "SPRAY_RANDOM_SEEDS"
+)
+
+var (
+	seedsMu sync.Mutex
+	seeds   = map[testing.TB]uint64{}
+)
+
+// Seed returns the seed for a randomized test. Every call within one test
+// returns the same value, so that a replay with SPRAY_SEED reproduces the
+// whole test. The seed is:
+//
+//   - SPRAY_SEED when set;
+//   - otherwise a random one when SPRAY_RANDOM_SEEDS=1;
+//   - otherwise fixed, derived from the test's name.
+//
+// It logs the seed once per test and, should the test fail, the command
+// that replays it.
 func Seed(tb testing.TB) uint64 {
 	tb.Helper()
-	if s := os.Getenv("SPRAY_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 0, 64)
-		if err != nil {
-			tb.Fatalf("SPRAY_SEED=%q: %v", s, err)
-		}
-		tb.Logf("seed %d (from SPRAY_SEED)", v)
+	seedsMu.Lock()
+	v, ok := seeds[tb]
+	seedsMu.Unlock()
+	if ok {
 		return v
 	}
-	v := uint64(time.Now().UnixNano())
-	tb.Logf("seed %d (replay with SPRAY_SEED=%d)", v, v)
+	v, how, err := pick(tb.Name())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seedsMu.Lock()
+	seeds[tb] = v
+	seedsMu.Unlock()
+	tb.Logf("seed %d (%s)", v, how)
+	tb.Cleanup(func() {
+		seedsMu.Lock()
+		delete(seeds, tb)
+		seedsMu.Unlock()
+		if tb.Failed() {
+			tb.Logf("replay: %s=%d go test -count=1 -run '%s' %s", EnvSeed, v, RunPattern(tb.Name()), packageDir())
+		}
+	})
 	return v
+}
+
+// pick chooses the seed for the test named name, and says where it came from.
+func pick(name string) (uint64, string, error) {
+	if s := os.Getenv(EnvSeed); s != "" {
+		v, err := strconv.ParseUint(s, 0, 64)
+		if err != nil {
+			return 0, "", fmt.Errorf("%s=%q: %v", EnvSeed, s, err)
+		}
+		return v, "from " + EnvSeed, nil
+	}
+	if r := os.Getenv(EnvRandomSeeds); r != "" && r != "0" {
+		var b [8]byte
+		if _, err := crand.Read(b[:]); err != nil {
+			return 0, "", fmt.Errorf("drawing a random seed: %v", err)
+		}
+		v := binary.LittleEndian.Uint64(b[:])
+		return v, fmt.Sprintf("random: replay with %s=%d", EnvSeed, v), nil
+	}
+	return NameSeed(name), "fixed by the test's name", nil
+}
+
+// NameSeed is the default seed of the test named name: FNV-1a of the name.
+func NameSeed(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// RunPattern returns a -run pattern that selects exactly the test (or
+// subtest) named name.
+func RunPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// packageDir returns the test's package directory relative to the module
+// root ("./transport"), where go test runs the test binary; "." when the
+// module root cannot be found.
+func packageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			rel, err := filepath.Rel(dir, wd)
+			if err != nil || rel == "." {
+				return "."
+			}
+			return "./" + filepath.ToSlash(rel)
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "."
+		}
+		dir = up
+	}
 }
 
 // Rand returns a PCG source seeded by Seed.

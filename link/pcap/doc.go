@@ -4,11 +4,9 @@
 //
 // Use it to debug or audit the transport on any link (AF_XDP, raw, UDP, the
 // in-memory fabric): wrap the link before handing it to the engine, and
-// close the Writer after the engine stops. CheckWithTshark and
-// CheckICRCWithScapy run the two reference dissectors on such a file and
-// compare what they read with spray's own codec (package transport/wire);
-// they need tshark and Debian's python3-scapy and report ErrToolMissing
-// without them.
+// close the Writer after the engine stops. ReadFile reads such a file back.
+// Spray's own tests hand captures to tshark and scapy to cross-check the
+// codec (internal/wirecheck).
 //
 // The file format is the classic one (not pcapng): little-endian, version
 // 2.4, nanosecond timestamps (magic 0xa1b23c4d), snapshot length 65535,

@@ -1,10 +1,9 @@
-package pcap
+package pcap_test
 
 import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,24 +12,23 @@ import (
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/internal/wirecheck"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/link/pcap"
 	"github.com/sprayfabric/spray/transport"
 	"github.com/sprayfabric/spray/transport/transporttest"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
-// The addresses of the pair's ports.
-var (
-	macA, macB = transporttest.MACA, transporttest.MACB
-	ipA, ipB   = transporttest.IPA, transporttest.IPB
-)
+// The MAC addresses of the pair's ports.
+var macA, macB = transporttest.MACA, transporttest.MACB
 
 // transfer runs a few SENDs and WRITEs from A to B between two engines over
 // a link/mem fabric under a simulated clock (a transporttest.Pair), with A's
 // link wrapped by Wrap on wa and B's on wb, and checks that every message
 // arrives intact.
-func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writer) {
+func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *pcap.Writer) {
 	t.Helper()
 	p := transporttest.NewPairWith(t,
 		mem.Config{
@@ -39,8 +37,8 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writ
 		},
 		transport.Config{Profile: profile, MTU: 1514, Window: 128, Seed: seed, MinRTO: time.Millisecond},
 		transporttest.Options{
-			WrapA: func(l link.Link) link.Link { return Wrap(l, wa) },
-			WrapB: func(l link.Link) link.Link { return Wrap(l, wb) },
+			WrapA: func(l link.Link) link.Link { return pcap.Wrap(l, wa) },
+			WrapB: func(l link.Link) link.Link { return pcap.Wrap(l, wb) },
 		})
 	ea, eb, qa := p.A, p.B, p.QA
 	region := make([]byte, 64<<10)
@@ -107,13 +105,13 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *Writ
 	}
 }
 
-func createWriter(t *testing.T, path string) *Writer {
+func createWriter(t *testing.T, path string) *pcap.Writer {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(f)
+	w, err := pcap.NewWriter(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +120,7 @@ func createWriter(t *testing.T, path string) *Writer {
 
 // TestEndToEnd captures both ends of a RoCE-profile and a Spray-profile
 // transfer, checks that the captures agree with each other and with spray's
-// decoder, and has tshark and scapy read them.
+// decoder, and has tshark and scapy read them (package wirecheck).
 func TestEndToEnd(t *testing.T) {
 	seed := testutil.Seed(t)
 	dir := t.TempDir()
@@ -136,11 +134,11 @@ func TestEndToEnd(t *testing.T) {
 	if err := wb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ra, err := readFile(pathA)
+	ra, err := pcap.ReadFile(pathA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := readFile(pathB)
+	rb, err := pcap.ReadFile(pathB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,21 +150,21 @@ func TestEndToEnd(t *testing.T) {
 	classic := 0
 	var p wire.Packet
 	for _, side := range []struct {
-		recs       []record
+		recs       []pcap.Record
 		mac        [6]byte
 		sent, recv *[][]byte
 	}{{ra, macA, &aSent, &aRecv}, {rb, macB, &bSent, &bRecv}} {
 		for i, rc := range side.recs {
-			if err := wire.Decode(rc.data, &p); err != nil {
+			if err := wire.Decode(rc.Data, &p); err != nil {
 				t.Fatalf("frame %d does not decode: %v", i+1, err)
 			}
 			if side.mac == macA && p.BTH.Opcode < wire.OpSprayData {
 				classic++
 			}
-			if [6]byte(rc.data[6:12]) == side.mac {
-				*side.sent = append(*side.sent, rc.data)
+			if [6]byte(rc.Data[6:12]) == side.mac {
+				*side.sent = append(*side.sent, rc.Data)
 			} else {
-				*side.recv = append(*side.recv, rc.data)
+				*side.recv = append(*side.recv, rc.Data)
 			}
 		}
 	}
@@ -187,8 +185,8 @@ func TestEndToEnd(t *testing.T) {
 	t.Logf("A's capture: %d frames sent, %d received, %d with classic opcodes", len(aSent), len(aRecv), classic)
 
 	t.Run("tshark", func(t *testing.T) {
-		fields, err := CheckWithTshark(pathA)
-		if errors.Is(err, ErrToolMissing) {
+		fields, err := wirecheck.CheckWithTshark(pathA)
+		if errors.Is(err, wirecheck.ErrToolMissing) {
 			t.Skipf("skipping the Wireshark cross-check: %v", err)
 		}
 		if err != nil {
@@ -200,8 +198,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Logf("tshark reads the opcode, QP and PSN of all %d frames as spray does", len(fields))
 	})
 	t.Run("scapy", func(t *testing.T) {
-		n, err := CheckICRCWithScapy(pathA)
-		if errors.Is(err, ErrToolMissing) {
+		n, err := wirecheck.CheckICRCWithScapy(pathA)
+		if errors.Is(err, wirecheck.ErrToolMissing) {
 			t.Skipf("skipping the scapy ICRC cross-check: %v", err)
 		}
 		if err != nil {
@@ -216,58 +214,19 @@ func TestEndToEnd(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "bad.pcap")
 		w := createWriter(t, bad)
 		for _, rc := range ra {
-			fr := bytes.Clone(rc.data)
+			fr := bytes.Clone(rc.Data)
 			if err := wire.Decode(fr, &p); err == nil && p.BTH.Opcode < wire.OpSprayData && len(p.Payload) > 0 {
 				p.Payload[0] ^= 1
 			}
-			if err := w.WritePacket(rc.ts, fr); err != nil {
+			if err := w.WritePacket(rc.Time, fr); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := CheckICRCWithScapy(bad); !errors.Is(err, ErrMismatch) {
+		if _, err := wirecheck.CheckICRCWithScapy(bad); !errors.Is(err, wirecheck.ErrMismatch) {
 			t.Fatalf("a corrupted frame passes the scapy check: %v", err)
 		}
 	})
-}
-
-func TestToolMissing(t *testing.T) {
-	t.Setenv("PATH", "")
-	_, err := CheckWithTshark("nowhere.pcap")
-	if !errors.Is(err, ErrToolMissing) {
-		t.Fatalf("tshark not in PATH: %v", err)
-	}
-}
-
-func TestICRCBytes(t *testing.T) {
-	var p wire.Packet
-	p.Eth = wire.Eth{Dst: macB, Src: macA}
-	p.IP = wire.IP{Src: ipA, Dst: ipB}
-	p.UDP = wire.UDP{Src: 50000, Dst: wire.UDPPort}
-	p.BTH = wire.BTH{Opcode: wire.OpSendOnly, DestQP: 0x123, PSN: 9}
-	for _, v6 := range []bool{false, true} {
-		for _, vlan := range []bool{false, true} {
-			if v6 {
-				p.IP.Src, p.IP.Dst = netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
-			}
-			p.Eth.HasVLAN = vlan
-			buf := make([]byte, 200)
-			n, err := wire.Encode(buf, &p, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			padded := append(buf[:n:n], make([]byte, 20)...) // Ethernet padding
-			got, ok := icrcBytes(padded)
-			if !ok || !bytes.Equal(got, buf[n-4:n]) {
-				t.Fatalf("v6 %v vlan %v: %x %v, want %x", v6, vlan, got, ok, buf[n-4:n])
-			}
-			for k := range n - 4 {
-				if _, ok := icrcBytes(buf[:k]); ok {
-					t.Fatalf("v6 %v vlan %v: ICRC found in %d of %d bytes", v6, vlan, k, n)
-				}
-			}
-		}
-	}
 }

@@ -18,26 +18,29 @@ var ErrFormat = errors.New("pcap: malformed capture file")
 // largest snapshot length tools write).
 const maxRecord = 256 << 10
 
-// record is one frame read back from a file.
-type record struct {
-	ts      time.Time
-	data    []byte
-	origLen uint32
+// Record is one frame read back from a capture file.
+type Record struct {
+	Time    time.Time
+	Data    []byte // the captured bytes, at most the file's snapshot length
+	OrigLen uint32 // the frame's length on the link
 }
 
-// readFile reads every record of the pcap file at path.
-func readFile(path string) ([]record, error) {
+// ReadFile reads every record of the classic pcap file of Ethernet frames at
+// path (either byte order, microsecond or nanosecond timestamps). A file
+// that is not one, or is truncated, gives an error wrapping ErrFormat.
+func ReadFile(path string) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return readRecords(f)
+	return Read(f)
 }
 
-// readRecords reads a classic pcap stream of Ethernet frames: either byte
-// order, microsecond or nanosecond timestamps.
-func readRecords(r io.Reader) ([]record, error) {
+// Read reads every record of a classic pcap stream of Ethernet frames, as
+// ReadFile does. It holds the whole capture in memory (at most 256 KiB per
+// record).
+func Read(r io.Reader) ([]Record, error) {
 	br := bufio.NewReader(r)
 	var h [fileHeaderLen]byte
 	if _, err := io.ReadFull(br, h[:]); err != nil {
@@ -60,7 +63,7 @@ func readRecords(r io.Reader) ([]record, error) {
 	if lt := bo.Uint32(h[20:]); lt != LinkTypeEthernet {
 		return nil, fmt.Errorf("%w: link type %d, want Ethernet (1)", ErrFormat, lt)
 	}
-	var recs []record
+	var recs []Record
 	var rh [recordHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(br, rh[:]); err == io.EOF {
@@ -81,6 +84,6 @@ func readRecords(r io.Reader) ([]record, error) {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrFormat, len(recs)+1, err)
 		}
 		ts := time.Unix(int64(bo.Uint32(rh[0:])), int64(time.Duration(frac)*unit))
-		recs = append(recs, record{ts: ts, data: data, origLen: origLen})
+		recs = append(recs, Record{Time: ts, Data: data, OrigLen: origLen})
 	}
 }

@@ -132,7 +132,7 @@ func TestWrap(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readRecords(&b)
+	recs, err := Read(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +140,11 @@ func TestWrap(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(recs), len(want))
 	}
 	for i, rc := range recs {
-		if !bytes.Equal(rc.data, want[i]) {
-			t.Fatalf("record %d: %x, want %x", i, rc.data, want[i])
+		if !bytes.Equal(rc.Data, want[i]) {
+			t.Fatalf("record %d: %x, want %x", i, rc.Data, want[i])
 		}
-		if time.Since(rc.ts) > time.Hour || time.Until(rc.ts) > time.Hour {
-			t.Fatalf("record %d stamped %v", i, rc.ts)
+		if time.Since(rc.Time) > time.Hour || time.Until(rc.Time) > time.Hour {
+			t.Fatalf("record %d stamped %v", i, rc.Time)
 		}
 	}
 

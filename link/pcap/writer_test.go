@@ -86,7 +86,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readFile(path)
+	recs, err := ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("read %d records, wrote %d", len(recs), len(want))
 	}
 	for i, rc := range recs {
-		if !rc.ts.Equal(want[i].ts) || !bytes.Equal(rc.data, want[i].frame) || int(rc.origLen) != len(want[i].frame) {
-			t.Fatalf("record %d: %v %d bytes (orig %d), wrote %v %d bytes", i, rc.ts, len(rc.data), rc.origLen, want[i].ts, len(want[i].frame))
+		if !rc.Time.Equal(want[i].ts) || !bytes.Equal(rc.Data, want[i].frame) || int(rc.OrigLen) != len(want[i].frame) {
+			t.Fatalf("record %d: %v %d bytes (orig %d), wrote %v %d bytes", i, rc.Time, len(rc.Data), rc.OrigLen, want[i].ts, len(want[i].frame))
 		}
 	}
 }
@@ -115,7 +115,7 @@ func TestSnapLenAndClampedTimes(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readRecords(&b)
+	recs, err := Read(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +123,12 @@ func TestSnapLenAndClampedTimes(t *testing.T) {
 		t.Fatalf("%d records", len(recs))
 	}
 	for _, rc := range recs {
-		if len(rc.data) != SnapLen || int(rc.origLen) != len(big) {
-			t.Fatalf("captured %d of %d bytes, want %d of %d", len(rc.data), rc.origLen, SnapLen, len(big))
+		if len(rc.Data) != SnapLen || int(rc.OrigLen) != len(big) {
+			t.Fatalf("captured %d of %d bytes, want %d of %d", len(rc.Data), rc.OrigLen, SnapLen, len(big))
 		}
 	}
-	if recs[0].ts.Unix() != 0 || recs[1].ts.Unix() != 1<<32-1 {
-		t.Fatalf("clamped times %v %v", recs[0].ts.Unix(), recs[1].ts.Unix())
+	if recs[0].Time.Unix() != 0 || recs[1].Time.Unix() != 1<<32-1 {
+		t.Fatalf("clamped times %v %v", recs[0].Time.Unix(), recs[1].Time.Unix())
 	}
 }
 
@@ -217,7 +217,7 @@ func TestConcurrent(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readRecords(&b)
+	recs, err := Read(&b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,9 +226,9 @@ func TestConcurrent(t *testing.T) {
 	}
 	seen := map[[2]int]bool{}
 	for _, rc := range recs {
-		g, i := rc.data[0], int(binary.BigEndian.Uint16(rc.data[1:]))
-		if len(rc.data) != 3+(i*37)%1500 || bytes.Count(rc.data[3:], []byte{g}) != len(rc.data)-3 {
-			t.Fatalf("record of %d bytes (writer %d, number %d) is not whole", len(rc.data), g, i)
+		g, i := rc.Data[0], int(binary.BigEndian.Uint16(rc.Data[1:]))
+		if len(rc.Data) != 3+(i*37)%1500 || bytes.Count(rc.Data[3:], []byte{g}) != len(rc.Data)-3 {
+			t.Fatalf("record of %d bytes (writer %d, number %d) is not whole", len(rc.Data), g, i)
 		}
 		seen[[2]int{int(g), i}] = true
 	}
@@ -274,15 +274,15 @@ func TestReadErrors(t *testing.T) {
 		"huge caplen":    mod(24+8, 1<<30),
 		"nanoseconds":    mod(24+4, 1e9),
 	} {
-		if _, err := readRecords(bytes.NewReader(b)); !errors.Is(err, ErrFormat) {
+		if _, err := Read(bytes.NewReader(b)); !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: %v, want ErrFormat", name, err)
 		}
 	}
 	// Microsecond and big-endian files read too.
 	be := []byte{0xa1, 0xb2, 0xc3, 0xd4, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 1,
 		0, 0, 0, 5, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 1, 0xaa}
-	recs, err := readRecords(bytes.NewReader(be))
-	if err != nil || len(recs) != 1 || !recs[0].ts.Equal(time.Unix(5, 7000)) || !bytes.Equal(recs[0].data, []byte{0xaa}) {
+	recs, err := Read(bytes.NewReader(be))
+	if err != nil || len(recs) != 1 || !recs[0].Time.Equal(time.Unix(5, 7000)) || !bytes.Equal(recs[0].Data, []byte{0xaa}) {
 		t.Fatalf("big-endian microsecond file: %v %+v", err, recs)
 	}
 }
@@ -298,7 +298,7 @@ func FuzzRead(f *testing.F) {
 	f.Add(b.Bytes())
 	f.Add(b.Bytes()[:30])
 	f.Fuzz(func(t *testing.T, data []byte) {
-		recs, err := readRecords(bytes.NewReader(data))
+		recs, err := Read(bytes.NewReader(data))
 		if err != nil {
 			if !errors.Is(err, ErrFormat) {
 				t.Fatalf("error %v does not wrap ErrFormat", err)
@@ -311,17 +311,17 @@ func FuzzRead(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, rc := range recs {
-			if err := w.WritePacket(rc.ts, rc.data); err != nil {
+			if err := w.WritePacket(rc.Time, rc.Data); err != nil {
 				t.Fatal(err)
 			}
 		}
 		_ = w.Flush()
-		again, err := readRecords(&out)
+		again, err := Read(&out)
 		if err != nil || len(again) != len(recs) {
 			t.Fatalf("reread: %v, %d records of %d", err, len(again), len(recs))
 		}
 		for i := range recs {
-			if !again[i].ts.Equal(recs[i].ts) || !bytes.Equal(again[i].data, recs[i].data) {
+			if !again[i].Time.Equal(recs[i].Time) || !bytes.Equal(again[i].Data, recs[i].Data) {
 				t.Fatalf("record %d changed", i)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/transport"
@@ -72,6 +73,9 @@ func NewPair(tb testing.TB, mc mem.Config, cfg transport.Config) *Pair {
 // NewPairWith is NewPair with the adjustments of o.
 func NewPairWith(tb testing.TB, mc mem.Config, cfg transport.Config, o Options) *Pair {
 	tb.Helper()
+	if cfg.Seed == 0 {
+		cfg.Seed = testutil.Seed(tb)
+	}
 	p := &Pair{Clock: &clock.Sim{}}
 	p.Fabric = mem.NewFabric(mc, p.Clock)
 	pa, err := p.Fabric.NewPort(MACA, IPA)

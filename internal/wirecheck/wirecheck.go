@@ -1,4 +1,11 @@
-package pcap
+// Package wirecheck cross-checks spray's wire codec with two reference
+// dissectors: Wireshark's InfiniBand dissector (tshark) and scapy's
+// contrib.roce. Tests capture a transfer with link/pcap and hand the file to
+// CheckWithTshark and CheckICRCWithScapy.
+//
+// The checks need the Debian packages tshark and python3-scapy; without them
+// they return an error wrapping ErrToolMissing, on which a test skips.
+package wirecheck
 
 import (
 	"bytes"
@@ -13,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sprayfabric/spray/link/pcap"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
@@ -20,10 +28,10 @@ import (
 var (
 	// ErrToolMissing is wrapped by the error of a check whose tool (tshark,
 	// or /usr/bin/python3 with scapy) is not installed.
-	ErrToolMissing = errors.New("pcap: cross-check tool not installed")
+	ErrToolMissing = errors.New("wirecheck: cross-check tool not installed")
 	// ErrMismatch is wrapped by the error of a check that found a frame on
 	// which the tool and spray's codec disagree.
-	ErrMismatch = errors.New("pcap: tool disagrees with spray's codec")
+	ErrMismatch = errors.New("wirecheck: tool disagrees with spray's codec")
 )
 
 // Python is the interpreter CheckICRCWithScapy runs: Debian's, which has the
@@ -50,13 +58,13 @@ type BTHFields struct {
 // tshark or different fields. Frames that wire.Decode rejects are not
 // compared. Without tshark in PATH it returns an error wrapping
 // ErrToolMissing; for a file that is not a classic pcap file of Ethernet
-// frames, one wrapping ErrFormat.
+// frames, one wrapping pcap.ErrFormat.
 func CheckWithTshark(path string) ([]BTHFields, error) {
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
 		return nil, fmt.Errorf("%w: tshark (Debian package tshark): %v", ErrToolMissing, err)
 	}
-	recs, err := readFile(path)
+	recs, err := pcap.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +83,7 @@ func CheckWithTshark(path string) ([]BTHFields, error) {
 	for i, line := range lines {
 		v := strings.Split(line, "\t")
 		if len(v) != 4 || v[0] != strconv.Itoa(i+1) {
-			return nil, fmt.Errorf("pcap: unexpected tshark output for frame %d: %q", i+1, line)
+			return nil, fmt.Errorf("wirecheck: unexpected tshark output for frame %d: %q", i+1, line)
 		}
 		f := BTHFields{Frame: i + 1}
 		found := v[1] != ""
@@ -87,13 +95,13 @@ func CheckWithTshark(path string) ([]BTHFields, error) {
 				max uint64
 			}{{v[1], &op, 0xFF}, {v[2], &qp, 1<<24 - 1}, {v[3], &psn, 1<<24 - 1}} {
 				if *x.dst, err = strconv.ParseUint(x.s, 0, 32); err != nil || *x.dst > x.max {
-					return nil, fmt.Errorf("pcap: unexpected tshark output for frame %d: %q", i+1, line)
+					return nil, fmt.Errorf("wirecheck: unexpected tshark output for frame %d: %q", i+1, line)
 				}
 			}
 			f.Opcode, f.DestQP, f.PSN = wire.Opcode(op), uint32(qp), uint32(psn)
 			fields = append(fields, f)
 		}
-		if wire.Decode(recs[i].data, &p) != nil {
+		if wire.Decode(recs[i].Data, &p) != nil {
 			continue
 		}
 		if !found {
@@ -145,7 +153,7 @@ for n, pkt in enumerate(rdpcap(sys.argv[1])):
 // and an error wrapping ErrMismatch at the first difference. Without
 // /usr/bin/python3 or its scapy it returns an error wrapping ErrToolMissing;
 // for a file that is not a classic pcap file of Ethernet frames, one
-// wrapping ErrFormat.
+// wrapping pcap.ErrFormat.
 func CheckICRCWithScapy(path string) (checked int, err error) {
 	if _, err := os.Stat(Python); err != nil {
 		return 0, fmt.Errorf("%w: %s (Debian package python3-scapy): %v", ErrToolMissing, Python, err)
@@ -154,7 +162,7 @@ func CheckICRCWithScapy(path string) (checked int, err error) {
 		return 0, fmt.Errorf("%w: %s cannot import scapy.contrib.roce (Debian package python3-scapy): %v: %s",
 			ErrToolMissing, Python, err, bytes.TrimSpace(out))
 	}
-	recs, err := readFile(path)
+	recs, err := pcap.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -169,22 +177,22 @@ func CheckICRCWithScapy(path string) (checked int, err error) {
 	for i, line := range lines {
 		v := strings.Fields(line)
 		if len(v) == 0 || v[0] != strconv.Itoa(i) {
-			return checked, fmt.Errorf("pcap: unexpected scapy output for frame %d: %q", i+1, line)
+			return checked, fmt.Errorf("wirecheck: unexpected scapy output for frame %d: %q", i+1, line)
 		}
 		if len(v) == 2 && v[1] == "-" {
 			continue
 		}
 		if len(v) != 3 {
-			return checked, fmt.Errorf("pcap: unexpected scapy output for frame %d: %q", i+1, line)
+			return checked, fmt.Errorf("wirecheck: unexpected scapy output for frame %d: %q", i+1, line)
 		}
 		op, err := strconv.ParseUint(v[1], 10, 8)
 		if err != nil {
-			return checked, fmt.Errorf("pcap: unexpected scapy output for frame %d: %q", i+1, line)
+			return checked, fmt.Errorf("wirecheck: unexpected scapy output for frame %d: %q", i+1, line)
 		}
 		if wire.Opcode(op) >= wire.OpSprayData {
 			continue
 		}
-		icrc, ok := icrcBytes(recs[i].data)
+		icrc, ok := icrcBytes(recs[i].Data)
 		if !ok {
 			return checked, fmt.Errorf("%w: frame %d: scapy finds a BTH, spray finds no IP/UDP packet", ErrMismatch, i+1)
 		}
@@ -242,7 +250,7 @@ func runTool(name string, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("pcap: %s: %w: %s", name, err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("wirecheck: %s: %w: %s", name, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }

@@ -1,0 +1,73 @@
+package testutil
+
+import (
+	"regexp"
+	"testing"
+)
+
+func TestSeedFixedByName(t *testing.T) {
+	t.Setenv(EnvSeed, "")
+	t.Setenv(EnvRandomSeeds, "")
+	a := Seed(t)
+	if b := Seed(t); b != a {
+		t.Fatalf("second call in one test returned %d, first %d", b, a)
+	}
+	if want := NameSeed(t.Name()); a != want {
+		t.Fatalf("default seed %d, want %d (FNV-1a of %q)", a, want, t.Name())
+	}
+	var sub uint64
+	t.Run("sub", func(t *testing.T) { sub = Seed(t) })
+	if sub == a || sub != NameSeed(t.Name()+"/sub") {
+		t.Fatalf("subtest seed %d, parent %d: want the subtest's own fixed seed", sub, a)
+	}
+	r1, r2 := Rand(t), Rand(t)
+	if r1.Uint64() != r2.Uint64() {
+		t.Fatal("two Rand calls in one test draw different streams")
+	}
+}
+
+func TestSeedFromEnv(t *testing.T) {
+	t.Setenv(EnvSeed, "0x2a")
+	t.Setenv(EnvRandomSeeds, "1")
+	t.Run("replay", func(t *testing.T) {
+		if s := Seed(t); s != 42 {
+			t.Fatalf("SPRAY_SEED=0x2a gave %d (it must win over SPRAY_RANDOM_SEEDS)", s)
+		}
+	})
+	if _, _, err := pick("x"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvSeed, "forty-two")
+	if _, _, err := pick("x"); err == nil {
+		t.Fatal("SPRAY_SEED=forty-two accepted")
+	}
+}
+
+func TestSeedRandom(t *testing.T) {
+	t.Setenv(EnvSeed, "")
+	t.Setenv(EnvRandomSeeds, "1")
+	seen := map[uint64]bool{}
+	for range 8 {
+		t.Run("draw", func(t *testing.T) { seen[Seed(t)] = true })
+	}
+	if len(seen) < 7 {
+		t.Fatalf("8 random seeds gave %d distinct values", len(seen))
+	}
+	t.Setenv(EnvRandomSeeds, "0")
+	if v, _, _ := pick("x"); v != NameSeed("x") {
+		t.Fatal("SPRAY_RANDOM_SEEDS=0 did not give the fixed seed")
+	}
+}
+
+func TestRunPattern(t *testing.T) {
+	re := regexp.MustCompile(RunPattern("TestA+B"))
+	if !re.MatchString("TestA+B") || re.MatchString("TestAAB") || re.MatchString("TestA+BC") {
+		t.Fatalf("pattern %q does not select exactly TestA+B", re)
+	}
+	if got, want := RunPattern("TestX/size=1k"), "^TestX$/^size=1k$"; got != want {
+		t.Fatalf("RunPattern %q, want %q", got, want)
+	}
+	if got := packageDir(); got != "./internal/testutil" {
+		t.Fatalf("packageDir %q, want ./internal/testutil", got)
+	}
+}
