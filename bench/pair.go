@@ -77,7 +77,9 @@ func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult,
 		return PairResult{}, err
 	}
 	defer ea.Close()
-	cfg.Seed++
+	if cfg.Seed != 0 { // 0: both unpredictable
+		cfg.Seed++
+	}
 	eb, err := transport.NewEndpoint(lb, cfg)
 	if err != nil {
 		lb.Close()

@@ -118,7 +118,9 @@ func LocalSpray(ctx context.Context, n int, cfg LocalSprayConfig) (*LocalSprayWo
 			return nil, err
 		}
 		tc := cfg.Transport
-		tc.Seed += uint64(r)
+		if tc.Seed != 0 { // 0: every rank unpredictable
+			tc.Seed += uint64(r)
+		}
 		if tc.MinRTO == 0 {
 			tc.MinRTO = LocalRTOFloor
 		}
