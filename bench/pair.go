@@ -123,6 +123,9 @@ func RunEndpoints(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig) 
 // hopAB and hopBA, when not nil, are the next-hop MACs from a towards b and
 // back; nil means the peer's own MAC.
 func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]byte, pc PerfConfig, during func(context.Context)) (PairResult, error) {
+	if pc.QPs > 1 {
+		return runSprayQPs(ctx, a, b, hopAB, hopBA, pc, during)
+	}
 	ca, err := a.CreateQP(ctx)
 	if err != nil {
 		return PairResult{}, err
