@@ -892,11 +892,10 @@ func sleep(clk clock.Clock, timeout time.Duration, wake, done chan struct{}, tim
 // processor between looks) rather than sleeping on a runtime timer: the Go
 // runtime's poller sleeps at least a millisecond when its next timer is
 // less than a millisecond away and nothing else runs, so a frame due in
-// Delay (µs) reached an idle receiver up to a millisecond late. That read
-// as a millisecond of fabric delay to a delay-based controller and fired
-// the 1 ms retransmission timer spuriously: cc "auto" (Swift) moved 1.8-2.0
-// Gbit/s over `spray perf --link mem` where the unlimited window, whose
-// engines never sleep, moved 9.7.
+// Delay (µs) would reach an idle receiver up to a millisecond late, which a
+// delay-based controller reads as fabric delay and which fires 1 ms
+// retransmission timers spuriously. TestRealClock covers Wait on the
+// system clock.
 const spinWait = 100 * time.Microsecond
 
 // spin waits until deadline, wake or done, yielding the processor
