@@ -528,3 +528,61 @@ func BenchmarkShardsTransfer(b *testing.B) {
 }
 
 var _ link.Multi = (*mem.MultiPort)(nil)
+
+// Pinned engines run; a CPU the process may not use fails NewEndpoint
+// with an error instead of leaving an engine unpinned.
+func TestEndpointPinned(t *testing.T) {
+	if !canPin {
+		t.Skip("pinning is Linux only")
+	}
+	fab := mem.NewFabric(mem.Config{}, clock.NewSystem())
+	defer fab.Close()
+	m, _ := fab.NewMultiPort(macA, ipA, 2, nil)
+	if _, err := NewEndpoint(m, Config{CPUs: []int{1023}}); err == nil {
+		t.Fatal("pinning to CPU 1023 succeeded")
+	}
+	m2, _ := fab.NewMultiPort(macB, ipB, 2, nil)
+	ep, err := NewEndpoint(m2, Config{CPUs: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if _, err := ep.CreateQP(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Busy-polling endpoints move messages byte-exact.
+func TestEndpointBusyPoll(t *testing.T) {
+	seed := testutil.Seed(t)
+	_, ea, eb, ca, cb := endpointPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond},
+		Config{Seed: seed, BusyPoll: 50 * time.Microsecond})
+	defer ea.Close()
+	defer eb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(seed, 9))
+	msgs := randomMessages(rng, 20, 64<<10)
+	sent := make(chan error, 1)
+	go func() {
+		for _, m := range msgs {
+			if err := ca.Send(ctx, m); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for i, m := range msgs {
+		got, err := cb.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sha256.Sum256(got.Data) != sha256.Sum256(m) {
+			t.Fatalf("message %d corrupted", i)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
