@@ -91,7 +91,7 @@ func runPerf(args []string) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads and the fabric; given explicitly, also for the transport's QP numbers, PSNs and keys (otherwise unpredictable)")
 	fs.IntVar(&f.qps, "qps", 1, "QPs carrying the bulk data at once, --total/N bytes each (spray links; tcp runs one connection); goodput summed and per QP")
 	fs.IntVar(&f.queues, "queues", 1, "mem link: receive queues per port, spread by RSS, one engine per queue")
-	fs.Var(&f.busyPoll, "busy-poll", "engines poll without sleeping for this long after their last work (--busy-poll alone: 200µs)")
+	fs.Var(&f.busyPoll, "busy-poll", "engines poll without sleeping for this long after their last work (--busy-poll alone: 50µs)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per line")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.IntVar(&f.mtu, "mtu", 0, "largest frame in bytes, Ethernet header included (default: 9014 for mem, the interface MTU + 14 otherwise)")
@@ -298,7 +298,7 @@ func printQPs(w io.Writer, r bench.PerfResult) {
 type busyPollFlag time.Duration
 
 // defaultBusyPoll is --busy-poll without a value.
-const defaultBusyPoll = 200 * time.Microsecond
+const defaultBusyPoll = 50 * time.Microsecond
 
 func (b *busyPollFlag) String() string { return time.Duration(*b).String() }
 
