@@ -45,6 +45,15 @@
 // engine. Endpoint.EngineStats and Snapshot.Engines give each engine's
 // counters.
 //
+// Hand-overs cost a copy; a QP can avoid them where the receiver's RSS
+// configuration is known (a link that implements RSSReader: link/mem's
+// MultiPort, a device read with rss.Device): Endpoint.Steering describes
+// where a QP's frames should land (its address, its device's RSS key and
+// indirection table, its engine's queue), and the peer's
+// Endpoint.CreateQPSteered picks entropies that the receiver's Toeplitz
+// hash puts on that queue. Where the hash is unknown (veth, the testbeds),
+// the hand-over ring is the path.
+//
 // Config.CPUs pins engine i to a CPU (runtime.LockOSThread and
 // sched_setaffinity, Linux). Config.BusyPoll makes idle engines poll their
 // queues and rings for that long before they sleep: lower latency at the

@@ -398,10 +398,16 @@ func (ep *Endpoint) EngineStats(ctx context.Context) ([]EngineStats, error) {
 // CreateQP creates a QP, on the engines in turn. Exchange Info with the
 // peer and Connect.
 func (ep *Endpoint) CreateQP(ctx context.Context) (*Conn, error) {
+	return ep.createQP(ctx, func(e *Engine) []uint16 { return e.info.Ports })
+}
+
+// createQP creates a QP on the next engine in turn with the entropies
+// ports gives, on the engine goroutine.
+func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) (*Conn, error) {
 	s := ep.shards[int(ep.next.Add(1)-1)%len(ep.shards)]
 	var c *Conn
 	err := s.do(ctx, func() error {
-		q, err := s.eng.CreateQP()
+		q, err := s.eng.createQP(ports(s.eng))
 		if err != nil {
 			return err
 		}

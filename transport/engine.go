@@ -172,7 +172,10 @@ func (e *Engine) allocQPN() (uint32, error) {
 }
 
 // CreateQP creates a QP; connect it with QP.Connect.
-func (e *Engine) CreateQP() (*QP, error) {
+func (e *Engine) CreateQP() (*QP, error) { return e.createQP(e.info.Ports) }
+
+// createQP creates a QP whose entropies come from ports (any when empty).
+func (e *Engine) createQP(ports []uint16) (*QP, error) {
 	qpn, err := e.allocQPN()
 	if err != nil {
 		return nil, err
@@ -181,7 +184,7 @@ func (e *Engine) CreateQP() (*QP, error) {
 	if e.cfg.StartPSN != nil {
 		start = e.cfg.StartPSN(qpn)
 	}
-	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, e.info.Ports, e.rng)
+	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, ports, e.rng)
 	if err != nil {
 		return nil, err
 	}
