@@ -319,11 +319,18 @@ func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6
 	db := &cqDemux{cq: b.CQ(), conns: map[uint32]chan transport.Completion{}}
 	var ca, cb []*qpConn
 	for range n {
-		x, err := a.CreateQP(ctx)
+		// The server's QP first, so that the client's can pick entropies
+		// that the server's RSS delivers to the QP's engine, where known.
+		y, err := b.CreateQP(ctx)
 		if err != nil {
 			return PairResult{}, err
 		}
-		y, err := b.CreateQP(ctx)
+		var x *transport.Conn
+		if st, ok := b.Steering(y); ok {
+			x, err = a.CreateQPSteered(ctx, st)
+		} else {
+			x, err = a.CreateQP(ctx)
+		}
 		if err != nil {
 			return PairResult{}, err
 		}
