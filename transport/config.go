@@ -201,7 +201,8 @@ type Config struct {
 	// HandoverSlots is the number of frames each hand-over ring between two
 	// engines holds (frames that arrive on one engine's queue for a QP that
 	// another owns); a frame for a full ring is dropped and counted in
-	// EngineStats.HandoverDrops. 0 means 512; rounded up to a power of two.
+	// EngineStats.HandoverDrops. 0 means 256; rounded up to a power of two.
+	// Each ring holds its frames in preallocated slots of MTU+4 bytes.
 	HandoverSlots int
 	// CPUs, when not empty, pins engine i of an Endpoint to CPU
 	// CPUs[i%len(CPUs)]: its goroutine locks its OS thread
@@ -336,7 +337,7 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 		return c, fmt.Errorf("%w: Engines %d not in [0, 1024]", ErrConfig, c.Engines)
 	}
 	if c.HandoverSlots == 0 {
-		c.HandoverSlots = 512
+		c.HandoverSlots = 256
 	}
 	if c.HandoverSlots < 1 || c.HandoverSlots > 1<<16 {
 		return c, fmt.Errorf("%w: HandoverSlots %d not in [1, 65536]", ErrConfig, c.HandoverSlots)
