@@ -30,11 +30,11 @@ func TestEngineSeriesPerQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &pair{}
-	if p.ea, err = transport.NewEndpoint(ma, transport.Config{Seed: seed}); err != nil {
+	if p.ea, err = transport.NewEndpoint(ma, transport.Config{Seed: seed, MaxRetries: 50}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.ea.Close() })
-	if p.eb, err = transport.NewEndpoint(mb, transport.Config{Seed: seed + 1}); err != nil {
+	if p.eb, err = transport.NewEndpoint(mb, transport.Config{Seed: seed + 1, MaxRetries: 50}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.eb.Close() })

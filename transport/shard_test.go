@@ -257,7 +257,8 @@ func TestEndpointSharded(t *testing.T) {
 	defer fab.Close()
 	ma, _ := fab.NewMultiPort(macA, ipA, queues, nil)
 	mb, _ := fab.NewMultiPort(macB, ipB, queues, nil)
-	cfg := Config{Seed: seed, MinRTO: time.Millisecond}
+	// Retries enough to outlast a loaded machine's scheduling stalls.
+	cfg := Config{Seed: seed, MinRTO: time.Millisecond, MaxRetries: 50}
 	ea, err := NewEndpoint(ma, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -299,6 +300,7 @@ func TestEndpointSharded(t *testing.T) {
 			for _, m := range data {
 				if err := ca.Send(ctx, m); err != nil {
 					errs <- fmt.Errorf("conn %d send: %w", i, err)
+					cancel() // the receivers would wait for nothing
 					return
 				}
 			}
@@ -556,7 +558,7 @@ func TestEndpointPinned(t *testing.T) {
 func TestEndpointBusyPoll(t *testing.T) {
 	seed := testutil.Seed(t)
 	_, ea, eb, ca, cb := endpointPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond},
-		Config{Seed: seed, BusyPoll: 50 * time.Microsecond})
+		Config{Seed: seed, BusyPoll: 50 * time.Microsecond, MaxRetries: 50})
 	defer ea.Close()
 	defer eb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -568,6 +570,7 @@ func TestEndpointBusyPoll(t *testing.T) {
 		for _, m := range msgs {
 			if err := ca.Send(ctx, m); err != nil {
 				sent <- err
+				cancel()
 				return
 			}
 		}

@@ -23,12 +23,12 @@ func TestCreateQPSteered(t *testing.T) {
 	defer fab.Close()
 	ma, _ := fab.NewMultiPort(macA, ipA, queues, nil)
 	mb, _ := fab.NewMultiPort(macB, ipB, queues, nil)
-	ea, err := NewEndpoint(ma, Config{Seed: seed})
+	ea, err := NewEndpoint(ma, Config{Seed: seed, MaxRetries: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ea.Close()
-	eb, err := NewEndpoint(mb, Config{Seed: seed + 1})
+	eb, err := NewEndpoint(mb, Config{Seed: seed + 1, MaxRetries: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,13 @@ func TestCreateQPSteered(t *testing.T) {
 		msg[i] = byte(i * 13)
 	}
 	done := make(chan error, 1)
-	go func() { done <- ca.Send(ctx, msg) }()
+	go func() {
+		err := ca.Send(ctx, msg)
+		if err != nil {
+			cancel()
+		}
+		done <- err
+	}()
 	got, err := cb.Recv(ctx)
 	if err != nil {
 		t.Fatal(err)
