@@ -255,7 +255,9 @@ func RunFabric(ctx context.Context, r FabricRun) (FabricResult, error) {
 		return FabricResult{}, err
 	}
 	defer ea.Close()
-	cfg.Seed++
+	if cfg.Seed != 0 { // 0: both unpredictable
+		cfg.Seed++
+	}
 	eb, err := transport.NewEndpoint(wb, cfg)
 	if err != nil {
 		lb.Close()

@@ -77,7 +77,9 @@ func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult,
 		return PairResult{}, err
 	}
 	defer ea.Close()
-	cfg.Seed++
+	if cfg.Seed != 0 { // 0: both unpredictable
+		cfg.Seed++
+	}
 	eb, err := transport.NewEndpoint(lb, cfg)
 	if err != nil {
 		lb.Close()
@@ -121,6 +123,9 @@ func RunEndpoints(ctx context.Context, a, b *transport.Endpoint, pc PerfConfig) 
 // hopAB and hopBA, when not nil, are the next-hop MACs from a towards b and
 // back; nil means the peer's own MAC.
 func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]byte, pc PerfConfig, during func(context.Context)) (PairResult, error) {
+	if pc.QPs > 1 {
+		return runSprayQPs(ctx, a, b, hopAB, hopBA, pc, during)
+	}
 	ca, err := a.CreateQP(ctx)
 	if err != nil {
 		return PairResult{}, err

@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"hash"
 	"math/rand/v2"
+	"sync"
 	"time"
+
+	"github.com/sprayfabric/spray/transport"
 )
 
 // Conn carries messages both ways between two endpoints: a spray QP
@@ -39,6 +42,10 @@ type PerfConfig struct {
 	PingSize int
 	// Seed seeds the payload bytes.
 	Seed uint64
+	// QPs is the number of QPs that carry the bulk data at once between
+	// the two endpoints, each Total/QPs bytes; 0 means 1. The ping-pongs
+	// run on the first QP once every bulk transfer ended.
+	QPs int
 }
 
 func (c PerfConfig) withDefaults() PerfConfig {
@@ -73,6 +80,21 @@ type PerfResult struct {
 	Pings       int     `json:"pings"`
 	Retransmits uint64  `json:"retransmits"`
 	SHA256      string  `json:"sha256"`
+	Integrity   bool    `json:"integrity_ok"`
+	// QPs has one entry per QP of a run with PerfConfig.QPs > 1; the
+	// fields above then sum them (Bytes, Messages, Retransmits) or cover
+	// them all (Seconds from the first start to the last end, GoodputGbps
+	// the bytes over that time).
+	QPs []QPPerf `json:"qps,omitempty"`
+}
+
+// QPPerf is one QP's share of a multi-QP perf run.
+type QPPerf struct {
+	QPN         uint32  `json:"qpn"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	GoodputGbps float64 `json:"goodput_gbps"`
+	Retransmits uint64  `json:"retransmits"`
 	Integrity   bool    `json:"integrity_ok"`
 }
 
@@ -219,4 +241,211 @@ func PerfServer(ctx context.Context, c Conn) error {
 		}
 	}
 	return c.Flush(ctx)
+}
+
+// cqDemux routes the completions of an Endpoint's CQ to the QPs that posted
+// them, for several qpConns on one endpoint.
+type cqDemux struct {
+	cq    *transport.CQ
+	conns map[uint32]chan transport.Completion // fixed before run
+}
+
+func (d *cqDemux) run(ctx context.Context) {
+	var buf [64]transport.Completion
+	for d.cq.Wait(ctx) == nil {
+		n := d.cq.Poll(buf[:])
+		for _, c := range buf[:n] {
+			if ch := d.conns[c.QPN]; ch != nil {
+				ch <- c // never blocks: a qpConn has at most cap(ch) in flight
+			}
+		}
+	}
+}
+
+// qpConn is SprayConn for one of several QPs of an endpoint: its
+// completions come from a cqDemux.
+type qpConn struct {
+	c        *transport.Conn
+	comps    chan transport.Completion
+	inflight int
+	next     uint64
+}
+
+const qpConnDepth = 32
+
+func (q *qpConn) reap(ctx context.Context, until int) error {
+	for q.inflight > until {
+		select {
+		case c := <-q.comps:
+			q.inflight--
+			if c.Err != nil {
+				return c.Err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (q *qpConn) Send(ctx context.Context, msg []byte) error {
+	if err := q.reap(ctx, qpConnDepth-1); err != nil {
+		return err
+	}
+	q.next++
+	if err := q.c.Post(ctx, transport.WorkRequest{ID: q.next, Op: transport.OpSend, Data: msg}); err != nil {
+		return err
+	}
+	q.inflight++
+	return nil
+}
+
+func (q *qpConn) Flush(ctx context.Context) error { return q.reap(ctx, 0) }
+
+func (q *qpConn) Recv(ctx context.Context) ([]byte, error) {
+	m, err := q.c.Recv(ctx)
+	return m.Data, err
+}
+
+// runSprayQPs is runSpray with pc.QPs QPs: each carries Total/QPs bytes
+// at once, then the first times the ping-pongs alone.
+func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]byte, pc PerfConfig, during func(context.Context)) (PairResult, error) {
+	pc = pc.withDefaults()
+	n := pc.QPs
+	if int64(n) > pc.Total {
+		return PairResult{}, fmt.Errorf("bench: %d QPs for %d bytes", n, pc.Total)
+	}
+	da := &cqDemux{cq: a.CQ(), conns: map[uint32]chan transport.Completion{}}
+	db := &cqDemux{cq: b.CQ(), conns: map[uint32]chan transport.Completion{}}
+	var ca, cb []*qpConn
+	for range n {
+		// The server's QP first, so that the client's can pick entropies
+		// that the server's RSS delivers to the QP's engine, where known.
+		y, err := b.CreateQP(ctx)
+		if err != nil {
+			return PairResult{}, err
+		}
+		var x *transport.Conn
+		if st, ok := b.Steering(y); ok {
+			x, err = a.CreateQPSteered(ctx, st)
+		} else {
+			x, err = a.CreateQP(ctx)
+		}
+		if err != nil {
+			return PairResult{}, err
+		}
+		ix, iy := x.Info(), y.Info()
+		if hopAB != nil {
+			iy.MAC = *hopAB
+		}
+		if hopBA != nil {
+			ix.MAC = *hopBA
+		}
+		if err := x.Connect(ctx, iy); err != nil {
+			return PairResult{}, err
+		}
+		if err := y.Connect(ctx, ix); err != nil {
+			return PairResult{}, err
+		}
+		qa := &qpConn{c: x, comps: make(chan transport.Completion, qpConnDepth)}
+		qb := &qpConn{c: y, comps: make(chan transport.Completion, qpConnDepth)}
+		da.conns[ix.QPN], db.conns[iy.QPN] = qa.comps, qb.comps
+		ca, cb = append(ca, qa), append(cb, qb)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	var demux sync.WaitGroup
+	demux.Add(2)
+	go func() { defer demux.Done(); da.run(wctx) }()
+	go func() { defer demux.Done(); db.run(wctx) }()
+	defer func() { cancel(nil); demux.Wait() }()
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); during(dctx) }()
+	defer func() { stop(); <-done }()
+
+	// serve runs the server half of a run on QP i, failing the client's
+	// context when it fails.
+	var servers sync.WaitGroup
+	serve := func(i int) {
+		servers.Add(1)
+		go func() {
+			defer servers.Done()
+			if err := PerfServer(wctx, cb[i]); err != nil {
+				cancel(fmt.Errorf("bench: server of QP %d: %w", i, err))
+			}
+		}()
+	}
+	bulk := pc
+	bulk.Pings = -1
+	bulk.Total = pc.Total / int64(n)
+	res := PairResult{PerfResult: PerfResult{MsgSize: pc.MsgSize, Integrity: true}}
+	per := make([]PerfResult, n)
+	errs := make([]error, n)
+	var clients sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		serve(i)
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			c := bulk
+			c.Seed = pc.Seed + uint64(i)
+			per[i], errs[i] = PerfClient(wctx, ca[i], c)
+		}()
+	}
+	clients.Wait()
+	servers.Wait()
+	elapsed := time.Since(start)
+	if cause := context.Cause(wctx); cause != nil {
+		return res, cause
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	for i, r := range per {
+		st, err := ca[i].c.Stats(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.QPs = append(res.QPs, QPPerf{
+			QPN: ca[i].c.Info().QPN, Bytes: r.Bytes, Seconds: r.Seconds, GoodputGbps: r.GoodputGbps,
+			Retransmits: st.Retransmits, Integrity: r.Integrity,
+		})
+		res.Bytes += r.Bytes
+		res.Messages += r.Messages
+		res.Retransmits += st.Retransmits
+		res.Integrity = res.Integrity && r.Integrity
+	}
+	res.Seconds = elapsed.Seconds()
+	res.GoodputGbps = float64(res.Bytes) * 8 / elapsed.Seconds() / 1e9
+	res.MsgsPerSec = float64(res.Messages) / elapsed.Seconds()
+	res.SHA256 = per[0].SHA256
+	if pc.Pings > 0 {
+		serve(0)
+		ping := pc
+		ping.Total, ping.MsgSize = int64(pc.PingSize), pc.PingSize
+		r, err := PerfClient(wctx, ca[0], ping)
+		servers.Wait()
+		if cause := context.Cause(wctx); cause != nil {
+			return res, cause
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Pings, res.RTTp50us, res.RTTp99us, res.RTTp999us = r.Pings, r.RTTp50us, r.RTTp99us, r.RTTp999us
+	}
+	var err error
+	if res.Client, err = a.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.Server, err = b.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.ClientQP, err = ca[0].c.Stats(ctx); err != nil {
+		return res, err
+	}
+	if res.ServerQP, err = cb[0].c.Stats(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
 }

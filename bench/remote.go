@@ -111,7 +111,10 @@ func serveOne(ctx context.Context, c net.Conn, run RemoteRun) error {
 		return err
 	}
 	run.Kind = h.Kind
-	run.Transport.Profile, run.Transport.MTU, run.Transport.Seed = prof, h.MTU, h.Seed+1
+	run.Transport.Profile, run.Transport.MTU, run.Transport.Seed = prof, h.MTU, h.Seed
+	if h.Seed != 0 { // 0: unpredictable on both sides
+		run.Transport.Seed++
+	}
 	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	ep, nextHop, err := localEndpoint(ctx, run, peer)
 	if err != nil {

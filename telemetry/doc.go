@@ -36,13 +36,20 @@
 // picks the path). The exporter adds target_info (the OpenTelemetry
 // resource); NewPrometheus's registry adds the go_* and process_* series.
 //
-// Engine (frames that reach the engine, whatever their QP):
+// Engine (frames that reach an engine, whatever their QP), with the label
+// engine: the engine's index, which is its queue's on a multi-queue link
+// with one engine per queue (transport.Config.Engines), 0 otherwise; sum
+// over it for the endpoint's totals:
 //
 //	spray_engine_rx_frames_total, spray_engine_tx_frames_total
 //	spray_engine_rx_bytes_total, spray_engine_tx_bytes_total   whole frames
 //	spray_engine_drops_total{reason}          truncated, not_roce, bad_icrc,
 //	                                          bad_header, bad_opcode, other, unknown_qp
 //	spray_engine_tx_no_buffer_total           the link had no transmit buffer
+//	spray_engine_handovers_total{direction}   frames passed between engines:
+//	                                          sent (arrived on this engine's queue
+//	                                          for another's QP), received
+//	spray_engine_handover_drops_total         dropped on a full hand-over ring
 //
 // QP:
 //

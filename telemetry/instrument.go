@@ -131,6 +131,7 @@ type instruments struct {
 
 	// engine
 	engRxFrames, engTxFrames, engRxBytes, engTxBytes, engDrops, engNoBuf metric.Int64ObservableCounter
+	engHandovers, engHandoverDrops                                       metric.Int64ObservableCounter
 	// QP
 	txPkts, txBytes, rxPkts, rxBytes         metric.Int64ObservableCounter
 	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
@@ -171,6 +172,8 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.engTxBytes, "spray.engine.tx", "By", "Bytes of the frames the engine sent.")
 	counter(&in.engDrops, "spray.engine.drops", "{frame}", "Frames dropped before reaching a QP, by reason.")
 	counter(&in.engNoBuf, "spray.engine.tx_no_buffer", "{event}", "Times the link had no free transmit buffer.")
+	counter(&in.engHandovers, "spray.engine.handovers", "{frame}", "Frames passed between engines over their hand-over rings, by direction (sent: received on this engine's queue for another engine's QP; received: taken from another engine).")
+	counter(&in.engHandoverDrops, "spray.engine.handover_drops", "{frame}", "Frames dropped because the hand-over ring to their QP's engine was full.")
 
 	counter(&in.txPkts, "spray.qp.tx.packets", "{packet}", "Data packets sent, retransmissions included.")
 	counter(&in.txBytes, "spray.qp.tx", "By", "Bytes of the data packets sent (frames), retransmissions included.")
@@ -230,23 +233,29 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 	sent, recv := attribute.String("direction", "sent"), attribute.String("direction", "received")
 	reason := func(r string) attribute.KeyValue { return attribute.String("reason", r) }
 
-	e := in.snap.Engine
-	base := with(ep)
-	i64(in.engRxFrames, e.RxFrames, base)
-	i64(in.engTxFrames, e.TxFrames, base)
-	i64(in.engRxBytes, e.RxBytes, base)
-	i64(in.engTxBytes, e.TxBytes, base)
-	for _, d := range []struct {
-		r string
-		v uint64
-	}{
-		{"truncated", e.Truncated}, {"not_roce", e.NotRoCE}, {"bad_icrc", e.BadICRC},
-		{"bad_header", e.BadHeader}, {"bad_opcode", e.BadOpcode}, {"other", e.OtherMalformed},
-		{"unknown_qp", e.UnknownQP},
-	} {
-		i64(in.engDrops, d.v, with(ep, reason(d.r)))
+	for ei := range in.snap.Engines {
+		e := &in.snap.Engines[ei]
+		eng := attribute.Int("engine", ei)
+		base := with(ep, eng)
+		i64(in.engRxFrames, e.RxFrames, base)
+		i64(in.engTxFrames, e.TxFrames, base)
+		i64(in.engRxBytes, e.RxBytes, base)
+		i64(in.engTxBytes, e.TxBytes, base)
+		for _, d := range []struct {
+			r string
+			v uint64
+		}{
+			{"truncated", e.Truncated}, {"not_roce", e.NotRoCE}, {"bad_icrc", e.BadICRC},
+			{"bad_header", e.BadHeader}, {"bad_opcode", e.BadOpcode}, {"other", e.OtherMalformed},
+			{"unknown_qp", e.UnknownQP},
+		} {
+			i64(in.engDrops, d.v, with(ep, eng, reason(d.r)))
+		}
+		i64(in.engNoBuf, e.TxNoBuffer, base)
+		i64(in.engHandovers, e.HandedOver, with(ep, eng, sent))
+		i64(in.engHandovers, e.HandedIn, with(ep, eng, recv))
+		i64(in.engHandoverDrops, e.HandoverDrops, base)
 	}
-	i64(in.engNoBuf, e.TxNoBuffer, base)
 
 	for qi := range in.snap.QPs {
 		q := &in.snap.QPs[qi]

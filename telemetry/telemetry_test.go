@@ -187,6 +187,7 @@ var allSeries = []string{
 	"spray_engine_rx_frames_total", "spray_engine_tx_frames_total",
 	"spray_engine_rx_bytes_total", "spray_engine_tx_bytes_total",
 	"spray_engine_drops_total", "spray_engine_tx_no_buffer_total",
+	"spray_engine_handovers_total", "spray_engine_handover_drops_total",
 	"spray_qp_tx_packets_total", "spray_qp_tx_bytes_total", "spray_qp_rx_packets_total", "spray_qp_rx_bytes_total",
 	"spray_qp_retransmits_total", "spray_qp_losses_total", "spray_qp_timeouts_total",
 	"spray_qp_acks_total", "spray_qp_naks_total", "spray_qp_cnps_total", "spray_qp_messages_total",

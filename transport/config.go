@@ -171,8 +171,12 @@ type Config struct {
 	// controller (DCQCN) has no other signal, whatever this field says
 	// (as a RoCE NIC with DCQCN marks its packets); set CC to turn it off.
 	ECN bool
-	// Seed seeds every random choice (initial PSNs, entropies, spraying
-	// order). Equal seeds give equal runs over a deterministic link.
+	// Seed, when not 0, seeds every random choice (QP numbers, initial
+	// PSNs, rkeys, region addresses, entropies, spraying order): equal seeds
+	// give equal runs over a deterministic link, for tests and benchmarks.
+	// 0, the default, draws them from a ChaCha8 generator keyed from
+	// crypto/rand, so that a blind attacker cannot guess a QP number, PSN,
+	// rkey or region address.
 	Seed uint64
 	// StartPSN, when not nil, gives the initial send PSN of each new QP
 	// instead of a seeded random one.
@@ -187,6 +191,30 @@ type Config struct {
 	// endpoints inside other packages (bench, collective) to instrument them
 	// (telemetry.OnEndpoint). It must not block; Engines ignore it.
 	OnEndpoint func(*Endpoint)
+	// Engines is the number of engine goroutines an Endpoint runs on a
+	// multi-queue link (link.Multi): 0 means one per queue, each driving
+	// its queue and owning the QPs whose number is its index modulo the
+	// number of queues; 1 means one engine over the whole link; any other
+	// value must equal the number of queues. On a single link it must be 0
+	// or 1.
+	Engines int
+	// HandoverSlots is the number of frames each hand-over ring between two
+	// engines holds (frames that arrive on one engine's queue for a QP that
+	// another owns); a frame for a full ring is dropped and counted in
+	// EngineStats.HandoverDrops. 0 means 256; rounded up to a power of two.
+	// Each ring holds its frames in preallocated slots of MTU+4 bytes.
+	HandoverSlots int
+	// CPUs, when not empty, pins engine i of an Endpoint to CPU
+	// CPUs[i%len(CPUs)]: its goroutine locks its OS thread
+	// (runtime.LockOSThread) and sets the thread's affinity
+	// (sched_setaffinity; Linux only, NewEndpoint fails elsewhere).
+	CPUs []int
+	// BusyPoll, when positive, makes an Endpoint's engines poll their links
+	// and hand-over rings without sleeping for that long after their last
+	// work, yielding the processor between polls (runtime.Gosched), before
+	// they sleep in the link's Wait: lower latency for a core spent
+	// spinning. 0 means never spin.
+	BusyPoll time.Duration
 	// Clock is the clock an Endpoint reads; nil means the system's monotonic
 	// clock. Engines and QPs never read it: they are handed the time.
 	Clock clock.Clock
@@ -304,6 +332,23 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.MicroburstThreshold == 0 {
 		c.MicroburstThreshold = DefaultMicroburstThreshold
+	}
+	if c.Engines < 0 || c.Engines > 1024 {
+		return c, fmt.Errorf("%w: Engines %d not in [0, 1024]", ErrConfig, c.Engines)
+	}
+	if c.HandoverSlots == 0 {
+		c.HandoverSlots = 256
+	}
+	if c.HandoverSlots < 1 || c.HandoverSlots > 1<<16 {
+		return c, fmt.Errorf("%w: HandoverSlots %d not in [1, 65536]", ErrConfig, c.HandoverSlots)
+	}
+	for _, cpu := range c.CPUs {
+		if cpu < 0 || cpu >= 1<<16 {
+			return c, fmt.Errorf("%w: CPU %d", ErrConfig, cpu)
+		}
+	}
+	if c.BusyPoll < 0 {
+		return c, fmt.Errorf("%w: BusyPoll %v < 0", ErrConfig, c.BusyPoll)
 	}
 	return c, nil
 }

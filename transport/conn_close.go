@@ -7,7 +7,7 @@ import "context"
 // connection manager drains a QP before it destroys it by waiting until
 // Pending is 0 or the QP failed.
 func (c *Conn) Pending(ctx context.Context) (n int, failed error, err error) {
-	err = c.ep.do(ctx, func() error {
+	err = c.s.do(ctx, func() error {
 		n, failed = c.qp.Pending(), c.qp.Err()
 		return nil
 	})
@@ -23,12 +23,12 @@ func (c *Conn) Pending(ctx context.Context) (n int, failed error, err error) {
 // (TestCloseFreesQP).
 func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 	var left []Message
-	err := c.ep.do(ctx, func() error {
-		if c.ep.conns[c.qp.qpn] != c {
+	err := c.s.do(ctx, func() error {
+		if c.s.conns[c.qp.qpn] != c {
 			return nil
 		}
-		c.ep.eng.DestroyQP(c.qp)
-		delete(c.ep.conns, c.qp.qpn)
+		c.s.eng.DestroyQP(c.qp)
+		delete(c.s.conns, c.qp.qpn)
 		for {
 			select {
 			case comp := <-c.recv:
@@ -50,11 +50,15 @@ func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 	return left, err
 }
 
-// QPs returns the number of QPs the endpoint holds.
+// QPs returns the number of QPs the endpoint holds, over all its engines.
 func (ep *Endpoint) QPs(ctx context.Context) (int, error) {
 	var n int
-	err := ep.do(ctx, func() error { n = len(ep.eng.qps); return nil })
-	return n, err
+	for _, s := range ep.shards {
+		if err := s.do(ctx, func() error { n += len(s.eng.qps); return nil }); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func message(comp Completion) Message {

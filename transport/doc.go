@@ -9,7 +9,7 @@
 // QP is the sans-IO state machine of one connection: Handle a decoded
 // packet at a time, PollTransmit to encode the next packet into a buffer,
 // NextTimeout and HandleTimeout for timers. It does no I/O, starts no
-// goroutines, reads no clock and takes its randomness from Config.Seed.
+// goroutines, reads no clock and takes its randomness from its engine.
 // Loss recovery (package retransmit), reordering (package reorder), path
 // choice (package multipath) and congestion control (package cc) are parts
 // it is built from, chosen by Config.
@@ -33,6 +33,49 @@
 // offers the Go API: CreateQP, Connect (after exchanging QPInfo out of
 // band), blocking Send/Write/Recv calls that take a context, Post with a
 // completion queue (CQ) for asynchronous use, and memory registration.
+//
+// # Engines and queues
+//
+// On a multi-queue link (link.Multi: an AF_XDP link bound to every queue
+// of a NIC, or link/mem's MultiPort) an Endpoint runs one engine goroutine
+// per queue (Shards; Config.Engines 0), or one engine over the whole link
+// (Engines 1). Engine i drives queue i and owns the QPs whose number is i
+// modulo the number of engines; a QP transmits on its owner's queue. The
+// NIC spreads received frames over the queues by its RSS hash of their
+// addresses and UDP source ports, and spray's sprayed entropies reach every
+// queue: a frame for a QP that another engine owns is copied into the
+// hand-over ring from the receiving engine to the owner (a bounded
+// lock-free single-producer single-consumer ring, one per ordered pair of
+// engines, Config.HandoverSlots frames each) and its link buffer released
+// at once. A full ring drops the frame, counted in
+// EngineStats.HandoverDrops, and the sender's loss recovery repairs it as
+// any other loss. Memory regions are shared by all the engines (a WRITE
+// may arrive on any queue); completions, the CQ and Conn behave as with one
+// engine. Endpoint.EngineStats and Snapshot.Engines give each engine's
+// counters.
+//
+// Hand-overs cost a copy; a QP can avoid them where the receiver's RSS
+// configuration is known (a link that implements RSSReader: link/mem's
+// MultiPort, a device read with rss.Device): Endpoint.Steering describes
+// where a QP's frames should land (its address, its device's RSS key and
+// indirection table, its engine's queue), and the peer's
+// Endpoint.CreateQPSteered picks entropies that the receiver's Toeplitz
+// hash puts on that queue. Where the hash is unknown (veth, the testbeds),
+// the hand-over ring is the path.
+//
+// Config.CPUs pins engine i to a CPU (runtime.LockOSThread and
+// sched_setaffinity, Linux). Config.BusyPoll makes idle engines poll their
+// queues and rings for that long before they sleep: lower latency at the
+// cost of a core spinning (each poll yields the processor, so other
+// goroutines still run).
+//
+// # Unpredictable numbers
+//
+// With Config.Seed 0 (the default) QP numbers, start PSNs, remote keys and
+// the region addresses peers name are drawn from a ChaCha8 generator keyed
+// from crypto/rand, anew for every QP and region, so that an off-path
+// attacker cannot guess them. A nonzero Seed makes every random choice
+// reproducible, for tests and benchmarks.
 //
 // # Semantics
 //

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -18,71 +19,140 @@ import (
 // posted with Conn.Post must not have this bit set.
 const internalID = 1 << 63
 
-// Endpoint runs an Engine on its own goroutine over one link and offers a
-// Go API on top: blocking calls that take a context, and a completion queue
-// for asynchronous use. It owns the link and closes it on Close.
+// Endpoint runs engines on goroutines of their own over a link and offers
+// a Go API on top: blocking calls that take a context, and a completion
+// queue for asynchronous use. It owns the link and closes it on Close.
+//
+// On a multi-queue link (link.Multi) it runs one engine per queue by
+// default (Config.Engines; see Shards): each QP belongs to one engine,
+// which runs its protocol, its completions and its blocking calls, and
+// memory regions are shared by all of them. Nothing in the API changes
+// with the number of engines.
 //
 // An Endpoint is safe for concurrent use. Close is idempotent and makes
 // every pending and later call return an error wrapping net.ErrClosed.
 type Endpoint struct {
+	link   link.Link
+	sh     *Shards // nil with one engine
+	shards []*epShard
+	mrs    *mrTable
+	clk    clock.Clock
+	cfg    Config
+	cq     *CQ
+	next   atomic.Uint64 // engine of the next CreateQP
+
+	mu   sync.Mutex
+	live int // engine goroutines still running
+	err  error
+	done chan struct{}
+}
+
+// epShard is one engine of an Endpoint and what its goroutine owns.
+type epShard struct {
+	ep  *Endpoint
 	eng *Engine
-	clk clock.Clock
+	idx int
 
 	mu      sync.Mutex
 	cmds    []func()
 	closing bool
 
-	done    chan struct{}
-	err     error // why the engine stopped, set before done closes
+	// Touched by the engine goroutine only.
 	waiters map[uint64]chan Completion
 	conns   map[uint32]*Conn
 	nextID  uint64
-	cq      *CQ
 }
 
 // ErrClosed is returned by calls on a closed Endpoint; it wraps net.ErrClosed.
 var ErrClosed = fmt.Errorf("transport: endpoint closed: %w", net.ErrClosed)
 
-// NewEndpoint starts an engine on l. The endpoint reads time from
-// cfg.Clock, or from the system's monotonic clock when it is nil.
+// NewEndpoint starts the engines on l (see Config.Engines). The endpoint
+// reads time from cfg.Clock, or from the system's monotonic clock when it
+// is nil.
 func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
-	eng, err := NewEngine(l, cfg)
-	if err != nil {
-		return nil, err
+	n := 1
+	if m, ok := l.(link.Multi); ok {
+		q := len(m.Queues())
+		switch {
+		case cfg.Engines == 0 && q > 0:
+			n = q
+		case cfg.Engines > 1 && cfg.Engines != q:
+			return nil, fmt.Errorf("%w: Engines %d on a link with %d queues", ErrConfig, cfg.Engines, q)
+		case cfg.Engines > 1:
+			n = q
+		}
+	} else if cfg.Engines > 1 {
+		return nil, fmt.Errorf("%w: Engines %d on a link with one queue", ErrConfig, cfg.Engines)
+	}
+	if len(cfg.CPUs) > 0 && !canPin {
+		return nil, fmt.Errorf("%w: CPUs: pinning engines is supported on Linux only", ErrConfig)
 	}
 	clk := cfg.Clock
 	if clk == nil {
 		clk = clock.NewSystem()
 	}
-	ep := &Endpoint{
-		eng: eng, clk: clk, done: make(chan struct{}),
-		waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{},
-		cq: newCQ(),
+	ep := &Endpoint{link: l, clk: clk, done: make(chan struct{}), cq: newCQ()}
+	var engs []*Engine
+	if n > 1 {
+		sh, err := NewShards(l.(link.Multi), cfg)
+		if err != nil {
+			return nil, err
+		}
+		ep.sh, ep.mrs, engs = sh, sh.mrs, sh.engs
+	} else {
+		eng, err := NewEngine(l, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ep.mrs, engs = eng.mrs, []*Engine{eng}
 	}
-	go ep.run()
+	ep.cfg = engs[0].cfg
+	ready := make(chan error, len(engs))
+	ep.live = len(engs)
+	for i, e := range engs {
+		s := &epShard{ep: ep, eng: e, idx: i, waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{}}
+		ep.shards = append(ep.shards, s)
+	}
+	for _, s := range ep.shards {
+		go s.run(ready)
+	}
+	var perr error
+	for range engs {
+		if err := <-ready; err != nil && perr == nil {
+			perr = err
+		}
+	}
+	if perr != nil {
+		ep.Close()
+		return nil, perr
+	}
 	if cfg.OnEndpoint != nil {
 		cfg.OnEndpoint(ep)
 	}
 	return ep, nil
 }
 
+// Engines returns the number of engines the endpoint runs.
+func (ep *Endpoint) Engines() int { return len(ep.shards) }
+
 // submit queues fn to run on the engine goroutine.
-func (ep *Endpoint) submit(fn func()) bool {
-	ep.mu.Lock()
-	if ep.closing {
-		ep.mu.Unlock()
+func (s *epShard) submit(fn func()) bool {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
 		return false
 	}
-	ep.cmds = append(ep.cmds, fn)
-	ep.mu.Unlock()
-	ep.eng.link.Wake()
+	s.cmds = append(s.cmds, fn)
+	s.mu.Unlock()
+	s.eng.link.Wake()
 	return true
 }
 
 // do runs fn on the engine goroutine and returns its error.
-func (ep *Endpoint) do(ctx context.Context, fn func() error) error {
+func (s *epShard) do(ctx context.Context, fn func() error) error {
+	ep := s.ep
 	res := make(chan error, 1)
-	if !ep.submit(func() { res <- fn() }) {
+	if !s.submit(func() { res <- fn() }) {
 		return ep.closedErr()
 	}
 	select {
@@ -111,34 +181,60 @@ func (ep *Endpoint) closedErr() error {
 	return ErrClosed
 }
 
-func (ep *Endpoint) run() {
+func (s *epShard) run(ready chan<- error) {
+	ep, e := s.ep, s.eng
 	var err error
 	defer func() {
-		ep.shutdown(err)
+		s.shutdown(err)
 	}()
+	if cpus := ep.cfg.CPUs; len(cpus) > 0 {
+		runtime.LockOSThread()
+		if perr := pinThread(cpus[s.idx%len(cpus)]); perr != nil {
+			ready <- fmt.Errorf("transport: pinning engine %d: %w", s.idx, perr)
+			return
+		}
+	}
+	ready <- nil
+	var lastWork clock.Time
 	for {
-		ep.mu.Lock()
-		cmds, closing := ep.cmds, ep.closing
-		ep.cmds = nil
-		ep.mu.Unlock()
+		s.mu.Lock()
+		cmds, closing := s.cmds, s.closing
+		s.cmds = nil
+		s.mu.Unlock()
 		for _, fn := range cmds {
 			fn()
 		}
 		if closing {
 			return
 		}
+		now := ep.clk.Now()
 		var work bool
-		work, err = ep.eng.Step(ep.clk.Now())
+		work, err = e.Step(now)
 		if err != nil {
 			return
 		}
-		ep.dispatch()
+		s.dispatch()
 		if work || len(cmds) > 0 {
+			lastWork = now
+			continue
+		}
+		if bp := ep.cfg.BusyPoll; bp > 0 && ep.clk.Now().Sub(lastWork) < bp {
+			runtime.Gosched()
 			continue
 		}
 		timeout := time.Duration(-1)
-		if d := ep.eng.NextDeadline(); d != clock.Never {
+		if d := e.NextDeadline(); d != clock.Never {
 			if timeout = d.Sub(ep.clk.Now()); timeout <= 0 {
+				continue
+			}
+		}
+		if e.sh != nil {
+			// Announce the sleep before the last look at the hand-over
+			// rings: an engine that hands a frame over after the look sees
+			// the flag and wakes this one.
+			e.sleeping.Store(true)
+			if e.handedInPending() {
+				e.sleeping.Store(false)
 				continue
 			}
 		}
@@ -148,28 +244,30 @@ func (ep *Endpoint) run() {
 		// completions) holds this thread's P, and a woken application
 		// goroutine would then need another thread.
 		runtime.Gosched()
-		if err = ep.eng.link.Wait(timeout); err != nil {
+		err = e.link.Wait(timeout)
+		e.sleeping.Store(false)
+		if err != nil {
 			return
 		}
 	}
 }
 
 // dispatch hands completions to their waiters, the CQ and the receivers.
-func (ep *Endpoint) dispatch() {
-	for _, c := range ep.conns {
+func (s *epShard) dispatch() {
+	for _, c := range s.conns {
 		q := c.qp
 		for len(q.comps) > 0 {
 			comp := q.comps[0]
 			q.comps[0] = Completion{}
 			q.comps = q.comps[1:]
 			if comp.ID&internalID != 0 {
-				if w := ep.waiters[comp.ID]; w != nil {
-					delete(ep.waiters, comp.ID)
+				if w := s.waiters[comp.ID]; w != nil {
+					delete(s.waiters, comp.ID)
 					w <- comp
 				}
 				continue
 			}
-			ep.cq.push(comp)
+			s.ep.cq.push(comp)
 		}
 		for len(c.recv) < cap(c.recv) {
 			comp, ok := q.popRecv()
@@ -181,39 +279,55 @@ func (ep *Endpoint) dispatch() {
 	}
 }
 
-func (ep *Endpoint) shutdown(err error) {
+// shutdown ends one engine: it fails the engine's waiters, stops the other
+// engines, and the last engine out closes the link and the endpoint.
+// Commands that raced with it find the endpoint closing or done; running
+// them would touch a dead engine.
+func (s *epShard) shutdown(err error) {
+	ep := s.ep
+	s.mu.Lock()
+	s.closing = true
+	s.cmds = nil
+	s.mu.Unlock()
 	ep.mu.Lock()
-	ep.closing = true
-	cmds := ep.cmds
-	ep.cmds = nil
-	ep.mu.Unlock()
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if err != nil && !errors.Is(err, net.ErrClosed) && ep.err == nil {
 		ep.err = err
 	}
-	for id, w := range ep.waiters {
+	ep.live--
+	last := ep.live == 0
+	ep.mu.Unlock()
+	for id, w := range s.waiters {
 		w <- Completion{ID: id, Err: ErrClosed}
 	}
-	ep.waiters = nil
-	ep.cq.close()
-	_ = ep.eng.link.Close()
-	close(ep.done)
-	// Commands that raced with the shutdown find done closed; running them
-	// would touch a dead engine.
-	_ = cmds
+	s.waiters = nil
+	ep.stop()
+	if last {
+		ep.cq.close()
+		_ = ep.link.Close()
+		close(ep.done)
+	}
 }
 
-// Close stops the engine, fails pending calls with ErrClosed and closes the
-// link. It is idempotent.
+// stop tells every engine to end.
+func (ep *Endpoint) stop() {
+	for _, s := range ep.shards {
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		s.eng.link.Wake()
+	}
+}
+
+// Close stops the engines, fails pending calls with ErrClosed and closes
+// the link. It is idempotent.
 func (ep *Endpoint) Close() error {
-	ep.mu.Lock()
-	ep.closing = true
-	ep.mu.Unlock()
-	ep.eng.link.Wake()
+	ep.stop()
 	<-ep.done
 	return nil
 }
 
-// Err returns the error that stopped the engine, if it stopped on its own.
+// Err returns the error that stopped the engines, if they stopped on their
+// own.
 func (ep *Endpoint) Err() error {
 	select {
 	case <-ep.done:
@@ -226,36 +340,79 @@ func (ep *Endpoint) Err() error {
 // CQ returns the completion queue of work requests posted with Conn.Post.
 func (ep *Endpoint) CQ() *CQ { return ep.cq }
 
-// Register registers buf as a memory region that peers may access as acc.
-// The caller must not touch buf's bytes while a peer may be writing them.
+// Register registers buf as a memory region that peers may access as acc,
+// on every engine. The caller must not touch buf's bytes while a peer may
+// be writing them.
 func (ep *Endpoint) Register(ctx context.Context, buf []byte, acc Access) (*MR, error) {
-	var mr *MR
-	err := ep.do(ctx, func() error { mr = ep.eng.Register(buf, acc); return nil })
-	return mr, err
+	if err := ep.open(ctx); err != nil {
+		return nil, err
+	}
+	return ep.mrs.register(buf, acc), nil
 }
 
 // Deregister removes a region.
 func (ep *Endpoint) Deregister(ctx context.Context, mr *MR) error {
-	return ep.do(ctx, func() error { return ep.eng.Deregister(mr) })
+	if err := ep.open(ctx); err != nil {
+		return err
+	}
+	return ep.mrs.deregister(mr)
 }
 
-// Stats returns the engine's counters.
+// open returns the error of a call made after Close or with ctx done.
+func (ep *Endpoint) open(ctx context.Context) error {
+	select {
+	case <-ep.done:
+		return ep.closedErr()
+	default:
+	}
+	ep.mu.Lock()
+	closing := ep.live < len(ep.shards)
+	ep.mu.Unlock()
+	if closing {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Stats returns the engines' counters, summed.
 func (ep *Endpoint) Stats(ctx context.Context) (EngineStats, error) {
-	var s EngineStats
-	err := ep.do(ctx, func() error { s = ep.eng.Stats(); return nil })
-	return s, err
+	var sum EngineStats
+	st, err := ep.EngineStats(ctx)
+	for _, s := range st {
+		sum.add(s)
+	}
+	return sum, err
 }
 
-// CreateQP creates a QP. Exchange Info with the peer and Connect.
+// EngineStats returns the counters of each engine, in queue order.
+func (ep *Endpoint) EngineStats(ctx context.Context) ([]EngineStats, error) {
+	st := make([]EngineStats, len(ep.shards))
+	for i, s := range ep.shards {
+		if err := s.do(ctx, func() error { st[i] = s.eng.Stats(); return nil }); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// CreateQP creates a QP, on the engines in turn. Exchange Info with the
+// peer and Connect.
 func (ep *Endpoint) CreateQP(ctx context.Context) (*Conn, error) {
+	return ep.createQP(ctx, func(e *Engine) []uint16 { return e.info.Ports })
+}
+
+// createQP creates a QP on the next engine in turn with the entropies
+// ports gives, on the engine goroutine.
+func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) (*Conn, error) {
+	s := ep.shards[int(ep.next.Add(1)-1)%len(ep.shards)]
 	var c *Conn
-	err := ep.do(ctx, func() error {
-		q, err := ep.eng.CreateQP()
+	err := s.do(ctx, func() error {
+		q, err := s.eng.createQP(ports(s.eng))
 		if err != nil {
 			return err
 		}
-		c = &Conn{ep: ep, qp: q, info: q.Info(), recv: make(chan Completion, ep.eng.cfg.MaxMessages)}
-		ep.conns[q.qpn] = c
+		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages)}
+		s.conns[q.qpn] = c
 		return nil
 	})
 	return c, err
@@ -265,6 +422,7 @@ func (ep *Endpoint) CreateQP(ctx context.Context) (*Conn, error) {
 // concurrent use; messages are delivered to Recv in the order they were sent.
 type Conn struct {
 	ep   *Endpoint
+	s    *epShard // the engine that owns qp
 	qp   *QP
 	info QPInfo
 	recv chan Completion
@@ -275,20 +433,20 @@ func (c *Conn) Info() QPInfo { return c.info }
 
 // Connect connects the QP to the peer's QP.
 func (c *Conn) Connect(ctx context.Context, remote QPInfo) error {
-	return c.ep.do(ctx, func() error { return c.qp.Connect(remote) })
+	return c.s.do(ctx, func() error { return c.qp.Connect(remote) })
 }
 
 // Stats returns the QP's counters.
 func (c *Conn) Stats(ctx context.Context) (QPStats, error) {
 	var s QPStats
-	err := c.ep.do(ctx, func() error { s = c.qp.Stats(); return nil })
+	err := c.s.do(ctx, func() error { s = c.qp.Stats(); return nil })
 	return s, err
 }
 
 // PathStats returns the QP's per-path counters (see QP.PathStats).
 func (c *Conn) PathStats(ctx context.Context) ([]multipath.PathStats, error) {
 	var s []multipath.PathStats
-	err := c.ep.do(ctx, func() error { s = c.qp.PathStats(); return nil })
+	err := c.s.do(ctx, func() error { s = c.qp.PathStats(); return nil })
 	return s, err
 }
 
@@ -298,7 +456,7 @@ func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 	if wr.ID&internalID != 0 {
 		return fmt.Errorf("%w: work request IDs must leave bit 63 clear", ErrInvalidRequest)
 	}
-	return c.ep.do(ctx, func() error { return c.qp.Post(wr) })
+	return c.s.do(ctx, func() error { return c.qp.Post(wr) })
 }
 
 // exec posts wr and waits until it completes or ctx ends. If ctx ends first
@@ -306,14 +464,14 @@ func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	ch := make(chan Completion, 1)
 	var id uint64
-	err := c.ep.do(ctx, func() error {
-		c.ep.nextID++
-		id = c.ep.nextID | internalID
+	err := c.s.do(ctx, func() error {
+		c.s.nextID++
+		id = c.s.nextID | internalID
 		wr.ID = id
 		if err := c.qp.Post(wr); err != nil {
 			return err
 		}
-		c.ep.waiters[id] = ch
+		c.s.waiters[id] = ch
 		return nil
 	})
 	if err != nil {
@@ -323,7 +481,7 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	case comp := <-ch:
 		return comp.Err
 	case <-ctx.Done():
-		c.ep.submit(func() { delete(c.ep.waiters, id) })
+		c.s.submit(func() { delete(c.s.waiters, id) })
 		return ctx.Err()
 	}
 }
@@ -364,7 +522,7 @@ type Message struct {
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	select {
 	case comp := <-c.recv:
-		c.ep.eng.link.Wake() // room for another message
+		c.s.eng.link.Wake() // room for another message
 		return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm}, nil
 	case <-ctx.Done():
 		return Message{}, ctx.Err()

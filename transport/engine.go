@@ -1,9 +1,11 @@
 package transport
 
 import (
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
@@ -20,6 +22,32 @@ type EngineStats struct {
 	UnknownQP uint64
 	// TxNoBuffer counts the times the link had no free transmit buffer.
 	TxNoBuffer uint64
+	// HandedOver counts frames this engine received for a QP that another
+	// engine of the endpoint owns and passed to it over their hand-over
+	// ring; HandoverDrops those it dropped instead because that ring was
+	// full (or the frame longer than a ring slot). HandedIn counts the
+	// frames it took from other engines' rings. Only sharded endpoints
+	// (Shards) hand frames over.
+	HandedOver, HandoverDrops, HandedIn uint64
+}
+
+// add adds o's counters to s.
+func (s *EngineStats) add(o EngineStats) {
+	s.RxFrames += o.RxFrames
+	s.TxFrames += o.TxFrames
+	s.RxBytes += o.RxBytes
+	s.TxBytes += o.TxBytes
+	s.Truncated += o.Truncated
+	s.NotRoCE += o.NotRoCE
+	s.BadICRC += o.BadICRC
+	s.BadHeader += o.BadHeader
+	s.BadOpcode += o.BadOpcode
+	s.OtherMalformed += o.OtherMalformed
+	s.UnknownQP += o.UnknownQP
+	s.TxNoBuffer += o.TxNoBuffer
+	s.HandedOver += o.HandedOver
+	s.HandoverDrops += o.HandoverDrops
+	s.HandedIn += o.HandedIn
 }
 
 // Malformed returns the sum of the malformed-frame counters.
@@ -39,6 +67,7 @@ type Engine struct {
 	link    link.Link
 	info    link.Info
 	rng     *rand.Rand
+	seeded  bool
 	mrs     *mrTable
 	qps     map[uint32]*QP
 	order   []*QP
@@ -48,25 +77,61 @@ type Engine struct {
 	stats   EngineStats
 	rr      int
 	have    int // transmit buffers at the front of tx, lent by the link
+
+	// Set when the engine is one of Shards.
+	sh       *Shards
+	shard    int
+	sleeping atomic.Bool // its driver is about to Wait or waiting
+	woken    []bool      // engines this Step handed frames to
 }
+
+// QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
+// the multicast QP.
+const (
+	minQPN = 0x100
+	maxQPN = 0xFFFFFE
+)
 
 // NewEngine returns an engine that sends and receives on l.
 func NewEngine(l link.Link, cfg Config) (*Engine, error) {
-	info := l.Info()
-	c, err := cfg.withDefaults(info.FrameSize)
+	c, err := cfg.withDefaults(l.Info().FrameSize)
 	if err != nil {
 		return nil, err
 	}
+	rng, seeded := newRand(c.Seed, 0)
+	mrRng, _ := newRand(c.Seed, mrStream)
+	return newEngine(l, c, rng, seeded, newMRTable(mrRng, seeded))
+}
+
+func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable) (*Engine, error) {
+	info := l.Info()
 	if !info.IP.IsValid() {
 		return nil, fmt.Errorf("%w: link %q has no IP address", ErrConfig, info.Name)
 	}
 	batch := max(info.BatchSize, 1)
-	rng := rand.New(rand.NewPCG(c.Seed, c.Seed^0x5350_5241_5953_5052))
 	return &Engine{
-		cfg: c, link: l, info: info, rng: rng, mrs: newMRTable(rng),
-		qps: map[uint32]*QP{}, nextQPN: 0x100 + rng.Uint32N(0x1000),
+		cfg: c, link: l, info: info, rng: rng, seeded: seeded, mrs: mrs,
+		qps: map[uint32]*QP{}, nextQPN: minQPN + rng.Uint32N(0x1000),
 		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
 	}, nil
+}
+
+// mrStream is the stream of the memory-region table's random source.
+const mrStream = 1 << 32
+
+// newRand returns the random source of stream (an engine's index, or
+// mrStream) and whether it is seeded. With seed 0 it is ChaCha8 keyed from
+// crypto/rand: QP numbers, start PSNs, rkeys and region addresses are then
+// unpredictable to anyone who has not seen them. Otherwise it is a PCG
+// seeded from seed and stream, the same on every run.
+func newRand(seed, stream uint64) (*rand.Rand, bool) {
+	if seed == 0 {
+		var key [32]byte
+		crand.Read(key[:])
+		return rand.New(rand.NewChaCha8(key)), false
+	}
+	s := seed + stream*0x9E3779B97F4A7C15
+	return rand.New(rand.NewPCG(s, s^0x5350_5241_5953_5052)), true
 }
 
 // Config returns the engine's configuration with defaults filled in.
@@ -78,15 +143,48 @@ func (e *Engine) Link() link.Link { return e.link }
 // Stats returns the engine's counters.
 func (e *Engine) Stats() EngineStats { return e.stats }
 
+// allocQPN returns an unused QP number that this engine owns: with a seed,
+// the next after the last one; without, a random one.
+func (e *Engine) allocQPN() (uint32, error) {
+	n, s := uint32(1), uint32(0)
+	if e.sh != nil {
+		n, s = uint32(len(e.sh.engs)), uint32(e.shard)
+	}
+	if len(e.qps) >= (maxQPN-minQPN)/int(n) {
+		return 0, fmt.Errorf("%w: no free QP number", ErrConfig)
+	}
+	for {
+		var q uint32
+		if e.seeded {
+			q = e.nextQPN
+			e.nextQPN++
+			if e.nextQPN > maxQPN {
+				e.nextQPN = minQPN
+			}
+		} else {
+			q = minQPN + e.rng.Uint32N(maxQPN-minQPN+1)
+		}
+		q = q - q%n + s
+		if q >= minQPN && q <= maxQPN && e.qps[q] == nil {
+			return q, nil
+		}
+	}
+}
+
 // CreateQP creates a QP; connect it with QP.Connect.
-func (e *Engine) CreateQP() (*QP, error) {
-	qpn := e.nextQPN
-	e.nextQPN++
+func (e *Engine) CreateQP() (*QP, error) { return e.createQP(e.info.Ports) }
+
+// createQP creates a QP whose entropies come from ports (any when empty).
+func (e *Engine) createQP(ports []uint16) (*QP, error) {
+	qpn, err := e.allocQPN()
+	if err != nil {
+		return nil, err
+	}
 	start := e.rng.Uint32()
 	if e.cfg.StartPSN != nil {
 		start = e.cfg.StartPSN(qpn)
 	}
-	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, e.info.Ports, e.rng)
+	q, err := newQP(&e.cfg, qpn, start, e.info.MAC, e.info.IP, ports, e.rng)
 	if err != nil {
 		return nil, err
 	}
@@ -128,9 +226,20 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 	if n > 0 {
 		work = true
 		for i := range n {
+			e.stats.RxFrames++
+			e.stats.RxBytes += uint64(len(e.rx[i].Buf))
+			if e.sh != nil && e.handOver(e.rx[i].Buf) {
+				continue
+			}
 			e.input(now, e.rx[i].Buf)
 		}
 		e.link.Release(e.rx[:n])
+		if e.sh != nil {
+			e.wakeOwners()
+		}
+	}
+	if e.sh != nil && e.takeHandedIn(now) {
+		work = true
 	}
 	for _, q := range e.order {
 		if now >= q.NextTimeout() {
@@ -141,9 +250,9 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 	return work || sent, err
 }
 
+// input decodes a frame and hands it to its QP. The caller counts it in
+// RxFrames: the engine whose link received it.
 func (e *Engine) input(now clock.Time, frame []byte) {
-	e.stats.RxFrames++
-	e.stats.RxBytes += uint64(len(frame))
 	if err := wire.Decode(frame, &e.pkt); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrTruncated), errors.Is(err, wire.ErrBadLength):

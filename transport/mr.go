@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 )
 
 // Access says what a remote peer may do to a memory region.
@@ -44,41 +46,104 @@ func (m *MR) Remote(off uint64) Remote { return Remote{Addr: m.Addr + off, RKey:
 // error). Nothing was written.
 var ErrRemoteAccess = errors.New("transport: remote access error")
 
-// mrTable maps remote keys to regions. Regions get distinct, page-aligned,
-// non-overlapping synthetic virtual addresses.
+// mrTable maps remote keys to regions. It is shared by every engine of an
+// endpoint (a remote WRITE may arrive on any of them) and read far more
+// often than written: lookups load an immutable map through an atomic
+// pointer, and register and deregister copy the map under a mutex.
+//
+// Regions get distinct, page-aligned, non-overlapping addresses. With an
+// unpredictable source (no Config.Seed) keys and addresses are drawn from
+// it anew for every region, so that one region's key and address say
+// nothing about another's; with a seed, addresses follow each other from a
+// seeded base. TestRegionsConcurrent guards the sharing.
 type mrTable struct {
-	byKey  map[uint32]*MR
-	nextVA uint64
+	m atomic.Pointer[map[uint32]*MR]
+
+	mu     sync.Mutex // serializes writers; guards the fields below
 	rng    *rand.Rand
+	seeded bool
+	nextVA uint64
 }
 
-func newMRTable(rng *rand.Rand) *mrTable {
-	return &mrTable{byKey: map[uint32]*MR{}, nextVA: 0x7f00_0000_0000 + rng.Uint64N(1<<32)<<12, rng: rng}
+// Region addresses lie in [minVA, maxVA): user-space-looking, 47 bits.
+const (
+	minVA = 0x1000_0000_0000
+	maxVA = 0x7fff_0000_0000
+)
+
+func newMRTable(rng *rand.Rand, seeded bool) *mrTable {
+	t := &mrTable{rng: rng, seeded: seeded, nextVA: 0x7f00_0000_0000 + rng.Uint64N(1<<32)<<12}
+	m := map[uint32]*MR{}
+	t.m.Store(&m)
+	return t
 }
 
 func (t *mrTable) register(buf []byte, acc Access) *MR {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
 	key := t.rng.Uint32()
-	for key == 0 || t.byKey[key] != nil {
+	for key == 0 || old[key] != nil {
 		key = t.rng.Uint32()
 	}
-	mr := &MR{Buf: buf, Addr: t.nextVA, RKey: key, Access: acc}
-	t.nextVA += (uint64(len(buf)) + 2<<12) &^ (1<<12 - 1)
-	t.byKey[key] = mr
+	span := (uint64(len(buf)) + 2<<12) &^ (1<<12 - 1)
+	va := t.nextVA
+	if t.seeded {
+		t.nextVA += span
+	} else {
+		va = t.randomVA(old, span)
+	}
+	mr := &MR{Buf: buf, Addr: va, RKey: key, Access: acc}
+	m := make(map[uint32]*MR, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[key] = mr
+	t.m.Store(&m)
 	return mr
 }
 
+// randomVA returns a page-aligned address at which span bytes overlap no
+// region of m.
+func (t *mrTable) randomVA(m map[uint32]*MR, span uint64) uint64 {
+	span = min(span, maxVA-minVA)
+	for {
+		va := (minVA + t.rng.Uint64N(maxVA-minVA-span+1)) &^ (1<<12 - 1)
+		free := true
+		for _, r := range m {
+			end := r.Addr + (uint64(len(r.Buf))+2<<12)&^(1<<12-1)
+			if va < end && r.Addr < va+span {
+				free = false
+				break
+			}
+		}
+		if free {
+			return va
+		}
+	}
+}
+
 func (t *mrTable) deregister(mr *MR) error {
-	if t.byKey[mr.RKey] != mr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	if old[mr.RKey] != mr {
 		return fmt.Errorf("transport: region with key %#x is not registered", mr.RKey)
 	}
-	delete(t.byKey, mr.RKey)
+	m := make(map[uint32]*MR, len(old))
+	for k, v := range old {
+		if k != mr.RKey {
+			m[k] = v
+		}
+	}
+	t.m.Store(&m)
 	return nil
 }
 
 // target returns the bytes [va, va+n) of the region with key rkey if the
 // whole operation [opVA, opVA+opLen) lies inside it and it allows writes.
 func (t *mrTable) target(rkey uint32, opVA uint64, opLen uint32, off uint32, n int) ([]byte, bool) {
-	mr := t.byKey[rkey]
+	mr := (*t.m.Load())[rkey]
 	if mr == nil || mr.Access&AccessRemoteWrite == 0 {
 		return nil, false
 	}

@@ -29,7 +29,7 @@ func bareQP(t *testing.T, cfg Config) *QP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.mrs = newMRTable(rng)
+	q.mrs = newMRTable(rng, true)
 	if err := q.Connect(QPInfo{QPN: 0x22, PSN: barePeer, MAC: macB, IP: ipB}); err != nil {
 		t.Fatal(err)
 	}

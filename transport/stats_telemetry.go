@@ -222,16 +222,25 @@ type QPSnapshot struct {
 type Snapshot struct {
 	// Time is when Endpoint.Snapshot took it, on the Endpoint's clock;
 	// Engine.Snapshot leaves it as it was.
-	Time   clock.Time
-	Engine EngineStats
-	QPs    []QPSnapshot
+	Time clock.Time
+	// Engine is the sum of Engines, the counters of each engine (one per
+	// queue of a sharded endpoint, in queue order).
+	Engine  EngineStats
+	Engines []EngineStats
+	QPs     []QPSnapshot
 }
 
 // Snapshot fills dst with the engine's counters and those of its QPs, in
 // creation order.
 func (e *Engine) Snapshot(dst *Snapshot) {
 	dst.Engine = e.stats
+	dst.Engines = append(dst.Engines[:0], e.stats)
 	dst.QPs = dst.QPs[:0]
+	e.appendQPs(dst)
+}
+
+// appendQPs appends the snapshots of the engine's QPs to dst.QPs.
+func (e *Engine) appendQPs(dst *Snapshot) {
 	for _, q := range e.order {
 		if len(dst.QPs) < cap(dst.QPs) {
 			dst.QPs = dst.QPs[:len(dst.QPs)+1]
@@ -254,18 +263,30 @@ func (e *Engine) Snapshot(dst *Snapshot) {
 	}
 }
 
-// Snapshot fills dst with the counters of the endpoint's engine and QPs
-// (see Engine.Snapshot). It waits for the engine goroutine, like Stats.
+// Snapshot fills dst with the counters of the endpoint's engines and QPs
+// (see Engine.Snapshot). It waits for each engine goroutine in turn, like
+// Stats.
 func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
-	return ep.do(ctx, func() error {
-		ep.eng.Snapshot(dst)
-		dst.Time = ep.clk.Now()
-		return nil
-	})
+	dst.Engine = EngineStats{}
+	dst.Engines = dst.Engines[:0]
+	dst.QPs = dst.QPs[:0]
+	for _, s := range ep.shards {
+		err := s.do(ctx, func() error {
+			dst.Engine.add(s.eng.stats)
+			dst.Engines = append(dst.Engines, s.eng.stats)
+			s.eng.appendQPs(dst)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	dst.Time = ep.clk.Now()
+	return nil
 }
 
 // LinkInfo returns the description of the endpoint's link.
-func (ep *Endpoint) LinkInfo() link.Info { return ep.eng.info }
+func (ep *Endpoint) LinkInfo() link.Info { return ep.link.Info() }
 
 // Done returns a channel that is closed when the endpoint's engine has
 // stopped: after Close, or when the link failed (see Err).

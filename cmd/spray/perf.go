@@ -54,7 +54,8 @@ flags:
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
 	metrics, fault                                          string
-	size, pings, mtu, paths, window                         int
+	size, pings, mtu, paths, window, qps, queues            int
+	busyPoll                                                busyPollFlag
 	total, windowBytes                                      sizeFlag
 	restore                                                 time.Duration
 	loss, gbps                                              float64
@@ -87,7 +88,10 @@ func runPerf(args []string) error {
 	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (negative: none)")
 	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
 	fs.Float64Var(&f.gbps, "gbps", 0, "mem link: bandwidth of the in-memory fabric in Gbit/s (0 = unlimited)")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads, the fabric and the transport")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads and the fabric; given explicitly, also for the transport's QP numbers, PSNs and keys (otherwise unpredictable)")
+	fs.IntVar(&f.qps, "qps", 1, "QPs carrying the bulk data at once, --total/N bytes each (spray links; tcp runs one connection); goodput summed and per QP")
+	fs.IntVar(&f.queues, "queues", 1, "mem link: receive queues per port, spread by RSS, one engine per queue")
+	fs.Var(&f.busyPoll, "busy-poll", "engines poll without sleeping for this long after their last work (--busy-poll alone: 50µs)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per line")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.IntVar(&f.mtu, "mtu", 0, "largest frame in bytes, Ethernet header included (default: 9014 for mem, the interface MTU + 14 otherwise)")
@@ -101,11 +105,27 @@ func runPerf(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	seedSet := false
 	fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "paths" {
+		switch fl.Name {
+		case "paths":
 			f.pathsSet = true
+		case "seed":
+			seedSet = true
 		}
 	})
+	if f.qps < 1 || f.qps > 4096 {
+		return fmt.Errorf("perf: --qps %d: want 1 to 4096", f.qps)
+	}
+	if f.queues < 1 || f.queues > 64 {
+		return fmt.Errorf("perf: --queues %d: want 1 to 64", f.queues)
+	}
+	if f.queues > 1 && f.pcapFile != "" {
+		return fmt.Errorf("perf: --pcap captures a single-queue link; drop --queues")
+	}
+	if f.qps > 1 && mode != "" {
+		return fmt.Errorf("perf: --qps runs locally only (mem, or --testbed pair), not in %s mode", mode)
+	}
 	prof, err := transport.ParseProfile(f.profile)
 	if err != nil {
 		return err
@@ -115,12 +135,16 @@ func runPerf(args []string) error {
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()
 
-	tcfg := transport.Config{Profile: prof, Seed: f.seed, MTU: f.mtu, Entropies: f.paths, Window: f.window,
-		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE}
+	tseed := uint64(0) // unpredictable QP numbers, PSNs and keys unless asked
+	if seedSet {
+		tseed = f.seed
+	}
+	tcfg := transport.Config{Profile: prof, Seed: tseed, MTU: f.mtu, Entropies: f.paths, Window: f.window,
+		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE, BusyPoll: time.Duration(f.busyPoll)}
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
-	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed}
+	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed, QPs: f.qps}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
 	if f.pcapFile != "" {
@@ -247,6 +271,53 @@ func report(f perfFlags, results []bench.PerfResult) error {
 		return nil
 	}
 	printPerf(os.Stdout, results)
+	for _, r := range results {
+		if len(r.QPs) > 1 {
+			printQPs(os.Stdout, r)
+		}
+	}
+	return nil
+}
+
+// printQPs prints the per-QP shares of a multi-QP result.
+func printQPs(w io.Writer, r bench.PerfResult) {
+	fmt.Fprintf(w, "\n%s: %d QPs, %.2f Gbit/s in all\n", r.Link, len(r.QPs), r.GoodputGbps)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "qpn\tbytes\tseconds\tGbit/s\tretransmits\tsha256\t")
+	for _, q := range r.QPs {
+		verdict := "ok"
+		if !q.Integrity {
+			verdict = "MISMATCH"
+		}
+		fmt.Fprintf(tw, "%#x\t%d\t%.3f\t%.2f\t%d\t%s\t\n", q.QPN, q.Bytes, q.Seconds, q.GoodputGbps, q.Retransmits, verdict)
+	}
+	tw.Flush()
+}
+
+// busyPollFlag is --busy-poll: a duration, or alone DefaultBusyPoll.
+type busyPollFlag time.Duration
+
+// defaultBusyPoll is --busy-poll without a value.
+const defaultBusyPoll = 50 * time.Microsecond
+
+func (b *busyPollFlag) String() string { return time.Duration(*b).String() }
+
+func (b *busyPollFlag) IsBoolFlag() bool { return true }
+
+func (b *busyPollFlag) Set(s string) error {
+	switch s {
+	case "true":
+		*b = busyPollFlag(defaultBusyPoll)
+		return nil
+	case "false":
+		*b = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration >= 0 (e.g. 200us), or no value")
+	}
+	*b = busyPollFlag(d)
 	return nil
 }
 
@@ -360,20 +431,32 @@ func perfMem(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench
 		return bench.PerfResult{}, err
 	}
 	fab := mem.NewFabric(mem.Config{Seed: f.seed, Loss: f.loss, Bandwidth: f.gbps * 1e9, FrameSize: max(tcfg.MTU, 1514), Delay: 2 * time.Microsecond}, clock.NewSystem())
-	pa, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, 1}, netip.AddrFrom4([4]byte{10, 99, 0, 1}))
+	port := func(mac [6]byte, ip netip.Addr) (link.Link, error) {
+		if f.queues > 1 {
+			return fab.NewMultiPort(mac, ip, f.queues, nil)
+		}
+		return fab.NewPort(mac, ip)
+	}
+	pa, err := port([6]byte{0x02, 0x53, 0x50, 0, 0, 1}, netip.AddrFrom4([4]byte{10, 99, 0, 1}))
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
-	a, err := transport.NewEndpoint(wrap(pa), tcfg)
+	la := pa
+	if f.queues == 1 {
+		la = wrap(pa) // a capture sees one link; with queues the engines own theirs
+	}
+	a, err := transport.NewEndpoint(la, tcfg)
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
 	defer a.Close()
-	pb, err := fab.NewPort([6]byte{0x02, 0x53, 0x50, 0, 0, 2}, netip.AddrFrom4([4]byte{10, 99, 0, 2}))
+	pb, err := port([6]byte{0x02, 0x53, 0x50, 0, 0, 2}, netip.AddrFrom4([4]byte{10, 99, 0, 2}))
 	if err != nil {
 		return bench.PerfResult{}, err
 	}
-	tcfg.Seed++
+	if tcfg.Seed != 0 {
+		tcfg.Seed++
+	}
 	b, err := transport.NewEndpoint(pb, tcfg)
 	if err != nil {
 		return bench.PerfResult{}, err

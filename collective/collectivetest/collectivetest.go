@@ -129,7 +129,9 @@ func Spray(ctx context.Context, n int, cfg SprayConfig) (*SprayWorld, error) {
 			return nil, err
 		}
 		tc := cfg.Transport
-		tc.Seed += uint64(r)
+		if tc.Seed != 0 { // 0: every rank unpredictable
+			tc.Seed += uint64(r)
+		}
 		if tc.MinRTO == 0 {
 			tc.MinRTO = RTOFloor
 		}

@@ -19,6 +19,16 @@
 // A duplicate is a copy, in another buffer of the sender's pool (no
 // duplicate is made when that pool is empty).
 //
+// # Queues
+//
+// Fabric.NewMultiPort attaches a port with several receive queues that
+// implements link.Multi, as a NIC with RSS: a frame switched to it lands on
+// the queue that its RSS indirection table gives the Toeplitz hash of the
+// frame's addresses and UDP ports (package link/rss; queue 0 for frames
+// without them), and each queue is a Port of its own, with its own buffer
+// pool, so that frames sent on queue i leave from queue i. Use it to run an
+// endpoint with one engine per queue without a kernel.
+//
 // # Time
 //
 // A frame sent at now becomes receivable at

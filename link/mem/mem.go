@@ -242,17 +242,33 @@ func (f *Fabric) Config() Config {
 func (f *Fabric) NewPort(mac [6]byte, ip netip.Addr) (*Port, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.checkMAC(mac); err != nil {
+		return nil, err
+	}
+	p := f.newPortLocked(mac, ip)
+	f.byMAC[mac] = p
+	return p, nil
+}
+
+func (f *Fabric) checkMAC(mac [6]byte) error {
 	if f.closed {
-		return nil, link.ErrClosed
+		return link.ErrClosed
 	}
 	if _, ok := f.byMAC[mac]; ok {
-		return nil, fmt.Errorf("%w: %x", ErrMACInUse, mac)
+		return fmt.Errorf("%w: %x", ErrMACInUse, mac)
 	}
+	return nil
+}
+
+// newPortLocked makes a port and gives it the next index, which seeds its
+// random source. It does not route its MAC.
+func (f *Fabric) newPortLocked(mac [6]byte, ip netip.Addr) *Port {
 	idx := uint32(len(f.ports))
 	s := f.cfg.Seed
 	p := &Port{
 		fab:  f,
 		idx:  idx,
+		name: "mem",
 		mac:  mac,
 		ip:   ip,
 		rng:  rand.New(rand.NewPCG(s, uint64(idx)*0x9E3779B97F4A7C15^0xD1B54A32D192ED03)),
@@ -269,8 +285,7 @@ func (f *Fabric) NewPort(mac [6]byte, ip netip.Addr) (*Port, error) {
 			q.lastSeq = append(q.lastSeq, 0)
 		}
 	}
-	f.byMAC[mac] = p
-	return p, nil
+	return p
 }
 
 // NextDelivery returns the earliest due time of the frames in flight, or
@@ -407,10 +422,12 @@ const chunkFrames = 64
 // Fabric.NewPort. It is safe for concurrent use, but Wait must not be
 // called from two goroutines at once.
 type Port struct {
-	fab *Fabric
-	idx uint32
-	mac [6]byte
-	ip  netip.Addr
+	fab   *Fabric
+	idx   uint32
+	name  string
+	mac   [6]byte
+	ip    netip.Addr
+	group *MultiPort // the multi-queue port this is a queue of, or nil
 
 	// Guarded by fab.mu.
 	bufs    []buffer // grows by chunks up to Frames
@@ -438,7 +455,7 @@ var (
 // Info describes the port. Name is "mem".
 func (p *Port) Info() link.Info {
 	return link.Info{
-		Name:      "mem",
+		Name:      p.name,
 		FrameSize: p.fab.cfg.FrameSize, // never changes after NewFabric
 		BatchSize: BatchSize,
 		MAC:       p.mac,
@@ -526,7 +543,15 @@ func (p *Port) put(b uint32) {
 	p.bufs[b].state = stFree
 	p.free = append(p.free, b)
 	if len(p.free) == 1 && len(p.bufs) == p.fab.cfg.Frames {
-		notify(p.wake)
+		p.signal()
+	}
+}
+
+// signal makes p's Wait return, and its multi-queue port's.
+func (p *Port) signal() {
+	notify(p.wake)
+	if p.group != nil {
+		notify(p.group.wake)
 	}
 }
 
@@ -537,6 +562,10 @@ func (p *Port) Alloc(fs []link.Frame) int {
 	f := p.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return p.allocLocked(fs)
+}
+
+func (p *Port) allocLocked(fs []link.Frame) int {
 	if p.closed {
 		return 0
 	}
@@ -617,8 +646,17 @@ func (f *Fabric) transmit(src *Port, b uint32, n int, now clock.Time) {
 		src.put(b)
 		return
 	}
+	if dst.group != nil {
+		dst = dst.group.pick(frame)
+	}
 	if dst.down {
 		f.stats.Blackholed++
+		src.put(b)
+		return
+	}
+	if dst.closed { // a queue of a multi-queue port closed on its own
+		f.stats.RxDrops++
+		dst.stats.RxDropped++
 		src.put(b)
 		return
 	}
@@ -697,7 +735,7 @@ func (f *Fabric) enqueue(src, dst *Port, b uint32, n int, seq uint64, now clock.
 	f.ord++
 	dst.push(entry{due: due, ord: f.ord, seq: seq, owner: src.idx, buf: b, n: int32(n)})
 	if dst.rxq[0].ord == f.ord { // a new earliest frame: Wait must recompute
-		notify(dst.wake)
+		dst.signal()
 	}
 }
 
@@ -751,7 +789,11 @@ func (p *Port) Recv(fs []link.Frame) (int, error) {
 	if p.closed {
 		return 0, link.ErrClosed
 	}
-	now := f.clk.Now()
+	return p.recvLocked(fs, f.clk.Now()), nil
+}
+
+func (p *Port) recvLocked(fs []link.Frame, now clock.Time) int {
+	f := p.fab
 	n := 0
 	for n < len(fs) && len(p.rxq) > 0 && p.rxq[0].due <= now {
 		e := p.pop()
@@ -770,7 +812,7 @@ func (p *Port) Recv(fs []link.Frame) (int, error) {
 		p.stats.RxFrames++
 		p.stats.RxBytes += uint64(e.n)
 	}
-	return n, nil
+	return n
 }
 
 // Release returns received frames to the fabric (to their sender's pool).
@@ -823,19 +865,24 @@ func (p *Port) Wait(timeout time.Duration) error {
 		}
 	}
 	f.mu.Unlock()
+	return sleep(f.clk, timeout, p.wake, p.done, p.timer)
+}
+
+// sleep waits for timeout (negative: no limit), wake or done.
+func sleep(clk clock.Clock, timeout time.Duration, wake, done chan struct{}, timer *time.Timer) error {
 	if timeout > 0 && timeout <= spinWait {
-		return p.spin(f.clk.Now().Add(timeout))
+		return spin(clk, clk.Now().Add(timeout), wake, done)
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
-		p.timer.Reset(timeout)
-		expired = p.timer.C
-		defer p.timer.Stop()
+		timer.Reset(timeout)
+		expired = timer.C
+		defer timer.Stop()
 	}
 	select {
-	case <-p.wake:
+	case <-wake:
 	case <-expired:
-	case <-p.done:
+	case <-done:
 		return link.ErrClosed
 	}
 	return nil
@@ -845,19 +892,20 @@ func (p *Port) Wait(timeout time.Duration) error {
 // processor between looks) rather than sleeping on a runtime timer: the Go
 // runtime's poller sleeps at least a millisecond when its next timer is
 // less than a millisecond away and nothing else runs, so a frame due in
-// Delay (µs) would reach an idle receiver up to a millisecond late, which
-// a delay-based controller reads as fabric delay and which fires the 1 ms
-// retransmission timer spuriously (no test guards the spin yet).
+// Delay (µs) would reach an idle receiver up to a millisecond late, which a
+// delay-based controller reads as fabric delay and which fires 1 ms
+// retransmission timers spuriously. TestRealClock covers Wait on the
+// system clock.
 const spinWait = 100 * time.Microsecond
 
-// spin waits until deadline, Wake or Close, yielding the processor
+// spin waits until deadline, wake or done, yielding the processor
 // between looks.
-func (p *Port) spin(deadline clock.Time) error {
-	for p.fab.clk.Now() < deadline {
+func spin(clk clock.Clock, deadline clock.Time, wake, done chan struct{}) error {
+	for clk.Now() < deadline {
 		select {
-		case <-p.wake:
+		case <-wake:
 			return nil
-		case <-p.done:
+		case <-done:
 			return link.ErrClosed
 		default:
 		}
@@ -895,4 +943,13 @@ func (f *Fabric) closePort(p *Port) {
 	}
 	p.rxq = p.rxq[:0]
 	close(p.done)
+	if m := p.group; m != nil {
+		notify(m.wake)
+		for _, q := range m.qs {
+			if !q.closed {
+				return
+			}
+		}
+		close(m.done)
+	}
 }
