@@ -50,8 +50,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true},
 		ce:     17,
-		frames: "7bd0e0177af0f876a271dd2072e6bbf5191eae5884b01885fd834ed787226605",
-		state:  "44af5c9b4ee8a13820db936b41bb8f40bb885bb0cf17a11543f25883865eb0b6",
+		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
+		state:  "d21e5cd369bc2ca3bd0a1aca907ef8ec197596112a71377c3c24fb23b62c8f82",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -65,8 +65,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "8f7cab04c68d4b87243f4df337a991065694f43eb4aad5fe6d8790b39e53b4a7",
-		state:  "1b273eb1be07d0c3c35a90c85eb7476715ca41312ca291286ef20d85b38cbb32",
+		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
+		state:  "de3d1d4672cebb72615feb33424416b4619e11906002d6a5d4ce2c5e781bc99b",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -77,7 +77,7 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
-		frames: "4e4ff1d0bce34544b6786de202cea2e5f829e065bbafce903f378f7022429ca7",
+		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
 		state:  "6700931414cf5543065db95226b7bb7f391091462b70f206c959ac62c7215c75",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
@@ -90,7 +90,7 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
-		frames: "72d4d50c78923d9d64d72c30a3c3624ac7ed605a928b0a7bbc31ece642312064",
+		frames: "2040a309685224c654b859cbafb48ef6bb3a436db6acf95a4392f3ce34cfae5a",
 		state:  "e58135b1e661d28cf6e5bfb4fc1af4a9fba1fb03d6d626585b1731b7fa6a7fcf",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
