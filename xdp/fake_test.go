@@ -46,7 +46,7 @@ func newFake(frameSize, rxFrames, txFrames, ringSize int) (*core, *fakeKernel) {
 	// The kernel asks for TX wakeups, as in copy mode.
 	atomic.StoreUint32(c.tx.flags, ringNeedWakeup)
 	k.umem = make([]byte, (rxFrames+txFrames)*frameSize)
-	c.init(k.umem, frameSize, rxFrames, txFrames)
+	c.init(k.umem, frameSize, rxFrames, txFrames, 0)
 	return c, k
 }
 

@@ -104,8 +104,7 @@ func open(cfg Config) (_ *Socket, err error) {
 		}
 	}()
 
-	frames := cfg.RxFrames + cfg.TxFrames
-	size := frames * cfg.FrameSize
+	size := cfg.chunks() * cfg.FrameSize
 	s.sys.umem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
@@ -160,7 +159,8 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
 	c.sys = &s.sys
-	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames)
+	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame)
+	c.tag = cfg.tag
 
 	if cfg.BusyPoll {
 		for _, o := range [][2]int{{unix.SO_PREFER_BUSY_POLL, 1}, {unix.SO_BUSY_POLL, 20}, {unix.SO_BUSY_POLL_BUDGET, batchSize}} {
@@ -174,6 +174,9 @@ func open(cfg Config) (_ *Socket, err error) {
 	if c.needWakeup {
 		flags |= unix.XDP_USE_NEED_WAKEUP
 	}
+	if cfg.multiBuffer() {
+		flags |= unix.XDP_USE_SG
+	}
 	switch cfg.Mode {
 	case Copy:
 		flags |= unix.XDP_COPY
@@ -185,6 +188,12 @@ func open(cfg Config) (_ *Socket, err error) {
 		where := fmt.Sprintf("xdp: bind ifindex %d queue %d (%v)", cfg.Ifindex, cfg.Queue, cfg.Mode)
 		if cfg.Mode == ZeroCopy && errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, fmt.Errorf("%s: zero-copy: %w (%w)", where, ErrNotSupported, err)
+		}
+		if cfg.multiBuffer() && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			return nil, fmt.Errorf("%s: multi-buffer for MaxFrame %d (XDP_USE_SG needs Linux 6.6): %w (%w)", where, cfg.MaxFrame, ErrNotSupported, err)
+		}
+		if errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("%s: the queue is bound by another AF_XDP socket: %w (%w)", where, ErrBusy, err)
 		}
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
@@ -213,7 +222,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	s.sys.pfd[1] = unix.PollFd{Fd: int32(s.sys.efd), Events: unix.POLLIN}
 	s.info = link.Info{
 		Name:      fmt.Sprintf("xdp:%s/q%d", name, cfg.Queue),
-		FrameSize: cfg.FrameSize - headroom,
+		FrameSize: cfg.MaxFrame,
 		BatchSize: batchSize,
 		MAC:       cfg.MAC,
 		IP:        cfg.IP,
