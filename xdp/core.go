@@ -42,6 +42,9 @@ const (
 // in the next descriptor (multi-buffer).
 const pktContd = 1
 
+// batchSize is Info().BatchSize.
+const batchSize = 64
+
 // jumboBuffers is the number of reassembly buffers of a multi-buffer
 // socket: two receive batches, as the engine holds at most one between
 // Recv and Release.

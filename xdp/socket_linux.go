@@ -31,9 +31,6 @@ const (
 // Wait returns after this long to kick again.
 const stuckRetry = 200 * time.Microsecond
 
-// batchSize is Info().BatchSize.
-const batchSize = 64
-
 // eventfdOne is the value Wake adds to the eventfd (host byte order is
 // little endian on every platform Go's AF_XDP support builds for, and any
 // non-zero value wakes).
@@ -311,6 +308,31 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		return link.ErrClosed
 	}
 	return nil
+}
+
+// prepareWait does what Wait does before it sleeps, for a Link that waits
+// on several sockets: it kicks the kernel for queued TX entries and reports
+// whether the socket has something ready, the poll events to wait for, and
+// whether the kernel left TX entries unconsumed (retry soon).
+func (s *Socket) prepareWait() (ready bool, events int16, stuck bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return false, 0, false, link.ErrClosed
+	}
+	c := &s.c
+	if err := c.flushTx(); err != nil {
+		return false, 0, false, err
+	}
+	if c.ready() {
+		return true, 0, false, nil
+	}
+	events = unix.POLLIN
+	if c.wantCompletions() {
+		events |= unix.POLLOUT
+	}
+	c.ctr.waits.Add(1)
+	return false, events, c.tx.outstanding() > 0, nil
 }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine; a
