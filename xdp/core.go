@@ -21,6 +21,7 @@ const (
 	stTxFree                     // on the TX free list
 	stTxUser                     // handed out by Alloc
 	stTxKernel                   // on the TX ring or in the kernel, until completion
+	stTxMember                   // a TX slot's chunk after its first (multi-buffer)
 )
 
 // ethHeaderLen is the shortest frame Send accepts.
@@ -168,6 +169,9 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 	c.txFree = make([]uint32, 0, txFrames)
 	for i := c.nFrames; i > c.rxFrames; i -= c.txSlot { // lowest address on top
 		c.state[i-c.txSlot] = stTxFree
+		for j := i - c.txSlot + 1; j < i; j++ {
+			c.state[j] = stTxMember
+		}
 		c.txFree = append(c.txFree, i-c.txSlot)
 	}
 	if c.sg {

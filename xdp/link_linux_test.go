@@ -367,9 +367,10 @@ func TestLinkQueuesChanged(t *testing.T) {
 // setRxChannels sets the RX and TX channel counts of dev (ethtool -L dev rx n tx n).
 func setRxChannels(dev string, n uint32) error {
 	type channels struct {
-		cmd                                         uint32
-		maxRx, maxTx, maxOther, maxCombined         uint32
-		rxCount, txCount, otherCount, combinedCount uint32
+		cmd              uint32
+		_                [4]uint32 // maxima
+		rxCount, txCount uint32
+		_                [2]uint32 // other, combined
 	}
 	type ifreq struct {
 		name [unix.IFNAMSIZ]byte
