@@ -79,7 +79,8 @@ type Config struct {
 	Ifindex int
 	// Queue is the device queue to bind to (default 0). One socket serves
 	// one queue; a multi-queue device needs one socket per queue, each
-	// registered in the steering program's XSKMAP at its queue index.
+	// registered in the steering program's XSKMAP at its queue index
+	// (OpenLink does that).
 	Queue int
 	// FrameSize is the size of one UMEM chunk: 2048 or 4096 (default 4096).
 	// The largest frame is FrameSize-256 bytes (the kernel keeps 256 bytes
