@@ -25,7 +25,7 @@ type plainPair struct {
 	mac     [2][6]byte
 }
 
-func newPlainPair(t *testing.T, mtu int) *plainPair {
+func newPlainPair(t *testing.T, mtu, queues int) *plainPair {
 	t.Helper()
 	testutil.SkipIfNotRoot(t)
 	n := vethSeq.Add(1)
@@ -35,8 +35,10 @@ func newPlainPair(t *testing.T, mtu int) *plainPair {
 		p.name[i] = fmt.Sprintf("xj%c%d_%d", 'a'+i, os.Getpid()%100000, n)
 	}
 	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: p.name[0], Namespace: netlink.NsFd(p.ns[0]), MTU: mtu},
-		PeerName:  p.name[1], PeerNamespace: netlink.NsFd(p.ns[1]),
+		LinkAttrs: netlink.LinkAttrs{Name: p.name[0], Namespace: netlink.NsFd(p.ns[0]), MTU: mtu,
+			NumTxQueues: queues, NumRxQueues: queues},
+		PeerName: p.name[1], PeerNamespace: netlink.NsFd(p.ns[1]),
+		PeerNumTxQueues: uint32(queues), PeerNumRxQueues: uint32(queues),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatalf("veth: %v", err)
@@ -117,7 +119,7 @@ func jumboFrame(b []byte, dst, src [6]byte, seq uint32, n int) []byte {
 // the frags-aware program, reassembled on receipt; every TX slot comes back.
 func TestLinkJumbo(t *testing.T) {
 	const count, size = 3000, 9014
-	p := newPlainPair(t, 9000)
+	p := newPlainPair(t, 9000, 1)
 	cfg := xdp.LinkConfig{Socket: xdp.Config{MaxFrame: size, RxFrames: 1024, TxFrames: 256, RingSize: 1024}}
 	la, lb := p.open(t, 0, cfg), p.open(t, 1, cfg)
 	if la.Info().FrameSize != size {
@@ -195,7 +197,7 @@ func TestLinkJumbo(t *testing.T) {
 // of MTU 9000 counts the frames too large for one UMEM chunk as dropped,
 // and still receives the ones that fit.
 func TestLinkJumboWithoutMultiBuffer(t *testing.T) {
-	p := newPlainPair(t, 9000)
+	p := newPlainPair(t, 9000, 1)
 	la := p.open(t, 0, xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 9014, RxFrames: 256, TxFrames: 256, RingSize: 256}})
 	lb := p.open(t, 1, xdp.LinkConfig{Socket: xdp.Config{RxFrames: 256, TxFrames: 256, RingSize: 256}})
 	fs := make([]link.Frame, 2)
@@ -229,5 +231,73 @@ func TestLinkJumboWithoutMultiBuffer(t *testing.T) {
 	}
 	if st := lb.QueueStats()[0]; small != 1 || st.RxDropped != 1 {
 		t.Fatalf("received %d small frames, %d dropped (kernel %d); want 1 and 1", small, st.RxDropped, st.KernelRxDropped)
+	}
+}
+
+// TestLinkZeroAllocs: the aggregate data path of a two-queue multi-buffer
+// Link allocates nothing.
+func TestLinkZeroAllocs(t *testing.T) {
+	p := newPlainPair(t, 9000, 2)
+	cfg := xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 9014, RxFrames: 512, TxFrames: 256, RingSize: 512}}
+	la, lb := p.open(t, 0, cfg), p.open(t, 1, cfg)
+	tx := make([]link.Frame, 16)
+	rx := make([]link.Frame, 64)
+	var seq uint32
+	round := func() {
+		n := la.Alloc(tx)
+		for i := range n {
+			tx[i].Buf = jumboFrame(tx[i].Buf, p.mac[1], p.mac[0], seq, 1000+int(seq%8)*1000)
+			seq++
+		}
+		la.Send(tx[:n])
+		lb.Wait(0)
+		m, _ := lb.Recv(rx)
+		lb.Release(rx[:m])
+		la.Wait(0)
+	}
+	for range 10 {
+		round()
+	}
+	if n := len(la.Queues()); n != 2 {
+		t.Fatalf("link serves %d queues, want 2", n)
+	}
+	if allocs := testing.AllocsPerRun(200, round); allocs != 0 {
+		t.Errorf("%v allocations per round, want 0", allocs)
+	}
+}
+
+// TestLinkWaitAfterShortQueue: when one queue's TX pool ran dry but the
+// next queue filled the Alloc, the first queue's frames coming back do not
+// make Wait return at once (an engine would spin).
+func TestLinkWaitAfterShortQueue(t *testing.T) {
+	p := newPlainPair(t, 1500, 2)
+	cfg := xdp.LinkConfig{Socket: xdp.Config{RxFrames: 64, TxFrames: 16, RingSize: 64}}
+	la, _ := p.open(t, 0, cfg), p.open(t, 1, cfg)
+	tx := make([]link.Frame, 17)
+	if n := la.Alloc(tx[:16]); n != 16 || tx[15].ID>>48 != 0 {
+		t.Fatalf("Alloc = %d; want queue 0's 16 frames", n)
+	}
+	// Queue 0 has nothing free: this Alloc comes from queue 1.
+	if n := la.Alloc(tx[16:]); n != 1 || tx[16].ID>>48 != 1 {
+		t.Fatalf("Alloc = %d, ID %#x; want one frame of queue 1", n, tx[16].ID)
+	}
+	for i := range tx {
+		tx[i].Buf = jumboFrame(tx[i].Buf, p.mac[1], p.mac[0], uint32(i), 100)
+	}
+	if n, err := la.Send(tx); n != 17 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); la.QueueStats()[0].TxInFlight+la.QueueStats()[1].TxInFlight > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("queue 0's frames never completed")
+		}
+		la.Wait(time.Millisecond)
+	}
+	start := time.Now()
+	if err := la.Wait(200 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("idle Wait(200ms) returned after %v", d)
 	}
 }

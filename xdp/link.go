@@ -183,22 +183,33 @@ func (l *Link) Release(fs []link.Frame) {
 }
 
 // Alloc fills fs with free TX frames from one queue, moving on to the next
-// while the current one is short.
+// while the current one is short. Only when every queue came up short does
+// Wait also wake for freed TX frames.
 func (l *Link) Alloc(fs []link.Frame) int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
 		return 0
 	}
-	got := 0
+	got, first := 0, l.txNext
 	for range len(l.qs) {
 		got += l.qs[l.txNext].Alloc(fs[got:])
 		if got == len(fs) {
-			return got
+			break
 		}
 		l.txNext++
 		if l.txNext == len(l.qs) {
 			l.txNext = 0
+		}
+	}
+	if got == len(fs) {
+		// The queues passed over were short, but the link is not: their
+		// shortage must not make Wait return at once.
+		for q := first; q != l.txNext; {
+			l.qs[q].c.txShort = false
+			if q++; q == len(l.qs) {
+				q = 0
+			}
 		}
 	}
 	return got
