@@ -259,6 +259,17 @@ func (l *Link) QueueStats() []Stats {
 	return out
 }
 
+// QueueCounters returns each served queue's link.Stats (frames, bytes,
+// drops), in the order of Queues: the part of QueueStats that every link
+// kind has, for telemetry.InstrumentLink.
+func (l *Link) QueueCounters() []link.Stats {
+	out := make([]link.Stats, len(l.qs))
+	for i, s := range l.qs {
+		out[i] = s.Stats().Stats
+	}
+	return out
+}
+
 // Close detaches the steering program and closes every socket (unmapping
 // their UMEMs). A pending Wait returns link.ErrClosed. Close is idempotent.
 func (l *Link) Close() error {

@@ -20,8 +20,12 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/xdp"
 )
+
+// A Link's per-queue counters can be exported.
+var _ telemetry.QueueStatsReader = (*xdp.Link)(nil)
 
 // routed is a sender namespace, a forwarding namespace and a receiver
 // namespace: s --- r --- b, where r's veth towards b and b's veth have
@@ -265,6 +269,9 @@ func TestLinkEveryQueue(t *testing.T) {
 			t.Errorf("queue %d received nothing: the forwarder's flows did not reach it", l.Served()[i])
 		}
 		total += st.RxFrames
+		if c := l.QueueCounters()[i]; c.RxFrames != st.RxFrames {
+			t.Errorf("queue %d: QueueCounters says %d frames, QueueStats %d", l.Served()[i], c.RxFrames, st.RxFrames)
+		}
 	}
 	if ls := l.Stats(); ls.RxFrames != total || total != count {
 		t.Errorf("link counts %d frames, queues %d, sent %d", ls.RxFrames, total, count)
