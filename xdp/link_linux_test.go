@@ -406,3 +406,39 @@ func ioctl[T any](fd int, req *T) error {
 	}
 	return nil
 }
+
+// TestLinkDeviceGone: when the device goes away under an open link, Wait
+// reports it (ErrQueuesChanged) at the next check, sleeping rather than
+// spinning until then, and Close still frees everything.
+func TestLinkDeviceGone(t *testing.T) {
+	x := newRouted(t, 2, 1500)
+	l := x.openLink(t, xdp.LinkConfig{CheckEvery: 500 * time.Millisecond})
+	inNS(t, x.b, func() {
+		lk, err := netlink.LinkByName(x.bName)
+		if err == nil {
+			err = netlink.LinkDel(lk)
+		}
+		if err != nil {
+			t.Fatalf("delete %s: %v", x.bName, err)
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	waits := 0
+	for {
+		err := l.Wait(50 * time.Millisecond)
+		waits++
+		if errors.Is(err, xdp.ErrQueuesChanged) {
+			t.Logf("after %d waits: %v", waits, err)
+			if waits > 200 {
+				t.Errorf("%d calls of Wait(50ms) in one check interval of 500ms: spinning", waits)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Wait never reported the device gone (last: %v)", err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
