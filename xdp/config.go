@@ -127,6 +127,8 @@ type Config struct {
 	// tag goes into the high bits of every frame ID (the queue, for the
 	// sockets of a Link).
 	tag uint64
+	// quiet leaves the copy-mode fallback to the Link to log, once.
+	quiet bool
 }
 
 // withDefaults returns cfg with its zero values replaced by defaults, or an

@@ -111,7 +111,7 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 	}
 
 	sc := cfg.Socket
-	sc.Ifindex, sc.MAC, sc.IP, sc.Logf = cfg.Ifindex, cfg.MAC, cfg.IP, logf
+	sc.Ifindex, sc.MAC, sc.IP, sc.Logf, sc.quiet = cfg.Ifindex, cfg.MAC, cfg.IP, logf, true
 	if sc.RxFrames == 0 {
 		sc.RxFrames = queueFrames(n)
 	}
@@ -139,6 +139,9 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 	}
 	if len(l.qs) == 0 {
 		return nil, fmt.Errorf("xdp: %s: no queue could be bound (every one held by another AF_XDP socket): %w", ifc.Name, ErrBusy)
+	}
+	if sc.Mode == Auto && l.qs[0].Mode() == Copy {
+		logf("xdp: %s: driver offers no zero-copy, using copy mode", ifc.Name)
 	}
 	if len(skipped) > 0 {
 		logf("xdp: %s: queue(s) %s bound by another AF_XDP socket: their frames go to the kernel", ifc.Name, strings.Join(skipped, ","))

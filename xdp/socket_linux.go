@@ -207,7 +207,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	if ifc, err := net.InterfaceByIndex(cfg.Ifindex); err == nil {
 		name = ifc.Name
 	}
-	if cfg.Mode == Auto && s.mode == Copy {
+	if cfg.Mode == Auto && s.mode == Copy && !cfg.quiet {
 		logf(cfg, "xdp: %s queue %d: driver offers no zero-copy, using copy mode", name, cfg.Queue)
 	}
 

@@ -270,12 +270,12 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 
 // perfPair builds a pair testbed and runs each link kind across it.
 func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("perf --testbed pair needs root (network namespaces, XDP, AF_XDP): run it with sudo")
-	}
 	pc, err := testbed.ParsePair(f.testbed)
 	if err != nil {
 		return err
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("perf --testbed pair needs root (network namespaces, XDP, AF_XDP): run it with sudo")
 	}
 	if pc.MTU == 0 {
 		pc.MTU = 3500 // the largest that fits one AF_XDP UMEM chunk (4 KiB less headroom)
