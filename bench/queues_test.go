@@ -84,8 +84,10 @@ func TestPairJumbo(t *testing.T) {
 			<-ctx.Done()
 			l := server.(*xdp.Link)
 			served = len(l.Queues())
-			for _, st := range l.QueueStats() {
+			for i, st := range l.QueueStats() {
 				multi += st.RxMultiBuffer
+				t.Logf("server queue %d: %d frames, %d dropped (ring full %d, fill ring empty %d, kernel %d)",
+					i, st.RxFrames, st.RxDropped, st.RxRingFull, st.RxFillRingEmpty, st.KernelRxDropped)
 			}
 		},
 	})
