@@ -102,3 +102,41 @@ func TestPairJumbo(t *testing.T) {
 		t.Fatalf("server served %d queues and reassembled %d frames; want 2 and at least %d", served, multi, total/9000)
 	}
 }
+
+// TestLeafSpineJumbo: a sprayed AF_XDP transfer across a leaf-spine fabric
+// at MTU 9000, host interfaces with two queues, is byte-exact, and the
+// fabric programs stamp INT records into its 9000-byte packets (which the
+// tc programs read and write beyond the skb's linear part).
+func TestLeafSpineJumbo(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	seed := testutil.Seed(t)
+	const total = 32 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := testbed.ParseLeafSpine("leafspine:1x2x2,rate=400mbit,mtu=9000,queues=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fab, _ := newFabric(t, ctx, cfg)
+	a, b := fab.Host(0, 0), fab.Host(1, 0)
+	res, err := RunHosts(ctx, a, b, PairRun{
+		Kind:      KindXDP,
+		Transport: transport.Config{Seed: seed, MTU: a.MTU + 14, INTHops: 4, LineRate: float64(fab.Config.HostRateBps) / 8},
+		Perf:      PerfConfig{Total: total, MsgSize: 1 << 20, Pings: -1, Seed: seed},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Integrity || res.Bytes != total {
+		t.Fatalf("integrity %v, %d of %d bytes", res.Integrity, res.Bytes, total)
+	}
+	perPkt := res.ClientQP.TxBytes / max(res.ClientQP.TxPackets, 1)
+	t.Logf("MTU 9000 across the fabric: %.3f Gbit/s, %d retransmits, %d packets of %d bytes on average, %d INT acks",
+		res.GoodputGbps, res.Retransmits, res.ClientQP.TxPackets, perPkt, res.ClientQP.INTAcks)
+	if perPkt < 8000 {
+		t.Errorf("packets of %d bytes on average, want jumbo", perPkt)
+	}
+	if res.ClientQP.INTAcks == 0 {
+		t.Errorf("no acknowledgement carried INT records: the fabric programs did not stamp the jumbo packets")
+	}
+}
