@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -440,5 +441,76 @@ func TestLinkDeviceGone(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestLinkQueuesOwnEngines: driven as a link.Multi, one goroutine per
+// queue, each on its own Socket, the link receives every datagram the
+// forwarder spread over its queues, each queue only its own.
+func TestLinkQueuesOwnEngines(t *testing.T) {
+	const queues, count, size = 4, 4000, 300
+	x := newRouted(t, queues, 1500)
+	l := x.openLink(t, xdp.LinkConfig{Socket: xdp.Config{RingSize: 512}})
+	var m link.Multi = l
+	var mu sync.Mutex
+	seen := make([]bool, count)
+	var got atomic.Int64
+	bad := make([]int, queues)
+	perQueue := make([]int, queues)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for q, ql := range m.Queues() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fs := make([]link.Frame, 64)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, err := ql.Recv(fs)
+				if err != nil {
+					t.Errorf("queue %d: Recv: %v", q, err)
+					return
+				}
+				mu.Lock()
+				for _, f := range fs[:k] {
+					p := f.Buf[42:]
+					i := int(binary.LittleEndian.Uint32(p))
+					if len(f.Buf) != 42+size || i >= count || seen[i] || string(p) != string(payload(i, size)) {
+						bad[q]++
+						continue
+					}
+					seen[i] = true
+					perQueue[q]++
+					got.Add(1)
+				}
+				mu.Unlock()
+				ql.Release(fs[:k])
+				if k == 0 {
+					ql.Wait(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	x.sendUDP(t, count, size, 64, func() int { return int(got.Load()) })
+	for deadline := time.Now().Add(10 * time.Second); got.Load() < count && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	for _, ql := range m.Queues() {
+		ql.Wake()
+	}
+	wg.Wait()
+	t.Logf("per queue: %v", perQueue)
+	if got.Load() != count {
+		t.Fatalf("received %d of %d datagrams", got.Load(), count)
+	}
+	for q := range queues {
+		if bad[q] != 0 || perQueue[q] == 0 || uint64(perQueue[q]) != l.QueueStats()[q].RxFrames {
+			t.Errorf("queue %d: %d good, %d bad, counters say %d", q, perQueue[q], bad[q], l.QueueStats()[q].RxFrames)
+		}
 	}
 }
