@@ -43,6 +43,12 @@ const (
 // in the next descriptor (multi-buffer).
 const pktContd = 1
 
+// maxFrags is the most RX descriptors one frame may take: the kernel's
+// limit (MAX_SKB_FRAGS, 17, plus the head). A driver in zero-copy mode may
+// fill less than a chunk per descriptor, so the count is not bounded by
+// MaxFrame over the chunk size; the length is, and is checked.
+const maxFrags = 18
+
 // batchSize is Info().BatchSize.
 const batchSize = 64
 
@@ -111,7 +117,7 @@ type core struct {
 	jfree   []uint32
 	jheld   []bool
 	jHeld   int
-	maxFrag int // the most descriptors a frame of maxLen bytes takes
+	maxFrag int // the most descriptors one frame may take (maxFrags)
 
 	state   []frameState
 	fill    addrRing
@@ -175,8 +181,7 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 		c.txFree = append(c.txFree, i-c.txSlot)
 	}
 	if c.sg {
-		per := frameSize - headroom
-		c.maxFrag = (maxFrame + per - 1) / per
+		c.maxFrag = maxFrags
 		c.jumbo = make([]byte, jumboBuffers*maxFrame)
 		c.jheld = make([]bool, jumboBuffers)
 		c.jfree = make([]uint32, 0, jumboBuffers)

@@ -16,8 +16,8 @@ import (
 func TestMultiBufferRoundTrip(t *testing.T) {
 	const rxF, txF, ring, maxFrame = 256, 32, 64, 9014
 	c, k := newFakeSG(4096, rxF, txF, ring, maxFrame)
-	if !c.sg || c.txSlot != 3 || c.maxFrag != 3 {
-		t.Fatalf("sg %v, txSlot %d, maxFrag %d; want true, 3, 3", c.sg, c.txSlot, c.maxFrag)
+	if !c.sg || c.txSlot != 3 {
+		t.Fatalf("sg %v, txSlot %d; want true, 3", c.sg, c.txSlot)
 	}
 	r := rand.New(rand.NewPCG(testutil.Seed(t), 1))
 	fs := make([]link.Frame, 8)
@@ -83,8 +83,9 @@ func TestMultiBufferRoundTrip(t *testing.T) {
 }
 
 // TestMultiBufferHostile: a frame whose last descriptor has not come yet
-// waits; one with more pieces than MaxFrame allows is dropped and counted,
-// its chunks reused; a caller that holds every reassembly buffer gets no
+// waits; one longer than MaxFrame, or in more pieces than the kernel makes,
+// is dropped and counted, its chunks reused; one in many short pieces is
+// taken; a caller that holds every reassembly buffer gets no
 // more long frames until it releases one; a reassembly buffer released
 // twice, or a frame ID of another socket, is counted and refused.
 func TestMultiBufferHostile(t *testing.T) {
@@ -98,23 +99,54 @@ func TestMultiBufferHostile(t *testing.T) {
 	a0, a1 := *k.addrAt(0, f)+headroom, *k.addrAt(0, f+1)+headroom
 	*fc = f + 2
 	copy(k.umem[a0:], pkt(1, 3840))
-	copy(k.umem[a1:], pkt(2, 100))
+	copy(k.umem[a1:], pkt(2, 3840))
 	k.postRxOpt(a0, 3840, pktContd)
-	k.postRxOpt(a1, 100, pktContd)
+	k.postRxOpt(a1, 3840, pktContd)
 	if n := c.recv(fs); n != 0 {
 		t.Fatalf("incomplete frame: recv returned %d", n)
 	}
-	// A third piece ends it: 3 pieces of a 5000-byte MaxFrame is one too many.
+	// A third piece ends it: 7,780 bytes is more than MaxFrame.
 	a2 := *k.addrAt(0, f+2) + headroom
 	*fc = f + 3
 	k.postRxOpt(a2, 100, 0)
 	if n := c.recv(fs); n != 0 {
 		t.Fatalf("over-long frame: recv returned %d", n)
 	}
-	st := checkPools(t, c, rxF, 16)
-	if st.RxOversize != 1 {
-		t.Fatalf("RxOversize %d, want 1", st.RxOversize)
+	// A frame of more pieces than the kernel makes, short as it is.
+	f = *fc
+	for i := range uint32(maxFrags + 1) {
+		opt := uint32(pktContd)
+		if i == maxFrags {
+			opt = 0
+		}
+		k.postRxOpt(*k.addrAt(0, f+i)+headroom, 10, opt)
 	}
+	*fc = f + maxFrags + 1
+	if n := c.recv(fs); n != 0 {
+		t.Fatalf("frame of %d pieces: recv returned %d", maxFrags+1, n)
+	}
+	st := checkPools(t, c, rxF, 16)
+	if st.RxOversize != 2 {
+		t.Fatalf("RxOversize %d, want 2", st.RxOversize)
+	}
+	// A frame in many short pieces, as a zero-copy driver may deliver it,
+	// is taken whole.
+	f = *fc
+	want := pkt(4, 4000)
+	for i := range uint32(8) {
+		opt := uint32(pktContd)
+		if i == 7 {
+			opt = 0
+		}
+		addr := *k.addrAt(0, f+i) + headroom
+		copy(k.umem[addr:], want[i*500:(i+1)*500])
+		k.postRxOpt(addr, 500, opt)
+	}
+	*fc = f + 8
+	if n := c.recv(fs); n != 1 || !bytes.Equal(fs[0].Buf, want) {
+		t.Fatalf("frame of 8 short pieces: recv returned %d", n)
+	}
+	c.release(fs[:1])
 
 	// Hold every reassembly buffer.
 	held := 0
