@@ -66,16 +66,15 @@ type XDPLink = xdp.Link
 
 // openXDP opens an AF_XDP link on spec's device: one socket per RX queue
 // (spec.Queues of them, 0 for every queue), multi-buffer when
-// spec.FrameSize exceeds one UMEM chunk.
+// spec.FrameSize (or the device's MTU) exceeds one UMEM chunk.
 func openXDP(spec LinkSpec) (*XDPLink, error) {
 	cfg := xdp.LinkConfig{
 		Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, Queues: spec.Queues,
 		Steer: ebpf.SteerConfig{Allow: spec.Allow},
 		Logf:  spec.Logf,
 	}
-	if spec.FrameSize > xdp.DefaultFrameSize-256 {
-		cfg.Socket.MaxFrame = spec.FrameSize
-	}
+	cfg.Socket.MaxFrame = spec.FrameSize // 0: the device's MTU
+
 	return xdp.OpenLink(cfg)
 }
 

@@ -195,11 +195,15 @@ func TestLinkJumbo(t *testing.T) {
 
 // TestLinkJumboWithoutMultiBuffer: a link without multi-buffer on a device
 // of MTU 9000 counts the frames too large for one UMEM chunk as dropped,
-// and still receives the ones that fit.
+// and still receives the ones that fit. (A link left to its defaults there
+// is multi-buffer for the device's MTU.)
 func TestLinkJumboWithoutMultiBuffer(t *testing.T) {
 	p := newPlainPair(t, 9000, 1)
-	la := p.open(t, 0, xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 9014, RxFrames: 256, TxFrames: 256, RingSize: 256}})
-	lb := p.open(t, 1, xdp.LinkConfig{Socket: xdp.Config{RxFrames: 256, TxFrames: 256, RingSize: 256}})
+	la := p.open(t, 0, xdp.LinkConfig{Socket: xdp.Config{RxFrames: 256, TxFrames: 256, RingSize: 256}})
+	if got := la.Info().FrameSize; got != 9018 {
+		t.Fatalf("default FrameSize on MTU 9000: %d, want 9018", got)
+	}
+	lb := p.open(t, 1, xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 4096 - 256, RxFrames: 256, TxFrames: 256, RingSize: 256}})
 	fs := make([]link.Frame, 2)
 	if la.Alloc(fs) != 2 {
 		t.Fatal("no TX frames")

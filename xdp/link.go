@@ -37,7 +37,11 @@ type LinkConfig struct {
 	Partial bool
 	// Socket is the template of every queue's socket: FrameSize, MaxFrame,
 	// RxFrames, TxFrames, RingSize, Mode, NoNeedWakeup, BusyPoll. Its
-	// Ifindex, Queue, MAC, IP and Logf are set by OpenLink. RxFrames and
+	// Ifindex, Queue, MAC, IP and Logf are set by OpenLink. MaxFrame of 0
+	// means the device's MTU plus 18 (Ethernet header and a VLAN tag, at
+	// most MaxFrameLimit) when that exceeds one UMEM chunk, so that a
+	// jumbo-frame device gets multi-buffer sockets, and one chunk
+	// otherwise. RxFrames and
 	// TxFrames of 0 mean DefaultFrames on a link of up to two queues and
 	// 2*DefaultFrames/Queues (at least 512) on more, so that the locked
 	// memory of a many-queue NIC stays near that of two queues.

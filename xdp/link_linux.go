@@ -112,6 +112,15 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 
 	sc := cfg.Socket
 	sc.Ifindex, sc.MAC, sc.IP, sc.Logf, sc.quiet = cfg.Ifindex, cfg.MAC, cfg.IP, logf, true
+	if sc.MaxFrame == 0 {
+		chunk := sc.FrameSize
+		if chunk == 0 {
+			chunk = DefaultFrameSize
+		}
+		if frame := ifc.MTU + 18; frame > chunk-headroom {
+			sc.MaxFrame = min(frame, MaxFrameLimit)
+		}
+	}
 	if sc.RxFrames == 0 {
 		sc.RxFrames = queueFrames(n)
 	}
