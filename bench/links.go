@@ -74,7 +74,6 @@ func openXDP(spec LinkSpec) (*XDPLink, error) {
 		Logf:  spec.Logf,
 	}
 	cfg.Socket.MaxFrame = spec.FrameSize // 0: the device's MTU
-
 	return xdp.OpenLink(cfg)
 }
 
