@@ -73,7 +73,7 @@ func openXDP(spec LinkSpec) (*XDPLink, error) {
 		Steer: ebpf.SteerConfig{Allow: spec.Allow},
 		Logf:  spec.Logf,
 	}
-	cfg.Socket.MaxFrame = spec.FrameSize // 0: the device's MTU
+	cfg.Socket.MaxFrame = min(spec.FrameSize, xdp.MaxFrameLimit) // 0: the device's MTU
 	return xdp.OpenLink(cfg)
 }
 
