@@ -514,3 +514,27 @@ func TestLinkQueuesOwnEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkCloseFrees: Close detaches the program and frees every queue, so
+// that a new Link opens on the same device at once; the closed one answers
+// link.ErrClosed.
+func TestLinkCloseFrees(t *testing.T) {
+	x := newRouted(t, 2, 1500)
+	l := x.openLink(t, xdp.LinkConfig{})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := l.Recv(make([]link.Frame, 1)); !errors.Is(err, link.ErrClosed) {
+		t.Errorf("Recv after Close: %v", err)
+	}
+	if err := l.Wait(time.Millisecond); !errors.Is(err, link.ErrClosed) {
+		t.Errorf("Wait after Close: %v", err)
+	}
+	l2 := x.openLink(t, xdp.LinkConfig{})
+	if len(l2.Queues()) != 2 {
+		t.Fatalf("reopened link serves %d queues", len(l2.Queues()))
+	}
+}
