@@ -538,3 +538,24 @@ func TestLinkCloseFrees(t *testing.T) {
 		t.Fatalf("reopened link serves %d queues", len(l2.Queues()))
 	}
 }
+
+// TestLinkWake: Wake from another goroutine ends a Wait without limit, and
+// Close ends one with link.ErrClosed.
+func TestLinkWake(t *testing.T) {
+	x := newRouted(t, 2, 1500)
+	l := x.openLink(t, xdp.LinkConfig{CheckEvery: -1})
+	for i, end := range []func(){l.Wake, func() { l.Close() }} {
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(-1) }()
+		time.Sleep(20 * time.Millisecond)
+		end()
+		select {
+		case err := <-done:
+			if i == 0 && err != nil || i == 1 && !errors.Is(err, link.ErrClosed) {
+				t.Errorf("Wait ended by %s returned %v", []string{"Wake", "Close"}[i], err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait did not return")
+		}
+	}
+}
