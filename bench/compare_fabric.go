@@ -35,10 +35,7 @@ type cmpWorld struct {
 func (w *cmpWorld) hostDrops() uint64 {
 	var n uint64
 	for _, l := range w.links {
-		switch l := l.(type) {
-		case *XDPLink:
-			n += l.Socket.Stats().RxDropped
-		case link.StatsReader:
+		if l, ok := l.(link.StatsReader); ok {
 			n += l.Stats().RxDropped
 		}
 	}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -36,8 +35,8 @@ type LinkSpec struct {
 	// FrameSize is the largest frame, Ethernet header included; 0 takes
 	// the link's default.
 	FrameSize int
-	// Queues is the number of device queues to serve (KindXDP); 0 means 1.
-	// Only queue 0 is served for now.
+	// Queues is the number of device queues to serve (KindXDP), from
+	// queue 0; 0 means every RX queue the device has.
 	Queues int
 	// Allow restricts the steering program to frames from these peers
 	// (KindXDP); empty allows every peer.
@@ -47,9 +46,9 @@ type LinkSpec struct {
 }
 
 // OpenLink opens a link in the calling thread's network namespace. For
-// KindXDP it also loads the steering program, attaches it to the interface
-// (native mode, generic as a fallback) and registers the socket; closing
-// the link detaches it.
+// KindXDP it is xdp.OpenLink: the steering program attached to the
+// interface (native mode, generic as a fallback) and one AF_XDP socket
+// per RX queue registered in it; closing the link detaches it.
 func OpenLink(spec LinkSpec) (link.Link, error) {
 	switch spec.Kind {
 	case KindUDP:
@@ -62,37 +61,21 @@ func OpenLink(spec LinkSpec) (link.Link, error) {
 	return nil, fmt.Errorf("bench: unknown link kind %q (want xdp, raw, udp or tcp)", spec.Kind)
 }
 
-// XDPLink is an AF_XDP socket with the steering program that feeds it.
-type XDPLink struct {
-	*xdp.Socket
-	Steering *ebpf.Steering
-}
+// XDPLink is an AF_XDP link on every queue of a device with the steering
+// program that feeds it.
+type XDPLink = xdp.Link
 
+// openXDP opens an AF_XDP link on spec's device: one socket per RX queue
+// (spec.Queues of them, 0 for every queue), multi-buffer when
+// spec.FrameSize (or the device's MTU) exceeds one UMEM chunk.
 func openXDP(spec LinkSpec) (*XDPLink, error) {
-	st, err := ebpf.LoadSteering(ebpf.SteerConfig{Local: []netip.Addr{spec.IP}, Allow: spec.Allow})
-	if err != nil {
-		return nil, err
+	cfg := xdp.LinkConfig{
+		Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, Queues: spec.Queues,
+		Steer: ebpf.SteerConfig{Allow: spec.Allow},
+		Logf:  spec.Logf,
 	}
-	if err := st.Attach(spec.Ifindex, ebpf.Auto); err != nil {
-		st.Close()
-		return nil, err
-	}
-	sock, err := xdp.Open(xdp.Config{Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, Logf: spec.Logf})
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	if err := st.Register(sock.Queue(), sock.FD()); err != nil {
-		sock.Close()
-		st.Close()
-		return nil, err
-	}
-	return &XDPLink{Socket: sock, Steering: st}, nil
-}
-
-// Close closes the socket and detaches the steering program.
-func (l *XDPLink) Close() error {
-	return errors.Join(l.Socket.Close(), l.Steering.Close())
+	cfg.Socket.MaxFrame = min(spec.FrameSize, xdp.MaxFrameLimit) // 0: the device's MTU
+	return xdp.OpenLink(cfg)
 }
 
 // tcpPair connects a TCP client in one place to a server in another; the

@@ -104,7 +104,7 @@ func TestPairXDPUnderAttack(t *testing.T) {
 			tcpBytes, tcpErr = tcpEcho(ctx, p, ln.Addr().String())
 			// The program counts a frame as it arrives: every injected
 			// frame is counted by now.
-			steer, steerErr = server.(*XDPLink).Steering.Counters()
+			steer, steerErr = server.(*XDPLink).Steering().Counters()
 		},
 	})
 	if err != nil {

@@ -119,8 +119,12 @@
 // and AF_XDP sockets act in the network namespace of the calling OS thread:
 // lock the thread and enter the namespace first. Checksums are not verified
 // (the AF_XDP consumer checks the ICRC). Frames whose VLAN tag the NIC
-// strips are seen untagged. The program is not multi-buffer aware: frames
-// larger than one page are not seen in native mode. The generated
+// strips are seen untagged. The program is loaded with the xdp.frags flag
+// (Linux 5.18), so that it attaches to devices with jumbo MTUs and sees
+// frames that come in several buffers; their headers must lie in the first
+// buffer, and their IP and UDP lengths are checked against the whole frame
+// (TestSteerJumbo). AF_XDP sockets receive such frames only when bound
+// multi-buffer (package xdp, Config.MaxFrame). The generated
 // steer_bpfel.go and steer_bpfel.o are committed; after editing steer.c run
 // regen.sh (clang, llvm-strip and libbpf headers needed), which also fails on
 // a difference so that CI catches stale objects.

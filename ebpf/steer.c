@@ -9,7 +9,8 @@
 //  2. The IPv4 protocol / IPv6 next-header byte is not in the frame or is
 //     not UDP (IPv6 extension headers included): pass.
 //  3. The IP header is truncated or inconsistent (version, IHL, total or
-//     payload length beyond the frame): drop, Malformed.
+//     payload length beyond the frame, all its buffers counted): drop,
+//     Malformed.
 //  4. IPv4 fragment: pass (the kernel reassembles).
 //  5. The UDP header does not fit in the IP payload: drop, Malformed.
 //  6. UDP destination port is not the configured one: pass.
@@ -111,11 +112,18 @@ static __always_inline __u16 load16(const __u8 *p)
 	return ((__u16)p[0] << 8) | p[1];
 }
 
-SEC("xdp")
+// The program is loaded with the xdp.frags flag, so that a device whose MTU
+// exceeds a page (jumbo frames) can run it: a frame may then come in several
+// buffers, data..data_end being only the first. Headers are read from the
+// first buffer (a frame whose headers do not fit there passes or is dropped
+// as truncated, as before), and the lengths that the IP and UDP headers
+// claim are checked against the whole frame (bpf_xdp_get_buff_len).
+SEC("xdp.frags")
 int steer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
+	__u64 flen = bpf_xdp_get_buff_len(ctx);
 	__u32 zero = 0;
 
 	struct steer_counters *cnt = bpf_map_lookup_elem(&steer_stats, &zero);
@@ -153,7 +161,7 @@ int steer(struct xdp_md *ctx)
 		__u32 tot = load16(l3 + 2);
 		if (hl < IPV4_HLEN || tot < hl)
 			goto malformed;
-		if ((void *)(l3 + tot) > end)
+		if ((__u64)((void *)l3 - data) + tot > flen)
 			goto malformed;
 		if (load16(l3 + 6) & 0x3fff) // MF or a fragment offset
 			goto pass;
@@ -172,7 +180,7 @@ int steer(struct xdp_md *ctx)
 			goto malformed;
 		l4 = l3 + IPV6_HLEN;
 		l4len = load16(l3 + 4);
-		if ((void *)(l4 + l4len) > end)
+		if ((__u64)((void *)l4 - data) + l4len > flen)
 			goto malformed;
 		src.family = 6;
 		dst.family = 6;

@@ -30,6 +30,8 @@ const (
 	MaxSpines       = 64
 	// MaxNamespaces bounds hosts + leaves + spines.
 	MaxNamespaces = 512
+	// MaxQueues bounds the queues of a host interface (Queues).
+	MaxQueues = 64
 )
 
 // DefaultRateBps is the egress rate of fabric ports when the config gives
@@ -71,6 +73,12 @@ type LeafSpineConfig struct {
 	BufferBytes int
 	// MTU of every link. Zero: 1500. 576 to 9000.
 	MTU int
+	// Queues is the number of RX and TX queues of every host interface
+	// and of the leaf port facing it (1 to MaxQueues; zero: 1). The leaf
+	// spreads the flows it forwards to a host over the host's queues by
+	// its transmit hash, as a switch and a NIC's RSS spread them over a
+	// real host's queues.
+	Queues int
 }
 
 // String returns the config in ParseLeafSpine's syntax, with the options
@@ -94,13 +102,16 @@ func (c LeafSpineConfig) String() string {
 	if c.MTU != 0 {
 		fmt.Fprintf(&b, ",mtu=%d", c.MTU)
 	}
+	if c.Queues != 0 {
+		fmt.Fprintf(&b, ",queues=%d", c.Queues)
+	}
 	return b.String()
 }
 
 // ParseLeafSpine parses "leafspine:HxLxS" (H hosts per leaf, L leaves, S
 // spines), optionally followed by comma-separated options: rate=RATE,
 // hostrate=RATE (see ParseRate), buffer=BYTES (a number of bytes, or with
-// a suffix k or m for KiB or MiB), mtu=N. Example:
+// a suffix k or m for KiB or MiB), mtu=N, queues=N. Example:
 // "leafspine:4x2x4,rate=500mbit,buffer=64k". It checks the syntax and the
 // limits; errors wrap ErrConfig.
 func ParseLeafSpine(s string) (LeafSpineConfig, error) {
@@ -143,6 +154,11 @@ func ParseLeafSpine(s string) (LeafSpineConfig, error) {
 		case "mtu":
 			c.MTU, err = strconv.Atoi(v)
 			if err == nil && c.MTU == 0 {
+				err = errors.New("zero")
+			}
+		case "queues":
+			c.Queues, err = strconv.Atoi(v)
+			if err == nil && c.Queues == 0 {
 				err = errors.New("zero")
 			}
 		default:
@@ -233,6 +249,12 @@ func (c LeafSpineConfig) resolve() (LeafSpineConfig, error) {
 	}
 	if c.MTU < 576 || c.MTU > 9000 {
 		return bad("MTU must be 576 to 9000")
+	}
+	if c.Queues == 0 {
+		c.Queues = 1
+	}
+	if c.Queues < 1 || c.Queues > MaxQueues {
+		return bad("queues must be 1 to %d", MaxQueues)
 	}
 	rate := func(s string, bps uint64, what string) (uint64, error) {
 		if s == "" {
@@ -537,10 +559,16 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 		}
 	}
 	for _, k := range f.links {
+		q := 1
+		if k.a.node.kind == kindHost || k.b.node.kind == kindHost {
+			q = c.Queues
+		}
 		veth := &netlink.Veth{
-			LinkAttrs:     netlink.LinkAttrs{Name: k.a.name, MTU: c.MTU},
-			PeerName:      k.b.name,
-			PeerNamespace: netlink.NsFd(k.b.node.ns),
+			LinkAttrs:       netlink.LinkAttrs{Name: k.a.name, MTU: c.MTU, NumTxQueues: q, NumRxQueues: q},
+			PeerName:        k.b.name,
+			PeerNamespace:   netlink.NsFd(k.b.node.ns),
+			PeerNumTxQueues: uint32(q),
+			PeerNumRxQueues: uint32(q),
 		}
 		if err := handles[k.a.node].LinkAdd(veth); err != nil {
 			return nil, fmt.Errorf("testbed: veth %s%%%s-%s%%%s: %w", k.a.node.name, k.a.name, k.b.node.name, k.b.name, err)

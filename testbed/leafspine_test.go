@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/sprayfabric/spray/internal/testutil"
 )
 
@@ -379,6 +381,7 @@ func TestParseLeafSpine(t *testing.T) {
 		"leafspine:1x1x1": {Hosts: 1, Leaves: 1, Spines: 1},
 		"leafspine:2x2x2,rate=100mbit,hostrate=1gbit,buffer=64k,mtu=9000": {Hosts: 2, Leaves: 2, Spines: 2,
 			Rate: "100mbit", HostRate: "1gbit", BufferBytes: 65536, MTU: 9000},
+		"leafspine:1x2x2,queues=4,mtu=9000": {Hosts: 1, Leaves: 2, Spines: 2, Queues: 4, MTU: 9000},
 	} {
 		got, err := ParseLeafSpine(s)
 		if err != nil || got != want {
@@ -393,7 +396,8 @@ func TestParseLeafSpine(t *testing.T) {
 		"leafspine:+1x1x1", "leafspine:1x1x65", "leafspine:ax1x1", "leafspine:1x1x1,",
 		"leafspine:1x1x1,rate", "leafspine:1x1x1,rate=1gbps", "leafspine:1x1x1,speed=1",
 		"leafspine:1x1x1,buffer=-1", "leafspine:1x1x1,buffer=10", "leafspine:1x1x1,mtu=0",
-		"leafspine:1x1x1,mtu=65536", "leafspine:64x64x64",
+		"leafspine:1x1x1,mtu=65536", "leafspine:64x64x64", "leafspine:1x1x1,queues=0",
+		"leafspine:1x1x1,queues=65", "leafspine:1x1x1,queues=x",
 	} {
 		if _, err := ParseLeafSpine(s); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseLeafSpine(%q) = %v, want ErrConfig", s, err)
@@ -446,12 +450,21 @@ func TestLeafSpineMesh(t *testing.T) {
 		{Hosts: 4, Leaves: 2, Spines: 4},
 		{Hosts: 2, Leaves: 1, Spines: 1},
 		{Hosts: 1, Leaves: 3, Spines: 1},
-		{Hosts: 1, Leaves: 2, Spines: 3, MTU: 9000},
+		{Hosts: 1, Leaves: 2, Spines: 3, MTU: 9000, Queues: 4},
 	} {
 		t.Run(c.String(), func(t *testing.T) {
 			f := testFabric(t, c)
 			if len(f.Hosts) != c.Hosts*c.Leaves || len(f.Leaves) != c.Leaves || len(f.Spines) != c.Spines {
 				t.Fatalf("%d hosts, %d leaves, %d spines", len(f.Hosts), len(f.Leaves), len(f.Spines))
+			}
+			for _, h := range f.Hosts {
+				var l netlink.Link
+				if err := h.Do(func() (err error) { l, err = netlink.LinkByIndex(h.Ifindex); return err }); err != nil {
+					t.Fatal(err)
+				}
+				if want := max(c.Queues, 1); l.Attrs().NumRxQueues != want || l.Attrs().NumTxQueues != want {
+					t.Fatalf("%s: %d RX, %d TX queues; want %d", h.Name, l.Attrs().NumRxQueues, l.Attrs().NumTxQueues, want)
+				}
 			}
 			size := 56
 			if c.MTU == 9000 {

@@ -36,6 +36,10 @@ const netnsDir = "/run/netns"
 type PairConfig struct {
 	// MTU of both veth ends. 0: 1500. 68 to 65535 (9000 for jumbo frames).
 	MTU int
+	// Queues is the number of RX and TX queues of both veth ends (1 to
+	// MaxQueues; zero: 1). Frames sent on a TX queue arrive on the peer's
+	// RX queue of the same number.
+	Queues int
 	// Subnet holds both hosts' addresses: A gets the first host address, B
 	// the second. It must be IPv4 with room for them. Zero: 10.77.x.0/24,
 	// with x chosen per testbed.
@@ -84,6 +88,12 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 	if cfg.MTU < 68 || cfg.MTU > 65535 {
 		return nil, fmt.Errorf("%w: MTU %d", ErrConfig, cfg.MTU)
 	}
+	if cfg.Queues == 0 {
+		cfg.Queues = 1
+	}
+	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
+		return nil, fmt.Errorf("%w: Queues %d (1 to %d)", ErrConfig, cfg.Queues, MaxQueues)
+	}
 	staleOnce.Do(func() { _ = CleanupStale() })
 	var p *Pair
 	var err error
@@ -94,7 +104,7 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 		if !subnet.IsValid() {
 			subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 0}), 24)
 		}
-		p, err = newPair(ctx, prefix, subnet.Masked(), cfg.MTU)
+		p, err = newPair(ctx, prefix, subnet.Masked(), cfg.MTU, cfg.Queues)
 		if !errors.Is(err, os.ErrExist) {
 			break
 		}
@@ -117,7 +127,7 @@ func hostAddrs(subnet netip.Prefix) (netip.Addr, netip.Addr, error) {
 	return a, a.Next(), nil
 }
 
-func newPair(ctx context.Context, prefix string, subnet netip.Prefix, mtu int) (_ *Pair, err error) {
+func newPair(ctx context.Context, prefix string, subnet netip.Prefix, mtu, queues int) (_ *Pair, err error) {
 	ipA, ipB, err := hostAddrs(subnet)
 	if err != nil {
 		return nil, err
@@ -148,9 +158,11 @@ func newPair(ctx context.Context, prefix string, subnet netip.Prefix, mtu int) (
 	}
 	defer hb.Close()
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: p.A.Link, MTU: mtu},
-		PeerName:      p.B.Link,
-		PeerNamespace: netlink.NsFd(p.B.NS),
+		LinkAttrs:       netlink.LinkAttrs{Name: p.A.Link, MTU: mtu, NumTxQueues: queues, NumRxQueues: queues},
+		PeerName:        p.B.Link,
+		PeerNamespace:   netlink.NsFd(p.B.NS),
+		PeerNumTxQueues: uint32(queues),
+		PeerNumRxQueues: uint32(queues),
 	}
 	if err := ha.LinkAdd(veth); err != nil {
 		return nil, fmt.Errorf("testbed: veth %s/%s: %w", p.A.Link, p.B.Link, err)

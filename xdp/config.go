@@ -16,6 +16,12 @@ var (
 	ErrNotSupported = errors.New("xdp: not supported")
 	// ErrInvalidConfig: a Config field is out of range.
 	ErrInvalidConfig = errors.New("xdp: invalid config")
+	// ErrBusy: a queue of the device is bound by another AF_XDP socket,
+	// or another XDP program is attached to the device.
+	ErrBusy = errors.New("xdp: device busy")
+	// ErrQueuesChanged: the device's queue count changed while a Link was
+	// open on it; close the Link and open it again.
+	ErrQueuesChanged = errors.New("xdp: device queue count changed")
 )
 
 // Mode selects how the kernel moves frames between the driver and the UMEM.
@@ -54,6 +60,10 @@ const (
 	maxFrames = 1 << 20
 	// maxRingSize bounds each ring.
 	maxRingSize = 1 << 18
+	// MaxFrameLimit is the largest Config.MaxFrame: a 9000-byte MTU with
+	// room to spare, in at most 8 chunks of 2 KiB (the kernel takes at
+	// most 17 per frame).
+	MaxFrameLimit = 16 << 10
 )
 
 // headroom is the space the kernel leaves in front of every received frame
@@ -69,16 +79,28 @@ type Config struct {
 	Ifindex int
 	// Queue is the device queue to bind to (default 0). One socket serves
 	// one queue; a multi-queue device needs one socket per queue, each
-	// registered in the steering program's XSKMAP at its queue index.
+	// registered in the steering program's XSKMAP at its queue index
+	// (OpenLink does that).
 	Queue int
 	// FrameSize is the size of one UMEM chunk: 2048 or 4096 (default 4096).
 	// The largest frame is FrameSize-256 bytes (the kernel keeps 256 bytes
 	// of headroom in front of received frames).
 	FrameSize int
+	// MaxFrame is the largest frame, Ethernet header included, that the
+	// socket receives and sends (Info().FrameSize). 0: FrameSize-256, one
+	// chunk. Above that, up to MaxFrameLimit, the socket is multi-buffer:
+	// it binds with XDP_USE_SG (Linux 6.6), a received frame that spans
+	// several chunks is copied into a reassembly buffer before Recv hands
+	// it out, and a TX frame spans adjacent chunks sent as chained
+	// descriptors. The steering program must be loaded with the xdp.frags
+	// flag (package ebpf's is). Without multi-buffer the kernel drops
+	// longer frames and counts them (Stats.KernelRxDropped).
+	MaxFrame int
 	// RxFrames and TxFrames size the receive and transmit pools (default
 	// 4096 each). They are separate: a peer that floods the receiver can
 	// never starve transmission, and the other way around. The UMEM holds
-	// both, (RxFrames+TxFrames)*FrameSize bytes.
+	// both, (RxFrames+TxFrames*S)*FrameSize bytes, where a TX frame spans
+	// S = ceil(MaxFrame/FrameSize) chunks with multi-buffer, 1 without.
 	RxFrames, TxFrames int
 	// RingSize is the number of entries of each of the fill, completion, RX
 	// and TX rings: a power of two (default 2048).
@@ -101,6 +123,12 @@ type Config struct {
 	// Logf, when set, receives the few log lines the socket writes (the
 	// copy-mode fallback). Default: log/slog's default logger at Info.
 	Logf func(format string, args ...any)
+
+	// tag goes into the high bits of every frame ID (the queue, for the
+	// sockets of a Link).
+	tag uint64
+	// quiet leaves the copy-mode fallback to the Link to log, once.
+	quiet bool
 }
 
 // withDefaults returns cfg with its zero values replaced by defaults, or an
@@ -129,8 +157,28 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: RxFrames %d, TxFrames %d (each >= 0, sum <= %d)", ErrInvalidConfig, cfg.RxFrames, cfg.TxFrames, maxFrames)
 	case cfg.RingSize < 0 || cfg.RingSize > maxRingSize || cfg.RingSize&(cfg.RingSize-1) != 0:
 		return cfg, fmt.Errorf("%w: RingSize %d (want a power of two <= %d)", ErrInvalidConfig, cfg.RingSize, maxRingSize)
+	case cfg.MaxFrame < 0 || cfg.MaxFrame > MaxFrameLimit || cfg.MaxFrame > 0 && cfg.MaxFrame < 64:
+		return cfg, fmt.Errorf("%w: MaxFrame %d (want 64 to %d)", ErrInvalidConfig, cfg.MaxFrame, MaxFrameLimit)
 	case cfg.Mode < Auto || cfg.Mode > Copy:
 		return cfg, fmt.Errorf("%w: %v", ErrInvalidConfig, cfg.Mode)
 	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = cfg.FrameSize - headroom
+	}
+	if n := cfg.chunks(); n > maxFrames {
+		return cfg, fmt.Errorf("%w: %d UMEM chunks for RxFrames %d, TxFrames %d of MaxFrame %d (at most %d)", ErrInvalidConfig, n, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame, maxFrames)
+	}
 	return cfg, nil
+}
+
+// multiBuffer reports whether a socket of cfg (defaults applied) binds with
+// XDP_USE_SG.
+func (cfg Config) multiBuffer() bool { return cfg.MaxFrame > cfg.FrameSize-headroom }
+
+// chunks is the number of UMEM chunks of a socket of cfg (defaults applied).
+func (cfg Config) chunks() int {
+	if !cfg.multiBuffer() {
+		return cfg.RxFrames + cfg.TxFrames
+	}
+	return cfg.RxFrames + cfg.TxFrames*txSlotChunks(cfg.FrameSize, cfg.MaxFrame)
 }

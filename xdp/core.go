@@ -21,10 +21,41 @@ const (
 	stTxFree                     // on the TX free list
 	stTxUser                     // handed out by Alloc
 	stTxKernel                   // on the TX ring or in the kernel, until completion
+	stTxMember                   // a TX slot's chunk after its first (multi-buffer)
 )
 
 // ethHeaderLen is the shortest frame Send accepts.
 const ethHeaderLen = 14
+
+// Frame IDs. A UMEM frame's ID is its UMEM address with the socket's tag
+// (its queue, for the sockets of a Link) in the bits above idQueueShift, so
+// that a Link can route a frame back to the socket that lent it. A received
+// multi-buffer frame, copied into a reassembly buffer, has idJumbo set and
+// the buffer's index in the low bits. UMEM addresses stay below 2^32
+// (maxFrames chunks of at most 4 KiB).
+const (
+	idQueueShift = 48
+	idAddrMask   = 1<<idQueueShift - 1
+	idJumbo      = 1 << 47
+)
+
+// pktContd is XDP_PKT_CONTD: on an RX or TX descriptor, the frame goes on
+// in the next descriptor (multi-buffer).
+const pktContd = 1
+
+// maxFrags is the most RX descriptors one frame may take: the kernel's
+// limit (MAX_SKB_FRAGS, 17, plus the head). A driver in zero-copy mode may
+// fill less than a chunk per descriptor, so the count is not bounded by
+// MaxFrame over the chunk size; the length is, and is checked.
+const maxFrags = 18
+
+// batchSize is Info().BatchSize.
+const batchSize = 64
+
+// jumboBuffers is the number of reassembly buffers of a multi-buffer
+// socket: two receive batches, as the engine holds at most one between
+// Recv and Release.
+const jumboBuffers = 2 * batchSize
 
 // maxKicks bounds the system calls one flush makes. The kernel's copy mode
 // sends at most 32 frames per call, so this covers a full default ring.
@@ -54,6 +85,7 @@ type counters struct {
 	txKicks, rxKicks, waits              atomic.Uint64
 	txDropped, txDeviceDrops             atomic.Uint64
 	rxBadDescs, badReleases, badComps    atomic.Uint64
+	rxOversize, rxJumbo                  atomic.Uint64
 	rxHeld, txFree, txHeld, txInFlight   atomic.Int64
 }
 
@@ -64,10 +96,28 @@ type core struct {
 	umem       []byte
 	base       uintptr
 	frameShift uint
-	frameSize  uint64
-	maxLen     int // longest frame: frameSize - headroom
-	rxFrames   uint32
-	nFrames    uint32
+	frameSize  uint64 // one UMEM chunk
+	maxLen     int    // longest frame: MaxFrame
+	rxFrames   uint32 // RX chunks, at the start of the UMEM
+	nFrames    uint32 // RX chunks plus TX slots times txSlot
+	// txSlot is the number of adjacent chunks one TX frame spans (1
+	// without multi-buffer); a TX frame is named by its first chunk.
+	txSlot uint32
+	// pending counts, for the first chunk of a TX slot in the kernel, the
+	// descriptors whose completion is still due.
+	pending []uint8
+	// tag is ORed into every frame ID the socket hands out (see idJumbo).
+	tag uint64
+
+	// Multi-buffer receive: frames that span several chunks are copied
+	// into one of the jumbo buffers (each maxLen long) and handed out from
+	// there; their chunks go back to the fill ring at once.
+	sg      bool
+	jumbo   []byte
+	jfree   []uint32
+	jheld   []bool
+	jHeld   int
+	maxFrag int // the most descriptors one frame may take (maxFrags)
 
 	state   []frameState
 	fill    addrRing
@@ -90,24 +140,54 @@ type core struct {
 	ctr counters
 }
 
+// txSlotChunks is the number of UMEM chunks of frameSize bytes one TX frame
+// of maxFrame bytes spans.
+func txSlotChunks(frameSize, maxFrame int) int {
+	return max(1, (maxFrame+frameSize-1)/frameSize)
+}
+
 // init sets up the pools over umem and the rings, and puts as many RX frames
-// on the fill ring as fit. The rings must be mapped and empty.
-func (c *core) init(umem []byte, frameSize, rxFrames, txFrames int) {
+// on the fill ring as fit. The rings must be mapped and empty. maxFrame is
+// the longest frame; above frameSize-headroom the socket is multi-buffer
+// (bound with XDP_USE_SG). umem must hold rxFrames +
+// txFrames*txSlotChunks(frameSize, maxFrame) chunks.
+func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 	c.umem = umem
 	c.base = uintptr(unsafe.Pointer(unsafe.SliceData(umem)))
 	c.frameSize = uint64(frameSize)
 	for 1<<c.frameShift < frameSize {
 		c.frameShift++
 	}
-	c.maxLen = frameSize - headroom
+	if maxFrame <= 0 {
+		maxFrame = frameSize - headroom
+	}
+	c.maxLen = maxFrame
+	c.sg = maxFrame > frameSize-headroom
+	c.txSlot = uint32(txSlotChunks(frameSize, maxFrame))
+	if !c.sg {
+		c.txSlot = 1
+	}
 	c.rxFrames = uint32(rxFrames)
-	c.nFrames = uint32(rxFrames + txFrames)
+	c.nFrames = uint32(rxFrames) + uint32(txFrames)*c.txSlot
 	c.state = make([]frameState, c.nFrames)
+	c.pending = make([]uint8, c.nFrames)
 	c.rxStash = make([]uint32, 0, rxFrames)
 	c.txFree = make([]uint32, 0, txFrames)
-	for i := c.nFrames; i > c.rxFrames; i-- { // lowest address on top
-		c.state[i-1] = stTxFree
-		c.txFree = append(c.txFree, i-1)
+	for i := c.nFrames; i > c.rxFrames; i -= c.txSlot { // lowest address on top
+		c.state[i-c.txSlot] = stTxFree
+		for j := i - c.txSlot + 1; j < i; j++ {
+			c.state[j] = stTxMember
+		}
+		c.txFree = append(c.txFree, i-c.txSlot)
+	}
+	if c.sg {
+		c.maxFrag = maxFrags
+		c.jumbo = make([]byte, jumboBuffers*maxFrame)
+		c.jheld = make([]bool, jumboBuffers)
+		c.jfree = make([]uint32, 0, jumboBuffers)
+		for j := jumboBuffers; j > 0; j-- {
+			c.jfree = append(c.jfree, uint32(j-1))
+		}
 	}
 	for i := c.rxFrames; i > 0; i-- {
 		c.state[i-1] = stRxStash
@@ -117,22 +197,43 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames int) {
 	c.ctr.txFree.Store(int64(len(c.txFree)))
 }
 
-// rxIndex returns the RX frame index that addr lies in.
+// rxIndex returns the RX chunk index that addr (a UMEM address from the
+// kernel) lies in.
 func (c *core) rxIndex(addr uint64) (uint32, bool) {
 	i := addr >> c.frameShift
 	return uint32(i), i < uint64(c.rxFrames)
 }
 
-// txIndex returns the TX frame index that addr lies in.
+// rxID returns the RX chunk index of a frame ID the socket handed out.
+func (c *core) rxID(id uint64) (uint32, bool) {
+	if id&^idAddrMask != c.tag {
+		return 0, false
+	}
+	return c.rxIndex(id & idAddrMask)
+}
+
+// txIndex returns the first chunk of the TX slot that addr (a UMEM
+// address) lies in.
 func (c *core) txIndex(addr uint64) (uint32, bool) {
 	i := addr >> c.frameShift
-	return uint32(i), i >= uint64(c.rxFrames) && i < uint64(c.nFrames)
+	if i < uint64(c.rxFrames) || i >= uint64(c.nFrames) {
+		return 0, false
+	}
+	j := uint32(i) - c.rxFrames
+	return c.rxFrames + j - j%c.txSlot, true
+}
+
+// txID returns the first chunk of the TX slot of a frame ID.
+func (c *core) txID(id uint64) (uint32, bool) {
+	if id&^idAddrMask != c.tag {
+		return 0, false
+	}
+	return c.txIndex(id & idAddrMask)
 }
 
 // recv implements link.Link.Recv.
 func (c *core) recv(fs []link.Frame) int {
-	want := uint32(min(len(fs), int(c.rx.size)))
-	n := c.rx.avail(want)
+	n := c.rx.avail(c.rx.size)
 	if n == 0 {
 		if c.busyPoll || (c.needWakeup && c.fill.needWakeup()) {
 			c.sys.kickRx()
@@ -140,12 +241,24 @@ func (c *core) recv(fs []link.Frame) int {
 		}
 		return 0
 	}
-	n = min(n, want)
 	got, bytes, bad := 0, 0, 0
 	mask := uint64(c.frameSize - 1)
-	for range n {
+	for used := uint32(0); used < n && got < len(fs); {
 		d := c.rx.descs[c.rx.local&c.rx.mask]
+		if c.sg && d.Options&pktContd != 0 {
+			k, ok := c.recvMulti(&fs[got], n-used)
+			if k == 0 {
+				break // incomplete frame or no reassembly buffer: later
+			}
+			used += k
+			if ok {
+				bytes += len(fs[got].Buf)
+				got++
+			}
+			continue
+		}
 		c.rx.local++
+		used++
 		idx, ok := c.rxIndex(d.Addr)
 		if !ok || c.state[idx] != stRxKernel || d.Len == 0 || d.Addr&mask+uint64(d.Len) > c.frameSize {
 			bad++
@@ -153,12 +266,12 @@ func (c *core) recv(fs []link.Frame) int {
 		}
 		c.state[idx] = stRxUser
 		end := d.Addr + uint64(d.Len)
-		fs[got] = link.Frame{Buf: c.umem[d.Addr:end:end], ID: d.Addr}
+		fs[got] = link.Frame{Buf: c.umem[d.Addr:end:end], ID: c.tag | d.Addr}
 		got++
 		bytes += int(d.Len)
+		c.rxHeld++
 	}
 	c.rx.publishCons()
-	c.rxHeld += got
 	c.ctr.rxHeld.Store(int64(c.rxHeld))
 	c.ctr.rxFrames.Add(uint64(got))
 	c.ctr.rxBytes.Add(uint64(bytes))
@@ -171,12 +284,81 @@ func (c *core) recv(fs []link.Frame) int {
 	return got
 }
 
+// recvMulti takes one frame that spans several RX descriptors (all but the
+// last with XDP_PKT_CONTD), among the avail descriptors at the consumer
+// index. It copies the frame into a free reassembly buffer, puts it in *f
+// and returns the chunks to the stash. It returns the number of
+// descriptors it consumed (0: the frame's last descriptor is not there
+// yet, or no reassembly buffer is free) and whether *f holds a frame: a
+// frame longer than maxLen, with more than maxFrag pieces, or with a
+// descriptor that names no chunk the kernel owns is dropped and counted.
+func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
+	k := uint32(1)
+	for k < avail && c.rx.descs[(c.rx.local+k-1)&c.rx.mask].Options&pktContd != 0 {
+		k++
+	}
+	last := c.rx.descs[(c.rx.local+k-1)&c.rx.mask]
+	if last.Options&pktContd != 0 {
+		// The rest has not arrived. A kernel publishes a frame's
+		// descriptors together, so only a frame longer than the ring
+		// can stay incomplete: drop what there is of it.
+		if k < c.rx.size && k <= uint32(c.maxFrag) {
+			return 0, false
+		}
+	}
+	if len(c.jfree) == 0 {
+		return 0, false
+	}
+	j := c.jfree[len(c.jfree)-1]
+	buf := c.jumbo[int(j)*c.maxLen : (int(j)+1)*c.maxLen]
+	mask := uint64(c.frameSize - 1)
+	n, ok := 0, k <= uint32(c.maxFrag)
+	for range k {
+		d := c.rx.descs[c.rx.local&c.rx.mask]
+		c.rx.local++
+		idx, valid := c.rxIndex(d.Addr)
+		if !valid || c.state[idx] != stRxKernel || d.Addr&mask+uint64(d.Len) > c.frameSize {
+			c.ctr.rxBadDescs.Add(1)
+			ok = false
+			continue
+		}
+		if ok && n+int(d.Len) <= len(buf) {
+			n += copy(buf[n:], c.umem[d.Addr:d.Addr+uint64(d.Len)])
+		} else {
+			ok = false
+		}
+		c.state[idx] = stRxStash
+		c.rxStash = append(c.rxStash, idx)
+	}
+	if !ok || n < ethHeaderLen {
+		c.ctr.rxOversize.Add(1)
+		return k, false
+	}
+	c.jfree = c.jfree[:len(c.jfree)-1]
+	c.jheld[j] = true
+	c.jHeld++
+	c.ctr.rxJumbo.Add(1)
+	*f = link.Frame{Buf: buf[:n:n], ID: c.tag | idJumbo | uint64(j)}
+	return k, true
+}
+
 // release implements link.Link.Release.
 func (c *core) release(fs []link.Frame) {
 	room := c.fill.free(uint32(len(fs) + len(c.rxStash)))
 	put, bad := uint32(0), 0
 	for _, f := range fs {
-		idx, ok := c.rxIndex(f.ID)
+		if f.ID&idJumbo != 0 && c.sg {
+			j := f.ID &^ idJumbo &^ c.tag
+			if f.ID&^idAddrMask != c.tag || j >= uint64(len(c.jheld)) || !c.jheld[j] {
+				bad++
+				continue
+			}
+			c.jheld[j] = false
+			c.jHeld--
+			c.jfree = append(c.jfree, uint32(j))
+			continue
+		}
+		idx, ok := c.rxID(f.ID)
 		if !ok || c.state[idx] != stRxUser {
 			bad++
 			continue
@@ -234,7 +416,8 @@ func (c *core) kickFill() {
 }
 
 // reap returns completed TX frames to the free list and reports how many
-// completion entries it read.
+// completion entries it read. A frame sent as several descriptors
+// (multi-buffer) completes with its last one.
 func (c *core) reap() int {
 	n := c.comp.avail(c.comp.size)
 	if n == 0 {
@@ -245,8 +428,11 @@ func (c *core) reap() int {
 		addr := c.comp.descs[c.comp.local&c.comp.mask]
 		c.comp.local++
 		idx, ok := c.txIndex(addr)
-		if !ok || c.state[idx] != stTxKernel {
+		if !ok || c.state[idx] != stTxKernel || c.pending[idx] == 0 {
 			bad++
+			continue
+		}
+		if c.pending[idx]--; c.pending[idx] > 0 {
 			continue
 		}
 		c.state[idx] = stTxFree
@@ -276,7 +462,7 @@ func (c *core) alloc(fs []link.Frame) int {
 		c.state[idx] = stTxUser
 		addr := uint64(idx) << c.frameShift
 		end := addr + uint64(c.maxLen)
-		fs[i] = link.Frame{Buf: c.umem[addr:end:end], ID: addr}
+		fs[i] = link.Frame{Buf: c.umem[addr:end:end], ID: c.tag | addr}
 	}
 	c.txShort = n < len(fs)
 	c.txHeld += n
@@ -293,40 +479,63 @@ func (c *core) txAddr(idx uint32, buf []byte) (uint64, bool) {
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	start := c.base + uintptr(idx)<<c.frameShift
-	if p < start || p+uintptr(len(buf)) > start+uintptr(c.frameSize) {
+	if p < start || p+uintptr(len(buf)) > start+uintptr(c.txSlot)*uintptr(c.frameSize) {
 		return 0, false
 	}
 	return uint64(p - c.base), true
 }
 
+// descsFor returns the number of TX descriptors a frame of n bytes at UMEM
+// address addr takes: one per chunk it touches.
+func (c *core) descsFor(addr uint64, n int) uint32 {
+	off := addr & (c.frameSize - 1)
+	return uint32((off + uint64(n) + c.frameSize - 1) >> c.frameShift)
+}
+
 // send implements link.Link.Send.
 func (c *core) send(fs []link.Frame) (int, error) {
-	room := c.tx.free(uint32(len(fs)))
-	if room < uint32(len(fs)) {
+	want := uint32(len(fs)) * c.txSlot
+	room := c.tx.free(want)
+	if room < want {
 		if err := c.flushTx(); err != nil {
 			c.dropAll(fs)
 			return 0, err
 		}
-		room = c.tx.free(uint32(len(fs)))
+		room = c.tx.free(want)
 	}
-	queued, bytes, dropped := uint32(0), 0, 0
+	queued, used, bytes, dropped := uint32(0), uint32(0), 0, 0
 	for _, f := range fs {
-		idx, ok := c.txIndex(f.ID)
+		idx, ok := c.txID(f.ID)
 		if !ok || c.state[idx] != stTxUser {
 			dropped++ // not ours to take back
 			continue
 		}
 		c.txHeld--
 		addr, ok := c.txAddr(idx, f.Buf)
-		if !ok || queued >= room {
+		k := uint32(1)
+		if ok {
+			k = c.descsFor(addr, len(f.Buf))
+		}
+		if !ok || used+k > room {
 			c.state[idx] = stTxFree
 			c.txFree = append(c.txFree, idx)
 			dropped++
 			continue
 		}
-		c.tx.descs[c.tx.local&c.tx.mask] = desc{Addr: addr, Len: uint32(len(f.Buf))}
-		c.tx.local++
+		for rest := uint64(len(f.Buf)); rest > 0; {
+			l := min(rest, c.frameSize-addr&(c.frameSize-1))
+			rest -= l
+			var opt uint32
+			if rest > 0 {
+				opt = pktContd
+			}
+			c.tx.descs[c.tx.local&c.tx.mask] = desc{Addr: addr, Len: uint32(l), Options: opt}
+			c.tx.local++
+			addr += l
+		}
 		c.state[idx] = stTxKernel
+		c.pending[idx] = uint8(k)
+		used += k
 		queued++
 		bytes += len(f.Buf)
 	}
@@ -348,7 +557,7 @@ func (c *core) send(fs []link.Frame) (int, error) {
 // dropAll takes back the caller's frames in fs without sending them.
 func (c *core) dropAll(fs []link.Frame) {
 	for _, f := range fs {
-		if idx, ok := c.txIndex(f.ID); ok && c.state[idx] == stTxUser {
+		if idx, ok := c.txID(f.ID); ok && c.state[idx] == stTxUser {
 			c.txHeld--
 			c.state[idx] = stTxFree
 			c.txFree = append(c.txFree, idx)
@@ -412,6 +621,7 @@ func (c *core) stats(st *Stats) {
 	st.TxWakeups, st.RxWakeups, st.Waits = r.txKicks.Load(), r.rxKicks.Load(), r.waits.Load()
 	st.TxDeviceDrops = r.txDeviceDrops.Load()
 	st.RxBadDescs, st.BadReleases, st.BadCompletions = r.rxBadDescs.Load(), r.badReleases.Load(), r.badComps.Load()
+	st.RxOversize, st.RxMultiBuffer = r.rxOversize.Load(), r.rxJumbo.Load()
 	st.RxHeld = int(r.rxHeld.Load())
 	st.RxFree = int(c.rxFrames) - st.RxHeld
 	st.TxFree = int(r.txFree.Load())

@@ -33,7 +33,7 @@ func checkPools(t testing.TB, c *core, rxFrames, txFrames int) Stats {
 		t.Fatalf("TX pool: free %d + held %d + in flight %d != %d", st.TxFree, st.TxHeld, st.TxInFlight, txFrames)
 	}
 	// Every frame is in exactly one state, and the counts agree.
-	var n [6]int
+	var n [7]int
 	for _, s := range c.state {
 		n[s]++
 	}

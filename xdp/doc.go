@@ -1,25 +1,77 @@
-// Package xdp is spray's AF_XDP driver: a Socket bound to one queue of one
-// network device that moves whole Ethernet frames between the device and a
-// UMEM shared with the kernel, and implements link.Link.
+// Package xdp is spray's AF_XDP driver. A Link serves every RX queue of a
+// network device, with one AF_XDP socket per queue and the steering XDP
+// program of package ebpf; a Socket is one of those sockets, bound to one
+// queue. Both implement link.Link and move whole Ethernet frames between
+// the device and UMEMs shared with the kernel; Link also implements
+// link.Multi.
 //
-// Use it for the fast path on Linux, with the steering XDP program of package
-// ebpf redirecting the RoCEv2 frames (UDP 4791) of each queue to the socket
-// registered for that queue:
+// Use OpenLink for the fast path on Linux; it does what the CLI and the
+// benchmarks do:
+//
+//	l, err := xdp.OpenLink(xdp.LinkConfig{Ifindex: ifindex, MAC: mac, IP: ip})
+//	// l.Info().Name == "xdp:eth0/q0-7"; one engine drives l, or one
+//	// engine per element of l.Queues().
+//	defer l.Close() // detaches the program, frees every socket and UMEM
+//
+// OpenLink reads the device's queue count from the kernel (the combined
+// plus RX-only channels of ETHTOOL_GCHANNELS, what `ethtool -l` shows),
+// attaches the steering program (native mode, generic as a fallback),
+// opens a Socket on every queue and registers each in the program's XSKMAP
+// at its queue index. A NIC spreads flows over its queues by a hash of
+// their addresses and ports (RSS), and a sprayed QP sends from many UDP
+// source ports: its frames arrive on every queue, and a queue without a
+// socket would hand them to the kernel, which drops them. OpenLink
+// therefore fails (ErrBusy) when a queue cannot be bound or another XDP
+// program holds the device, unless LinkConfig.Partial asks it to leave
+// such queues to the kernel (it logs which). A queue count that changes
+// while the Link is open is noticed within LinkConfig.CheckEvery and makes
+// Wait and Recv return ErrQueuesChanged.
+//
+// Socket and Open remain for callers that manage the program and the
+// queues themselves:
 //
 //	st, _ := ebpf.LoadSteering(ebpf.SteerConfig{})
 //	st.Attach(ifindex, ebpf.Auto)
 //	s, _ := xdp.Open(xdp.Config{Ifindex: ifindex, Queue: 0})
 //	st.Register(s.Queue(), s.FD())
 //
-// One Socket serves one queue; a multi-queue device needs one Socket per
-// queue, each driven by its own engine goroutine. Elsewhere, use link/raw or
-// link/udp.
+// Elsewhere, use link/raw or link/udp.
+//
+// # One UMEM per queue
+//
+// Each queue's Socket has its own UMEM, rather than one UMEM shared by all
+// sockets (XDP_SHARED_UMEM). A UMEM's fill and completion rings belong to
+// one (device, queue) pair anyway, so sharing one would still need a pool
+// per queue, plus a lock or hand-over ring to move frames between them;
+// separate UMEMs keep every queue's pools owned by the one goroutine that
+// drives it, with the ownership checks of a single socket, and let an
+// engine per queue run without sharing anything. The cost is memory: each
+// queue's frames are its own. OpenLink sizes them for that (LinkConfig's
+// Socket.RxFrames): on a device of more than two queues it gives each
+// 2*DefaultFrames/queues, at least 512, so that a 64-queue NIC does not
+// lock 64 times the memory of one queue.
+//
+// # Jumbo frames
+//
+// A UMEM chunk is a page at most (Config.FrameSize, 4 KiB), less 256 bytes
+// of headroom. Config.MaxFrame above that makes a multi-buffer socket
+// (XDP_USE_SG, Linux 6.6): the kernel delivers a long frame in several
+// chunks, described by descriptors chained with XDP_PKT_CONTD, and the
+// socket copies them into one of a bounded set of reassembly buffers
+// (Stats.RxMultiBuffer), since the link hands out each frame as one slice;
+// their chunks go back to the fill ring at once. A TX frame spans adjacent
+// chunks, so the caller encodes it in place as usual, and Send splits it
+// into chained descriptors. The steering program is loaded with the
+// xdp.frags flag, which a device with an MTU above a page needs. Without
+// multi-buffer, a frame longer than a chunk is dropped by the kernel and
+// counted (Stats.KernelRxDropped, in RxDropped).
 //
 // # Design
 //
-// Open maps one UMEM of (RxFrames+TxFrames)*FrameSize bytes and splits it in
-// two pools: RX frames live on the fill ring, in the kernel, on the RX ring
-// or with the caller between Recv and Release; TX frames live on a free
+// Open maps one UMEM of RxFrames+TxFrames chunks (more for multi-buffer TX
+// frames) and splits it in two pools: RX frames live on the fill ring, in
+// the kernel, on the RX ring or with the caller between Recv and Release;
+// TX frames live on a free
 // list, with the caller between Alloc and Send, or in the kernel until the
 // completion ring returns them. The pools are separate, so a flood of
 // received frames never starves transmission nor the other way around, and
@@ -27,8 +79,9 @@
 // descriptor the kernel returns twice, a completion for a frame not in
 // flight, or a frame the caller releases twice is counted in Stats and
 // skipped rather than corrupting a pool. Recv hands out slices of the UMEM
-// (Frame.ID is the UMEM address); nothing is copied in user space. The
-// steady-state data path allocates nothing.
+// (Frame.ID is the UMEM address, with the socket's queue in its high bits
+// when it belongs to a Link); nothing is copied in user space but
+// multi-buffer frames. The steady-state data path allocates nothing.
 //
 // The four rings are single-producer single-consumer queues whose indices
 // are shared with the kernel: the socket reads the kernel's index with an
@@ -73,7 +126,8 @@
 // UMEM is locked memory (32 MiB with the defaults): without CAP_IPC_LOCK it
 // counts against RLIMIT_MEMLOCK. Frames from Recv and Alloc point into the
 // UMEM, which Close unmaps: using them after Close crashes the process.
-// Errors wrap ErrNotSupported, ErrInvalidConfig, link.ErrClosed (which
-// wraps net.ErrClosed) and the unix errno as they apply; test with
-// errors.Is. On other platforms Open returns ErrNotSupported.
+// Errors wrap ErrNotSupported, ErrInvalidConfig, ErrBusy,
+// ErrQueuesChanged, link.ErrClosed (which wraps net.ErrClosed) and the unix
+// errno as they apply; test with errors.Is. On other platforms Open and
+// OpenLink return ErrNotSupported.
 package xdp

@@ -25,12 +25,20 @@ type fakeKernel struct {
 	rxDropped int      // frames dropped: no fill entry or RX ring full
 	txKicks   int
 	rxKicks   int
+	frameSize int
+	partial   []byte // a multi-buffer TX frame being gathered
 }
 
 var errFakeFatal = errors.New("fake: fatal kick error")
 
 // newFake returns a core wired to a fake kernel.
 func newFake(frameSize, rxFrames, txFrames, ringSize int) (*core, *fakeKernel) {
+	return newFakeSG(frameSize, rxFrames, txFrames, ringSize, 0)
+}
+
+// newFakeSG is newFake for a socket of maxFrame bytes: multi-buffer when
+// it exceeds one chunk.
+func newFakeSG(frameSize, rxFrames, txFrames, ringSize, maxFrame int) (*core, *fakeKernel) {
 	k := &fakeKernel{size: uint32(ringSize), txBudget: 32}
 	// prod at byte 0, cons at 64, flags at 128, descriptors from 192.
 	k.lay = ringLayout{prod: 0, cons: 64, flags: 128, desc: 192}
@@ -45,8 +53,13 @@ func newFake(frameSize, rxFrames, txFrames, ringSize int) (*core, *fakeKernel) {
 	c.tx = newDescRing(k.bytes(3), k.lay, k.size, true)
 	// The kernel asks for TX wakeups, as in copy mode.
 	atomic.StoreUint32(c.tx.flags, ringNeedWakeup)
-	k.umem = make([]byte, (rxFrames+txFrames)*frameSize)
-	c.init(k.umem, frameSize, rxFrames, txFrames)
+	chunks := rxFrames + txFrames
+	if maxFrame > frameSize-headroom {
+		chunks = rxFrames + txFrames*txSlotChunks(frameSize, maxFrame)
+	}
+	k.umem = make([]byte, chunks*frameSize)
+	k.frameSize = frameSize
+	c.init(k.umem, frameSize, rxFrames, txFrames, maxFrame)
 	return c, k
 }
 
@@ -89,13 +102,46 @@ func (k *fakeKernel) deliver(pkt []byte) bool {
 
 // postRx writes an RX descriptor as is (hostile tests use it directly).
 func (k *fakeKernel) postRx(addr uint64, n uint32) bool {
+	return k.postRxOpt(addr, n, 0)
+}
+
+func (k *fakeKernel) postRxOpt(addr uint64, n, opt uint32) bool {
 	rp, rc := k.idx(2)
 	p := atomic.LoadUint32(rp)
 	if p-atomic.LoadUint32(rc) == k.size {
 		return false
 	}
-	*k.descAt(2, p) = desc{Addr: addr, Len: n}
+	*k.descAt(2, p) = desc{Addr: addr, Len: n, Options: opt}
 	atomic.StoreUint32(rp, p+1)
+	return true
+}
+
+// deliverSG receives pkt as the kernel's multi-buffer copy mode does: one
+// fill entry per frameSize-headroom bytes, the descriptors of one frame
+// chained with XDP_PKT_CONTD and published together. It returns false
+// (and counts a drop) when the fill or RX ring has too little room.
+func (k *fakeKernel) deliverSG(pkt []byte) bool {
+	per := k.frameSize - headroom
+	nd := uint32((len(pkt) + per - 1) / per)
+	fp, fc := k.idx(0)
+	rp, rc := k.idx(2)
+	if k.size-(atomic.LoadUint32(rp)-atomic.LoadUint32(rc)) < nd || atomic.LoadUint32(fp)-atomic.LoadUint32(fc) < nd {
+		k.rxDropped++
+		return false
+	}
+	f, p := atomic.LoadUint32(fc), atomic.LoadUint32(rp)
+	for i := range nd {
+		addr := *k.addrAt(0, f+i) + headroom
+		piece := pkt[int(i)*per : min(len(pkt), int(i+1)*per)]
+		copy(k.umem[addr:], piece)
+		var opt uint32
+		if i+1 < nd {
+			opt = pktContd
+		}
+		*k.descAt(2, p+i) = desc{Addr: addr, Len: uint32(len(piece)), Options: opt}
+	}
+	atomic.StoreUint32(fc, f+nd)
+	atomic.StoreUint32(rp, p+nd)
 	return true
 }
 
@@ -128,7 +174,11 @@ func (k *fakeKernel) transmit(max int) int {
 			break
 		}
 		if !k.discard {
-			k.tx = append(k.tx, append([]byte(nil), k.umem[d.Addr:d.Addr+uint64(d.Len)]...))
+			k.partial = append(k.partial, k.umem[d.Addr:d.Addr+uint64(d.Len)]...)
+			if d.Options&pktContd == 0 {
+				k.tx = append(k.tx, k.partial)
+				k.partial = nil
+			}
 		}
 		atomic.StoreUint32(tc, c+1)
 		k.postComp(d.Addr)

@@ -31,9 +31,6 @@ const (
 // Wait returns after this long to kick again.
 const stuckRetry = 200 * time.Microsecond
 
-// batchSize is Info().BatchSize.
-const batchSize = 64
-
 // eventfdOne is the value Wake adds to the eventfd (host byte order is
 // little endian on every platform Go's AF_XDP support builds for, and any
 // non-zero value wakes).
@@ -104,8 +101,7 @@ func open(cfg Config) (_ *Socket, err error) {
 		}
 	}()
 
-	frames := cfg.RxFrames + cfg.TxFrames
-	size := frames * cfg.FrameSize
+	size := cfg.chunks() * cfg.FrameSize
 	s.sys.umem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
@@ -160,7 +156,8 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
 	c.sys = &s.sys
-	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames)
+	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame)
+	c.tag = cfg.tag
 
 	if cfg.BusyPoll {
 		for _, o := range [][2]int{{unix.SO_PREFER_BUSY_POLL, 1}, {unix.SO_BUSY_POLL, 20}, {unix.SO_BUSY_POLL_BUDGET, batchSize}} {
@@ -174,6 +171,9 @@ func open(cfg Config) (_ *Socket, err error) {
 	if c.needWakeup {
 		flags |= unix.XDP_USE_NEED_WAKEUP
 	}
+	if cfg.multiBuffer() {
+		flags |= unix.XDP_USE_SG
+	}
 	switch cfg.Mode {
 	case Copy:
 		flags |= unix.XDP_COPY
@@ -185,6 +185,12 @@ func open(cfg Config) (_ *Socket, err error) {
 		where := fmt.Sprintf("xdp: bind ifindex %d queue %d (%v)", cfg.Ifindex, cfg.Queue, cfg.Mode)
 		if cfg.Mode == ZeroCopy && errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, fmt.Errorf("%s: zero-copy: %w (%w)", where, ErrNotSupported, err)
+		}
+		if cfg.multiBuffer() && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			return nil, fmt.Errorf("%s: multi-buffer for MaxFrame %d (XDP_USE_SG needs Linux 6.6): %w (%w)", where, cfg.MaxFrame, ErrNotSupported, err)
+		}
+		if errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("%s: the queue is bound by another AF_XDP socket: %w (%w)", where, ErrBusy, err)
 		}
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
@@ -201,7 +207,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	if ifc, err := net.InterfaceByIndex(cfg.Ifindex); err == nil {
 		name = ifc.Name
 	}
-	if cfg.Mode == Auto && s.mode == Copy {
+	if cfg.Mode == Auto && s.mode == Copy && !cfg.quiet {
 		logf(cfg, "xdp: %s queue %d: driver offers no zero-copy, using copy mode", name, cfg.Queue)
 	}
 
@@ -213,7 +219,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	s.sys.pfd[1] = unix.PollFd{Fd: int32(s.sys.efd), Events: unix.POLLIN}
 	s.info = link.Info{
 		Name:      fmt.Sprintf("xdp:%s/q%d", name, cfg.Queue),
-		FrameSize: cfg.FrameSize - headroom,
+		FrameSize: cfg.MaxFrame,
 		BatchSize: batchSize,
 		MAC:       cfg.MAC,
 		IP:        cfg.IP,
@@ -302,6 +308,31 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		return link.ErrClosed
 	}
 	return nil
+}
+
+// prepareWait does what Wait does before it sleeps, for a Link that waits
+// on several sockets: it kicks the kernel for queued TX entries and reports
+// whether the socket has something ready, the poll events to wait for, and
+// whether the kernel left TX entries unconsumed (retry soon).
+func (s *Socket) prepareWait() (ready bool, events int16, stuck bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return false, 0, false, link.ErrClosed
+	}
+	c := &s.c
+	if err := c.flushTx(); err != nil {
+		return false, 0, false, err
+	}
+	if c.ready() {
+		return true, 0, false, nil
+	}
+	events = unix.POLLIN
+	if c.wantCompletions() {
+		events |= unix.POLLOUT
+	}
+	c.ctr.waits.Add(1)
+	return false, events, c.tx.outstanding() > 0, nil
 }
 
 // Wake makes a pending or the next Wait return. Safe from any goroutine; a

@@ -46,6 +46,14 @@ type Stats struct {
 	// BadReleases counts frames passed to Release that were not held from
 	// Recv (double release, a foreign ID); they are ignored.
 	BadReleases uint64
+	// RxOversize counts multi-buffer frames dropped by the socket: longer
+	// than Config.MaxFrame, or with a piece the kernel did not own. (A
+	// frame longer than one UMEM chunk that reaches a socket without
+	// multi-buffer is dropped by the kernel: KernelRxDropped.)
+	RxOversize uint64
+	// RxMultiBuffer counts frames received in several UMEM chunks and
+	// handed out from a reassembly buffer (multi-buffer sockets only).
+	RxMultiBuffer uint64
 	// BadCompletions counts completion entries that did not name a frame in
 	// flight; they are ignored. Zero on a healthy kernel.
 	BadCompletions uint64
@@ -76,6 +84,6 @@ func (st *Stats) addKernel(k kernelStats) {
 	st.RxRingFull = k.RxRingFull
 	st.RxFillRingEmpty = k.RxFillRingEmptyDescs
 	st.TxRingEmpty = k.TxRingEmptyDescs
-	st.RxDropped = k.RxDropped + k.RxRingFull + st.RxBadDescs
+	st.RxDropped = k.RxDropped + k.RxRingFull + st.RxBadDescs + st.RxOversize
 	st.TxDropped += k.TxInvalidDescs
 }

@@ -34,6 +34,9 @@ const perfUsage = `usage: spray perf [server|client] [flags]
                                               in-memory fabric and kernel TCP on loopback
   sudo spray perf --testbed pair              two network namespaces joined by a veth pair,
         [--link xdp,raw,udp,tcp]              one run per link kind, TCP on the same veth
+  sudo spray perf --testbed pair,mtu=9000,queues=2
+                                              the same with jumbo frames (AF_XDP multi-buffer)
+                                              and two queues on each veth end
   sudo spray perf --testbed leafspine:2x2x2   hosts x leaves x spines of namespaces, L4-hashed
                                               multipath routes, shaped switch ports, spray's
                                               fabric programs (INT, ECN, faults) on every port
@@ -78,7 +81,7 @@ func runPerf(args []string) error {
 	var f perfFlags
 	fs.StringVar(&f.links, "link", "", "comma-separated link kinds, run one after the other (default mem,tcp; xdp,raw,udp,tcp with --testbed; udp for client)")
 	fs.StringVar(&f.profile, "profile", "spray", "transport profile: spray or roce")
-	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed: pair")
+	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed: pair[,mtu=N][,queues=N] or leafspine:HxLxS[,options]")
 	fs.StringVar(&f.pcapFile, "pcap", "", "write the frames the client's link sent and received to this pcap file")
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", bench.DefaultControlPort), "server: control address to listen on")
 	fs.StringVar(&f.peer, "peer", "", "client: the server's host or host:port")
@@ -222,7 +225,8 @@ func runPerf(args []string) error {
 			results = append(results, res)
 		}
 		return report(f, results)
-	case "pair":
+	}
+	if f.testbed == "pair" || strings.HasPrefix(f.testbed, "pair,") {
 		return perfPair(ctx, f, tcfg, pcfg, wrap, logger)
 	}
 	if strings.HasPrefix(f.testbed, "leafspine") {
@@ -337,19 +341,26 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 
 // perfPair builds a pair testbed and runs each link kind across it.
 func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
+	pc, err := testbed.ParsePair(f.testbed)
+	if err != nil {
+		return err
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("perf --testbed pair needs root (network namespaces, XDP, AF_XDP): run it with sudo")
 	}
-	mtu := 3500 // the largest MTU the AF_XDP link takes (4 KiB UMEM frames less headroom)
-	if f.mtu > 0 {
-		mtu = f.mtu - 14
+	if pc.MTU == 0 {
+		pc.MTU = 3500 // the largest that fits one AF_XDP UMEM chunk (4 KiB less headroom)
 	}
-	p, err := testbed.NewPair(ctx, testbed.PairConfig{MTU: mtu})
+	if f.mtu > 0 {
+		pc.MTU = f.mtu - 14
+	}
+	mtu := pc.MTU
+	p, err := testbed.NewPair(ctx, pc)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	logger.Printf("testbed %s: %s (%v) <-> %s (%v), veth MTU %d", p.Prefix, p.A.Name, p.A.IP, p.B.Name, p.B.IP, mtu)
+	logger.Printf("testbed %s: %s (%v) <-> %s (%v), veth MTU %d, %d queue(s)", p.Prefix, p.A.Name, p.A.IP, p.B.Name, p.B.IP, mtu, max(pc.Queues, 1))
 	tcfg.MTU = mtu + 14
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err

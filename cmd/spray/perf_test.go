@@ -55,6 +55,22 @@ func TestPerfPairPcap(t *testing.T) {
 	}
 }
 
+// TestPerfPairOptions: --testbed pair,mtu=9000,queues=2 runs AF_XDP with
+// jumbo frames over two queues per end; bad pair options are refused
+// before anything runs.
+func TestPerfPairOptions(t *testing.T) {
+	for _, tb := range []string{"pair,", "pair,queues=0", "pair,mtu=9000,speed=1", "pairs"} {
+		if err := runPerf([]string{"--testbed", tb}); err == nil {
+			t.Errorf("perf --testbed %s: no error", tb)
+		}
+	}
+	testutil.SkipIfNotRoot(t)
+	if err := runPerf([]string{"--testbed", "pair,mtu=9000,queues=2", "--link", "xdp", "--total", "8388608",
+		"--pings", "20", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPerfFaultFlags: --fault and --restore are refused, with an error and
 // before anything runs, where they cannot apply.
 func TestPerfFaultFlags(t *testing.T) {

@@ -427,3 +427,52 @@ func BenchmarkVeth(b *testing.B) {
 		socktest.Exchange(x, y, fs[:n], in, 100*time.Millisecond)
 	}
 }
+
+// TestJumbo: on a veth of MTU 9000 the default FrameSize (MTU+18) carries
+// full 9014-byte frames both ways, intact.
+func TestJumbo(t *testing.T) {
+	p := pair(t, 9000)
+	a := openIn(t, p.A, Config{})
+	b := openIn(t, p.B, Config{})
+	if a.Info().FrameSize != 9018 {
+		t.Fatalf("FrameSize %d, want 9018", a.Info().FrameSize)
+	}
+	const total = 200
+	payload := make([]byte, 9000-28)
+	fs := make([]link.Frame, 1)
+	in := make([]link.Frame, 8)
+	got := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for sent := 0; got < total && time.Now().Before(deadline); {
+		if sent < total && sent-got < 32 && a.Alloc(fs) == 1 {
+			socktest.Content(payload, uint32(sent))
+			fs[0].Buf = udpFrame(fs[0].Buf, p.A, p.B, 49152, 4791, payload)
+			if len(fs[0].Buf) != 9014 {
+				t.Fatalf("frame of %d bytes", len(fs[0].Buf))
+			}
+			if m, err := a.Send(fs); m != 1 || err != nil {
+				t.Fatalf("Send = %d, %v", m, err)
+			}
+			sent++
+		}
+		n, err := b.Recv(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range in[:n] {
+			socktest.Content(payload, uint32(got))
+			want := udpFrame(make([]byte, 9014), p.A, p.B, 49152, 4791, payload)
+			if string(f.Buf) != string(want) {
+				t.Fatalf("frame %d: %d bytes, differs", got, len(f.Buf))
+			}
+			got++
+		}
+		b.Release(in[:n])
+		if n == 0 {
+			b.Wait(time.Millisecond)
+		}
+	}
+	if got != total {
+		t.Fatalf("received %d of %d jumbo frames", got, total)
+	}
+}
