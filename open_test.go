@@ -75,7 +75,7 @@ func TestOpenBadOptions(t *testing.T) {
 		{"IPv6", Options{Addr: netip.MustParseAddr("::1")}, "IPv4"},
 		{"MTU", Options{Addr: lo, MTU: 100}, "MTU 100"},
 		{"link kind", Options{Addr: lo, Link: 9}, "link kind"},
-		{"queues", Options{Addr: lo, Link: LinkXDP, Queues: 4}, "one queue"},
+		{"queues", Options{Addr: lo, Link: LinkXDP, Queues: 4}, "lo has 1 RX queues"},
 	} {
 		ep, err := Open(ctx, tc.o)
 		if err == nil {

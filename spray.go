@@ -102,7 +102,8 @@ type Options struct {
 	// Profile is the transport profile, copied into Transport.Profile.
 	// Zero: transport.Spray.
 	Profile transport.Profile
-	// Queues is the number of device queues AF_XDP serves. 0: 1.
+	// Queues is the number of device queues AF_XDP serves, from queue 0.
+	// 0: every RX queue of the device (xdp.OpenLink).
 	Queues int
 	// MTU is the IP MTU (as `ip link` shows it). 0: DefaultMTU, or the
 	// interface's MTU when smaller. Frames are MTU+14 bytes.
