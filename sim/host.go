@@ -13,23 +13,22 @@ import (
 // arrives for it, when a transmit slot frees after it ran short, and at
 // its NextDeadline. Its Link is what the engine sends and receives on.
 type Host struct {
-	n        *Net
-	idx      int32
-	port     int32
-	mac      [6]byte
-	eng      *transport.Engine
-	rx       []int32
-	rxh      int
-	txOut    int // buffers lent to the engine or in the NIC queue
-	starved  bool
-	pending  bool // a step is scheduled
-	wakeAt   clock.Time
-	rxDrops  uint64
-	misuse   uint64
-	closed   bool
-	OnStep   func(h *Host) // called after every step (completions)
-	stepErr  error
-	maxSteps int
+	n       *Net
+	idx     int32
+	port    int32
+	mac     [6]byte
+	eng     *transport.Engine
+	rx      []int32
+	rxh     int
+	txOut   int // buffers lent to the engine or in the NIC queue
+	starved bool
+	pending bool // a step is scheduled
+	wakeAt  clock.Time
+	rxDrops uint64
+	misuse  uint64
+	closed  bool
+	OnStep  func(h *Host) // called after every step (completions)
+	stepErr error
 }
 
 func newHost(n *Net, i int) *Host {

@@ -140,18 +140,17 @@ type port struct {
 	pausAt clock.Time
 	down   bool
 	// faults at this egress
-	loss           float64
-	geP, geR, geL  float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
-	geBad          bool
-	rng            *rand.Rand
-	txCount        uint32 // INT TxBytes
-	inBytes        int    // PFC: bytes this port brought into its switch
-	xoff           bool   // PFC: PAUSE sent to the peer
-	headroom       int
-	ecn            ECNConfig
-	stats          PortStats
-	withdrawn      bool // routes avoid this link (reconverged)
-	withdrawnSince clock.Time
+	loss          float64
+	geP, geR, geL float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
+	geBad         bool
+	rng           *rand.Rand
+	txCount       uint32 // INT TxBytes
+	inBytes       int    // PFC: bytes this port brought into its switch
+	xoff          bool   // PFC: PAUSE sent to the peer
+	headroom      int
+	ecn           ECNConfig
+	stats         PortStats
+	withdrawn     bool // routes avoid this link (reconverged)
 }
 
 // swtch is a switch with a shared buffer.
@@ -192,7 +191,7 @@ type Net struct {
 	OnDeliver func(h int, frame []byte, at clock.Time)
 	// Trace, when set, is called with every frame a switch port starts
 	// to transmit (tests).
-	Trace func(sw, port int, frame []byte)
+	Trace   func(sw, port int, frame []byte)
 	mtuWire int
 }
 
