@@ -511,7 +511,9 @@ func (n *Net) release(si int32, pk *packet) {
 	if pk.in >= 0 {
 		in := &n.ports[pk.in]
 		in.inBytes -= size
-		if in.xoff && in.inBytes <= n.xoffThreshold(s)-n.cfg.PFC.Resume {
+		// XON once the account is Resume below XOFF, or empty: a
+		// threshold that fell below Resume must not pause for ever.
+		if in.xoff && in.inBytes <= max(n.xoffThreshold(s)-n.cfg.PFC.Resume, 0) {
 			in.xoff = false
 			n.schedule(n.now+in.delay, evPause, in.peer, 0)
 		}
