@@ -263,7 +263,6 @@ type runner struct {
 	flows    []flowState
 	trigs    []trigState
 	done     int
-	sink     *transport.MR // shared destination region (not Verify)
 	mrs      []*transport.MR
 	src      []byte
 	comps    []transport.Completion
