@@ -67,6 +67,10 @@ type Config struct {
 	// 5 ms (BFD-style failure detection and a route update); a negative
 	// Reconverge never withdraws the link from the other switches' routes.
 	FailAt, Reconverge time.Duration
+	// SprayCC and RoCECC name the profiles' congestion controllers
+	// (cc.ByName: hpcc, swift, dcqcn, fixed, ...); "" means hpcc (swift
+	// when the fabric stamps no INT) and dcqcn.
+	SprayCC, RoCECC string
 	// Fabric overrides the switch settings (ECN, alpha, PFC thresholds,
 	// NIC queue); its Topo, Seed and PFC.On are set by Run.
 	Fabric FabricConfig
@@ -550,6 +554,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 	case ProfileRoCE:
 		tc.Profile, tc.Paths, tc.ECN = transport.RoCE, transport.PathsECMP, true
 		name = "dcqcn"
+		if cfg.RoCECC != "" {
+			name = cfg.RoCECC
+		}
 	case ProfileSpray:
 		// INT records for every switch on the longest path.
 		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, 3
@@ -558,6 +565,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		}
 		if cfg.Fabric.NoINT {
 			name = "swift"
+		}
+		if cfg.SprayCC != "" {
+			name = cfg.SprayCC
 		}
 		p.AckEvery = 2
 	}

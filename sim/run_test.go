@@ -139,3 +139,33 @@ func setupRun(t *testing.T, tp Topo, w Workload, prof string) (*Net, *runner) {
 	}
 	return r.n, r
 }
+
+// TestOneFlowLineRate: one flow across leaf, spine and leaf completes in
+// the serialization of the frames its sender put on the wire plus the
+// path of the last one, within 1%, with each profile's transport left
+// unpaced (a fixed window: HPCC aims at 95% of the line by design).
+func TestOneFlowLineRate(t *testing.T) {
+	tp := mustTopo(t, "leafspine:1x2x1,rate=100gbit")
+	w := mustWork(t, "incast:2M,senders=1", tp.Hosts())
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 1, SprayCC: "fixed", RoCECC: "fixed", Window: 256, Entropies: 32, Samples: 10, Limit: time.Second}
+		r, row, err := newRunner(cfg, ScenarioLossless, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row = r.run(row)
+		if row.Done != 1 {
+			t.Fatalf("%s: flow not done: %s", prof, row.Err)
+		}
+		st := r.n.hosts[1].eng.Stats()
+		tp := r.n.topo
+		wire := int64(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e12 / float64(tp.HostRate))
+		last := 3*serPs(int(st.TxBytes/st.TxFrames), tp.Rate) + 4*int64(time.Microsecond)*1000
+		ideal := time.Duration((wire + last) / 1000)
+		ratio := float64(row.Mean) / float64(ideal)
+		t.Logf("%s: %d frames, %d bytes: %v against %v (%.4f)", prof, st.TxFrames, st.TxBytes, row.Mean, ideal, ratio)
+		if ratio < 0.99 || ratio > 1.01 {
+			t.Errorf("%s: flow took %v, serialization and propagation %v (%.3f)", prof, row.Mean, ideal, ratio)
+		}
+	}
+}
