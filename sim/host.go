@@ -8,58 +8,116 @@ import (
 	"github.com/sprayfabric/spray/transport"
 )
 
-// Host is a simulated host: a NIC that serializes at its link's rate and,
-// once attached, a transport engine that the event loop steps when a frame
-// arrives for it, when a transmit slot frees after it ran short, and at
-// its NextDeadline. Its Link is what the engine sends and receives on.
+// Host is a simulated host: a NIC that serializes at its link's rate, and
+// the links that transport engines run on. Link carries every frame of
+// the host; PeerLink(p) only those from host p (the rest go to Link), so
+// that a host can run one engine per peer, each with a few QPs: an engine
+// scans all of its QPs on every step, and a host that talks to a thousand
+// peers through one engine spends its time in those scans.
+//
+// The event loop steps an engine when a frame arrives for it, when a NIC
+// transmit slot frees after it ran short, and at its NextDeadline.
 type Host struct {
 	n       *Net
 	idx     int32
 	port    int32
 	mac     [6]byte
+	all     *hostEngine
+	peers   map[int32]*hostEngine
+	txOut   int // frames in the NIC queue
+	starved []*hostEngine
+	rxDrops uint64
+	misuse  uint64
+	// OnStep is called after every step of one of the host's engines.
+	OnStep func(e *transport.Engine)
+}
+
+// hostEngine is one link of a host and the engine attached to it.
+type hostEngine struct {
+	h       *Host
+	id      int32 // index in Net.engines
 	eng     *transport.Engine
 	rx      []int32
 	rxh     int
-	txOut   int // buffers lent to the engine or in the NIC queue
-	starved bool
 	pending bool // a step is scheduled
 	wakeAt  clock.Time
-	rxDrops uint64
-	misuse  uint64
+	starved bool
 	closed  bool
-	OnStep  func(h *Host) // called after every step (completions)
-	stepErr error
+	err     error
 }
 
 func newHost(n *Net, i int) *Host {
 	mac, _ := HostAddr(i)
-	return &Host{n: n, idx: int32(i), mac: mac, wakeAt: clock.Never}
+	return &Host{n: n, idx: int32(i), mac: mac}
 }
 
 // Index returns the host's number.
 func (h *Host) Index() int { return int(h.idx) }
 
-// Link returns the host's link: an engine created on it must be attached
-// with Attach.
-func (h *Host) Link() link.Link { return (*hostLink)(h) }
+func (h *Host) newEngine() *hostEngine {
+	e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
+	h.n.engines = append(h.n.engines, e)
+	return e
+}
 
-// Attach makes the event loop step e, an engine on h.Link().
-func (h *Host) Attach(e *transport.Engine) { h.eng = e }
+// Link returns the host's main link: it receives every frame that no
+// PeerLink takes.
+func (h *Host) Link() link.Link {
+	if h.all == nil {
+		h.all = h.newEngine()
+	}
+	return (*hostLink)(h.all)
+}
 
-// Engine returns the attached engine, or nil.
-func (h *Host) Engine() *transport.Engine { return h.eng }
+// PeerLink returns the link that receives the frames host p sends to h.
+func (h *Host) PeerLink(p int) link.Link {
+	if h.peers == nil {
+		h.peers = map[int32]*hostEngine{}
+	}
+	e := h.peers[int32(p)]
+	if e == nil {
+		e = h.newEngine()
+		h.peers[int32(p)] = e
+	}
+	return (*hostLink)(e)
+}
 
-// Err returns the first error an engine step returned.
-func (h *Host) Err() error { return h.stepErr }
+// Attach makes the event loop step eng, an engine created on l, one of
+// h's links.
+func (h *Host) Attach(l link.Link, eng *transport.Engine) {
+	if hl, ok := l.(*hostLink); ok && hl.h == h {
+		hl.eng = eng
+	}
+}
+
+// Err returns the first error an engine step of the host returned.
+func (h *Host) Err() error {
+	if h.all != nil && h.all.err != nil {
+		return h.all.err
+	}
+	for _, e := range h.n.engines {
+		if e.h == h && e.err != nil {
+			return e.err
+		}
+	}
+	return nil
+}
 
 // Misuse counts link calls with foreign or stale frames.
 func (h *Host) Misuse() uint64 { return h.misuse }
 
-// Kick schedules a step of the host's engine now (after work was posted).
-func (h *Host) Kick() {
-	if !h.pending {
-		h.pending = true
-		h.n.schedule(h.n.now, evHostStep, h.idx, 0)
+// Kick schedules a step of the engine on link l now (after work was
+// posted to it).
+func (h *Host) Kick(l link.Link) {
+	if hl, ok := l.(*hostLink); ok && hl.h == h {
+		(*hostEngine)(hl).kick()
+	}
+}
+
+func (e *hostEngine) kick() {
+	if !e.pending {
+		e.pending = true
+		e.h.n.schedule(e.h.n.now, evHostStep, e.id, 0)
 	}
 }
 
@@ -79,166 +137,190 @@ func (h *Host) Send(frame []byte) bool {
 	return true
 }
 
+// receive takes a frame the NIC received: to the engine of its source
+// host's PeerLink, else the main link's, else OnDeliver.
 func (h *Host) receive(id int32) {
-	if h.eng == nil {
+	e := h.all
+	if h.peers != nil {
+		f := h.n.pkts[id].buf
+		if len(f) >= 34 {
+			src := int32(uint32(f[27])<<16|uint32(f[28])<<8|uint32(f[29])) - 1
+			if pe := h.peers[src]; pe != nil {
+				e = pe
+			}
+		}
+	}
+	if e == nil || e.eng == nil {
 		if h.n.OnDeliver != nil {
 			h.n.OnDeliver(int(h.idx), h.n.pkts[id].buf, h.n.now)
 		}
 		h.n.freePacket(id)
 		return
 	}
-	if len(h.rx)-h.rxh >= h.n.cfg.HostRxFrames {
+	if len(e.rx)-e.rxh >= h.n.cfg.HostRxFrames {
 		h.rxDrops++
 		h.n.freePacket(id)
 		return
 	}
-	h.rx = append(h.rx, id)
-	h.Kick()
+	e.rx = append(e.rx, id)
+	e.kick()
 }
 
+// txDone frees a NIC slot: the engine that waited longest for one runs.
 func (h *Host) txDone() {
 	h.txOut--
-	if h.starved {
-		h.starved = false
-		h.Kick()
+	for len(h.starved) > 0 && h.txOut < h.n.cfg.NICFrames {
+		e := h.starved[0]
+		h.starved = h.starved[1:]
+		if e.starved {
+			e.starved = false
+			e.kick()
+			break
+		}
 	}
 }
 
-func (h *Host) wake(t clock.Time) {
-	if t != h.wakeAt {
+func (e *hostEngine) wake(t clock.Time) {
+	if t != e.wakeAt {
 		return // superseded by an earlier wake-up
 	}
-	h.wakeAt = clock.Never
-	h.step()
+	e.wakeAt = clock.Never
+	e.step()
 }
 
-// maxRounds bounds the engine steps in one event, so that a busy host
+// maxRounds bounds the engine steps in one event, so that a busy engine
 // cannot hold the loop (it is stepped again at once).
 const maxRounds = 64
 
-func (h *Host) step() {
-	h.pending = false
-	if h.eng == nil || h.stepErr != nil {
+func (e *hostEngine) step() {
+	e.pending = false
+	if e.eng == nil || e.err != nil {
 		return
 	}
-	now := h.n.now
+	n := e.h.n
+	now := n.now
 	for i := 0; ; i++ {
-		work, err := h.eng.Step(now)
+		work, err := e.eng.Step(now)
 		if err != nil {
-			h.stepErr = err
+			e.err = err
 			return
 		}
 		if !work {
 			break
 		}
 		if i == maxRounds {
-			h.Kick()
+			e.kick()
 			break
 		}
 	}
-	if h.OnStep != nil {
-		h.OnStep(h)
+	if e.h.OnStep != nil {
+		e.h.OnStep(e.eng)
 	}
-	d := h.eng.NextDeadline()
+	d := e.eng.NextDeadline()
 	if d <= now {
-		if h.starved {
-			return // the NIC's next free slot steps it
+		if e.starved {
+			return // a free NIC slot steps it
 		}
 		d = now + 1
 	}
-	if d < h.wakeAt {
-		h.wakeAt = d
-		h.n.schedule(d, evHostWake, h.idx, 0)
+	if d < e.wakeAt {
+		e.wakeAt = d
+		n.schedule(d, evHostWake, e.id, 0)
 	}
 }
 
-// hostLink is a Host seen as a link.Link.
-type hostLink Host
+// hostLink is a host's link as a link.Link.
+type hostLink hostEngine
 
-// linkBatch is the batch size the host link reports.
-const linkBatch = 32
+// linkBatch is the batch size the host links report: as many packets as
+// the engine sends from one QP before the next QP's turn.
+const linkBatch = 8
 
 func (l *hostLink) Info() link.Info {
-	h := (*Host)(l)
+	h := l.h
 	_, ip := HostAddr(int(h.idx))
 	return link.Info{Name: "sim", FrameSize: h.n.topo.MTU, BatchSize: linkBatch, MAC: h.mac, IP: ip}
 }
 
 func (l *hostLink) Recv(fs []link.Frame) (int, error) {
-	h := (*Host)(l)
-	if h.closed {
+	if l.closed {
 		return 0, link.ErrClosed
 	}
+	n := l.h.n
 	k := 0
-	for k < len(fs) && h.rxh < len(h.rx) {
-		id := h.rx[h.rxh]
-		h.rxh++
-		fs[k] = link.Frame{Buf: h.n.pkts[id].buf, ID: uint64(id)}
+	for k < len(fs) && l.rxh < len(l.rx) {
+		id := l.rx[l.rxh]
+		l.rxh++
+		fs[k] = link.Frame{Buf: n.pkts[id].buf, ID: uint64(id)}
 		k++
 	}
-	if h.rxh == len(h.rx) {
-		h.rx, h.rxh = h.rx[:0], 0
+	if l.rxh == len(l.rx) {
+		l.rx, l.rxh = l.rx[:0], 0
 	}
 	return k, nil
 }
 
 func (l *hostLink) Release(fs []link.Frame) {
-	h := (*Host)(l)
+	n := l.h.n
 	for _, f := range fs {
-		if f.ID >= uint64(len(h.n.pkts)) {
-			h.misuse++
+		if f.ID >= uint64(len(n.pkts)) {
+			l.h.misuse++
 			continue
 		}
-		h.n.freePacket(int32(f.ID))
+		n.freePacket(int32(f.ID))
 	}
 }
 
 func (l *hostLink) Alloc(fs []link.Frame) int {
-	h := (*Host)(l)
-	if h.closed {
+	h := l.h
+	if l.closed {
 		return 0
 	}
-	k := min(len(fs), h.n.cfg.NICFrames-h.txOut)
-	if k < len(fs) {
-		h.starved = true
+	k := max(min(len(fs), h.n.cfg.NICFrames-h.txOut), 0)
+	if k < len(fs) && !l.starved {
+		l.starved = true
+		h.starved = append(h.starved, (*hostEngine)(l))
 	}
-	for i := range max(k, 0) {
+	// Buffers an engine holds unused do not count against the NIC's
+	// queue: an engine borrows its batch before it knows whether it has
+	// anything to send, and a host runs many engines.
+	for i := range k {
 		id := h.n.allocPacket()
 		fs[i] = link.Frame{Buf: h.n.pkts[id].buf, ID: uint64(id)}
-		h.txOut++
 	}
-	return max(k, 0)
+	return k
 }
 
 func (l *hostLink) Send(fs []link.Frame) (int, error) {
-	h := (*Host)(l)
+	h := l.h
+	n := h.n
 	sent := 0
 	for _, f := range fs {
-		if f.ID >= uint64(len(h.n.pkts)) {
+		if f.ID >= uint64(len(n.pkts)) {
 			h.misuse++
 			continue
 		}
 		id := int32(f.ID)
-		pk := &h.n.pkts[id]
-		if h.closed || len(f.Buf) == 0 || len(f.Buf) > cap(pk.buf) || &f.Buf[:1][0] != &pk.buf[:1][0] {
+		pk := &n.pkts[id]
+		if l.closed || len(f.Buf) == 0 || len(f.Buf) > cap(pk.buf) || &f.Buf[:1][0] != &pk.buf[:1][0] {
 			h.misuse++
-			h.txOut--
-			h.n.freePacket(id)
+			n.freePacket(id)
 			continue
 		}
 		pk.buf = pk.buf[:len(f.Buf)]
-		pk.readyPs = int64(h.n.now) * 1000
-		h.n.enqueue(h.port, id)
+		pk.readyPs = int64(n.now) * 1000
+		h.txOut++
+		n.enqueue(h.port, id)
 		sent++
 	}
-	if h.closed {
+	if l.closed {
 		return sent, link.ErrClosed
 	}
 	return sent, nil
 }
 
 func (l *hostLink) Wait(time.Duration) error {
-	if (*Host)(l).closed {
+	if l.closed {
 		return link.ErrClosed
 	}
 	return nil
@@ -247,6 +329,6 @@ func (l *hostLink) Wait(time.Duration) error {
 func (l *hostLink) Wake() {}
 
 func (l *hostLink) Close() error {
-	(*Host)(l).closed = true
+	l.closed = true
 	return nil
 }

@@ -27,8 +27,9 @@ type FabricConfig struct {
 	PFC PFCConfig
 	// NoINT stops the switches from stamping INT hop records.
 	NoINT bool
-	// NICFrames bounds a host NIC's transmit queue (frames lent to the
-	// transport and not yet on the wire); 0 means 64.
+	// NICFrames bounds a host NIC's transmit queue: a link's Alloc
+	// lends no buffer while that many frames wait for the wire; 0 means
+	// 64.
 	NICFrames int
 	// HostRxFrames bounds the frames a host has received and its
 	// transport not yet read; beyond, they are dropped (Drops.Host). 0
@@ -183,6 +184,7 @@ type Net struct {
 	ports    []port
 	switches []swtch
 	hosts    []*Host
+	engines  []*hostEngine
 	pkts     []packet
 	free     []int32
 	nevents  uint64
@@ -713,9 +715,9 @@ func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
 		case evPause:
 			n.pause(e.a, e.b == 1)
 		case evHostStep:
-			n.hosts[e.a].step()
+			n.engines[e.a].step()
 		case evHostWake:
-			n.hosts[e.a].wake(e.t)
+			n.engines[e.a].wake(e.t)
 		case evFunc:
 			fn := n.funcs[e.a]
 			n.funcs[e.a] = nil

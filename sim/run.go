@@ -10,6 +10,7 @@ import (
 
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -251,6 +252,14 @@ type flowState struct {
 
 type pairQP struct {
 	src, dst *transport.QP
+	se, de   *peerEngine // the engines of src and dst
+}
+
+// peerEngine is the engine a host runs for one peer.
+type peerEngine struct {
+	link link.Link
+	eng  *transport.Engine
+	mr   *transport.MR
 }
 
 type trigState struct {
@@ -267,7 +276,7 @@ type runner struct {
 	flows    []flowState
 	trigs    []trigState
 	done     int
-	mrs      []*transport.MR
+	sink     []byte
 	src      []byte
 	comps    []transport.Completion
 	lastDone clock.Time
@@ -334,31 +343,49 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	if cfg.Verify {
 		sink = make([]byte, total)
 	}
-	for i := range n.hosts {
-		h := n.hosts[i]
-		c := tc
-		c.Seed = cfg.Seed*1_000_003 + uint64(i) + 1
-		e, err := transport.NewEngine(h.Link(), c)
-		if err != nil {
-			return nil, row, err
+	// One engine per host and peer it exchanges flows with (the engine
+	// scans its QPs on every step), each with the two QPs of the pair of
+	// hosts, created in flow order.
+	engines := map[[2]int]*peerEngine{}
+	engine := func(h, peer int) (*peerEngine, error) {
+		k := [2]int{h, peer}
+		if pe := engines[k]; pe != nil {
+			return pe, nil
 		}
-		h.Attach(e)
-		r.mrs = append(r.mrs, e.Register(sink, transport.AccessRemoteWrite))
-		h.OnStep = r.onStep
+		c := tc
+		c.Seed = cfg.Seed*1_000_003 + uint64(len(engines)) + 1
+		l := n.hosts[h].PeerLink(peer)
+		e, err := transport.NewEngine(l, c)
+		if err != nil {
+			return nil, err
+		}
+		n.hosts[h].Attach(l, e)
+		n.hosts[h].OnStep = r.onStep
+		pe := &peerEngine{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)}
+		engines[k] = pe
+		return pe, nil
 	}
-	// One QP pair per ordered pair of hosts with flows, in flow order.
 	pairs := map[[2]int]*pairQP{}
 	r.pairs = nil
+	r.sink = sink
 	var off int64
 	for i, f := range cfg.Workload.Flows {
 		k := [2]int{f.Src, f.Dst}
 		p := pairs[k]
 		if p == nil {
-			p = &pairQP{}
-			if p.src, err = n.hosts[f.Src].eng.CreateQP(); err != nil {
+			se, err := engine(f.Src, f.Dst)
+			if err != nil {
 				return nil, row, err
 			}
-			if p.dst, err = n.hosts[f.Dst].eng.CreateQP(); err != nil {
+			de, err := engine(f.Dst, f.Src)
+			if err != nil {
+				return nil, row, err
+			}
+			p = &pairQP{se: se, de: de}
+			if p.src, err = se.eng.CreateQP(); err != nil {
+				return nil, row, err
+			}
+			if p.dst, err = de.eng.CreateQP(); err != nil {
 				return nil, row, err
 			}
 			if err := p.src.Connect(p.dst.Info()); err != nil {
@@ -454,7 +481,7 @@ func (r *runner) run(row Row) Row {
 		errs = append(errs, fmt.Sprintf("%d flows failed", row.Failed))
 	}
 	if cfg.Verify {
-		sink := r.mrs[0].Buf
+		sink := r.sink
 		bad := 0
 		for i, f := range cfg.Workload.Flows {
 			fs := &r.flows[i]
@@ -590,7 +617,7 @@ func (r *runner) post(i int) {
 	fs.start = r.n.now
 	data := r.src[:f.Size]
 	var to transport.Remote
-	mr := r.mrs[f.Dst]
+	mr := fs.qp.de.mr
 	if r.cfg.Verify {
 		data = r.src[fs.off : fs.off+f.Size]
 		to = mr.Remote(uint64(fs.off))
@@ -602,7 +629,7 @@ func (r *runner) post(i int) {
 		r.fail(i)
 		return
 	}
-	r.n.hosts[f.Src].Kick()
+	r.n.hosts[f.Src].Kick(fs.qp.se.link)
 }
 
 func (r *runner) fail(i int) {
@@ -620,8 +647,8 @@ func (r *runner) fail(i int) {
 }
 
 // onStep collects the completions of a host's engine.
-func (r *runner) onStep(h *Host) {
-	r.comps = h.eng.Completions(r.comps[:0])
+func (r *runner) onStep(e *transport.Engine) {
+	r.comps = e.Completions(r.comps[:0])
 	for _, c := range r.comps {
 		switch c.Op {
 		case transport.OpWriteImm:

@@ -157,7 +157,7 @@ func TestOneFlowLineRate(t *testing.T) {
 		if row.Done != 1 {
 			t.Fatalf("%s: flow not done: %s", prof, row.Err)
 		}
-		st := r.n.hosts[1].eng.Stats()
+		st := r.pairs[0].se.eng.Stats()
 		tp := r.n.topo
 		wire := int64(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e12 / float64(tp.HostRate))
 		last := 3*serPs(int(st.TxBytes/st.TxFrames), tp.Rate) + 4*int64(time.Microsecond)*1000
