@@ -29,8 +29,8 @@ func mustWork(t *testing.T, s string, hosts int) Workload {
 }
 
 // TestRunVerify: both profiles complete every flow of an all-to-all with
-// its bytes intact, lossless and under loss; roce recovers from losses by
-// retransmitting, and only with PFC does the fabric pause.
+// its bytes intact, lossless and under loss (by retransmitting), and only
+// with PFC does the fabric pause.
 func TestRunVerify(t *testing.T) {
 	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit,buffer=200k")
 	res, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:512k", tp.Hosts()), Seed: 3, Verify: true,
@@ -41,6 +41,7 @@ func TestRunVerify(t *testing.T) {
 	if len(res.Rows) != 4 {
 		t.Fatalf("%d rows, want 4", len(res.Rows))
 	}
+	var lost, retx uint64
 	for _, r := range res.Rows {
 		t.Logf("%s/%s: mean %v p99 %v makespan %v retx %d drops %+v pauses %d buffer %.3f",
 			r.Scenario, r.Profile, r.Mean, r.P99, r.Makespan, r.Retransmits, r.Drops, r.PauseFrames, r.BufferMax)
@@ -53,12 +54,18 @@ func TestRunVerify(t *testing.T) {
 		if !r.PFC && r.PauseFrames != 0 {
 			t.Errorf("%s/%s: %d PAUSE frames without PFC", r.Scenario, r.Profile, r.PauseFrames)
 		}
-		if r.Scenario == ScenarioLoss01 && r.Drops.Loss > 0 && r.Retransmits == 0 {
-			t.Errorf("%s/%s: %d losses and no retransmit", r.Scenario, r.Profile, r.Drops.Loss)
+		if r.Scenario == ScenarioLoss01 {
+			lost += r.Drops.Loss
+			retx += r.Retransmits
 		}
 		if r.Mean <= 0 || r.P99 < r.P50 || r.Makespan < r.Max {
 			t.Errorf("%s/%s: inconsistent times %+v", r.Scenario, r.Profile, r)
 		}
+	}
+	// Some of the lost frames carried data (others were ACKs): the
+	// bytes arrived intact all the same, so they were sent again.
+	if lost == 0 || retx == 0 {
+		t.Errorf("loss scenario: %d frames lost, %d retransmits", lost, retx)
 	}
 }
 
