@@ -89,8 +89,9 @@ func WriteJSON(w io.Writer, res Result) error {
 }
 
 var profileColors = map[string]color.Color{
-	ProfileRoCE:  color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	ProfileSpray: color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	ProfileRoCE:      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	ProfileSpray:     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	ProfileSprayECMP: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 }
 
 // ErrNoSamples is returned by WritePNG when no row completed a flow.

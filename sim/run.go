@@ -22,6 +22,10 @@ const (
 	// ProfileSpray is spray: adaptive per-packet spraying, selective
 	// repeat, HPCC on INT records, and by default no PFC.
 	ProfileSpray = "spray"
+	// ProfileSprayECMP is spray on one path per QP (ECMP): the ablation
+	// that isolates spraying (htsim's comparison of ECMP and spraying
+	// under one transport).
+	ProfileSprayECMP = "spray-ecmp"
 )
 
 // Scenarios that Run knows.
@@ -164,8 +168,8 @@ func Run(cfg Config) (Result, error) {
 		cfg.Scenarios = DefaultScenarios
 	}
 	for _, p := range cfg.Profiles {
-		if p != ProfileRoCE && p != ProfileSpray {
-			return Result{}, fmt.Errorf("%w: profile %q (want roce or spray)", ErrConfig, p)
+		if p != ProfileRoCE && p != ProfileSpray && p != ProfileSprayECMP {
+			return Result{}, fmt.Errorf("%w: profile %q (want roce, spray or spray-ecmp)", ErrConfig, p)
 		}
 	}
 	for _, s := range cfg.Scenarios {
@@ -584,9 +588,12 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		if cfg.RoCECC != "" {
 			name = cfg.RoCECC
 		}
-	case ProfileSpray:
+	case ProfileSpray, ProfileSprayECMP:
 		// INT records for every switch on the longest path.
 		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, 3
+		if prof == ProfileSprayECMP {
+			tc.Paths = transport.PathsECMP
+		}
 		if t.Kind == FatTree {
 			tc.INTHops = 5
 		}
