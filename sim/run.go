@@ -76,6 +76,10 @@ type Config struct {
 	// (cc.ByName: hpcc, swift, dcqcn, fixed, ...); "" means hpcc (swift
 	// when the fabric stamps no INT) and dcqcn.
 	SprayCC, RoCECC string
+	// Transport, when set, adjusts each engine's configuration for a
+	// profile after Run made it (timers, ACK policy); it must not change
+	// the profile or the seed.
+	Transport func(profile string, c *transport.Config)
 	// Fabric overrides the switch settings (ECN, alpha, PFC thresholds,
 	// NIC queue); its Topo, Seed and PFC.On are set by Run.
 	Fabric FabricConfig
@@ -116,7 +120,10 @@ type Row struct {
 	// Makespan is when the last flow completed; AlgBW the workload's
 	// bytes per rank over it (GB/s).
 	Makespan time.Duration `json:"makespan_ns"`
-	AlgBW    float64       `json:"algbw_gbps"`
+	// Iterations are the times of the workload's repetitions (first
+	// flow posted to last flow received), for collectives.
+	Iterations []time.Duration `json:"iterations_ns,omitempty"`
+	AlgBW      float64         `json:"algbw_gbps"`
 	// Transport counters, summed over every QP.
 	Retransmits uint64 `json:"retransmits"`
 	Duplicates  uint64 `json:"duplicates"`
@@ -508,6 +515,20 @@ func (r *runner) run(row Row) Row {
 		row.P50, row.P99, row.P999, row.Max = pct(fct, 50), pct(fct, 99), pct(fct, 99.9), fct[len(fct)-1]
 	}
 	row.Makespan = time.Duration(r.lastDone)
+	if it := cfg.Workload.Iters; it > 0 && len(r.flows)%it == 0 {
+		per := len(r.flows) / it
+		for k := range it {
+			first, last, ok := clock.Never, clock.Time(0), true
+			for _, fs := range r.flows[k*per : (k+1)*per] {
+				ok = ok && fs.recvd
+				first, last = min(first, fs.start), max(last, fs.done)
+			}
+			if !ok {
+				break
+			}
+			row.Iterations = append(row.Iterations, time.Duration(last-first))
+		}
+	}
 	if row.Makespan > 0 && row.Done == row.Flows {
 		row.AlgBW = float64(cfg.Workload.PerRank) / row.Makespan.Seconds() / 1e9
 	}
@@ -610,6 +631,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		return tc, err
 	}
 	tc.CC = mk
+	if cfg.Transport != nil {
+		cfg.Transport(prof, &tc)
+	}
 	return tc, nil
 }
 

@@ -57,6 +57,10 @@ type Workload struct {
 	// PerRank is the bytes each sending rank moves, for algbw: the
 	// all-to-all's buffer, or the flow size.
 	PerRank int64
+	// Iters, when above 0, says that the flows are Iters repetitions of
+	// one collective, each len(Flows)/Iters consecutive flows: Run then
+	// reports the time of each.
+	Iters int
 }
 
 // Workload kinds that ParseWorkload knows.
@@ -183,6 +187,7 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 			return w, fmt.Errorf("%w: workload %q: %d bytes over %d ranks", ErrConfig, spec, size, hosts)
 		}
 		w.Flows, w.Triggers = pairwise(hosts, block, iters)
+		w.Iters = iters
 		return w, nil
 	case WorkIncast:
 		if senders == 0 {
@@ -205,6 +210,7 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 		return w, fmt.Errorf("%w: workload kind %q (want permutation, alltoall, alltoall-pairwise, incast, mix or htsim)", ErrConfig, kind)
 	}
 	w.Flows, w.Triggers = repeat(one, iters)
+	w.Iters = iters
 	return w, nil
 }
 

@@ -61,3 +61,38 @@ func TestSimCommand(t *testing.T) {
 		t.Error("a bad topology gave no error")
 	}
 }
+
+// TestCompareSim: spray compare --sim runs the scenarios in the simulator
+// and writes compare's JSON, with every iteration timed.
+func TestCompareSim(t *testing.T) {
+	dir := t.TempDir()
+	j := filepath.Join(dir, "c.json")
+	err := runCompare([]string{"--sim", "--testbed", "leafspine:2x2x2,rate=1gbit,hostrate=2gbit", "--scenarios", "lossless,spinefail",
+		"--profiles", "roce,spray,tcp", "--size", "256K", "--iters", "3", "--warmup", "1", "--json", j, "--png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Mode string
+		Rows []struct {
+			Profile, Scenario string
+			Iters             int
+			Mean              int64 `json:"mean_ns"`
+		}
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "sim" || len(res.Rows) != 4 {
+		t.Fatalf("mode %q, %d rows; want sim and 4 (tcp is not simulated)", res.Mode, len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Iters != 3 || r.Mean <= 0 {
+			t.Errorf("%s/%s: %d iterations, mean %d ns", r.Scenario, r.Profile, r.Iters, r.Mean)
+		}
+	}
+}
