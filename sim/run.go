@@ -598,7 +598,19 @@ func (r *runner) scenario(sc string) error {
 // transportConfig is the engines' configuration for prof.
 func transportConfig(cfg Config, prof string) (transport.Config, error) {
 	t := cfg.Topo
-	tc := transport.Config{MTU: t.MTU, Window: cfg.Window, Entropies: cfg.Entropies}
+	// A QP preallocates SendQueue work requests and MaxMessages
+	// completions (1024 and 256 by default: 140 KB a QP, 4.9 GB for a
+	// 128-host all-to-all's 32,512 QPs); a pair of hosts has at most its
+	// flows outstanding.
+	perPair := map[[2]int]int{}
+	most := 0
+	for _, f := range cfg.Workload.Flows {
+		k := [2]int{f.Src, f.Dst}
+		perPair[k]++
+		most = max(most, perPair[k])
+	}
+	q := min(max(most, 16), 1024)
+	tc := transport.Config{MTU: t.MTU, Window: cfg.Window, Entropies: cfg.Entropies, SendQueue: q, MaxMessages: min(q, 256)}
 	rtt := baseRTT(t)
 	p := cc.Params{LineRate: float64(t.HostRate) / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
 	name := "hpcc"
