@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/sim"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
@@ -97,17 +98,46 @@ func (c compareSim) run(out io.Writer) error {
 	// smallest retransmission timeout of four buffer drains (at least 5
 	// ms), and for spray an ACK every 4 packets or as many frame times.
 	drain := time.Duration(float64(t.BufferBytes/(c.tb.Hosts+c.tb.Spines)) * 8 / float64(t.Rate) * 1e9)
+	// Congestion control as compare calibrates it for a software fabric:
+	// spray's "auto" and roce's "dcqcn" at the hosts' rate, for a base
+	// RTT of 200µs.
+	var ccErr error
 	adjust := func(prof string, tc *transport.Config) {
 		tc.MinRTO = max(4*drain, 5*time.Millisecond)
+		name := bench.DefaultRoCECC
 		if prof == sim.ProfileSpray {
 			tc.AckEvery = 4
 			tc.AckDelay = max(time.Duration(float64(4*t.MTU)*8/float64(t.Rate)*1e9), 20*time.Microsecond)
+			name = bench.DefaultSprayCC
 		}
+		mk, err := cc.ByName(name, cc.Params{LineRate: float64(t.HostRate) / 8, BaseRTT: 200 * time.Microsecond, PacketBytes: t.MTU - 114, AckEvery: tc.AckEvery})
+		if err != nil {
+			ccErr = err
+			return
+		}
+		tc.CC = mk
 	}
-	sr, err := sim.Run(sim.Config{Topo: t, Workload: w, Profiles: profs, Scenarios: scen, Seed: c.seed, Transport: adjust,
+	scfg := sim.Config{Topo: t, Workload: w, Profiles: profs, Scenarios: scen, Seed: c.seed, Transport: adjust,
 		Progress: func(p sim.Progress) {
 			fmt.Fprintf(os.Stderr, "spray: sim %s/%s: simulated %v, wall %v\n", p.Scenario, p.Profile, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second))
-		}})
+		}}
+	sr, err := sim.Run(scfg)
+	if err == nil && slices.Contains(profs, sim.ProfileRoCE) {
+		// roce once more without PFC, as the testbed runs it (it has
+		// none): the row "roce-nopfc".
+		scfg.Profiles, scfg.PFC = []string{sim.ProfileRoCE}, "off"
+		var np sim.Result
+		if np, err = sim.Run(scfg); err == nil {
+			for _, r := range np.Rows {
+				r.Profile = "roce-nopfc"
+				i := slices.IndexFunc(sr.Rows, func(x sim.Row) bool { return x.Scenario == r.Scenario && x.Profile == sim.ProfileRoCE })
+				sr.Rows = slices.Insert(sr.Rows, i+1, r)
+			}
+		}
+	}
+	if err == nil {
+		err = ccErr
+	}
 	if err != nil {
 		return err
 	}

@@ -87,8 +87,8 @@ func TestCompareSim(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Mode != "sim" || len(res.Rows) != 4 {
-		t.Fatalf("mode %q, %d rows; want sim and 4 (tcp is not simulated)", res.Mode, len(res.Rows))
+	if res.Mode != "sim" || len(res.Rows) != 6 {
+		t.Fatalf("mode %q, %d rows; want sim and 6 (roce, roce-nopfc, spray; tcp is not simulated)", res.Mode, len(res.Rows))
 	}
 	for _, r := range res.Rows {
 		if r.Iters != 3 || r.Mean <= 0 {
