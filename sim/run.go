@@ -41,6 +41,12 @@ const (
 	ScenarioLinkFail = "linkfail"
 )
 
+// MaxPairs bounds the ordered pairs of hosts that a workload may connect:
+// each costs two QPs and two engines, about 110 KB (a 128-host
+// all-to-all's 16,256 pairs took 1.8 GB), so that this bound is some 4
+// GB, an all-to-all of 200 hosts; a 1,024-host one would take 100 GB.
+const MaxPairs = 40000
+
 // Defaults of Config.
 var (
 	DefaultProfiles  = []string{ProfileRoCE, ProfileSpray}
@@ -201,6 +207,14 @@ func Run(cfg Config) (Result, error) {
 				return Result{}, fmt.Errorf("%w: flow %d: trigger %d of %d", ErrConfig, i, tr, len(cfg.Workload.Triggers))
 			}
 		}
+	}
+	pairs := map[[2]int]bool{}
+	for _, f := range cfg.Workload.Flows {
+		pairs[[2]int{f.Src, f.Dst}] = true
+	}
+	if len(pairs) > MaxPairs {
+		return Result{}, fmt.Errorf("%w: %d pairs of hosts exchange flows, each with its own QPs and engines (about 100 KB): more than %d (an all-to-all of 200 hosts)",
+			ErrConfig, len(pairs), MaxPairs)
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 256

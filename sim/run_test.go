@@ -176,3 +176,13 @@ func TestOneFlowLineRate(t *testing.T) {
 		}
 	}
 }
+
+// TestTooManyPairs: an all-to-all too large for memory is refused with
+// an error, not run out of memory.
+func TestTooManyPairs(t *testing.T) {
+	tp := mustTopo(t, "leafspine:16x16x16")
+	_, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:1M", tp.Hosts())})
+	if err == nil || !strings.Contains(err.Error(), "pairs of hosts") {
+		t.Fatalf("256-host all-to-all... err %v", err)
+	}
+}
