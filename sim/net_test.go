@@ -3,7 +3,6 @@ package sim
 import (
 	"encoding/binary"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -148,8 +147,6 @@ func TestECNProbability(t *testing.T) {
 	n := newNet(t, "leafspine:2x1x1,rate=10gbit", nil)
 	e := &n.ports[n.switches[0].ports[0]]
 	e.ecn = ECNConfig{KMin: 10000, KMax: 50000, PMax: 0.4}
-	rng := rand.New(rand.NewPCG(1, 2))
-	_ = rng
 	for _, c := range []struct {
 		q    int
 		want float64
