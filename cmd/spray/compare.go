@@ -29,8 +29,10 @@ JSON and the CDF of the all-to-all completion times as a PNG into --out (results
 
   sudo spray compare                          the default testbed, every scenario
   sudo spray compare --scenarios lossless,loss0.1 --size 4M --iters 50
-  spray compare                               without root: ranks in this process over loopback
-                                              (link/udp), lossless and loss scenarios only
+  spray compare                               without root (or --sim): the scenarios in the simulator
+                                              (spray sim), same transport code, roce with PFC
+  spray compare --loopback                    ranks in this process over loopback (link/udp),
+                                              lossless and loss scenarios only
   sudo spray compare --metrics :9464          and serve the endpoints' metrics for Prometheus
 
 Scenarios: lossless, loss0.01 and loss0.1 (random loss at every spine link's egress), collision
@@ -87,6 +89,7 @@ func runCompare(args []string) error {
 	jsonFile := fs.String("json", "compare.json", "write the rows as JSON to this file in --out (\"\": don't)")
 	pngFile := fs.String("png", "compare.png", "write the completion-time CDFs as PNG to this file in --out (\"\": don't)")
 	loopback := fs.Bool("loopback", false, "run on loopback even as root")
+	simulate := fs.Bool("sim", false, "run the scenarios in the simulator (spray sim), the default without root")
 	seed := fs.Uint64("seed", 1, "seed for the transports, faults and payloads")
 	pairwise := fs.Bool("pairwise", false, "all-to-all in p-1 pairwise rounds (default: every peer at once, as NCCL groups its sends)")
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
@@ -116,6 +119,11 @@ func runCompare(args []string) error {
 	}
 	if cfg.Testbed, err = testbed.ParseLeafSpine(*tb); err != nil {
 		return err
+	}
+	if *simulate || (os.Geteuid() != 0 && !*loopback) {
+		why := map[bool]string{true: "--sim", false: "not root"}[*simulate]
+		return compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
+			seed: *seed, pairwise: *pairwise, jsonFile: *jsonFile, pngFile: *pngFile, why: why}.run(os.Stdout)
 	}
 	out := os.Stdout
 	if cfg.Loopback {

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestSimCommand runs spray sim at a small size: the JSON has a row per
+// profile and scenario with every flow done, the PNG decodes, and a
+// second run with the same seed writes the same JSON bytes.
+func TestSimCommand(t *testing.T) {
+	dir := t.TempDir()
+	run := func(name string) []byte {
+		j := filepath.Join(dir, name+".json")
+		p := filepath.Join(dir, name+".png")
+		err := runSim([]string{"-q", "--topo", "leafspine:2x2x2,rate=10gbit", "--workload", "alltoall:256k",
+			"--scenarios", "lossless,loss0.1", "--json", j, "--png", p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := png.Decode(f); err != nil {
+			t.Fatalf("PNG: %v", err)
+		}
+		b, err := os.ReadFile(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := run("a"), run("b")
+	if !bytes.Equal(a, b) {
+		t.Fatal("two runs with the same seed wrote different JSON")
+	}
+	var res struct {
+		Rows []struct {
+			Profile, Scenario string
+			Flows, Done       int
+		}
+	}
+	if err := json.Unmarshal(a, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Flows != 12 || r.Done != r.Flows {
+			t.Errorf("%s/%s: %d of %d flows done", r.Scenario, r.Profile, r.Done, r.Flows)
+		}
+	}
+	if err := runSim([]string{"-q", "--topo", "ring:4"}); err == nil {
+		t.Error("a bad topology gave no error")
+	}
+}
+
+// TestCompareSim: spray compare --sim runs the scenarios in the simulator
+// and writes compare's JSON, with every iteration timed.
+func TestCompareSim(t *testing.T) {
+	dir := t.TempDir()
+	j := filepath.Join(dir, "c.json")
+	err := runCompare([]string{"--sim", "--testbed", "leafspine:2x2x2,rate=1gbit,hostrate=2gbit", "--scenarios", "lossless,spinefail",
+		"--profiles", "roce,spray,tcp", "--size", "256K", "--iters", "3", "--warmup", "1", "--json", j, "--png", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Mode string
+		Rows []struct {
+			Profile, Scenario string
+			Iters             int
+			Mean              int64 `json:"mean_ns"`
+		}
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != "sim" || len(res.Rows) != 6 {
+		t.Fatalf("mode %q, %d rows; want sim and 6 (roce, roce-nopfc, spray; tcp is not simulated)", res.Mode, len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Iters != 3 || r.Mean <= 0 {
+			t.Errorf("%s/%s: %d iterations, mean %d ns", r.Scenario, r.Profile, r.Iters, r.Mean)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+// Package sim is a packet-level discrete-event simulator of datacenter
+// fabrics whose hosts run spray's own transport: the same
+// transport.Engine, QP, reorder, retransmit, multipath and cc code as on
+// the testbeds, unmodified, under one simulated clock.
+//
+// Use it to compare transports on fabrics that no machine at hand can
+// build: hundreds to thousands of hosts at 100 Gbit/s, with switch
+// buffers, ECN, INT and PFC. Run runs a Workload once per profile (roce:
+// ECMP, Go-Back-N, DCQCN, PFC; spray: adaptive spraying, selective repeat,
+// HPCC, no PFC) and scenario (lossless, random loss, a failing link) and
+// returns one Row each: flow completion times, retransmits, drops by
+// cause, PAUSE frames and paused time, buffer occupancy. The spray sim
+// command prints them.
+//
+// # The fabric
+//
+// New builds a leaf-spine (HxLxS: hosts per leaf, leaves, spines, as
+// package testbed names them) or a k-ary three-tier fat-tree (ParseTopo),
+// with a rate and a propagation delay per tier; hosts faster than the
+// uplinks oversubscribe the first tier. A frame takes (len + 24) x 8 / rate
+// on a link (the 24 bytes are preamble, FCS and inter-frame gap),
+// computed in picoseconds so that a train of frames completes in its exact
+// serialization and propagation time (TestFlowTime, TestOneFlowLineRate),
+// and a switch forwards it once it has arrived whole (store and forward).
+//
+// A switch has one buffer shared by its output queues. Without PFC a
+// queue takes a frame while it holds less than Alpha times the free buffer
+// (the dynamic threshold of shallow-buffer switches), else the frame is
+// dropped (Drops.Queue: TestQueueDrop). ECN-capable frames are marked CE
+// at enqueue by RED on the queue's bytes, KMin/KMax/PMax
+// (TestECNProbability). Spray data frames with an INT region get a hop
+// record at enqueue, in the record format the eBPF fabric writes
+// (wire.StampHop: switch, port, rate, TS the enqueue time, QLen the bytes
+// ahead of the frame and its own, TxBytes the port's counter), which is
+// what the HPCC controller reads (TestINTReachesHPCC). Upward, a switch
+// picks among its live uplinks by a hash of the 5-tuple, seeded per switch;
+// the UDP source port is the entropy (TestECMPSpread).
+//
+// With PFC the fabric is lossless for one class, every frame: each switch
+// counts the bytes each ingress port brought into its buffer and, when
+// they reach the XOFF threshold (PFC.Alpha of the free shared buffer),
+// sends PAUSE upstream; the upstream port (a switch port or a host's NIC)
+// stops after the link's delay, once its current frame is out, and
+// restarts on RESUME, sent when the account falls PFC.Resume bytes below
+// the threshold. Headroom for what arrives meanwhile is set aside per
+// port. Queues behind a paused port build, fill their switch and pause
+// further upstream: head-of-line blocking and congestion spreading emerge
+// (TestPFCPauseResume, TestPFCHeadOfLine). A PAUSE frame is counted per
+// XOFF transition (no refresh frames are modelled), and the time each port
+// stood paused.
+//
+// Faults: SetLinkDown (both directions blackholed; the switches at its
+// ends route around it at once, the others after a reconvergence delay),
+// SetLoss (random loss per frame) and SetBurstLoss (Gilbert-Elliott).
+//
+// # Hosts
+//
+// A host's NIC serializes at its link's rate from a queue of NICFrames.
+// Transport engines run on its links (Host.Link, or Host.PeerLink for one
+// engine per peer, which Run uses: an engine scans all of its QPs on
+// every step), which lend packet buffers to the engine and take them
+// back; the event loop steps an engine when a frame arrives for it, when a
+// NIC slot frees after it ran short, and at its NextDeadline, so engines
+// never poll. Every engine gets an explicit seed.
+//
+// # Workloads
+//
+// ParseWorkload builds permutations, all-to-alls (grouped, as NCCL sends,
+// or pairwise rounds), incasts and a mix over background traffic, with
+// flow sizes fixed or from a CDF file; ReadConnectionMatrix and
+// ReadHtsimTopo read htsim's connection matrices and topology files, and
+// WriteConnectionMatrix writes one, so that the same workload runs in
+// both simulators. Flows are RDMA WRITEs with immediate; a flow completes
+// when its receiver has it whole.
+//
+// # Determinism and cost
+//
+// Everything runs in one goroutine; events at the same nanosecond run in
+// the order they were scheduled, and every random choice comes from a
+// seeded source, so the same Config gives the same Result and the same
+// JSON bytes (TestDeterminism). Wall time and event rates are reported
+// apart (WriteWall). Memory is the packet buffers (the most frames in
+// flight at once, BenchmarkPermutation's pktbufs) plus the engines' QP
+// state: it is bounded by buffers and windows, not by the run's length.
+//
+// # Caveats
+//
+// One traffic class: PFC pauses ACKs and CNPs with the data. Switches have
+// no forwarding latency and count buffer in bytes, not cells. Routes do
+// not change but to avoid a down link. IPv4 only.
+package sim

@@ -1,0 +1,336 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// Host is a simulated host: a NIC that serializes at its link's rate, and
+// the links that transport engines run on. Link carries every frame of
+// the host; PeerLink(p) only those from host p (the rest go to Link), so
+// that a host can run one engine per peer, each with a few QPs: an engine
+// scans all of its QPs on every step, and a host that talks to a thousand
+// peers through one engine spends its time in those scans.
+//
+// The event loop steps an engine when a frame arrives for it, when a NIC
+// transmit slot frees after it ran short, and at its NextDeadline.
+type Host struct {
+	n       *Net
+	idx     int32
+	port    int32
+	mac     [6]byte
+	all     *hostEngine
+	peers   map[int32]*hostEngine
+	txOut   int // frames in the NIC queue
+	starved []*hostEngine
+	rxDrops uint64
+	misuse  uint64
+	// OnStep is called after every step of one of the host's engines.
+	OnStep func(e *transport.Engine)
+}
+
+// hostEngine is one link of a host and the engine attached to it.
+type hostEngine struct {
+	h       *Host
+	id      int32 // index in Net.engines
+	eng     *transport.Engine
+	rx      []int32
+	rxh     int
+	pending bool // a step is scheduled
+	wakeAt  clock.Time
+	starved bool
+	closed  bool
+	err     error
+}
+
+func newHost(n *Net, i int) *Host {
+	mac, _ := HostAddr(i)
+	return &Host{n: n, idx: int32(i), mac: mac}
+}
+
+// Index returns the host's number.
+func (h *Host) Index() int { return int(h.idx) }
+
+func (h *Host) newEngine() *hostEngine {
+	e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
+	h.n.engines = append(h.n.engines, e)
+	return e
+}
+
+// Link returns the host's main link: it receives every frame that no
+// PeerLink takes.
+func (h *Host) Link() link.Link {
+	if h.all == nil {
+		h.all = h.newEngine()
+	}
+	return (*hostLink)(h.all)
+}
+
+// PeerLink returns the link that receives the frames host p sends to h.
+func (h *Host) PeerLink(p int) link.Link {
+	if h.peers == nil {
+		h.peers = map[int32]*hostEngine{}
+	}
+	e := h.peers[int32(p)]
+	if e == nil {
+		e = h.newEngine()
+		h.peers[int32(p)] = e
+	}
+	return (*hostLink)(e)
+}
+
+// Attach makes the event loop step eng, an engine created on l, one of
+// h's links.
+func (h *Host) Attach(l link.Link, eng *transport.Engine) {
+	if hl, ok := l.(*hostLink); ok && hl.h == h {
+		hl.eng = eng
+	}
+}
+
+// Err returns the first error an engine step of the host returned.
+func (h *Host) Err() error {
+	if h.all != nil && h.all.err != nil {
+		return h.all.err
+	}
+	for _, e := range h.n.engines {
+		if e.h == h && e.err != nil {
+			return e.err
+		}
+	}
+	return nil
+}
+
+// Misuse counts link calls with foreign or stale frames.
+func (h *Host) Misuse() uint64 { return h.misuse }
+
+// Kick schedules a step of the engine on link l now (after work was
+// posted to it).
+func (h *Host) Kick(l link.Link) {
+	if hl, ok := l.(*hostLink); ok && hl.h == h {
+		(*hostEngine)(hl).kick()
+	}
+}
+
+func (e *hostEngine) kick() {
+	if !e.pending {
+		e.pending = true
+		e.h.n.schedule(e.h.n.now, evHostStep, e.id, 0)
+	}
+}
+
+// Send puts a copy of frame on the host's NIC, as if a transport had sent
+// it (fabric tests without a transport). It reports false when the frame
+// is too large or the NIC queue is full.
+func (h *Host) Send(frame []byte) bool {
+	if len(frame) > h.n.topo.MTU || h.txOut >= h.n.cfg.NICFrames {
+		return false
+	}
+	id := h.n.allocPacket()
+	pk := &h.n.pkts[id]
+	pk.buf = pk.buf[:copy(pk.buf, frame)]
+	pk.readyPs = int64(h.n.now) * 1000
+	h.txOut++
+	h.n.enqueue(h.port, id)
+	return true
+}
+
+// receive takes a frame the NIC received: to the engine of its source
+// host's PeerLink, else the main link's, else OnDeliver.
+func (h *Host) receive(id int32) {
+	e := h.all
+	if h.peers != nil {
+		f := h.n.pkts[id].buf
+		if len(f) >= 34 {
+			src := int32(uint32(f[27])<<16|uint32(f[28])<<8|uint32(f[29])) - 1
+			if pe := h.peers[src]; pe != nil {
+				e = pe
+			}
+		}
+	}
+	if e == nil || e.eng == nil {
+		if h.n.OnDeliver != nil {
+			h.n.OnDeliver(int(h.idx), h.n.pkts[id].buf, h.n.now)
+		}
+		h.n.freePacket(id)
+		return
+	}
+	if len(e.rx)-e.rxh >= h.n.cfg.HostRxFrames {
+		h.rxDrops++
+		h.n.freePacket(id)
+		return
+	}
+	e.rx = append(e.rx, id)
+	e.kick()
+}
+
+// txDone frees a NIC slot: the engine that waited longest for one runs.
+func (h *Host) txDone() {
+	h.txOut--
+	for len(h.starved) > 0 && h.txOut < h.n.cfg.NICFrames {
+		e := h.starved[0]
+		h.starved = h.starved[1:]
+		if e.starved {
+			e.starved = false
+			e.kick()
+			break
+		}
+	}
+}
+
+func (e *hostEngine) wake(t clock.Time) {
+	if t != e.wakeAt {
+		return // superseded by an earlier wake-up
+	}
+	e.wakeAt = clock.Never
+	e.step()
+}
+
+// maxRounds bounds the engine steps in one event, so that a busy engine
+// cannot hold the loop (it is stepped again at once).
+const maxRounds = 64
+
+func (e *hostEngine) step() {
+	e.pending = false
+	if e.eng == nil || e.err != nil {
+		return
+	}
+	n := e.h.n
+	now := n.now
+	for i := 0; ; i++ {
+		work, err := e.eng.Step(now)
+		if err != nil {
+			e.err = err
+			return
+		}
+		if !work {
+			break
+		}
+		if i == maxRounds {
+			e.kick()
+			break
+		}
+	}
+	if e.h.OnStep != nil {
+		e.h.OnStep(e.eng)
+	}
+	d := e.eng.NextDeadline()
+	if d <= now {
+		if e.starved {
+			return // a free NIC slot steps it
+		}
+		d = now + 1
+	}
+	if d < e.wakeAt {
+		e.wakeAt = d
+		n.schedule(d, evHostWake, e.id, 0)
+	}
+}
+
+// hostLink is a host's link as a link.Link.
+type hostLink hostEngine
+
+// linkBatch is the batch size the host links report. An engine borrows a
+// batch of transmit buffers before it knows whether it has anything to
+// send and keeps what it did not use; with thousands of engines, larger
+// batches hold hundreds of MB of idle buffers.
+const linkBatch = 1
+
+func (l *hostLink) Info() link.Info {
+	h := l.h
+	_, ip := HostAddr(int(h.idx))
+	return link.Info{Name: "sim", FrameSize: h.n.topo.MTU, BatchSize: linkBatch, MAC: h.mac, IP: ip}
+}
+
+func (l *hostLink) Recv(fs []link.Frame) (int, error) {
+	if l.closed {
+		return 0, link.ErrClosed
+	}
+	n := l.h.n
+	k := 0
+	for k < len(fs) && l.rxh < len(l.rx) {
+		id := l.rx[l.rxh]
+		l.rxh++
+		fs[k] = link.Frame{Buf: n.pkts[id].buf, ID: uint64(id)}
+		k++
+	}
+	if l.rxh == len(l.rx) {
+		l.rx, l.rxh = l.rx[:0], 0
+	}
+	return k, nil
+}
+
+func (l *hostLink) Release(fs []link.Frame) {
+	n := l.h.n
+	for _, f := range fs {
+		if f.ID >= uint64(len(n.pkts)) {
+			l.h.misuse++
+			continue
+		}
+		n.freePacket(int32(f.ID))
+	}
+}
+
+func (l *hostLink) Alloc(fs []link.Frame) int {
+	h := l.h
+	if l.closed {
+		return 0
+	}
+	k := max(min(len(fs), h.n.cfg.NICFrames-h.txOut), 0)
+	if k < len(fs) && !l.starved {
+		l.starved = true
+		h.starved = append(h.starved, (*hostEngine)(l))
+	}
+	// Buffers an engine holds unused do not count against the NIC's
+	// queue: an engine borrows its batch before it knows whether it has
+	// anything to send, and a host runs many engines.
+	for i := range k {
+		id := h.n.allocPacket()
+		fs[i] = link.Frame{Buf: h.n.pkts[id].buf, ID: uint64(id)}
+	}
+	return k
+}
+
+func (l *hostLink) Send(fs []link.Frame) (int, error) {
+	h := l.h
+	n := h.n
+	sent := 0
+	for _, f := range fs {
+		if f.ID >= uint64(len(n.pkts)) {
+			h.misuse++
+			continue
+		}
+		id := int32(f.ID)
+		pk := &n.pkts[id]
+		if l.closed || len(f.Buf) == 0 || len(f.Buf) > cap(pk.buf) || &f.Buf[:1][0] != &pk.buf[:1][0] {
+			h.misuse++
+			n.freePacket(id)
+			continue
+		}
+		pk.buf = pk.buf[:len(f.Buf)]
+		pk.readyPs = int64(n.now) * 1000
+		h.txOut++
+		n.enqueue(h.port, id)
+		sent++
+	}
+	if l.closed {
+		return sent, link.ErrClosed
+	}
+	return sent, nil
+}
+
+func (l *hostLink) Wait(time.Duration) error {
+	if l.closed {
+		return link.ErrClosed
+	}
+	return nil
+}
+
+func (l *hostLink) Wake() {}
+
+func (l *hostLink) Close() error {
+	l.closed = true
+	return nil
+}

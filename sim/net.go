@@ -1,0 +1,918 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// FabricConfig configures the switches of a Net. The zero value is usable
+// with Topo set: every field documents its default.
+type FabricConfig struct {
+	Topo Topo
+	// Alpha is the dynamic threshold of the egress queues of lossy
+	// traffic: a queue takes a frame while it holds less than Alpha times
+	// the switch's free buffer (Choudhury-Hahne); 0 means 1.
+	Alpha float64
+	// ECN marks ECN-capable frames at enqueue, RED-style on the egress
+	// queue's bytes; the zero value means DefaultECN for the port's rate,
+	// ECN.Off disables marking.
+	ECN ECNConfig
+	// PFC makes the fabric lossless (one lossless class: every frame).
+	PFC PFCConfig
+	// NoINT stops the switches from stamping INT hop records.
+	NoINT bool
+	// NICFrames bounds a host NIC's transmit queue: a link's Alloc
+	// lends no buffer while that many frames wait for the wire; 0 means
+	// 64.
+	NICFrames int
+	// HostRxFrames bounds the frames a host has received and its
+	// transport not yet read; beyond, they are dropped (Drops.Host). 0
+	// means 65536.
+	HostRxFrames int
+	// Seed seeds the fabric's random decisions (ECMP hash seeds, ECN
+	// marks, losses).
+	Seed uint64
+}
+
+// ECNConfig is RED-style marking on an egress queue: no mark at or below
+// KMin bytes, a probability rising linearly to PMax at KMax, every ECT
+// frame above KMax.
+type ECNConfig struct {
+	KMin, KMax int
+	PMax       float64
+	Off        bool
+}
+
+// DefaultECN returns the ECN thresholds for a port of rate bit/s: the
+// DCQCN settings that the HPCC paper uses at 100 Gbit/s (KMin 100 KB,
+// KMax 400 KB, PMax 0.2), scaled with the rate, at least 2 and 8 frames
+// of mtu bytes.
+func DefaultECN(rate uint64, mtu int) ECNConfig {
+	g := float64(rate) / 1e9
+	return ECNConfig{KMin: max(int(g*1000), 2*mtu), KMax: max(int(g*4000), 8*mtu), PMax: 0.2}
+}
+
+// PFCConfig configures priority flow control, per ingress port: when the
+// bytes a port has brought into the switch's buffer reach the XOFF
+// threshold (Alpha times the free shared buffer, dynamic), the switch
+// sends PAUSE to the upstream port, which stops after the link's delay;
+// when they fall Resume bytes below it, RESUME. Headroom per port is
+// reserved out of the buffer for what arrives in between.
+type PFCConfig struct {
+	On bool
+	// Alpha is the XOFF threshold's share of the free shared buffer; 0
+	// means 1/8.
+	Alpha float64
+	// Headroom is the buffer reserved per ingress port; 0 means what
+	// arrives after a PAUSE is sent: two link delays at the port's rate
+	// plus two frames.
+	Headroom int
+	// Resume is the XON hysteresis in bytes; 0 means two frames.
+	Resume int
+}
+
+// Drops counts frames the fabric dropped, by cause.
+type Drops struct {
+	Loss      uint64 `json:"loss"`      // random loss of a link
+	Burst     uint64 `json:"burst"`     // loss bursts
+	Blackhole uint64 `json:"blackhole"` // a link that is down
+	Queue     uint64 `json:"queue"`     // a full buffer or queue
+	Host      uint64 `json:"host"`      // a host that did not read its frames
+	NoRoute   uint64 `json:"noroute"`   // no host has the destination
+}
+
+// Total is the sum of the drops.
+func (d Drops) Total() uint64 {
+	return d.Loss + d.Burst + d.Blackhole + d.Queue + d.Host + d.NoRoute
+}
+
+func (d *Drops) add(o Drops) {
+	d.Loss += o.Loss
+	d.Burst += o.Burst
+	d.Blackhole += o.Blackhole
+	d.Queue += o.Queue
+	d.Host += o.Host
+	d.NoRoute += o.NoRoute
+}
+
+// PortStats are the counters of one port (one direction of a link: its
+// egress queue and, for PFC, the ingress accounting of what it received).
+type PortStats struct {
+	TxFrames, TxBytes uint64
+	ECNMarked         uint64
+	INTStamped        uint64
+	// PauseSent counts PAUSE frames this port's ingress sent upstream;
+	// PausedTime is how long this port's egress stood stopped by PAUSE.
+	PauseSent  uint64
+	PausedTime time.Duration
+	MaxQueue   int // most bytes in the egress queue at once
+	Drops      Drops
+}
+
+// packet is a frame in the fabric.
+type packet struct {
+	buf []byte
+	in  int32 // ingress port at the switch holding it, -1 elsewhere
+	// readyPs is when the frame arrived whole (or was handed to the NIC),
+	// in picoseconds.
+	readyPs int64
+}
+
+// port is one end of a link: its egress queue towards the peer.
+type port struct {
+	node   int32 // switch index, or host index when host
+	host   bool
+	local  uint16 // port number on its switch
+	peer   int32  // the port at the other end
+	rate   uint64 // bit/s
+	delay  clock.Time
+	q      []int32 // FIFO of packets; q[qh:] are queued
+	qh     int
+	qBytes int // queued bytes, the one on the wire included
+	busy   bool
+	freePs int64 // when the wire is free, in picoseconds
+	paused bool  // stopped by the peer's PAUSE
+	pausAt clock.Time
+	down   bool
+	// faults at this egress
+	loss          float64
+	geP, geR, geL float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
+	geBad         bool
+	rng           *rand.Rand
+	txCount       uint32 // INT TxBytes
+	inBytes       int    // PFC: bytes this port brought into its switch
+	xoff          bool   // PFC: PAUSE sent to the peer
+	headroom      int
+	ecn           ECNConfig
+	stats         PortStats
+	withdrawn     bool // routes avoid this link (reconverged)
+}
+
+// swtch is a switch with a shared buffer.
+type swtch struct {
+	id       uint16
+	ports    []int32
+	up       []int32 // uplinks, for ECMP
+	lo, hi   int32   // hosts reachable downwards
+	div      int32   // hosts per down port
+	down     []int32
+	seed     uint64
+	buf      int // buffer size
+	shared   int // buffer less the PFC headroom
+	used     int
+	maxUsed  int
+	integral float64 // used x ns
+	lastT    clock.Time
+}
+
+// Net is a simulated fabric and its hosts, driven by one event loop on a
+// simulated clock. It is not safe for concurrent use: everything runs in
+// the goroutine that calls Run.
+type Net struct {
+	cfg      FabricConfig
+	topo     Topo
+	now      clock.Time
+	seq      uint64
+	events   eventHeap
+	funcs    []func()
+	ports    []port
+	switches []swtch
+	hosts    []*Host
+	engines  []*hostEngine
+	pkts     []packet
+	free     []int32
+	nevents  uint64
+	// OnDeliver, when set, receives the frames of hosts that run no
+	// transport (fabric tests); the frame is valid during the call.
+	OnDeliver func(h int, frame []byte, at clock.Time)
+	// Trace, when set, is called with every frame a switch port starts
+	// to transmit (tests).
+	Trace   func(sw, port int, frame []byte)
+	mtuWire int
+}
+
+// wireOverhead is what an Ethernet frame takes on the wire beyond the
+// bytes the transport writes: preamble and SFD (8), FCS (4) and the
+// inter-frame gap (12). Frames shorter than 60 bytes are padded.
+const wireOverhead = 24
+
+// serPs returns the picoseconds that n frame bytes take at rate bit/s.
+func serPs(n int, rate uint64) int64 {
+	if n < 60 {
+		n = 60
+	}
+	bits := uint64(n+wireOverhead) * 8
+	return int64((bits*1e12 + rate - 1) / rate)
+}
+
+// New builds the fabric that cfg describes, with its hosts running no
+// transport yet (see Host.Attach).
+func New(cfg FabricConfig) (*Net, error) {
+	t, err := cfg.Topo.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Topo = t
+	if cfg.Alpha == 0 {
+		cfg.Alpha = 1
+	}
+	if cfg.PFC.Alpha == 0 {
+		cfg.PFC.Alpha = 1.0 / 8
+	}
+	if cfg.PFC.Resume == 0 {
+		cfg.PFC.Resume = 2 * t.MTU
+	}
+	if cfg.NICFrames == 0 {
+		cfg.NICFrames = 64
+	}
+	if cfg.HostRxFrames == 0 {
+		cfg.HostRxFrames = 1 << 16
+	}
+	if cfg.Alpha < 0 || cfg.PFC.Alpha < 0 || cfg.NICFrames < 1 || cfg.HostRxFrames < 1 {
+		return nil, fmt.Errorf("%w: negative alpha or queue", ErrConfig)
+	}
+	n := &Net{cfg: cfg, topo: t, mtuWire: t.MTU + wireOverhead}
+	n.build()
+	return n, nil
+}
+
+// Topo returns the fabric's topology, defaults filled in.
+func (n *Net) Topo() Topo { return n.topo }
+
+// Now returns the simulated time.
+func (n *Net) Now() clock.Time { return n.now }
+
+// Events returns how many events the loop has run.
+func (n *Net) Events() uint64 { return n.nevents }
+
+// newSwitch adds a switch covering hosts [lo, hi), div hosts per down port.
+func (n *Net) newSwitch(lo, hi, div int) int32 {
+	id := int32(len(n.switches))
+	n.switches = append(n.switches, swtch{id: uint16(id), lo: int32(lo), hi: int32(hi), div: int32(div), seed: splitmix(n.cfg.Seed ^ uint64(id+1)*0x9E3779B97F4A7C15)})
+	return id
+}
+
+// link joins node a (switch, or host when aHost) and switch b with a link
+// of the given rate and delay; a's port is b's uplink, b's the downlink.
+func (n *Net) link(a int32, aHost bool, b int32, rate uint64, delay time.Duration) {
+	pa, pb := int32(len(n.ports)), int32(len(n.ports)+1)
+	mk := func(node int32, host bool, peer int32) port {
+		s := splitmix(n.cfg.Seed ^ uint64(len(n.ports)+7)*0xBF58476D1CE4E5B9)
+		p := port{node: node, host: host, peer: peer, rate: rate, delay: clock.Time(delay), rng: rand.New(rand.NewPCG(s, s^0x5EED))}
+		p.ecn = n.cfg.ECN
+		if p.ecn == (ECNConfig{}) {
+			p.ecn = DefaultECN(rate, n.topo.MTU)
+		}
+		p.headroom = n.cfg.PFC.Headroom
+		if p.headroom == 0 {
+			p.headroom = int(2*int64(delay)*int64(rate/8)/1e9) + 2*n.mtuWire
+		}
+		return p
+	}
+	n.ports = append(n.ports, mk(a, aHost, pb), mk(b, false, pa))
+	if aHost {
+		n.hosts[a].port = pa
+	} else {
+		s := &n.switches[a]
+		n.ports[pa].local = uint16(len(s.ports))
+		s.ports = append(s.ports, pa)
+		s.up = append(s.up, pa)
+	}
+	s := &n.switches[b]
+	n.ports[pb].local = uint16(len(s.ports))
+	s.ports = append(s.ports, pb)
+	s.down = append(s.down, pb)
+}
+
+func (n *Net) build() {
+	t := n.topo
+	nh := t.Hosts()
+	n.hosts = make([]*Host, nh)
+	for i := range n.hosts {
+		n.hosts[i] = newHost(n, i)
+	}
+	switch t.Kind {
+	case LeafSpine:
+		leaves := make([]int32, t.Leaves)
+		for l := range leaves {
+			leaves[l] = n.newSwitch(l*t.HostsPerLeaf, (l+1)*t.HostsPerLeaf, 1)
+			for h := range t.HostsPerLeaf {
+				n.link(int32(l*t.HostsPerLeaf+h), true, leaves[l], t.HostRate, t.HostDelay)
+			}
+		}
+		for range t.Spines {
+			s := n.newSwitch(0, nh, t.HostsPerLeaf)
+			for _, l := range leaves {
+				n.link(l, false, s, t.Rate, t.Delay)
+			}
+		}
+	case FatTree:
+		half := t.K / 2
+		podHosts := half * t.HostsPerLeaf
+		aggs := make([][]int32, t.K)
+		for p := range t.K {
+			edges := make([]int32, half)
+			for e := range half {
+				lo := p*podHosts + e*t.HostsPerLeaf
+				edges[e] = n.newSwitch(lo, lo+t.HostsPerLeaf, 1)
+				for h := range t.HostsPerLeaf {
+					n.link(int32(lo+h), true, edges[e], t.HostRate, t.HostDelay)
+				}
+			}
+			for range half {
+				a := n.newSwitch(p*podHosts, (p+1)*podHosts, t.HostsPerLeaf)
+				aggs[p] = append(aggs[p], a)
+				for _, e := range edges {
+					n.link(e, false, a, t.Rate, t.Delay)
+				}
+			}
+		}
+		for j := range half {
+			for range half {
+				c := n.newSwitch(0, nh, podHosts)
+				for p := range t.K {
+					n.link(aggs[p][j], false, c, t.CoreRate, t.CoreDelay)
+				}
+			}
+		}
+	}
+	for i := range n.switches {
+		s := &n.switches[i]
+		cap := 0.0
+		hr := 0
+		for _, p := range s.ports {
+			cap += float64(n.ports[p].rate)
+			hr += n.ports[p].headroom
+		}
+		s.buf = t.BufferBytes
+		if s.buf == 0 {
+			s.buf = max(int(cap/1e9*5000), 32*n.mtuWire*len(s.ports))
+		}
+		s.shared = s.buf
+		if n.cfg.PFC.On {
+			s.shared = max(s.buf-hr, s.buf/4)
+		}
+	}
+}
+
+// Switches returns the number of switches.
+func (n *Net) Switches() int { return len(n.switches) }
+
+// Hosts returns the number of hosts.
+func (n *Net) Hosts() int { return len(n.hosts) }
+
+// Host returns host i.
+func (n *Net) Host(i int) *Host { return n.hosts[i] }
+
+// HostAddr returns the MAC and IPv4 address of host i: 02:53:00:xx:xx:xx
+// and 10.0.0.0 + i + 1.
+func HostAddr(i int) ([6]byte, netip.Addr) {
+	v := uint32(i + 1)
+	mac := [6]byte{0x02, 0x53, 0, byte(v >> 16), byte(v >> 8), byte(v)}
+	return mac, netip.AddrFrom4([4]byte{10, byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// schedule adds an event.
+func (n *Net) schedule(t clock.Time, kind uint8, a, b int32) {
+	t = max(t, n.now) // time never runs backwards
+	n.seq++
+	n.events.push(event{t: t, seq: n.seq, kind: kind, a: a, b: b})
+}
+
+// At runs fn at simulated time t (now if t is past).
+func (n *Net) At(t clock.Time, fn func()) {
+	t = max(t, n.now)
+	n.funcs = append(n.funcs, fn)
+	n.schedule(t, evFunc, int32(len(n.funcs)-1), 0)
+}
+
+// allocPacket returns a free packet with a buffer of an MTU.
+func (n *Net) allocPacket() int32 {
+	if k := len(n.free); k > 0 {
+		id := n.free[k-1]
+		n.free = n.free[:k-1]
+		p := &n.pkts[id]
+		p.buf = p.buf[:cap(p.buf)]
+		p.in = -1
+		p.readyPs = int64(n.now) * 1000
+		return id
+	}
+	n.pkts = append(n.pkts, packet{buf: make([]byte, n.topo.MTU), in: -1, readyPs: int64(n.now) * 1000})
+	return int32(len(n.pkts) - 1)
+}
+
+func (n *Net) freePacket(id int32) { n.free = append(n.free, id) }
+
+// Packets returns the packet buffers the run has allocated: the most
+// frames in flight, queued or held by the transports at once.
+func (n *Net) Packets() int { return len(n.pkts) }
+
+// enqueue puts packet id on port pi's egress queue.
+func (n *Net) enqueue(pi, id int32) {
+	p := &n.ports[pi]
+	if p.qh > 0 && p.qh == len(p.q) {
+		p.q, p.qh = p.q[:0], 0
+	} else if p.qh > 64 && p.qh*2 > len(p.q) {
+		k := copy(p.q, p.q[p.qh:])
+		p.q, p.qh = p.q[:k], 0
+	}
+	p.q = append(p.q, id)
+	p.qBytes += len(n.pkts[id].buf)
+	if p.qBytes > p.stats.MaxQueue {
+		p.stats.MaxQueue = p.qBytes
+	}
+	if !p.busy && !p.paused {
+		n.startTx(pi)
+	}
+}
+
+// startTx puts the head of port pi's queue on the wire.
+func (n *Net) startTx(pi int32) {
+	p := &n.ports[pi]
+	if p.qh == len(p.q) {
+		return
+	}
+	id := p.q[p.qh]
+	p.qh++
+	p.busy = true
+	// Events run on nanosecond ticks, but a frame starts when it arrived
+	// whole and the wire is free, to the picosecond: no rounding builds
+	// up along a path or a train of frames.
+	start := max(p.freePs, n.pkts[id].readyPs, int64(n.now)*1000-999)
+	p.freePs = start + serPs(len(n.pkts[id].buf), p.rate)
+	if n.Trace != nil && !p.host {
+		n.Trace(int(p.node), int(p.local), n.pkts[id].buf)
+	}
+	n.schedule(clock.Time((p.freePs+999)/1000), evTxDone, pi, id)
+}
+
+// txDone: the frame has left port pi; it reaches the peer after the delay.
+func (n *Net) txDone(pi, id int32) {
+	p := &n.ports[pi]
+	pk := &n.pkts[id]
+	size := len(pk.buf)
+	p.busy = false
+	p.qBytes -= size
+	p.stats.TxFrames++
+	p.stats.TxBytes += uint64(size)
+	if p.host {
+		n.hosts[p.node].txDone()
+	} else {
+		n.release(p.node, pk)
+	}
+	if drop := n.linkFault(p); drop != nil {
+		*drop++
+		n.freePacket(id)
+	} else {
+		arr := p.freePs + int64(p.delay)*1000
+		pk.readyPs = arr
+		n.schedule(clock.Time((arr+999)/1000), evArrive, p.peer, id)
+	}
+	if !p.paused {
+		n.startTx(pi)
+	}
+}
+
+// linkFault returns the drop counter of a fault that takes the frame now
+// leaving p, or nil.
+func (n *Net) linkFault(p *port) *uint64 {
+	if p.down {
+		return &p.stats.Drops.Blackhole
+	}
+	if p.geP > 0 {
+		if p.geBad {
+			if p.rng.Float64() < p.geR {
+				p.geBad = false
+			}
+		} else if p.rng.Float64() < p.geP {
+			p.geBad = true
+		}
+		if p.geBad && p.rng.Float64() < p.geL {
+			return &p.stats.Drops.Burst
+		}
+	}
+	if p.loss > 0 && p.rng.Float64() < p.loss {
+		return &p.stats.Drops.Loss
+	}
+	return nil
+}
+
+// release returns a frame's buffer to switch si and its ingress port's
+// PFC account, resuming the upstream when the account falls low enough.
+func (n *Net) release(si int32, pk *packet) {
+	s := &n.switches[si]
+	size := len(pk.buf)
+	n.account(s)
+	s.used -= size
+	if pk.in >= 0 {
+		in := &n.ports[pk.in]
+		in.inBytes -= size
+		// XON once the account is Resume below XOFF, or empty: a
+		// threshold that fell below Resume must not pause for ever.
+		if in.xoff && in.inBytes <= max(n.xoffThreshold(s)-n.cfg.PFC.Resume, 0) {
+			in.xoff = false
+			n.schedule(n.now+in.delay, evPause, in.peer, 0)
+		}
+		pk.in = -1
+	}
+}
+
+// account adds the buffer occupancy since the last change to s's integral.
+func (n *Net) account(s *swtch) {
+	s.integral += float64(s.used) * float64(n.now-s.lastT)
+	s.lastT = n.now
+}
+
+func (n *Net) xoffThreshold(s *swtch) int {
+	return int(n.cfg.PFC.Alpha * float64(max(s.shared-s.used, 0)))
+}
+
+// arrive handles a frame reaching port pi.
+func (n *Net) arrive(pi, id int32) {
+	p := &n.ports[pi]
+	if p.host {
+		n.hosts[p.node].receive(id)
+		return
+	}
+	s := &n.switches[p.node]
+	pk := &n.pkts[id]
+	out, ok := n.route(s, pk.buf)
+	if !ok {
+		p.stats.Drops.NoRoute++
+		n.freePacket(id)
+		return
+	}
+	e := &n.ports[out]
+	size := len(pk.buf)
+	if n.cfg.PFC.On {
+		if s.used+size > s.buf {
+			e.stats.Drops.Queue++
+			n.freePacket(id)
+			return
+		}
+		pk.in = pi
+		p.inBytes += size
+		if !p.xoff && p.inBytes >= n.xoffThreshold(s) {
+			p.xoff = true
+			p.stats.PauseSent++
+			n.schedule(n.now+p.delay, evPause, p.peer, 1)
+		}
+	} else if s.used+size > s.buf || float64(e.qBytes+size) > n.cfg.Alpha*float64(s.buf-s.used) {
+		e.stats.Drops.Queue++
+		n.freePacket(id)
+		return
+	}
+	n.account(s)
+	s.used += size
+	s.maxUsed = max(s.maxUsed, s.used)
+	if n.ecnMark(e, pk.buf) {
+		e.stats.ECNMarked++
+	}
+	e.txCount += uint32(size)
+	if !n.cfg.NoINT {
+		// As the eBPF fabric stamps a frame at the egress hook, before its
+		// queue: TS the enqueue time, QLen the bytes ahead of it and its
+		// own (what its queue delay times the rate gives there), TxBytes
+		// the port's counter with this frame.
+		h := wire.Hop{Switch: s.id, Port: e.local, RateMbps: uint32(e.rate / 1e6), TS: uint64(n.now),
+			QLen: uint32(min(e.qBytes+size, 1<<32-1)), TxBytes: e.txCount}
+		if ok, _ := wire.StampHop(pk.buf, h); ok {
+			e.stats.INTStamped++
+		}
+	}
+	n.enqueue(out, id)
+}
+
+// route picks the egress port of a frame at switch s: down towards the
+// destination host if s covers it, else an uplink by ECMP.
+func (n *Net) route(s *swtch, f []byte) (int32, bool) {
+	if len(f) < 38 || f[12] != 0x08 || f[13] != 0x00 {
+		return 0, false
+	}
+	dst := int32(uint32(f[31])<<16|uint32(f[32])<<8|uint32(f[33])) - 1
+	if f[30] != 10 || dst < 0 || dst >= int32(len(n.hosts)) {
+		return 0, false
+	}
+	if dst >= s.lo && dst < s.hi {
+		return s.down[(dst-s.lo)/s.div], true
+	}
+	if len(s.up) == 0 {
+		return 0, false
+	}
+	h := splitmix(s.seed ^ uint64(binary.BigEndian.Uint32(f[26:]))<<32 ^ uint64(binary.BigEndian.Uint32(f[30:])) ^
+		uint64(binary.BigEndian.Uint32(f[34:]))<<8 ^ uint64(f[23]))
+	k := len(s.up)
+	first := int(h % uint64(k))
+	for i := range k {
+		u := s.up[(first+i)%k]
+		if n.usable(u, dst) {
+			return u, true
+		}
+	}
+	return s.up[first], true
+}
+
+// usable reports whether uplink u may carry a frame for dst: it is up,
+// and the next switch's link down towards dst has not been withdrawn.
+func (n *Net) usable(u, dst int32) bool {
+	p := &n.ports[u]
+	if p.down {
+		return false
+	}
+	ns := &n.switches[n.ports[p.peer].node]
+	if dst >= ns.lo && dst < ns.hi {
+		d := &n.ports[ns.down[(dst-ns.lo)/ns.div]]
+		if d.withdrawn {
+			return false
+		}
+	}
+	return true
+}
+
+// ecnMark marks frame f CE by RED on egress port e's queue, as it is
+// before f joins it, and reports whether it did.
+func (n *Net) ecnMark(e *port, f []byte) bool {
+	if e.ecn.Off || e.qBytes <= e.ecn.KMin {
+		return false
+	}
+	if e.qBytes < e.ecn.KMax {
+		pr := e.ecn.PMax * float64(e.qBytes-e.ecn.KMin) / float64(e.ecn.KMax-e.ecn.KMin)
+		if e.rng.Float64() >= pr {
+			return false
+		}
+	}
+	return markCE(f)
+}
+
+// markCE sets ECN CE on an IPv4 frame whose packet is ECN-capable and
+// fixes the header checksum; it reports whether it marked.
+func markCE(f []byte) bool {
+	if len(f) < 34 || f[12] != 0x08 || f[13] != 0x00 {
+		return false
+	}
+	ecn := f[15] & 3
+	if ecn != 1 && ecn != 2 {
+		return false
+	}
+	old := uint16(f[14])<<8 | uint16(f[15])
+	f[15] |= 3
+	nw := uint16(f[14])<<8 | uint16(f[15])
+	// RFC 1624: HC' = ~(~HC + ~m + m')
+	sum := uint32(^binary.BigEndian.Uint16(f[24:])) + uint32(^old) + uint32(nw)
+	sum = (sum & 0xffff) + (sum >> 16)
+	sum = (sum & 0xffff) + (sum >> 16)
+	binary.BigEndian.PutUint16(f[24:], ^uint16(sum))
+	return true
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+// pause stops (on) or restarts port pi's egress.
+func (n *Net) pause(pi int32, on bool) {
+	p := &n.ports[pi]
+	if on == p.paused {
+		return
+	}
+	p.paused = on
+	if on {
+		p.pausAt = n.now
+		return
+	}
+	p.stats.PausedTime += time.Duration(n.now - p.pausAt)
+	if !p.busy {
+		n.startTx(pi)
+	}
+}
+
+// Run runs events until the queue is empty, stop returns true (checked
+// after every event), or the clock would pass until. It returns the
+// time it stopped at.
+func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
+	for len(n.events) > 0 {
+		if n.events[0].t > until {
+			n.now = until
+			break
+		}
+		e := n.events.pop()
+		n.now = e.t
+		n.nevents++
+		switch e.kind {
+		case evTxDone:
+			n.txDone(e.a, e.b)
+		case evArrive:
+			n.arrive(e.a, e.b)
+		case evPause:
+			n.pause(e.a, e.b == 1)
+		case evHostStep:
+			n.engines[e.a].step()
+		case evHostWake:
+			n.engines[e.a].wake(e.t)
+		case evFunc:
+			fn := n.funcs[e.a]
+			n.funcs[e.a] = nil
+			fn()
+		}
+		if stop != nil && stop() {
+			break
+		}
+	}
+	for i := range n.switches {
+		n.account(&n.switches[i])
+	}
+	return n.now
+}
+
+// Idle reports whether no event is pending.
+func (n *Net) Idle() bool { return len(n.events) == 0 }
+
+// LinkRef names a link by the switch and port index of one of its ends.
+type LinkRef struct{ Switch, Port int }
+
+func (n *Net) portOf(l LinkRef) (int32, error) {
+	if l.Switch < 0 || l.Switch >= len(n.switches) || l.Port < 0 || l.Port >= len(n.switches[l.Switch].ports) {
+		return 0, fmt.Errorf("%w: no link at switch %d port %d", ErrConfig, l.Switch, l.Port)
+	}
+	return n.switches[l.Switch].ports[l.Port], nil
+}
+
+// SetLinkDown takes a link down (both directions: frames sent on it are
+// dropped and counted in Drops.Blackhole; the switches at its ends stop
+// choosing it) or up. With reconverge >= 0, routes elsewhere withdraw it
+// that long after it went down (the fabric's routing reconverged); a
+// negative reconverge never withdraws it.
+func (n *Net) SetLinkDown(l LinkRef, down bool, reconverge time.Duration) error {
+	pi, err := n.portOf(l)
+	if err != nil {
+		return err
+	}
+	for _, x := range []int32{pi, n.ports[pi].peer} {
+		p := &n.ports[x]
+		p.down = down
+		if !down {
+			p.withdrawn = false
+		}
+	}
+	if down && reconverge >= 0 {
+		n.At(n.now.Add(reconverge), func() {
+			for _, x := range []int32{pi, n.ports[pi].peer} {
+				if p := &n.ports[x]; p.down {
+					p.withdrawn = true
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// SetLoss sets the random loss probability of every frame leaving either
+// end of a link.
+func (n *Net) SetLoss(l LinkRef, p float64) error {
+	pi, err := n.portOf(l)
+	if err != nil {
+		return err
+	}
+	if p < 0 || p > 1 {
+		return fmt.Errorf("%w: loss %v", ErrConfig, p)
+	}
+	n.ports[pi].loss = p
+	n.ports[n.ports[pi].peer].loss = p
+	return nil
+}
+
+// SetBurstLoss sets Gilbert-Elliott loss bursts on both ends of a link:
+// per frame, the good state turns bad with probability p and the bad
+// good with r; in the bad state frames are lost with probability loss.
+func (n *Net) SetBurstLoss(l LinkRef, p, r, loss float64) error {
+	pi, err := n.portOf(l)
+	if err != nil {
+		return err
+	}
+	for _, v := range []float64{p, r, loss} {
+		if v < 0 || v > 1 {
+			return fmt.Errorf("%w: burst loss %v", ErrConfig, v)
+		}
+	}
+	for _, x := range []int32{pi, n.ports[pi].peer} {
+		q := &n.ports[x]
+		q.geP, q.geR, q.geL = p, r, loss
+	}
+	return nil
+}
+
+// CoreLinks returns the links between the first tier of switches and
+// the next (leaf-spine: every leaf-spine link; fat-tree: edge-agg and
+// agg-core), named by their upper end.
+func (n *Net) CoreLinks() []LinkRef {
+	var ls []LinkRef
+	for i := range n.switches {
+		s := &n.switches[i]
+		for j, pi := range s.ports {
+			p := &n.ports[pi]
+			if !n.ports[p.peer].host && containsPort(s.down, pi) {
+				ls = append(ls, LinkRef{Switch: i, Port: j})
+			}
+		}
+	}
+	return ls
+}
+
+func containsPort(ps []int32, p int32) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// PortStats returns the counters of port j of switch i.
+func (n *Net) PortStats(i, j int) PortStats {
+	p := &n.ports[n.switches[i].ports[j]]
+	st := p.stats
+	if p.paused {
+		st.PausedTime += time.Duration(n.now - p.pausAt)
+	}
+	return st
+}
+
+// HostPortStats returns the counters of host i's NIC.
+func (n *Net) HostPortStats(i int) PortStats {
+	p := &n.ports[n.hosts[i].port]
+	st := p.stats
+	if p.paused {
+		st.PausedTime += time.Duration(n.now - p.pausAt)
+	}
+	return st
+}
+
+// FabricStats sums the counters of the fabric.
+type FabricStats struct {
+	Drops      Drops
+	ECNMarked  uint64
+	INTStamped uint64
+	// PauseFrames are the PAUSE frames sent; PausedTime the time summed
+	// over every port (NICs included) that stood paused, MaxPausedTime
+	// that of the port paused longest.
+	PauseFrames   uint64
+	PausedTime    time.Duration
+	MaxPausedTime time.Duration
+	// BufferMax is the most any switch held of its buffer, as a share;
+	// BufferMean the mean occupancy over the run of the switch whose
+	// mean is highest.
+	BufferMax, BufferMean float64
+}
+
+// Stats sums the counters of every port and switch.
+func (n *Net) Stats() FabricStats {
+	var f FabricStats
+	for i := range n.ports {
+		p := &n.ports[i]
+		st := p.stats
+		if p.paused {
+			st.PausedTime += time.Duration(n.now - p.pausAt)
+		}
+		f.Drops.add(st.Drops)
+		f.ECNMarked += st.ECNMarked
+		f.INTStamped += st.INTStamped
+		f.PauseFrames += st.PauseSent
+		f.PausedTime += st.PausedTime
+		f.MaxPausedTime = max(f.MaxPausedTime, st.PausedTime)
+	}
+	for _, h := range n.hosts {
+		f.Drops.Host += h.rxDrops
+	}
+	for i := range n.switches {
+		s := &n.switches[i]
+		n.account(s)
+		f.BufferMax = max(f.BufferMax, float64(s.maxUsed)/float64(s.buf))
+		if n.now > 0 {
+			f.BufferMean = max(f.BufferMean, s.integral/float64(n.now)/float64(s.buf))
+		}
+	}
+	return f
+}
+
+// BufferShare returns the share of its buffer that the fullest switch
+// holds now.
+func (n *Net) BufferShare() float64 {
+	m := 0.0
+	for i := range n.switches {
+		s := &n.switches[i]
+		m = max(m, float64(s.used)/float64(s.buf))
+	}
+	return m
+}
+
+// SwitchBuffer returns switch i's buffer size in bytes.
+func (n *Net) SwitchBuffer(i int) int { return n.switches[i].buf }

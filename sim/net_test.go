@@ -1,0 +1,353 @@
+package sim
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+)
+
+// udpFrame returns an IPv4/UDP frame of size bytes from host src to host
+// dst with source port sport; ect marks it ECN-capable.
+func udpFrame(src, dst int, sport uint16, size int, ect bool) []byte {
+	f := make([]byte, size)
+	dmac, dip := HostAddr(dst)
+	smac, sip := HostAddr(src)
+	copy(f[0:], dmac[:])
+	copy(f[6:], smac[:])
+	f[12], f[13] = 0x08, 0x00
+	ip := f[14:]
+	ip[0] = 0x45
+	if ect {
+		ip[1] = 2
+	}
+	binary.BigEndian.PutUint16(ip[2:], uint16(size-14))
+	ip[8], ip[9] = 64, 17
+	s4, d4 := sip.As4(), dip.As4()
+	copy(ip[12:], s4[:])
+	copy(ip[16:], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:20]))
+	binary.BigEndian.PutUint16(f[34:], sport)
+	binary.BigEndian.PutUint16(f[36:], 4791)
+	binary.BigEndian.PutUint16(f[38:], uint16(size-34))
+	binary.BigEndian.PutUint32(f[size-4:], uint32(src)<<16|uint32(sport)) // a tag
+	return f
+}
+
+func ipChecksum(h []byte) uint16 {
+	var s uint32
+	for i := 0; i < len(h); i += 2 {
+		if i == 10 {
+			continue
+		}
+		s += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func newNet(t *testing.T, topo string, mod func(*FabricConfig)) *Net {
+	t.Helper()
+	tp, err := ParseTopo(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := FabricConfig{Topo: tp, Seed: 1}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestOneFrameTime: a frame across leaf, spine and leaf arrives after four
+// serializations and four propagation delays, to the nanosecond (rounded
+// up once).
+func TestOneFrameTime(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x2,rate=100gbit,hostrate=100gbit,delay=1us,hostdelay=500ns", nil)
+	var at clock.Time
+	n.OnDeliver = func(h int, f []byte, now clock.Time) {
+		if h != 3 {
+			t.Errorf("frame delivered to host %d, want 3", h)
+		}
+		at = now
+	}
+	const size = 1500
+	if !n.Host(0).Send(udpFrame(0, 3, 1000, size, false)) {
+		t.Fatal("send refused")
+	}
+	n.Run(clock.Never, nil)
+	ser := serPs(size, 100e9) // 4 hops at 100 Gbit/s
+	want := clock.Time((4*ser + 2*500e3 + 2*1e6 + 999) / 1000)
+	if at != want {
+		t.Fatalf("arrived at %v, want %v (4 x %d ps + 3 us)", at, want, ser)
+	}
+}
+
+// TestFlowTime: a train of frames from one host to another completes in one
+// frame's path latency plus the serialization of the rest at line rate.
+func TestFlowTime(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x2,rate=10gbit,hostrate=10gbit", func(c *FabricConfig) { c.NICFrames = 1000 })
+	var last clock.Time
+	got := 0
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { got++; last = now }
+	const frames, size = 500, 1514
+	for range frames {
+		if !n.Host(0).Send(udpFrame(0, 2, 7, size, false)) {
+			t.Fatal("send refused")
+		}
+	}
+	n.Run(clock.Never, nil)
+	if got != frames {
+		t.Fatalf("%d frames arrived, want %d", got, frames)
+	}
+	ser := serPs(size, 10e9)
+	want := clock.Time(((frames+3)*ser + 4*1e6 + 999) / 1000)
+	if last != want {
+		t.Fatalf("last frame at %v, want %v", last, want)
+	}
+}
+
+// TestQueueDrop: an incast into a small buffer without PFC drops at the
+// congested port, counts the drops, and never queues beyond the buffer.
+func TestQueueDrop(t *testing.T) {
+	n := newNet(t, "leafspine:4x1x1,rate=10gbit,hostrate=10gbit,buffer=30k", func(c *FabricConfig) { c.NICFrames = 100 })
+	got := 0
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { got++ }
+	for src := 1; src < 4; src++ {
+		for range 100 {
+			n.Host(src).Send(udpFrame(src, 0, 9, 1000, false))
+		}
+	}
+	n.Run(clock.Never, nil)
+	st := n.Stats()
+	if st.Drops.Queue == 0 {
+		t.Fatal("no queue drops in a 3:1 incast into 30 KB")
+	}
+	if uint64(got)+st.Drops.Queue != 300 {
+		t.Fatalf("%d delivered + %d dropped, want 300", got, st.Drops.Queue)
+	}
+	if st.BufferMax > 1 {
+		t.Fatalf("buffer occupancy %.2f above 1", st.BufferMax)
+	}
+	if ps := n.PortStats(0, 0); ps.MaxQueue > 30<<10 || ps.Drops.Queue != st.Drops.Queue {
+		t.Fatalf("host port: max queue %d, drops %d of %d", ps.MaxQueue, ps.Drops.Queue, st.Drops.Queue)
+	}
+}
+
+// TestECNProbability: marking follows RED between KMin and KMax.
+func TestECNProbability(t *testing.T) {
+	n := newNet(t, "leafspine:2x1x1,rate=10gbit", nil)
+	e := &n.ports[n.switches[0].ports[0]]
+	e.ecn = ECNConfig{KMin: 10000, KMax: 50000, PMax: 0.4}
+	for _, c := range []struct {
+		q    int
+		want float64
+	}{{5000, 0}, {10000, 0}, {30000, 0.2}, {45000, 0.35}, {50000, 1}, {90000, 1}} {
+		marks := 0
+		const trials = 20000
+		for range trials {
+			f := udpFrame(0, 1, 1, 200, true)
+			e.qBytes = c.q
+			if n.ecnMark(e, f) {
+				marks++
+				h := f[14:34]
+				if binary.BigEndian.Uint16(h[10:]) != ipChecksum(h) || h[1]&3 != 3 {
+					t.Fatalf("CE mark left a bad header: tos %#x", h[1])
+				}
+			}
+		}
+		p := float64(marks) / trials
+		if math.Abs(p-c.want) > 0.02 {
+			t.Errorf("queue %d B: marked %.3f, want %.3f", c.q, p, c.want)
+		}
+	}
+	f := udpFrame(0, 1, 1, 200, false)
+	e.qBytes = 90000
+	if n.ecnMark(e, f) {
+		t.Error("marked a frame that is not ECN-capable")
+	}
+}
+
+// TestPFCPauseResume: a 3:1 incast with PFC loses nothing; the congested
+// leaf pauses the senders' NICs, which stop (their paused time grows) and
+// restart (every frame arrives).
+func TestPFCPauseResume(t *testing.T) {
+	n := newNet(t, "leafspine:4x1x1,rate=10gbit,hostrate=10gbit,buffer=60k", func(c *FabricConfig) {
+		c.NICFrames = 200
+		c.PFC.On = true
+	})
+	got := 0
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { got++ }
+	for src := 1; src < 4; src++ {
+		for range 200 {
+			n.Host(src).Send(udpFrame(src, 0, 9, 1000, false))
+		}
+	}
+	end := n.Run(clock.Never, nil)
+	st := n.Stats()
+	if st.Drops.Total() != 0 || got != 600 {
+		t.Fatalf("lossless fabric: %d delivered, drops %+v", got, st.Drops)
+	}
+	if st.PauseFrames == 0 {
+		t.Fatal("no PAUSE sent in a 3:1 incast into 60 KB")
+	}
+	for src := 1; src < 4; src++ {
+		if n.HostPortStats(src).PausedTime == 0 {
+			t.Errorf("host %d NIC never paused", src)
+		}
+	}
+	// The bottleneck stays busy: 600 frames at line rate, plus the path.
+	min := clock.Time(600 * serPs(1000, 10e9) / 1000)
+	if end < min || end > min+min/10 {
+		t.Errorf("incast took %v, want about %v", end, min)
+	}
+	if st.BufferMax > 1 {
+		t.Fatalf("buffer occupancy %.2f above 1", st.BufferMax)
+	}
+}
+
+// TestPFCHeadOfLine: PAUSE stops a whole upstream port, so that a flow to
+// an idle host behind the same paused port waits too (head-of-line
+// blocking), which it does not without PFC.
+func TestPFCHeadOfLine(t *testing.T) {
+	run := func(pfc bool) clock.Time {
+		n := newNet(t, "leafspine:4x2x1,rate=100gbit,hostrate=10gbit,buffer=100k", func(c *FabricConfig) {
+			c.NICFrames = 400
+			c.PFC.On = pfc
+		})
+		var victim clock.Time
+		n.OnDeliver = func(h int, f []byte, now clock.Time) {
+			if h == 5 {
+				victim = now
+			}
+		}
+		// Hosts 1-3 (leaf 0) send to host 4 (leaf 1), 3:1 at its port;
+		// host 0 sends one frame to host 5 (leaf 1, idle) meanwhile,
+		// through the spine links, which are not congested.
+		for src := 1; src < 4; src++ {
+			for range 300 {
+				n.Host(src).Send(udpFrame(src, 4, 9, 1000, false))
+			}
+		}
+		n.At(clock.Time(200*time.Microsecond), func() { n.Host(0).Send(udpFrame(0, 5, 9, 1000, false)) })
+		n.Run(clock.Never, nil)
+		return victim
+	}
+	lossy, lossless := run(false), run(true)
+	if lossless <= lossy {
+		t.Fatalf("victim frame at %v with PFC, %v without: want it later with PFC", lossless, lossy)
+	}
+}
+
+// TestECMPSpread: flows that differ only in their UDP source port spread
+// evenly over the spines.
+func TestECMPSpread(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x4,rate=10gbit", func(c *FabricConfig) { c.NICFrames = 5000 })
+	count := map[int]int{}
+	n.Trace = func(sw, port int, f []byte) {
+		if sw == 0 && port >= 2 {
+			count[port]++
+		}
+	}
+	const flows = 4000
+	for i := range flows {
+		n.Host(0).Send(udpFrame(0, 2, uint16(49152+i), 100, false))
+	}
+	n.Run(clock.Never, nil)
+	for p := 2; p < 6; p++ {
+		if c := count[p]; math.Abs(float64(c)-flows/4) > 0.1*flows/4 {
+			t.Errorf("uplink %d took %d of %d flows, want about %d", p, c, flows, flows/4)
+		}
+	}
+	// Per-packet entropy: the same source port always takes one spine.
+	count = map[int]int{}
+	for range 100 {
+		n.Host(0).Send(udpFrame(0, 2, 50000, 100, false))
+	}
+	n.Run(clock.Never, nil)
+	if len(count) != 1 {
+		t.Errorf("one 5-tuple took %d uplinks, want 1", len(count))
+	}
+}
+
+// TestLinkDownLoss: frames over a link that is down are blackholed;
+// the local switch routes around its own down uplinks; random loss drops
+// about its share.
+func TestLinkDownLoss(t *testing.T) {
+	n := newNet(t, "leafspine:1x2x2,rate=10gbit", func(c *FabricConfig) { c.NICFrames = 5000 })
+	got := 0
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { got++ }
+	// Spine 3's link to leaf 1 down: leaf 0 does not know.
+	if err := n.SetLinkDown(LinkRef{Switch: 3, Port: 1}, true, -1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		n.Host(0).Send(udpFrame(0, 1, uint16(i), 100, false))
+	}
+	n.Run(clock.Never, nil)
+	st := n.Stats()
+	if st.Drops.Blackhole == 0 || uint64(got)+st.Drops.Blackhole != 1000 {
+		t.Fatalf("%d delivered, %d blackholed of 1000", got, st.Drops.Blackhole)
+	}
+	// Reconverged: nothing is lost any more.
+	if err := n.SetLinkDown(LinkRef{Switch: 3, Port: 1}, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.Run(clock.Never, nil)
+	got = 0
+	for i := range 1000 {
+		n.Host(0).Send(udpFrame(0, 1, uint16(i), 100, false))
+	}
+	n.Run(clock.Never, nil)
+	if got != 1000 {
+		t.Fatalf("after reconvergence %d of 1000 delivered", got)
+	}
+	got = 0
+	if err := n.SetLinkDown(LinkRef{Switch: 3, Port: 1}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range n.CoreLinks() {
+		if err := n.SetLoss(l, 0.1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4000 {
+		n.Host(0).Send(udpFrame(0, 1, uint16(i), 100, false))
+	}
+	n.Run(clock.Never, nil)
+	if lost := 4000 - got; lost < 600 || lost > 920 { // two lossy links: 19%
+		t.Fatalf("lost %d of 4000 at 10%% per link over two links", lost)
+	}
+}
+
+// TestFatTreeRoutes: every host reaches every other on a k=4 fat-tree.
+func TestFatTreeRoutes(t *testing.T) {
+	n := newNet(t, "fattree:4,rate=10gbit", func(c *FabricConfig) { c.NICFrames = 100 })
+	if n.Hosts() != 16 || n.Switches() != 20 {
+		t.Fatalf("%d hosts, %d switches; want 16, 20", n.Hosts(), n.Switches())
+	}
+	seen := map[[2]int]bool{}
+	n.OnDeliver = func(h int, f []byte, now clock.Time) {
+		src := int(binary.BigEndian.Uint32(f[len(f)-4:]) >> 16)
+		seen[[2]int{src, h}] = true
+	}
+	for s := range 16 {
+		for d := range 16 {
+			if s != d {
+				n.Host(s).Send(udpFrame(s, d, uint16(d), 100, false))
+			}
+		}
+	}
+	n.Run(clock.Never, nil)
+	if len(seen) != 16*15 {
+		t.Fatalf("%d of %d pairs delivered", len(seen), 16*15)
+	}
+}

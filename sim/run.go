@@ -1,0 +1,763 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sprayfabric/spray/cc"
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// Profiles that Run compares.
+const (
+	// ProfileRoCE is classic RoCEv2 as deployed: ECMP (one entropy per
+	// QP), Go-Back-N, DCQCN on ECN marks, and by default PFC.
+	ProfileRoCE = "roce"
+	// ProfileSpray is spray: adaptive per-packet spraying, selective
+	// repeat, HPCC on INT records, and by default no PFC.
+	ProfileSpray = "spray"
+	// ProfileSprayECMP is spray on one path per QP (ECMP): the ablation
+	// that isolates spraying (htsim's comparison of ECMP and spraying
+	// under one transport).
+	ProfileSprayECMP = "spray-ecmp"
+)
+
+// Scenarios that Run knows.
+const (
+	ScenarioLossless = "lossless"
+	// ScenarioLoss001 and ScenarioLoss01 drop 0.01% and 0.1% of the
+	// frames leaving either end of every link between switches.
+	ScenarioLoss001 = "loss0.01"
+	ScenarioLoss01  = "loss0.1"
+	// ScenarioLinkFail takes the link between the first leaf (edge) and
+	// the last spine (agg) down FailAt into the run; the leaf stops using
+	// it at once, the rest of the fabric after Reconverge.
+	ScenarioLinkFail = "linkfail"
+)
+
+// MaxPairs bounds the ordered pairs of hosts that a workload may connect:
+// each costs two QPs and two engines, about 110 KB (a 128-host
+// all-to-all's 16,256 pairs took 1.8 GB), so that this bound is some 4
+// GB, an all-to-all of 200 hosts; a 1,024-host one would take 100 GB.
+const MaxPairs = 40000
+
+// Defaults of Config.
+var (
+	DefaultProfiles  = []string{ProfileRoCE, ProfileSpray}
+	DefaultScenarios = []string{ScenarioLossless, ScenarioLoss01, ScenarioLinkFail}
+)
+
+// Config configures Run. The zero value is usable with Topo and Workload
+// set: every other field documents its default.
+type Config struct {
+	Topo     Topo
+	Workload Workload
+	// Profiles and Scenarios to run, in order; nil means DefaultProfiles
+	// and DefaultScenarios.
+	Profiles, Scenarios []string
+	// PFC is "on" or "off" to force PFC for every profile; "" gives roce
+	// PFC and spray none.
+	PFC string
+	// Seed seeds the fabric, the transports and the workload's own
+	// randomness: the same seed gives the same run.
+	Seed uint64
+	// Window bounds a QP's packets in flight; 0 means 256.
+	Window int
+	// Entropies is the paths a spray QP uses; 0 means 32.
+	Entropies int
+	// Limit bounds a run's simulated time; 0 means 10 s. Flows not done
+	// by then are reported as not done.
+	Limit time.Duration
+	// FailAt and Reconverge time the linkfail scenario; 0 means 20µs and
+	// 5 ms (BFD-style failure detection and a route update); a negative
+	// Reconverge never withdraws the link from the other switches' routes.
+	FailAt, Reconverge time.Duration
+	// SprayCC and RoCECC name the profiles' congestion controllers
+	// (cc.ByName: hpcc, swift, dcqcn, fixed, ...); "" means hpcc (swift
+	// when the fabric stamps no INT) and dcqcn.
+	SprayCC, RoCECC string
+	// Transport, when set, adjusts each engine's configuration for a
+	// profile after Run made it (timers, ACK policy); it must not change
+	// the profile or the seed.
+	Transport func(profile string, c *transport.Config)
+	// Fabric overrides the switch settings (ECN, alpha, PFC thresholds,
+	// NIC queue); its Topo, Seed and PFC.On are set by Run.
+	Fabric FabricConfig
+	// Samples is the number of buffer-occupancy samples kept over a run;
+	// 0 means 400.
+	Samples int
+	// Verify gives every flow its own payload and destination region and
+	// checks the bytes that arrive (memory: the workload's bytes, twice).
+	Verify bool
+	// Progress, when set, is called about once a second of wall time.
+	Progress func(Progress)
+}
+
+// Progress reports a run in progress.
+type Progress struct {
+	Scenario, Profile string
+	Sim               time.Duration
+	Wall              time.Duration
+	Events            uint64
+	FlowsDone, Flows  int
+}
+
+// Row is the outcome of one profile under one scenario.
+type Row struct {
+	Scenario string `json:"scenario"`
+	Profile  string `json:"profile"`
+	PFC      bool   `json:"pfc"`
+	Flows    int    `json:"flows"`
+	Done     int    `json:"done"`
+	Failed   int    `json:"failed"`
+	Bytes    int64  `json:"bytes"`
+	// Flow completion times (posted to received whole).
+	Mean time.Duration `json:"mean_ns"`
+	P50  time.Duration `json:"p50_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	Max  time.Duration `json:"max_ns"`
+	// Makespan is when the last flow completed; AlgBW the workload's
+	// bytes per rank over it (GB/s).
+	Makespan time.Duration `json:"makespan_ns"`
+	// Iterations are the times of the workload's repetitions (first
+	// flow posted to last flow received), for collectives.
+	Iterations []time.Duration `json:"iterations_ns,omitempty"`
+	AlgBW      float64         `json:"algbw_gbps"`
+	// Transport counters, summed over every QP.
+	Retransmits uint64 `json:"retransmits"`
+	Duplicates  uint64 `json:"duplicates"`
+	Timeouts    uint64 `json:"timeouts"`
+	ECNMarks    uint64 `json:"ecn_marks"`
+	Drops       Drops  `json:"drops"`
+	// PFC: PAUSE frames sent, per minute of simulated time, and paused
+	// time summed over ports and of the port paused longest.
+	PauseFrames    uint64          `json:"pause_frames"`
+	PausesPerMin   float64         `json:"pauses_per_min"`
+	PausedTime     time.Duration   `json:"paused_ns"`
+	MaxPortPaused  time.Duration   `json:"max_port_paused_ns"`
+	BufferMax      float64         `json:"buffer_max"`
+	BufferMean     float64         `json:"buffer_mean"`
+	Events         uint64          `json:"events"`
+	PacketBuffers  int             `json:"packet_buffers"`
+	Err            string          `json:"error,omitempty"`
+	Wall           time.Duration   `json:"-"`
+	Samples        []time.Duration `json:"-"`
+	Occupancy      []float64       `json:"-"`
+	OccupancyEvery time.Duration   `json:"-"`
+}
+
+// Result is a comparison: its settings and one row per scenario and
+// profile.
+type Result struct {
+	Topo        string        `json:"topo"`
+	Hosts       int           `json:"hosts"`
+	Oversub     float64       `json:"oversubscription"`
+	Workload    string        `json:"workload"`
+	Seed        uint64        `json:"seed"`
+	BaseRTT     time.Duration `json:"base_rtt_ns"`
+	BufferBytes int           `json:"switch_buffer_bytes"`
+	Rows        []Row         `json:"rows"`
+}
+
+// Run runs every profile under every scenario on a fresh fabric each,
+// and reports them.
+func Run(cfg Config) (Result, error) {
+	t, err := cfg.Topo.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	cfg.Topo = t
+	if cfg.Profiles == nil {
+		cfg.Profiles = DefaultProfiles
+	}
+	if cfg.Scenarios == nil {
+		cfg.Scenarios = DefaultScenarios
+	}
+	for _, p := range cfg.Profiles {
+		if p != ProfileRoCE && p != ProfileSpray && p != ProfileSprayECMP {
+			return Result{}, fmt.Errorf("%w: profile %q (want roce, spray or spray-ecmp)", ErrConfig, p)
+		}
+	}
+	for _, s := range cfg.Scenarios {
+		if !slices.Contains([]string{ScenarioLossless, ScenarioLoss001, ScenarioLoss01, ScenarioLinkFail}, s) {
+			return Result{}, fmt.Errorf("%w: scenario %q (want lossless, loss0.01, loss0.1 or linkfail)", ErrConfig, s)
+		}
+	}
+	switch cfg.PFC {
+	case "", "on", "off":
+	default:
+		return Result{}, fmt.Errorf("%w: pfc %q (want on or off)", ErrConfig, cfg.PFC)
+	}
+	if len(cfg.Workload.Flows) == 0 {
+		return Result{}, fmt.Errorf("%w: a workload without flows", ErrConfig)
+	}
+	for i, f := range cfg.Workload.Flows {
+		if f.Src < 0 || f.Dst < 0 || f.Src >= t.Hosts() || f.Dst >= t.Hosts() || f.Src == f.Dst || f.Size < 1 || f.Size > 1<<30 {
+			return Result{}, fmt.Errorf("%w: flow %d: %d->%d, %d bytes, on %d hosts", ErrConfig, i, f.Src, f.Dst, f.Size, t.Hosts())
+		}
+		for _, tr := range []int{f.Trigger, f.SendDone, f.RecvDone} {
+			if tr < 0 || tr > len(cfg.Workload.Triggers) {
+				return Result{}, fmt.Errorf("%w: flow %d: trigger %d of %d", ErrConfig, i, tr, len(cfg.Workload.Triggers))
+			}
+		}
+	}
+	pairs := map[[2]int]bool{}
+	for _, f := range cfg.Workload.Flows {
+		pairs[[2]int{f.Src, f.Dst}] = true
+	}
+	if len(pairs) > MaxPairs {
+		return Result{}, fmt.Errorf("%w: %d pairs of hosts exchange flows, each with its own QPs and engines (about 100 KB): more than %d (an all-to-all of 200 hosts)",
+			ErrConfig, len(pairs), MaxPairs)
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 256
+	}
+	if cfg.Entropies == 0 {
+		cfg.Entropies = 32
+	}
+	if cfg.Limit == 0 {
+		cfg.Limit = 10 * time.Second
+	}
+	if cfg.FailAt == 0 {
+		cfg.FailAt = 20 * time.Microsecond
+	}
+	if cfg.Reconverge == 0 {
+		cfg.Reconverge = 5 * time.Millisecond
+	}
+	if cfg.Samples == 0 {
+		cfg.Samples = 400
+	}
+	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t)}
+	for _, sc := range cfg.Scenarios {
+		for _, prof := range cfg.Profiles {
+			row, buf, err := runOne(cfg, sc, prof)
+			if err != nil {
+				return res, err
+			}
+			res.BufferBytes = buf
+			res.Rows = append(res.Rows, row)
+		}
+	}
+	return res, nil
+}
+
+// baseRTT is the unloaded round trip of the longest path: a full frame
+// out and a small ACK back, over every link of it.
+func baseRTT(t Topo) time.Duration {
+	type hop struct {
+		rate  uint64
+		delay time.Duration
+	}
+	hops := []hop{{t.HostRate, t.HostDelay}, {t.Rate, t.Delay}, {t.Rate, t.Delay}, {t.HostRate, t.HostDelay}}
+	if t.Kind == FatTree {
+		hops = slices.Insert(hops, 2, hop{t.CoreRate, t.CoreDelay}, hop{t.CoreRate, t.CoreDelay})
+	}
+	var ps int64
+	for _, h := range hops {
+		ps += serPs(t.MTU, h.rate) + serPs(100, h.rate) + 2*int64(h.delay)*1000
+	}
+	return time.Duration(ps / 1000)
+}
+
+// flowState is a flow's progress.
+type flowState struct {
+	posted, sent, recvd, failed bool
+	start                       clock.Time
+	done                        clock.Time
+	qp                          *pairQP
+	off                         int64 // verify: offset of the payload and of the destination region
+}
+
+type pairQP struct {
+	src, dst *transport.QP
+	se, de   *peerEngine // the engines of src and dst
+}
+
+// peerEngine is the engine a host runs for one peer.
+type peerEngine struct {
+	link link.Link
+	eng  *transport.Engine
+	mr   *transport.MR
+}
+
+type trigState struct {
+	Trigger
+	hits  int
+	flows []int32
+	next  int // multishot: next flow to start
+}
+
+// runner is one run's state.
+type runner struct {
+	cfg      Config
+	n        *Net
+	flows    []flowState
+	trigs    []trigState
+	done     int
+	sink     []byte
+	src      []byte
+	comps    []transport.Completion
+	lastDone clock.Time
+	pairs    []*pairQP
+}
+
+func runOne(cfg Config, sc, prof string) (Row, int, error) {
+	r, row, err := newRunner(cfg, sc, prof)
+	if err != nil {
+		return row, 0, err
+	}
+	return r.run(row), r.n.SwitchBuffer(0), nil
+}
+
+// newRunner builds the fabric, the engines, the QPs and the flow starts
+// of one run.
+func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
+	t, err := cfg.Topo.withDefaults()
+	if err != nil {
+		return nil, Row{}, err
+	}
+	cfg.Topo = t
+	pfc := prof == ProfileRoCE
+	switch cfg.PFC {
+	case "on":
+		pfc = true
+	case "off":
+		pfc = false
+	}
+	fc := cfg.Fabric
+	fc.Topo, fc.Seed, fc.PFC.On = t, cfg.Seed, pfc
+	n, err := New(fc)
+	if err != nil {
+		return nil, Row{}, err
+	}
+	row := Row{Scenario: sc, Profile: prof, PFC: pfc, Flows: len(cfg.Workload.Flows)}
+	r := &runner{cfg: cfg, n: n, flows: make([]flowState, len(cfg.Workload.Flows))}
+	if err := r.scenario(sc); err != nil {
+		return nil, row, err
+	}
+	tc, err := transportConfig(cfg, prof)
+	if err != nil {
+		return nil, row, err
+	}
+	// Payloads: one read-only source for every flow; destinations: one
+	// shared sink (the bytes of concurrent flows overwrite each other:
+	// only the completions count), or with Verify a region per flow.
+	var maxSize, total int64
+	for _, f := range cfg.Workload.Flows {
+		maxSize = max(maxSize, f.Size)
+		total += f.Size
+		row.Bytes += f.Size
+	}
+	if cfg.Verify {
+		r.src = make([]byte, total)
+		rng := rand.New(rand.NewPCG(cfg.Seed, 0x5645524946))
+		for i := range r.src {
+			r.src[i] = byte(rng.Uint32())
+		}
+	} else {
+		r.src = make([]byte, maxSize)
+	}
+	sink := make([]byte, maxSize)
+	if cfg.Verify {
+		sink = make([]byte, total)
+	}
+	// One engine per host and peer it exchanges flows with (the engine
+	// scans its QPs on every step), each with the two QPs of the pair of
+	// hosts, created in flow order.
+	engines := map[[2]int]*peerEngine{}
+	engine := func(h, peer int) (*peerEngine, error) {
+		k := [2]int{h, peer}
+		if pe := engines[k]; pe != nil {
+			return pe, nil
+		}
+		c := tc
+		c.Seed = cfg.Seed*1_000_003 + uint64(len(engines)) + 1
+		l := n.hosts[h].PeerLink(peer)
+		e, err := transport.NewEngine(l, c)
+		if err != nil {
+			return nil, err
+		}
+		n.hosts[h].Attach(l, e)
+		n.hosts[h].OnStep = r.onStep
+		pe := &peerEngine{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)}
+		engines[k] = pe
+		return pe, nil
+	}
+	pairs := map[[2]int]*pairQP{}
+	r.pairs = nil
+	r.sink = sink
+	var off int64
+	for i, f := range cfg.Workload.Flows {
+		k := [2]int{f.Src, f.Dst}
+		p := pairs[k]
+		if p == nil {
+			se, err := engine(f.Src, f.Dst)
+			if err != nil {
+				return nil, row, err
+			}
+			de, err := engine(f.Dst, f.Src)
+			if err != nil {
+				return nil, row, err
+			}
+			p = &pairQP{se: se, de: de}
+			if p.src, err = se.eng.CreateQP(); err != nil {
+				return nil, row, err
+			}
+			if p.dst, err = de.eng.CreateQP(); err != nil {
+				return nil, row, err
+			}
+			if err := p.src.Connect(p.dst.Info()); err != nil {
+				return nil, row, err
+			}
+			if err := p.dst.Connect(p.src.Info()); err != nil {
+				return nil, row, err
+			}
+			pairs[k] = p
+			r.pairs = append(r.pairs, p)
+		}
+		r.flows[i].qp = p
+		if cfg.Verify {
+			r.flows[i].off = off
+			off += f.Size
+		}
+	}
+	r.trigs = make([]trigState, len(cfg.Workload.Triggers))
+	for i, tr := range cfg.Workload.Triggers {
+		r.trigs[i].Trigger = tr
+	}
+	for i, f := range cfg.Workload.Flows {
+		if f.Trigger != 0 {
+			r.trigs[f.Trigger-1].flows = append(r.trigs[f.Trigger-1].flows, int32(i))
+			continue
+		}
+		n.At(f.Start, func() { r.post(i) })
+	}
+	return r, row, nil
+}
+
+// run runs the events until every flow is done or the limit, and reports.
+func (r *runner) run(row Row) Row {
+	cfg, n, sc, prof := r.cfg, r.n, row.Scenario, row.Profile
+	// Buffer occupancy samples: every `every`, doubling (and halving the
+	// samples kept) when they would exceed cfg.Samples.
+	every := clock.Time(time.Microsecond)
+	var occ []float64
+	var sample func()
+	sample = func() {
+		occ = append(occ, n.BufferShare())
+		if len(occ) >= 2*cfg.Samples {
+			for i := range cfg.Samples {
+				occ[i] = max(occ[2*i], occ[2*i+1])
+			}
+			occ = occ[:cfg.Samples]
+			every *= 2
+		}
+		if r.done < len(r.flows) {
+			n.At(n.now+every, sample)
+		}
+	}
+	n.At(0, sample)
+	wall := time.Now()
+	last := wall
+	check := 0
+	n.Run(clock.Time(cfg.Limit), func() bool {
+		if r.done == len(r.flows) {
+			return true
+		}
+		if check++; check&0xffff == 0 && cfg.Progress != nil {
+			if now := time.Now(); now.Sub(last) >= time.Second {
+				last = now
+				cfg.Progress(Progress{Scenario: sc, Profile: prof, Sim: time.Duration(n.now), Wall: now.Sub(wall), Events: n.nevents, FlowsDone: r.done, Flows: len(r.flows)})
+			}
+		}
+		return false
+	})
+	row.Wall = time.Since(wall)
+	var errs []string
+	for _, h := range n.hosts {
+		if err := h.Err(); err != nil {
+			errs = append(errs, fmt.Sprintf("host %d: %v", h.idx, err))
+			break
+		}
+	}
+	// Results.
+	var fct []time.Duration
+	for i := range r.flows {
+		fs := &r.flows[i]
+		switch {
+		case fs.recvd:
+			row.Done++
+			fct = append(fct, time.Duration(fs.done-fs.start))
+		case fs.failed:
+			row.Failed++
+		}
+	}
+	if nd := row.Flows - row.Done - row.Failed; nd > 0 {
+		errs = append(errs, fmt.Sprintf("%d flows not done after %v", nd, time.Duration(n.now)))
+	}
+	if row.Failed > 0 {
+		errs = append(errs, fmt.Sprintf("%d flows failed", row.Failed))
+	}
+	if cfg.Verify {
+		sink := r.sink
+		bad := 0
+		for i, f := range cfg.Workload.Flows {
+			fs := &r.flows[i]
+			if fs.recvd && string(sink[fs.off:fs.off+f.Size]) != string(r.src[fs.off:fs.off+f.Size]) {
+				bad++
+			}
+		}
+		if bad > 0 {
+			errs = append(errs, fmt.Sprintf("%d flows arrived with wrong bytes", bad))
+		}
+	}
+	row.Samples = slices.Clone(fct)
+	slices.Sort(fct)
+	if len(fct) > 0 {
+		var sum time.Duration
+		for _, d := range fct {
+			sum += d
+		}
+		row.Mean = sum / time.Duration(len(fct))
+		row.P50, row.P99, row.P999, row.Max = pct(fct, 50), pct(fct, 99), pct(fct, 99.9), fct[len(fct)-1]
+	}
+	row.Makespan = time.Duration(r.lastDone)
+	if it := cfg.Workload.Iters; it > 0 && len(r.flows)%it == 0 {
+		per := len(r.flows) / it
+		for k := range it {
+			first, last, ok := clock.Never, clock.Time(0), true
+			for _, fs := range r.flows[k*per : (k+1)*per] {
+				ok = ok && fs.recvd
+				first, last = min(first, fs.start), max(last, fs.done)
+			}
+			if !ok {
+				break
+			}
+			row.Iterations = append(row.Iterations, time.Duration(last-first))
+		}
+	}
+	if row.Makespan > 0 && row.Done == row.Flows {
+		row.AlgBW = float64(cfg.Workload.PerRank) / row.Makespan.Seconds() / 1e9
+	}
+	for _, p := range r.pairs {
+		for _, q := range []*transport.QP{p.src, p.dst} {
+			st := q.Stats()
+			row.Retransmits += st.Retransmits
+			row.Duplicates += st.Duplicates
+			row.Timeouts += st.Timeouts
+			row.ECNMarks += st.ECNMarked
+		}
+	}
+	fst := n.Stats()
+	row.Drops = fst.Drops
+	row.PauseFrames = fst.PauseFrames
+	if n.now > 0 {
+		row.PausesPerMin = float64(fst.PauseFrames) / time.Duration(n.now).Minutes()
+	}
+	row.PausedTime, row.MaxPortPaused = fst.PausedTime, fst.MaxPausedTime
+	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
+	row.Events = n.nevents
+	row.PacketBuffers = n.Packets()
+	row.Occupancy, row.OccupancyEvery = occ, time.Duration(every)
+	row.Err = strings.Join(errs, "; ")
+	return row
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	i := int(float64(len(sorted))*p/100+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// scenario arms the faults of sc.
+func (r *runner) scenario(sc string) error {
+	n := r.n
+	switch sc {
+	case ScenarioLoss001, ScenarioLoss01:
+		p := 1e-4
+		if sc == ScenarioLoss01 {
+			p = 1e-3
+		}
+		for _, l := range n.CoreLinks() {
+			if err := n.SetLoss(l, p); err != nil {
+				return err
+			}
+		}
+	case ScenarioLinkFail:
+		// The link between the first leaf (edge) and the last switch above it.
+		links := n.CoreLinks()
+		var pick *LinkRef
+		for i := range links {
+			l := links[i]
+			pi := n.switches[l.Switch].ports[l.Port]
+			if n.ports[n.ports[pi].peer].node == 0 {
+				pick = &links[i]
+			}
+		}
+		if pick == nil {
+			return errors.New("sim: no link above the first leaf to fail")
+		}
+		l := *pick
+		n.At(clock.Time(r.cfg.FailAt), func() { n.SetLinkDown(l, true, r.cfg.Reconverge) })
+	}
+	return nil
+}
+
+// transportConfig is the engines' configuration for prof.
+func transportConfig(cfg Config, prof string) (transport.Config, error) {
+	t := cfg.Topo
+	// A QP preallocates SendQueue work requests and MaxMessages
+	// completions (1024 and 256 by default: 140 KB a QP, 4.9 GB for a
+	// 128-host all-to-all's 32,512 QPs); a pair of hosts has at most its
+	// flows outstanding.
+	perPair := map[[2]int]int{}
+	most := 0
+	for _, f := range cfg.Workload.Flows {
+		k := [2]int{f.Src, f.Dst}
+		perPair[k]++
+		most = max(most, perPair[k])
+	}
+	q := min(max(most, 16), 1024)
+	tc := transport.Config{MTU: t.MTU, Window: cfg.Window, Entropies: cfg.Entropies, SendQueue: q, MaxMessages: min(q, 256)}
+	rtt := baseRTT(t)
+	p := cc.Params{LineRate: float64(t.HostRate) / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
+	name := "hpcc"
+	switch prof {
+	case ProfileRoCE:
+		tc.Profile, tc.Paths, tc.ECN = transport.RoCE, transport.PathsECMP, true
+		name = "dcqcn"
+		if cfg.RoCECC != "" {
+			name = cfg.RoCECC
+		}
+	case ProfileSpray, ProfileSprayECMP:
+		// INT records for every switch on the longest path.
+		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, 3
+		if prof == ProfileSprayECMP {
+			tc.Paths = transport.PathsECMP
+		}
+		if t.Kind == FatTree {
+			tc.INTHops = 5
+		}
+		if cfg.Fabric.NoINT {
+			name = "swift"
+		}
+		if cfg.SprayCC != "" {
+			name = cfg.SprayCC
+		}
+		p.AckEvery = 2
+	}
+	mk, err := cc.ByName(name, p)
+	if err != nil {
+		return tc, err
+	}
+	tc.CC = mk
+	if cfg.Transport != nil {
+		cfg.Transport(prof, &tc)
+	}
+	return tc, nil
+}
+
+// post starts flow i.
+func (r *runner) post(i int) {
+	fs := &r.flows[i]
+	if fs.posted {
+		return
+	}
+	f := r.cfg.Workload.Flows[i]
+	fs.posted = true
+	fs.start = r.n.now
+	data := r.src[:f.Size]
+	var to transport.Remote
+	mr := fs.qp.de.mr
+	if r.cfg.Verify {
+		data = r.src[fs.off : fs.off+f.Size]
+		to = mr.Remote(uint64(fs.off))
+	} else {
+		to = mr.Remote(0)
+	}
+	err := fs.qp.src.Post(transport.WorkRequest{ID: uint64(i), Op: transport.OpWriteImm, Data: data, Remote: to, Imm: uint32(i)})
+	if err != nil {
+		r.fail(i)
+		return
+	}
+	r.n.hosts[f.Src].Kick(fs.qp.se.link)
+}
+
+func (r *runner) fail(i int) {
+	fs := &r.flows[i]
+	if fs.failed || fs.recvd {
+		return
+	}
+	fs.failed = true
+	r.done++
+	f := r.cfg.Workload.Flows[i]
+	// A failed flow still releases what waits for it, so that one broken
+	// QP does not stall the whole workload.
+	r.activate(f.SendDone)
+	r.activate(f.RecvDone)
+}
+
+// onStep collects the completions of a host's engine.
+func (r *runner) onStep(e *transport.Engine) {
+	r.comps = e.Completions(r.comps[:0])
+	for _, c := range r.comps {
+		switch c.Op {
+		case transport.OpWriteImm:
+			i := int(c.ID)
+			if i >= len(r.flows) {
+				continue
+			}
+			if c.Err != nil {
+				r.fail(i)
+				continue
+			}
+			r.flows[i].sent = true
+			r.activate(r.cfg.Workload.Flows[i].SendDone)
+		case transport.OpRecvImm:
+			i := int(c.Imm)
+			if i >= len(r.flows) || r.flows[i].recvd || r.flows[i].failed {
+				continue
+			}
+			fs := &r.flows[i]
+			fs.recvd = true
+			fs.done = r.n.now
+			r.lastDone = r.n.now
+			r.done++
+			r.activate(r.cfg.Workload.Flows[i].RecvDone)
+		}
+	}
+}
+
+// activate hits trigger id (0: none).
+func (r *runner) activate(id int) {
+	if id == 0 {
+		return
+	}
+	t := &r.trigs[id-1]
+	t.hits++
+	switch t.Kind {
+	case TriggerOneshot:
+		if t.hits == 1 {
+			for _, f := range t.flows {
+				r.post(int(f))
+			}
+		}
+	case TriggerMultishot:
+		if t.next < len(t.flows) {
+			r.post(int(t.flows[t.next]))
+			t.next++
+		}
+	case TriggerBarrier:
+		if t.hits == t.Count {
+			for _, f := range t.flows {
+				r.post(int(f))
+			}
+		}
+	}
+}

@@ -1,0 +1,447 @@
+package sim
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sprayfabric/spray/testbed"
+)
+
+// ErrConfig is wrapped by every configuration error of the package.
+var ErrConfig = errors.New("sim: invalid config")
+
+// Topology kinds.
+const (
+	LeafSpine = "leafspine"
+	FatTree   = "fattree"
+)
+
+// Topo describes a fabric: a two-tier leaf-spine or a three-tier fat-tree,
+// with a rate and a propagation delay per tier. The zero value is not
+// usable: use ParseTopo or fill Kind and the sizes.
+type Topo struct {
+	// Kind is LeafSpine or FatTree.
+	Kind string
+	// Leaf-spine: HostsPerLeaf x Leaves x Spines, every leaf linked to
+	// every spine once (as testbed.LeafSpineConfig names them).
+	// Fat-tree: K-ary (K even): K pods of K/2 edge and K/2 aggregation
+	// switches, (K/2)^2 cores, K^3/4 hosts; HostsPerLeaf is then the hosts
+	// per edge switch (K/2 unless set: more oversubscribes the edge).
+	HostsPerLeaf, Leaves, Spines int
+	K                            int
+	// HostRate is the rate of the host links (bit/s); 0 means Rate times
+	// the uplinks per host (non-blocking), as the testbed does.
+	HostRate uint64
+	// Rate is the rate of the links above the hosts (leaf-spine, edge-agg);
+	// 0 means 100 Gbit/s. CoreRate is the fat-tree's agg-core links; 0
+	// means Rate.
+	Rate, CoreRate uint64
+	// HostDelay, Delay and CoreDelay are the propagation delays of the
+	// host links, the links above them and the fat-tree's core links; 0
+	// means 1µs each (HPCC's and htsim's default).
+	HostDelay, Delay, CoreDelay time.Duration
+	// BufferBytes is every switch's shared buffer; 0 means 5 KB per
+	// Gbit/s of its ports' capacity (a Tomahawk's 16 MB for 32x100G), at
+	// least 32 frames per port.
+	BufferBytes int
+	// MTU is the largest frame, Ethernet header included; 0 means 1514.
+	MTU int
+}
+
+// DefaultRate is Topo.Rate's default, in bit/s.
+const DefaultRate = 100e9
+
+// DefaultDelay is the propagation delay of a link when Topo gives none.
+const DefaultDelay = time.Microsecond
+
+func (t Topo) withDefaults() (Topo, error) {
+	switch t.Kind {
+	case LeafSpine:
+		if t.HostsPerLeaf < 1 || t.Leaves < 1 || t.Spines < 1 {
+			return t, fmt.Errorf("%w: leaf-spine %dx%dx%d: every count must be at least 1", ErrConfig, t.HostsPerLeaf, t.Leaves, t.Spines)
+		}
+	case FatTree:
+		if t.K < 2 || t.K%2 != 0 || t.K > 128 {
+			return t, fmt.Errorf("%w: fat-tree k=%d: want an even k in [2, 128]", ErrConfig, t.K)
+		}
+		if t.HostsPerLeaf == 0 {
+			t.HostsPerLeaf = t.K / 2
+		}
+	default:
+		return t, fmt.Errorf("%w: topology kind %q (want %s or %s)", ErrConfig, t.Kind, LeafSpine, FatTree)
+	}
+	if t.Hosts() > 1<<20 || t.Hosts() < 2 {
+		return t, fmt.Errorf("%w: %d hosts: want 2 to %d", ErrConfig, t.Hosts(), 1<<20)
+	}
+	if t.Rate == 0 {
+		t.Rate = DefaultRate
+	}
+	if t.CoreRate == 0 {
+		t.CoreRate = t.Rate
+	}
+	if t.HostRate == 0 {
+		up := t.Spines
+		if t.Kind == FatTree {
+			up = t.K / 2
+		}
+		t.HostRate = t.Rate * uint64(up) / uint64(t.HostsPerLeaf)
+		if t.HostRate == 0 {
+			t.HostRate = t.Rate
+		}
+	}
+	for _, r := range []uint64{t.Rate, t.CoreRate, t.HostRate} {
+		if r < 1e6 || r > 1.6e12 {
+			return t, fmt.Errorf("%w: rate %d bit/s: want 1 Mbit/s to 1.6 Tbit/s", ErrConfig, r)
+		}
+	}
+	if t.HostDelay == 0 {
+		t.HostDelay = DefaultDelay
+	}
+	if t.Delay == 0 {
+		t.Delay = DefaultDelay
+	}
+	if t.CoreDelay == 0 {
+		t.CoreDelay = t.Delay
+	}
+	if t.HostDelay < 0 || t.Delay < 0 || t.CoreDelay < 0 {
+		return t, fmt.Errorf("%w: negative delay", ErrConfig)
+	}
+	if t.MTU == 0 {
+		t.MTU = 1514
+	}
+	if t.MTU < 576 || t.MTU > 9014 {
+		return t, fmt.Errorf("%w: MTU %d: want 576 to 9014", ErrConfig, t.MTU)
+	}
+	if t.BufferBytes < 0 {
+		return t, fmt.Errorf("%w: buffer %d", ErrConfig, t.BufferBytes)
+	}
+	return t, nil
+}
+
+// Hosts returns the number of hosts.
+func (t Topo) Hosts() int {
+	if t.Kind == FatTree {
+		h := t.HostsPerLeaf
+		if h == 0 {
+			h = t.K / 2
+		}
+		return t.K * t.K / 2 * h
+	}
+	return t.HostsPerLeaf * t.Leaves
+}
+
+// Oversubscription is the host capacity of a first-tier switch over its
+// uplink capacity.
+func (t Topo) Oversubscription() float64 {
+	up := float64(t.Spines)
+	if t.Kind == FatTree {
+		up = float64(t.K / 2)
+	}
+	return float64(t.HostsPerLeaf) * float64(t.HostRate) / (up * float64(t.Rate))
+}
+
+// String returns t in ParseTopo's syntax.
+func (t Topo) String() string {
+	var b strings.Builder
+	if t.Kind == FatTree {
+		fmt.Fprintf(&b, "fattree:%d", t.K)
+		if t.HostsPerLeaf != 0 && t.HostsPerLeaf != t.K/2 {
+			fmt.Fprintf(&b, ",hosts=%d", t.HostsPerLeaf)
+		}
+	} else {
+		fmt.Fprintf(&b, "leafspine:%dx%dx%d", t.HostsPerLeaf, t.Leaves, t.Spines)
+	}
+	if t.Rate != 0 {
+		fmt.Fprintf(&b, ",rate=%s", rateString(t.Rate))
+	}
+	if t.HostRate != 0 {
+		fmt.Fprintf(&b, ",hostrate=%s", rateString(t.HostRate))
+	}
+	if t.Kind == FatTree && t.CoreRate != 0 && t.CoreRate != t.Rate {
+		fmt.Fprintf(&b, ",corerate=%s", rateString(t.CoreRate))
+	}
+	if t.HostDelay != 0 {
+		fmt.Fprintf(&b, ",hostdelay=%s", t.HostDelay)
+	}
+	if t.Delay != 0 {
+		fmt.Fprintf(&b, ",delay=%s", t.Delay)
+	}
+	if t.Kind == FatTree && t.CoreDelay != 0 && t.CoreDelay != t.Delay {
+		fmt.Fprintf(&b, ",coredelay=%s", t.CoreDelay)
+	}
+	if t.BufferBytes != 0 {
+		fmt.Fprintf(&b, ",buffer=%d", t.BufferBytes)
+	}
+	if t.MTU != 0 {
+		fmt.Fprintf(&b, ",mtu=%d", t.MTU)
+	}
+	return b.String()
+}
+
+func rateString(r uint64) string {
+	switch {
+	case r%1e9 == 0:
+		return fmt.Sprintf("%dgbit", r/1e9)
+	case r%1e6 == 0:
+		return fmt.Sprintf("%dmbit", r/1e6)
+	case r%1e3 == 0:
+		return fmt.Sprintf("%dkbit", r/1e3)
+	}
+	return strconv.FormatUint(r, 10)
+}
+
+// ParseTopo parses "leafspine:HxLxS[,opt=v...]" (hosts per leaf x leaves
+// x spines, as testbed.ParseLeafSpine) or "fattree:K[,opt=v...]", with
+// options rate, hostrate, corerate (rates as testbed.ParseRate: 100gbit),
+// delay, hostdelay, coredelay (Go durations: 1us), buffer (bytes, with k
+// or m for KiB or MiB: a switch's shared buffer), mtu, and for a fat-tree
+// hosts (per edge switch). Example: "leafspine:16x8x4,rate=100gbit".
+func ParseTopo(s string) (Topo, error) {
+	var t Topo
+	kind, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return t, fmt.Errorf("%w: topology %q: want leafspine:HxLxS or fattree:K", ErrConfig, s)
+	}
+	parts := strings.Split(rest, ",")
+	switch kind {
+	case LeafSpine:
+		t.Kind = LeafSpine
+		dims := strings.Split(parts[0], "x")
+		if len(dims) != 3 {
+			return t, fmt.Errorf("%w: topology %q: want leafspine:HOSTSxLEAVESxSPINES", ErrConfig, s)
+		}
+		var n [3]int
+		for i, d := range dims {
+			v, err := strconv.Atoi(d)
+			if err != nil || v < 1 {
+				return t, fmt.Errorf("%w: topology %q: %q is not a count", ErrConfig, s, d)
+			}
+			n[i] = v
+		}
+		t.HostsPerLeaf, t.Leaves, t.Spines = n[0], n[1], n[2]
+	case FatTree:
+		t.Kind = FatTree
+		k, err := strconv.Atoi(parts[0])
+		if err != nil {
+			return t, fmt.Errorf("%w: topology %q: %q is not k", ErrConfig, s, parts[0])
+		}
+		t.K = k
+	default:
+		return t, fmt.Errorf("%w: topology %q: want leafspine:HxLxS or fattree:K", ErrConfig, s)
+	}
+	for _, opt := range parts[1:] {
+		k, v, ok := strings.Cut(opt, "=")
+		if !ok || v == "" {
+			return t, fmt.Errorf("%w: topology %q: option %q: want key=value", ErrConfig, s, opt)
+		}
+		var err error
+		switch k {
+		case "rate":
+			t.Rate, err = testbed.ParseRate(v)
+		case "hostrate":
+			t.HostRate, err = testbed.ParseRate(v)
+		case "corerate":
+			t.CoreRate, err = testbed.ParseRate(v)
+		case "delay":
+			t.Delay, err = parseDelay(v)
+		case "hostdelay":
+			t.HostDelay, err = parseDelay(v)
+		case "coredelay":
+			t.CoreDelay, err = parseDelay(v)
+		case "buffer":
+			t.BufferBytes, err = parseBytes(v)
+		case "mtu":
+			t.MTU, err = strconv.Atoi(v)
+		case "hosts":
+			if t.Kind != FatTree {
+				err = errors.New("only for a fat-tree")
+			} else {
+				t.HostsPerLeaf, err = strconv.Atoi(v)
+				if err == nil && t.HostsPerLeaf < 1 {
+					err = errors.New("want at least 1")
+				}
+			}
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return t, fmt.Errorf("%w: topology %q: option %q: %v", ErrConfig, s, opt, err)
+		}
+	}
+	if _, err := t.withDefaults(); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+func parseDelay(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 || d > time.Second {
+		return 0, fmt.Errorf("%v: want a delay in (0, 1s]", d)
+	}
+	return d, nil
+}
+
+func parseBytes(v string) (int, error) {
+	mul := 1
+	switch {
+	case strings.HasSuffix(v, "k"):
+		mul, v = 1<<10, v[:len(v)-1]
+	case strings.HasSuffix(v, "m"):
+		mul, v = 1<<20, v[:len(v)-1]
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > (1<<40)/mul {
+		return 0, fmt.Errorf("%q is not a byte count", v)
+	}
+	return n * mul, nil
+}
+
+// ReadHtsimTopo reads a topology file of htsim's fat-tree simulators
+// ("Nodes N", "Tiers 2|3", "Podsize P", then per "Tier i" block
+// Downlink_speed_Gbps, Radix_Down, Radix_Up, Downlink_Latency_ns, ...),
+// so that a workload runs on the same fabric in both. Two tiers give a
+// leaf-spine (tier 0: the leaves, Radix_Down hosts and Radix_Up spines;
+// tier 1: the spines), three a fat-tree whose tiers must match a k-ary
+// one (edge Radix_Down = Radix_Up = k/2, agg the same, core Radix_Down
+// = k). Switch latency, Bundle above 1 and per-tier queue sizes are not
+// modelled: a value other than their defaults is an error.
+func ReadHtsimTopo(r io.Reader) (Topo, error) {
+	type tier struct {
+		speed                 float64
+		down, up              int
+		latency               int64
+		set                   bool
+		oversub, bundle, swns string
+	}
+	var (
+		nodes, tiers, podsize int
+		ts                    [3]tier
+		cur                   = -1
+	)
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 2 {
+			return Topo{}, fmt.Errorf("%w: htsim topology line %d: want KEY VALUE", ErrConfig, line)
+		}
+		key, val := f[0], f[1]
+		if key == "Tier" {
+			i, err := strconv.Atoi(val)
+			if err != nil || i < 0 || i > 2 {
+				return Topo{}, fmt.Errorf("%w: htsim topology line %d: tier %q", ErrConfig, line, val)
+			}
+			cur = i
+			ts[i].set = true
+			continue
+		}
+		atoi := func() (int, error) {
+			v, err := strconv.Atoi(val)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("%w: htsim topology line %d: %s %q", ErrConfig, line, key, val)
+			}
+			return v, nil
+		}
+		var err error
+		if cur < 0 {
+			switch key {
+			case "Nodes":
+				nodes, err = atoi()
+			case "Tiers":
+				tiers, err = atoi()
+			case "Podsize":
+				podsize, err = atoi()
+			default:
+				err = fmt.Errorf("%w: htsim topology line %d: unknown key %q", ErrConfig, line, key)
+			}
+			if err != nil {
+				return Topo{}, err
+			}
+			continue
+		}
+		t := &ts[cur]
+		switch key {
+		case "Downlink_speed_Gbps":
+			t.speed, err = strconv.ParseFloat(val, 64)
+			if err == nil && t.speed <= 0 {
+				err = errors.New("not positive")
+			}
+		case "Radix_Down":
+			t.down, err = atoi()
+		case "Radix_Up":
+			t.up, err = atoi()
+		case "Downlink_Latency_ns":
+			var v int
+			v, err = atoi()
+			t.latency = int64(v)
+		case "Switch_Latency_ns":
+			t.swns = val
+		case "Oversubscribed":
+			t.oversub = val
+		case "Bundle":
+			t.bundle = val
+		default:
+			err = fmt.Errorf("unknown key %q", key)
+		}
+		if err != nil {
+			return Topo{}, fmt.Errorf("%w: htsim topology line %d: %v", ErrConfig, line, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Topo{}, err
+	}
+	if tiers != 2 && tiers != 3 {
+		return Topo{}, fmt.Errorf("%w: htsim topology: Tiers %d (want 2 or 3)", ErrConfig, tiers)
+	}
+	for i := range tiers {
+		t := ts[i]
+		if !t.set || t.speed == 0 || t.down == 0 {
+			return Topo{}, fmt.Errorf("%w: htsim topology: tier %d lacks Downlink_speed_Gbps or Radix_Down", ErrConfig, i)
+		}
+		if t.swns != "" && t.swns != "0" {
+			return Topo{}, fmt.Errorf("%w: htsim topology: tier %d: Switch_Latency_ns %s is not modelled (want 0)", ErrConfig, i, t.swns)
+		}
+		if t.bundle != "" && t.bundle != "1" {
+			return Topo{}, fmt.Errorf("%w: htsim topology: tier %d: Bundle %s is not modelled (want 1)", ErrConfig, i, t.bundle)
+		}
+	}
+	gbit := func(g float64) uint64 { return uint64(g * 1e9) }
+	ns := func(v int64) time.Duration { return time.Duration(v) }
+	var t Topo
+	if tiers == 2 {
+		t = Topo{Kind: LeafSpine, HostsPerLeaf: ts[0].down, Spines: ts[0].up, HostRate: gbit(ts[0].speed), Rate: gbit(ts[1].speed),
+			HostDelay: ns(ts[0].latency), Delay: ns(ts[1].latency)}
+		if t.HostsPerLeaf == 0 || nodes%t.HostsPerLeaf != 0 {
+			return Topo{}, fmt.Errorf("%w: htsim topology: %d nodes do not fill leaves of %d", ErrConfig, nodes, t.HostsPerLeaf)
+		}
+		t.Leaves = nodes / t.HostsPerLeaf
+		if t.Spines == 0 || ts[1].down != t.Leaves {
+			return Topo{}, fmt.Errorf("%w: htsim topology: %d leaves but spines with Radix_Down %d", ErrConfig, t.Leaves, ts[1].down)
+		}
+	} else {
+		k := ts[2].down
+		h := k / 2
+		if ts[0].up != h || ts[1].down != h || ts[1].up != h || podsize != ts[0].down*h {
+			return Topo{}, fmt.Errorf("%w: htsim topology: three tiers that are not a k-ary fat-tree (k=%d)", ErrConfig, k)
+		}
+		t = Topo{Kind: FatTree, K: k, HostsPerLeaf: ts[0].down, HostRate: gbit(ts[0].speed), Rate: gbit(ts[1].speed), CoreRate: gbit(ts[2].speed),
+			HostDelay: ns(ts[0].latency), Delay: ns(ts[1].latency), CoreDelay: ns(ts[2].latency)}
+		if t.Hosts() != nodes {
+			return Topo{}, fmt.Errorf("%w: htsim topology: %d nodes, but k=%d with %d hosts per edge has %d", ErrConfig, nodes, k, t.HostsPerLeaf, t.Hosts())
+		}
+	}
+	return t.withDefaults()
+}
