@@ -258,8 +258,8 @@ func stopProcesses(name string, kill bool) {
 	}
 }
 
-// persistentNames returns the testbeds with a state file and those whose
-// pinned programs are left without one.
+// persistentNames returns the testbeds with a state file and those that
+// left namespaces, links or pinned programs without one.
 func persistentNames() ([]string, error) {
 	names, err := testbed.PersistentNames()
 	if err != nil {
@@ -269,11 +269,12 @@ func persistentNames() ([]string, error) {
 	for _, n := range names {
 		seen[n] = true
 	}
-	entries, _ := os.ReadDir(testbed.PinRoot)
-	for _, e := range entries {
-		n, ok := strings.CutPrefix(e.Name(), testbed.PersistentPrefix)
-		n, ok2 := strings.CutSuffix(n, "-")
-		if ok && ok2 && !seen[n] {
+	left, err := testbed.LeftoverNames()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range left {
+		if !seen[n] {
 			seen[n] = true
 			names = append(names, n)
 		}
