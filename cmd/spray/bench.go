@@ -12,11 +12,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -214,7 +212,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	defer stopMetrics()
 	f.onEndpoint = hook.OnEndpoint
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()

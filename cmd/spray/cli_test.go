@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runCaptured runs the command line args as main does and returns its exit
@@ -109,4 +114,96 @@ func TestCLIHelp(t *testing.T) {
 			t.Errorf("spray %q: says help requested", args)
 		}
 	}
+}
+
+// cliEnv makes the test binary run a spray command line (cliSep-separated)
+// instead of the tests: TestMain hands it to run.
+const cliEnv = "SPRAY_CLI_ARGS"
+
+// cliSep separates the arguments in cliEnv.
+const cliSep = "\x1f"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(cliEnv); args != "" {
+		os.Exit(run(strings.Split(args, cliSep), os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// spraySubprocess starts the command line args in a child process.
+func spraySubprocess(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), cliEnv+"="+strings.Join(args, cliSep))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, &stderr
+}
+
+// TestPerfClientSignal: a perf client whose server accepted the control
+// connection and then says nothing exits on SIGTERM within a second or so
+// (bound: 3 s on a loaded machine) with "interrupted" and status 143; one
+// whose server hangs up exits with the error at once.
+func TestPerfClientSignal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	cmd, stderr := spraySubprocess(t, "perf", "client", "--peer", ln.Addr().String(), "--link", "tcp")
+	var c net.Conn
+	select {
+	case c = <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client never connected")
+	}
+	time.Sleep(200 * time.Millisecond) // it waits for the server's answer
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	err = cmd.Wait()
+	took := time.Since(sent)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit: %v, want status %d; stderr: %s", err, 128+int(syscall.SIGTERM), stderr)
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr %q does not say interrupted", stderr)
+	}
+	t.Logf("exited %v after SIGTERM: %s", took, strings.TrimSpace(stderr.String()))
+	if took > 3*time.Second {
+		t.Errorf("exited %v after SIGTERM", took)
+	}
+
+	// The server hangs up.
+	cmd, stderr = spraySubprocess(t, "perf", "client", "--peer", ln.Addr().String(), "--link", "tcp")
+	select {
+	case c := <-accepted:
+		time.Sleep(100 * time.Millisecond)
+		c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client never connected")
+	}
+	hung := time.Now()
+	err = cmd.Wait()
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || time.Since(hung) > 3*time.Second {
+		t.Fatalf("after the server hung up: %v after %v; stderr %s", err, time.Since(hung), stderr)
+	}
+	t.Logf("server hung up: %s", strings.TrimSpace(stderr.String()))
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -99,4 +104,28 @@ func (c *check) nonNegativeDur(flagName string, v time.Duration) {
 	if v < 0 {
 		c.fail(flagName, v, "a duration >= 0")
 	}
+}
+
+// interrupted holds the signal (SIGINT, SIGTERM) that ended a command's
+// signalContext, for main's message and exit status.
+var interrupted atomic.Value
+
+// signalContext returns the context of a command's run: SIGINT or SIGTERM
+// ends it, and main then reports the signal rather than the command's
+// "context canceled" and exits with 128 + its number. Every blocking call
+// of a command takes this context (control connections through
+// deadlines), so a signal ends the run within a second.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			interrupted.Store(s)
+			cancel(fmt.Errorf("interrupted by %v", s))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(nil) }
 }

@@ -8,9 +8,7 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -79,7 +77,7 @@ func runIncast(args []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("incast needs root (network namespaces, eBPF): run it with sudo")
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"syscall"
 )
 
 // command is one subcommand of the CLI.
@@ -74,6 +75,10 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	err := c.run(args[1:])
+	if s, ok := interrupted.Load().(syscall.Signal); ok && err != nil {
+		fmt.Fprintf(stderr, "spray %s: interrupted by %v\n", name, s)
+		return 128 + int(s)
+	}
 	var ue usageError
 	switch {
 	case err == nil, errors.Is(err, errHelp):

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -116,7 +114,7 @@ func runPerf(args []string) error {
 	if err != nil {
 		return usagef("perf: --profile: %v", err)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,7 +155,7 @@ func testbedUp(args []string, w io.Writer) error {
 	if err != nil {
 		return usagef("testbed up: %v", err)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
@@ -390,7 +389,7 @@ func testbedStatus(args []string, w io.Writer) error {
 			return errors.New("testbed status: no testbed is up (spray testbed up leafspine:2x2x2 makes one)")
 		}
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	for _, n := range names {
 		f, err := testbed.OpenLeafSpine(n)
