@@ -509,10 +509,7 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 	tc := f.transportConfig(f.rank)
 	tc.MTU = frame
 	f.setCC(&tc)
-	if tc.Profile == transport.Spray {
-		tc.INTHops = 4
-		tc.Paths = transport.PathsAdaptive
-	}
+	tc = tc.OnINTFabric(0)
 	ep, err := transport.NewEndpoint(l, tc)
 	if err != nil {
 		l.Close()

@@ -333,12 +333,7 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	a, b := fab.Host(0, 0), fab.Host(fab.Config.Leaves-1, fab.Config.Hosts-1)
 	logger.Printf("testbed %s: %s, %s (%v) -> %s (%v)", fab.Prefix, fab.Config, a.Name, a.IP, b.Name, b.IP)
 	tcfg.MTU = a.MTU + 14
-	if tcfg.Profile == transport.Spray {
-		tcfg.INTHops = 4
-		if tcfg.Paths == transport.PathsDefault {
-			tcfg.Paths = transport.PathsAdaptive // balances the spines from INT path signatures
-		}
-	}
+	tcfg = tcfg.OnINTFabric(0)
 	// The hosts' ports are the fastest a flow goes.
 	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {
