@@ -308,6 +308,7 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	}
 	run := s.run
 	logf(run, "perf client %v: link %s, profile %s", c.RemoteAddr(), h.Kind, h.Profile)
+	ta, isTCP := c.RemoteAddr().(*net.TCPAddr)
 	refuse := func(err error) error {
 		_ = k.send(ctx, hello{Err: err.Error()})
 		return err
@@ -326,6 +327,9 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	if err != nil {
 		return refuse(err)
 	}
+	if !isTCP {
+		return refuse(fmt.Errorf("bench: the control connection is not TCP (%v)", c.RemoteAddr()))
+	}
 	port, release, err := s.acquire(ctx, h.Kind)
 	if err != nil {
 		return refuse(err)
@@ -333,7 +337,7 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	defer release()
 	run.Kind = h.Kind
 	run.Transport.Profile, run.Transport.MTU, run.Transport.Seed = prof, h.MTU, h.Seed+1+uint64(max(port, udp.RoCEPort)-udp.RoCEPort)<<32
-	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	peer := ta.AddrPort().Addr().Unmap()
 	ep, nextHop, err := localEndpoint(ctx, run, peer, port, h.ClientPort)
 	if err != nil {
 		return refuse(err)
@@ -422,7 +426,11 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	defer c.Close()
 	k := newControl(ctx, c)
 	defer k.stop()
-	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return PerfResult{}, fmt.Errorf("bench: %s is not a TCP address", addr)
+	}
+	peer := ta.AddrPort().Addr().Unmap()
 	h := hello{Kind: run.Kind, Profile: run.Transport.Profile.String(), MTU: run.Transport.MTU, Seed: run.Transport.Seed}
 	if run.Kind == KindUDP {
 		// Another client on this host may hold the RoCE port.
