@@ -25,6 +25,8 @@ type command struct {
 	name    string
 	summary string
 	run     func(args []string) error
+	// hidden leaves it out of the command list (spray soak, for scripts).
+	hidden bool
 }
 
 var commands = map[string]command{}
@@ -40,8 +42,10 @@ func register(c command) {
 func usage() {
 	fmt.Fprint(os.Stderr, "usage: spray <command> [flags]\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
