@@ -73,6 +73,7 @@ func runSoak(args []string) error {
 	duration := fs.Duration("duration", 5*time.Minute, "how long to soak")
 	seed := fs.Uint64("seed", 1, "seed of the rounds and their faults")
 	jsonOut := fs.Bool("json", false, "print the summary as one JSON line")
+	paths := fs.String("paths", "", "path policy of the transfers' QPs: adaptive or spray (default: the profile's)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -86,7 +87,17 @@ func runSoak(args []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	rep, err := soak(ctx, *duration, *seed, os.Stderr)
+	var policy transport.PathPolicy
+	switch *paths {
+	case "":
+	case "adaptive":
+		policy = transport.PathsAdaptive
+	case "spray":
+		policy = transport.PathsSpray
+	default:
+		return usagef("soak: --paths %q: want adaptive or spray", *paths)
+	}
+	rep, err := soak(ctx, *duration, *seed, policy, os.Stderr)
 	if *jsonOut {
 		_ = json.NewEncoder(os.Stdout).Encode(rep)
 	} else {
@@ -149,10 +160,10 @@ func flap(ctx context.Context, rng *rand.Rand, flapping *atomic.Bool, n *atomic.
 }
 
 // soakPair makes two endpoints on fab.
-func soakPair(fab *mem.Fabric, seed uint64) (*transport.Endpoint, *transport.Endpoint, error) {
+func soakPair(fab *mem.Fabric, seed uint64, paths transport.PathPolicy) (*transport.Endpoint, *transport.Endpoint, error) {
 	// The engines share this machine's cores: an ACK may wait for the
 	// scheduler, so the RTO floor is that of collective.LocalSpray.
-	cfg := transport.Config{Seed: seed, MTU: 9014, MinRTO: collective.LocalRTOFloor, MaxRetries: collective.LocalMaxRetries}
+	cfg := transport.Config{Seed: seed, MTU: 9014, MinRTO: collective.LocalRTOFloor, MaxRetries: collective.LocalMaxRetries, Paths: paths}
 	pa, err := fab.NewPort([6]byte{2, 0x53, 0x4f, 0, 0, 1}, netip.AddrFrom4([4]byte{10, 98, 0, 1}))
 	if err != nil {
 		return nil, nil, err
@@ -178,16 +189,17 @@ func soakPair(fab *mem.Fabric, seed uint64) (*transport.Endpoint, *transport.End
 }
 
 // soak runs the rounds; see soakUsage.
-func soak(ctx context.Context, d time.Duration, seed uint64, log io.Writer) (soakReport, error) {
+func soak(ctx context.Context, d time.Duration, seed uint64, paths transport.PathPolicy, log io.Writer) (soakReport, error) {
 	rep := soakReport{Seed: seed}
 	var flaps atomic.Int64
 	rng := rand.New(rand.NewPCG(seed, seed^0x736f616b))
 	start := time.Now()
 	var rss []int64
 	var gos []int
+	var faults string // the round's, for its errors
 	fail := func(round int, what string, err error) {
 		rep.Failed++
-		msg := fmt.Sprintf("round %d: %s: %v", round, what, err)
+		msg := fmt.Sprintf("round %d (%s): %s: %v", round, faults, what, err)
 		fmt.Fprintln(log, "spray soak:", msg)
 		if len(rep.Errors) < 20 {
 			rep.Errors = append(rep.Errors, msg)
@@ -197,10 +209,12 @@ func soak(ctx context.Context, d time.Duration, seed uint64, log io.Writer) (soa
 		rep.Rounds++
 		var flapping atomic.Bool
 		fcfg := soakFabric(rng, &flapping)
+		faults = fmt.Sprintf("loss %.4f, bursts %.4f x %d, reorder %.3f", fcfg.Loss, fcfg.BurstLoss, fcfg.BurstLen, fcfg.Reorder)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		frng := rand.New(rand.NewPCG(rng.Uint64(), 1))
 		flapped := make(chan struct{})
 		if rng.IntN(3) == 0 {
+			faults += ", flaps"
 			go func() { flap(rctx, frng, &flapping, &flaps); close(flapped) }()
 		} else {
 			close(flapped)
@@ -208,7 +222,7 @@ func soak(ctx context.Context, d time.Duration, seed uint64, log io.Writer) (soa
 		switch kind := rng.IntN(3); kind {
 		case 0, 1: // a transfer, or a peer restart then a transfer
 			fab := mem.NewFabric(fcfg, clock.NewSystem())
-			a, b, err := soakPair(fab, rng.Uint64())
+			a, b, err := soakPair(fab, rng.Uint64(), paths)
 			if err != nil {
 				cancel()
 				return rep, err
@@ -234,7 +248,7 @@ func soak(ctx context.Context, d time.Duration, seed uint64, log io.Writer) (soa
 					fail(round, "restart", errors.New("the survivor of a closed peer did not return in 30 s"))
 				}
 				a.Close()
-				if a, b, err = soakPair(fab, rng.Uint64()); err != nil {
+				if a, b, err = soakPair(fab, rng.Uint64(), paths); err != nil {
 					cancel()
 					return rep, err
 				}
