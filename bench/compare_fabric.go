@@ -252,10 +252,10 @@ func (fr *cmpFabric) transportConfig(prof string) (transport.Config, error) {
 		tc.LocalAckTimeout = fr.cfg.RoCEAckTimeout
 		ccName = fr.cfg.RoCECC
 	case ProfileSpray:
-		// As the leaf-spine runs use it: INT hop records (one per switch
-		// on the longest path: leaf, spine, leaf) and adaptive spraying,
-		// which learns the spines from them.
-		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, sprayINTHops
+		// As the leaf-spine runs use it, with one INT hop record per
+		// switch on the longest path (leaf, spine, leaf): no spare.
+		tc.Profile = transport.Spray
+		tc = tc.OnINTFabric(sprayINTHops)
 		// Acknowledgements share the spine links with the data going the
 		// other way: an ACK every sprayAckEvery packets, or after as many
 		// frame times at the spine rate, instead of one per packet; the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 
 	"github.com/sprayfabric/spray/transport"
 )
@@ -112,12 +113,23 @@ func (t *TCPConn) Recv(ctx context.Context) ([]byte, error) {
 	if n > MaxTCPMessage {
 		return nil, fmt.Errorf("bench: TCP message of %d bytes exceeds %d", n, MaxTCPMessage)
 	}
-	if uint64(cap(t.buf)) < n {
-		t.buf = make([]byte, n)
+	if uint64(cap(t.buf)) >= n {
+		t.buf = t.buf[:n]
+		_, err := io.ReadFull(t.r, t.buf)
+		return t.buf, err
 	}
-	t.buf = t.buf[:n]
-	_, err := io.ReadFull(t.r, t.buf)
-	return t.buf, err
+	// Grow with what arrives, not with what the header claims: eight
+	// bytes must not make a server allocate a GiB per connection.
+	t.buf = t.buf[:0]
+	for uint64(len(t.buf)) < n {
+		k := int(min(n-uint64(len(t.buf)), 4<<20))
+		t.buf = slices.Grow(t.buf, k)
+		if _, err := io.ReadFull(t.r, t.buf[len(t.buf):len(t.buf)+k]); err != nil {
+			return nil, err
+		}
+		t.buf = t.buf[:len(t.buf)+k]
+	}
+	return t.buf, nil
 }
 
 // Close closes the connection.

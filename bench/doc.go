@@ -6,6 +6,18 @@
 // Workloads run over a Conn, so that the same workload measures a spray QP
 // and a kernel TCP connection between the same two endpoints.
 //
+// ServePerf and DialPerf are perf's server and client between hosts
+// (`spray perf server|client`), over a TCP control connection. The server
+// serves clients at once (kernel TCP and udp runs side by side, each udp
+// run on its own RoCE port from 4791 up; xdp and raw runs take turns per
+// link kind, one steering program per interface). Either side ends a run
+// with ErrPeerGone, and frees its QP, endpoint, link and eBPF attachment,
+// when its peer goes away: the control connection closes or is reset (a
+// killed process: milliseconds), or stops answering TCP keepalives (a
+// vanished host: about 7 s); a QP that fails ends it too, and a client
+// that connects and says nothing is dropped after 10 s. Every read and
+// write of the control connection ends with the run's context.
+//
 // RunCollective is the nccl-tests-style collective sweep behind `spray
 // bench <collective>` (size, count, type, time, algbw, busbw, #wrong,
 // p50/p99/p99.9 of the slowest rank's iteration times); RunFabric runs

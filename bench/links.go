@@ -32,6 +32,9 @@ type LinkSpec struct {
 	// Ports are the UDP source ports (entropies) a KindUDP link binds, one
 	// socket each; other kinds send from any port.
 	Ports []uint16
+	// Port is the UDP port a KindUDP link receives on, PeerPort the one it
+	// sends to; 0 means 4791 (udp.RoCEPort).
+	Port, PeerPort uint16
 	// FrameSize is the largest frame, Ethernet header included; 0 takes
 	// the link's default.
 	FrameSize int
@@ -52,7 +55,7 @@ type LinkSpec struct {
 func OpenLink(spec LinkSpec) (link.Link, error) {
 	switch spec.Kind {
 	case KindUDP:
-		return udp.Open(udp.Config{Local: spec.IP, Entropies: spec.Ports, FrameSize: spec.FrameSize})
+		return udp.Open(udp.Config{Local: spec.IP, Entropies: spec.Ports, FrameSize: spec.FrameSize, Port: spec.Port, PeerPort: spec.PeerPort})
 	case KindRaw:
 		return raw.Open(raw.Config{Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, FrameSize: spec.FrameSize})
 	case KindXDP:

@@ -143,6 +143,9 @@ func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error)
 	want := sha256.New()
 	var msgs int64
 	for sent := int64(0); sent < cfg.Total; msgs++ {
+		if msgs%64 == 0 && ctx.Err() != nil { // a GiB takes seconds
+			return PerfResult{}, ctx.Err()
+		}
 		n := int(min(int64(cfg.MsgSize), cfg.Total-sent))
 		want.Write(bufs[msgs%int64(len(bufs))][:n])
 		sent += int64(n)

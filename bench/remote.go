@@ -3,12 +3,20 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/route"
+	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -29,30 +37,135 @@ type RemoteRun struct {
 	Logf func(format string, args ...any)
 }
 
-// hello opens a run on the control connection.
+// ErrPeerGone is wrapped by the error of a perf run whose peer went away
+// in the middle: its control connection closed, was reset, or stopped
+// answering TCP keepalives.
+var ErrPeerGone = errors.New("bench: perf peer gone")
+
+// Control-connection timing: a client must say hello within helloTimeout
+// of connecting; keepalives probe an idle control connection after
+// keepIdle, every keepInterval, and give up after keepCount unanswered
+// (a peer whose host vanished is noticed within about 7 s).
+const (
+	helloTimeout = 10 * time.Second
+	keepIdle     = 2 * time.Second
+	keepInterval = time.Second
+	keepCount    = 5
+)
+
+// maxUDPRuns bounds the udp runs a perf server serves at once, each on
+// its own RoCE port from udp.RoCEPort up.
+const maxUDPRuns = 32
+
+// hello is a control message. The client opens with Kind, Profile, MTU and
+// Seed; for a spray link the server answers with its QP and the UDP port
+// it receives on (Port, udp links), the client with its QP, the server
+// with Ready; the run follows, and the server ends it with Done. Err
+// refuses.
 type hello struct {
-	Kind    string            `json:"kind"`
-	Profile string            `json:"profile"`
-	MTU     int               `json:"mtu"`
-	Seed    uint64            `json:"seed"`
+	Kind    string            `json:"kind,omitempty"`
+	Profile string            `json:"profile,omitempty"`
+	MTU     int               `json:"mtu,omitempty"`
+	Seed    uint64            `json:"seed,omitempty"`
 	QP      *transport.QPInfo `json:"qp,omitempty"`
-	Err     string            `json:"error,omitempty"`
+	Port    uint16            `json:"port,omitempty"`
+	// ClientPort is the UDP port a udp client receives on (0: 4791).
+	ClientPort uint16 `json:"client_port,omitempty"`
+	Ready      bool   `json:"ready,omitempty"`
+	Done       bool   `json:"done,omitempty"`
+	Err        string `json:"error,omitempty"`
+}
+
+// control is one side's control connection: JSON messages, every blocking
+// read and write tied to the run's context (its end sets a past deadline),
+// and TCP keepalives.
+type control struct {
+	c    net.Conn
+	dec  *json.Decoder
+	enc  *json.Encoder
+	stop func() bool
+}
+
+func newControl(ctx context.Context, c net.Conn) *control {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount})
+	}
+	return &control{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c),
+		stop: context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })}
+}
+
+// recv decodes the next message, refusing an Err one.
+func (k *control) recv(ctx context.Context, what string) (hello, error) {
+	var h hello
+	if err := k.dec.Decode(&h); err != nil {
+		return h, fmt.Errorf("bench: reading the %s: %w", what, runErr(ctx, err))
+	}
+	if h.Err != "" {
+		return h, fmt.Errorf("bench: peer refused: %s", h.Err)
+	}
+	return h, nil
+}
+
+func (k *control) send(ctx context.Context, h hello) error {
+	if err := k.enc.Encode(h); err != nil {
+		return fmt.Errorf("bench: control connection: %w", runErr(ctx, err))
+	}
+	return nil
+}
+
+// runErr is err, or why the run's context ended when it did (the peer is
+// gone, the caller gave up): the deadline that ending set is not the
+// cause.
+func runErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// watch reads the peer's next control message in the background while
+// the run goes on: Done closes the returned channel; anything else (the
+// connection closed, reset or timed out by keepalives) cancels the run
+// with ErrPeerGone. The returned function closes the connection and waits
+// for the reader to end.
+func (k *control) watch(cancel context.CancelCauseFunc, who string) (<-chan struct{}, func()) {
+	done, fin := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(fin)
+		var h hello
+		err := k.dec.Decode(&h)
+		if err == nil && h.Done {
+			close(done)
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("unexpected message %+v", h)
+		}
+		cancel(fmt.Errorf("%w: %s: %v", ErrPeerGone, who, err))
+	}()
+	return done, func() { k.c.Close(); <-fin }
 }
 
 // localEndpoint resolves the route to peer, opens a link of kind on the
-// egress interface and starts an endpoint on it. It returns the next hop's
-// MAC, which replaces the peer's own MAC when the peer is behind a router.
-func localEndpoint(ctx context.Context, run RemoteRun, peer netip.Addr) (*transport.Endpoint, [6]byte, error) {
+// egress interface (a udp link receiving on port and sending to peerPort;
+// 0: 4791) and starts an endpoint on it. It returns the next hop's MAC,
+// which replaces the peer's own MAC when the peer is behind a router.
+func localEndpoint(ctx context.Context, run RemoteRun, peer netip.Addr, port, peerPort uint16) (*transport.Endpoint, [6]byte, error) {
 	path, err := route.Resolve(ctx, peer)
 	if err != nil {
 		return nil, [6]byte{}, err
 	}
-	spec := LinkSpec{Kind: run.Kind, Ifindex: path.Ifindex, MAC: path.SrcMAC, IP: path.Src,
+	spec := LinkSpec{Kind: run.Kind, Ifindex: path.Ifindex, MAC: path.SrcMAC, IP: path.Src, Port: port, PeerPort: peerPort,
 		Ports: multipath.Entropies(run.Transport.Seed^0x706f727473, max(run.Transport.Entropies, 8)), Logf: run.Logf}
 	if path.MTU > 0 {
 		spec.FrameSize = path.MTU + 14
 	}
 	l, err := OpenLink(spec)
+	// Entropy ports drawn for another run on this host may be taken.
+	for try := uint64(1); errors.Is(err, syscall.EADDRINUSE) && run.Kind == KindUDP && try < 8; try++ {
+		spec.Ports = multipath.Entropies(run.Transport.Seed^0x706f727473^try<<40, max(run.Transport.Entropies, 8))
+		l, err = OpenLink(spec)
+	}
 	if err != nil {
 		return nil, [6]byte{}, err
 	}
@@ -73,10 +186,27 @@ func logf(run RemoteRun, format string, args ...any) {
 	}
 }
 
-// ServePerf answers perf clients on ln, one at a time, until ctx ends. The
-// run's Kind and profile come from each client.
+// ServePerf answers perf clients on ln until ctx ends, each in its own
+// goroutine, and returns once every run has ended. The run's Kind and
+// profile come from each client. Clients run at once: kernel TCP ones
+// freely, udp ones on their own RoCE ports (from 4791 up), xdp and raw ones
+// one at a time per link kind (one steering program per interface), the
+// others waiting their turn. A run ends, its QP, endpoint, link and eBPF
+// attachment freed, when it completes, when its client goes away (the
+// control connection closes, is reset or stops answering keepalives: the
+// run ends with ErrPeerGone), when its QP fails, and when ctx ends.
+// Client goroutines open their links in the network namespace of the
+// thread that called ServePerf.
 func ServePerf(ctx context.Context, ln net.Listener, run RemoteRun) error {
-	go func() { <-ctx.Done(); ln.Close() }()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	ns, nsErr := netns.Get()
+	if nsErr == nil {
+		defer ns.Close()
+	}
+	s := &perfServer{run: run, busy: map[string]chan struct{}{}, ports: map[uint16]bool{}}
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -85,88 +215,253 @@ func ServePerf(ctx context.Context, ln net.Listener, run RemoteRun) error {
 			}
 			return err
 		}
-		if err := serveOne(ctx, c, run); err != nil {
-			logf(run, "perf client %v: %v", c.RemoteAddr(), err)
-		}
-		c.Close()
+		wg.Go(func() {
+			defer c.Close()
+			if nsErr == nil {
+				if err := enterNS(ns); err != nil {
+					logf(run, "perf client %v: %v", c.RemoteAddr(), err)
+					return
+				}
+			}
+			if err := s.serveOne(ctx, c); err != nil {
+				logf(run, "perf client %v: %v", c.RemoteAddr(), err)
+				return
+			}
+			logf(run, "perf client %v: done", c.RemoteAddr())
+		})
 	}
 }
 
-func serveOne(ctx context.Context, c net.Conn, run RemoteRun) error {
-	dec, enc := json.NewDecoder(c), json.NewEncoder(c)
-	var h hello
-	if err := dec.Decode(&h); err != nil {
+// enterNS moves the calling goroutine, locked to its thread, into ns when
+// its thread is elsewhere; the thread then ends with the goroutine.
+func enterNS(ns netns.NsHandle) error {
+	runtime.LockOSThread()
+	cur, err := netns.Get()
+	if err == nil && cur.Equal(ns) {
+		cur.Close()
+		runtime.UnlockOSThread()
+		return nil
+	}
+	if err == nil {
+		cur.Close()
+	}
+	if err := netns.Set(ns); err != nil {
+		return fmt.Errorf("bench: entering the server's network namespace: %w", err)
+	}
+	return nil
+}
+
+// perfServer is ServePerf's shared state: which link kinds are taken and
+// which udp ports are in use.
+type perfServer struct {
+	run   RemoteRun
+	mu    sync.Mutex
+	busy  map[string]chan struct{} // xdp, raw: closed when the run ends
+	ports map[uint16]bool
+}
+
+// acquire waits for kind's turn and returns the udp port of the run (0
+// for other kinds) and the function that releases them.
+func (s *perfServer) acquire(ctx context.Context, kind string) (uint16, func(), error) {
+	for {
+		s.mu.Lock()
+		if kind == KindUDP {
+			for p := uint16(udp.RoCEPort); p < udp.RoCEPort+maxUDPRuns; p++ {
+				if !s.ports[p] {
+					s.ports[p] = true
+					s.mu.Unlock()
+					return p, func() { s.mu.Lock(); delete(s.ports, p); s.mu.Unlock() }, nil
+				}
+			}
+			s.mu.Unlock()
+			return 0, nil, fmt.Errorf("bench: %d udp runs already", maxUDPRuns)
+		}
+		wait, taken := s.busy[kind]
+		if !taken {
+			ch := make(chan struct{})
+			s.busy[kind] = ch
+			s.mu.Unlock()
+			return 0, func() { s.mu.Lock(); delete(s.busy, kind); close(ch); s.mu.Unlock() }, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, nil, context.Cause(ctx)
+		}
+	}
+}
+
+func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	k := newControl(ctx, c)
+	defer k.stop()
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	h, err := k.recv(ctx, "client's hello")
+	if err != nil {
 		return err
 	}
+	_ = c.SetReadDeadline(time.Time{})
+	if ctx.Err() != nil { // its deadline may just have been cleared
+		return context.Cause(ctx)
+	}
+	run := s.run
 	logf(run, "perf client %v: link %s, profile %s", c.RemoteAddr(), h.Kind, h.Profile)
-	if h.Kind == KindTCP {
-		if err := enc.Encode(hello{Kind: KindTCP}); err != nil {
+	ta, isTCP := c.RemoteAddr().(*net.TCPAddr)
+	refuse := func(err error) error {
+		_ = k.send(ctx, hello{Err: err.Error()})
+		return err
+	}
+	switch h.Kind {
+	case KindTCP:
+		if err := k.send(ctx, hello{Kind: KindTCP}); err != nil {
 			return err
 		}
-		return PerfServer(ctx, NewTCPConn(c))
+		return runErr(ctx, PerfServer(ctx, NewTCPConn(c)))
+	case KindUDP, KindXDP, KindRaw:
+	default:
+		return refuse(fmt.Errorf("bench: unknown link kind %q", h.Kind))
 	}
 	prof, err := transport.ParseProfile(h.Profile)
 	if err != nil {
-		enc.Encode(hello{Err: err.Error()})
-		return err
+		return refuse(err)
 	}
-	run.Kind = h.Kind
-	run.Transport.Profile, run.Transport.MTU, run.Transport.Seed = prof, h.MTU, h.Seed
-	if h.Seed != 0 { // 0: unpredictable on both sides
-		run.Transport.Seed++
+	if !isTCP {
+		return refuse(fmt.Errorf("bench: the control connection is not TCP (%v)", c.RemoteAddr()))
 	}
-	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	ep, nextHop, err := localEndpoint(ctx, run, peer)
+	port, release, err := s.acquire(ctx, h.Kind)
 	if err != nil {
-		enc.Encode(hello{Err: err.Error()})
-		return err
+		return refuse(err)
+	}
+	defer release()
+	run.Kind = h.Kind
+	run.Transport.Profile, run.Transport.MTU = prof, h.MTU
+	if h.Seed != 0 { // 0: unpredictable on both sides
+		run.Transport.Seed = h.Seed + 1 + uint64(max(port, udp.RoCEPort)-udp.RoCEPort)<<32
+	}
+	peer := ta.AddrPort().Addr().Unmap()
+	ep, nextHop, err := localEndpoint(ctx, run, peer, port, h.ClientPort)
+	if err != nil {
+		return refuse(err)
 	}
 	defer ep.Close()
 	qp, err := ep.CreateQP(ctx)
 	if err != nil {
+		return refuse(err)
+	}
+	info := qp.Info()
+	if err := k.send(ctx, hello{Kind: h.Kind, QP: &info, Port: port}); err != nil {
 		return err
 	}
-	if h.QP == nil {
-		return fmt.Errorf("bench: client sent no QP")
+	ch, err := k.recv(ctx, "client's QP")
+	if err != nil {
+		return err
 	}
-	remote := *h.QP
+	if ch.QP == nil {
+		return refuse(fmt.Errorf("bench: client sent no QP"))
+	}
+	remote := *ch.QP
 	remote.MAC = nextHop
 	// Connect before answering, so that the client's first packets find
 	// the QP ready.
 	if err := qp.Connect(ctx, remote); err != nil {
+		return refuse(err)
+	}
+	if err := k.send(ctx, hello{Ready: true}); err != nil {
 		return err
 	}
-	info := qp.Info()
-	if err := enc.Encode(hello{Kind: h.Kind, QP: &info}); err != nil {
-		return err
+	logf(run, "perf client %v: running", c.RemoteAddr())
+	_, closeWatch := k.watch(cancel, "perf client")
+	defer closeWatch()
+	if err := PerfServer(ctx, &SprayConn{C: qp, CQ: ep.CQ()}); err != nil {
+		return runErr(ctx, err)
 	}
-	return PerfServer(ctx, &SprayConn{C: qp, CQ: ep.CQ()})
+	return k.send(ctx, hello{Done: true})
+}
+
+// clientPorts are the udp ports this process's perf clients hold, so
+// that clients that start at once do not pick the same.
+var clientPorts struct {
+	sync.Mutex
+	used map[netip.AddrPort]bool
+}
+
+// freeUDPPort returns the first RoCE port from 4791 up that is free on the
+// source address towards peer, and the function that releases it.
+func freeUDPPort(ctx context.Context, peer netip.Addr) (uint16, func(), error) {
+	path, err := route.Resolve(ctx, peer)
+	if err != nil {
+		return 0, nil, err
+	}
+	clientPorts.Lock()
+	defer clientPorts.Unlock()
+	if clientPorts.used == nil {
+		clientPorts.used = map[netip.AddrPort]bool{}
+	}
+	for p := uint16(udp.RoCEPort); p < udp.RoCEPort+maxUDPRuns; p++ {
+		ap := netip.AddrPortFrom(path.Src, p)
+		if clientPorts.used[ap] {
+			continue
+		}
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		if err == nil {
+			c.Close()
+			clientPorts.used[ap] = true
+			return p, func() { clientPorts.Lock(); delete(clientPorts.used, ap); clientPorts.Unlock() }, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("bench: no free udp port from %d on %v", udp.RoCEPort, path.Src)
 }
 
 // DialPerf runs the client half against a ServePerf at addr (host:port).
+// Every wait, the control connection's included, ends with ctx; a server
+// that goes away in the middle (its control connection closes or stops
+// answering keepalives) ends the run with ErrPeerGone.
 func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return PerfResult{}, err
 	}
 	defer c.Close()
-	dec, enc := json.NewDecoder(c), json.NewEncoder(c)
+	k := newControl(ctx, c)
+	defer k.stop()
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return PerfResult{}, fmt.Errorf("bench: %s is not a TCP address", addr)
+	}
+	peer := ta.AddrPort().Addr().Unmap()
 	h := hello{Kind: run.Kind, Profile: run.Transport.Profile.String(), MTU: run.Transport.MTU, Seed: run.Transport.Seed}
+	if run.Kind == KindUDP {
+		// Another client on this host may hold the RoCE port.
+		var release func()
+		if h.ClientPort, release, err = freeUDPPort(ctx, peer); err != nil {
+			return PerfResult{}, err
+		}
+		defer release()
+	}
+	if err := k.send(ctx, h); err != nil {
+		return PerfResult{}, err
+	}
+	sh, err := k.recv(ctx, "server's answer")
+	if err != nil {
+		return PerfResult{}, err
+	}
 	if run.Kind == KindTCP {
-		if err := enc.Encode(h); err != nil {
-			return PerfResult{}, err
-		}
-		var ack hello
-		if err := dec.Decode(&ack); err != nil {
-			return PerfResult{}, err
-		}
 		res, err := PerfClient(ctx, NewTCPConn(c), run.Perf)
 		res.Link, res.Profile = KindTCP, "kernel"
+		if err != nil {
+			err = runErr(ctx, err)
+		}
 		return res, err
 	}
-	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	ep, nextHop, err := localEndpoint(ctx, run, peer)
+	if sh.QP == nil {
+		return PerfResult{}, fmt.Errorf("bench: server sent no QP")
+	}
+	ep, nextHop, err := localEndpoint(ctx, run, peer, h.ClientPort, sh.Port)
 	if err != nil {
 		return PerfResult{}, err
 	}
@@ -175,27 +470,32 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	if err != nil {
 		return PerfResult{}, err
 	}
-	info := qp.Info()
-	h.QP = &info
-	if err := enc.Encode(h); err != nil {
-		return PerfResult{}, err
-	}
-	var resp hello
-	if err := dec.Decode(&resp); err != nil {
-		return PerfResult{}, err
-	}
-	if resp.Err != "" || resp.QP == nil {
-		return PerfResult{}, fmt.Errorf("bench: server refused: %s", resp.Err)
-	}
-	remote := *resp.QP
+	remote := *sh.QP
 	remote.MAC = nextHop
 	if err := qp.Connect(ctx, remote); err != nil {
 		return PerfResult{}, err
 	}
+	info := qp.Info()
+	if err := k.send(ctx, hello{QP: &info}); err != nil {
+		return PerfResult{}, err
+	}
+	if _, err := k.recv(ctx, "server's ready"); err != nil {
+		return PerfResult{}, err
+	}
+	done, closeWatch := k.watch(cancel, "perf server")
+	defer closeWatch()
 	res, err := PerfClient(ctx, &SprayConn{C: qp, CQ: ep.CQ()}, run.Perf)
 	res.Link, res.Profile = run.Kind, run.Transport.Profile.String()
+	if err != nil {
+		return res, runErr(ctx, err)
+	}
 	if st, serr := qp.Stats(ctx); serr == nil {
 		res.Retransmits = st.Retransmits
 	}
-	return res, err
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return res, context.Cause(ctx)
+	}
+	return res, nil
 }

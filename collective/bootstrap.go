@@ -116,8 +116,11 @@ func (b *Bootstrap) accept(ctx context.Context, cfg BootstrapConfig) error {
 			}
 			return fmt.Errorf("%w: accept: %w", ErrBootstrap, err)
 		}
+		keepAlive(c)
 		rd := bufio.NewReader(c)
-		rank, err := b.readHello(ctx, c, rd)
+		hctx, hcancel := context.WithTimeout(ctx, helloTimeout)
+		rank, err := b.readHello(hctx, c, rd)
+		hcancel()
 		if err != nil {
 			c.Close()
 			return err
@@ -156,6 +159,7 @@ func (b *Bootstrap) dial(ctx context.Context, cfg BootstrapConfig) error {
 	for {
 		c, err := d.DialContext(ctx, "tcp", cfg.Addr)
 		if err == nil {
+			keepAlive(c)
 			var h [16]byte
 			binary.BigEndian.PutUint32(h[0:], bootMagic)
 			binary.BigEndian.PutUint32(h[4:], bootVersion)
@@ -225,6 +229,9 @@ func (b *Bootstrap) AllGather(ctx context.Context, blob []byte) ([][]byte, error
 			return err
 		})
 		if err != nil {
+			// The world is broken: fail every rank's round now rather
+			// than when its context ends.
+			b.Close()
 			return nil, fmt.Errorf("%w: round with rank %d: %w", ErrBootstrap, r, err)
 		}
 	}
@@ -239,6 +246,7 @@ func (b *Bootstrap) AllGather(ctx context.Context, blob []byte) ([][]byte, error
 			return nil
 		})
 		if err != nil {
+			b.Close()
 			return nil, fmt.Errorf("%w: round with rank %d: %w", ErrBootstrap, r, err)
 		}
 	}
@@ -261,6 +269,26 @@ func (b *Bootstrap) Close() error {
 		}
 	})
 	return nil
+}
+
+// A rank that connected must say hello within helloTimeout; keepalives
+// probe an idle bootstrap connection after keepIdle, every keepInterval,
+// and give up after keepCount unanswered, so that a rank whose host
+// vanished (no FIN) fails the next round within about 7 s instead of
+// hanging it until the caller's context ends. A rank whose process dies
+// closes its connections, and the round fails at once, naming the rank
+// (TestBootstrapRankDies).
+const (
+	helloTimeout = 10 * time.Second
+	keepIdle     = 2 * time.Second
+	keepInterval = time.Second
+	keepCount    = 5
+)
+
+func keepAlive(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount})
+	}
 }
 
 func writeFrame(w io.Writer, m []byte) error {

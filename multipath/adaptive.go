@@ -565,9 +565,25 @@ func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
 	}
 	s.consecLoss++
 	s.lossRate += (1 - s.lossRate) / 16
-	if s.consecLoss >= a.cfg.LossLimit || s.lossRate >= a.cfg.MaxLossRate {
+	if (s.consecLoss >= a.cfg.LossLimit || s.lossRate >= a.cfg.MaxLossRate) && !a.sharedLoss() {
 		a.remove(now, i)
 	}
+}
+
+// sharedLoss reports whether more than half of the active paths lost
+// their latest packet: losses that most paths share are a bottleneck they
+// all cross (the receiver's link, an incast) or the sender's own burst,
+// not failing paths, and taking paths out would only crowd the rest. A
+// failed link takes out 1/S of the paths of an S-spine fabric, as with
+// stalls. TestAdaptiveSharedLossKeepsPaths guards it.
+func (a *adaptive) sharedLoss() bool {
+	n := 0
+	for i := range a.st {
+		if !a.st[i].down && a.st[i].consecLoss > 0 {
+			n++
+		}
+	}
+	return 2*n > a.active
 }
 
 // OnINT takes the INT queue delay of a packet sent on entropy into the

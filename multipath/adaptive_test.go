@@ -239,8 +239,10 @@ func TestAdaptiveNeverRemovesLastPath(t *testing.T) {
 				up++
 			}
 		}
-		if up != 1 {
-			t.Fatalf("k=%d: %d paths up with every path losing, want exactly 1: %+v", k, up, p.Stats())
+		// Losses every path shares take none out (sharedLoss), and the
+		// last active path never goes.
+		if up != k {
+			t.Fatalf("k=%d: %d paths up with every path losing, want all: %+v", k, up, p.Stats())
 		}
 	}
 }
@@ -959,5 +961,51 @@ func TestAdaptiveResendAfterStallRemovesFreshPath(t *testing.T) {
 	}
 	if !statsOf(p, stalled).Down {
 		t.Fatalf("the stalled path %d stayed in the set: %+v", stalled, p.Stats())
+	}
+}
+
+// TestAdaptiveSharedLossKeepsPaths: losses that every path shares (a
+// bottleneck they all cross overflowing: each path loses a burst at once)
+// take no path out, while the same bursts on one path of four do.
+func TestAdaptiveSharedLossKeepsPaths(t *testing.T) {
+	seed := testutil.Seed(t)
+	set := Entropies(seed, 4)
+	now := clock.Time(0)
+	for _, shared := range []bool{true, false} {
+		p := NewAdaptive(set, seed, AdaptiveConfig{})
+		// Warm up: every path acknowledges.
+		for range 64 {
+			e := p.Next(now)
+			now = now.Add(time.Microsecond)
+			p.OnAck(now, e, 10*time.Microsecond, false)
+		}
+		// An overflow: a burst of sends, each path losing LossLimit in a
+		// row (shared), or only set[0] losing them.
+		for range 4 {
+			var sent []uint16
+			for range 16 {
+				sent = append(sent, p.Next(now))
+				now = now.Add(time.Microsecond)
+			}
+			for _, e := range sent {
+				if shared || e == set[0] {
+					p.OnLoss(now, e)
+				} else {
+					p.OnAck(now, e, 10*time.Microsecond, false)
+				}
+			}
+		}
+		down := 0
+		for _, st := range p.Stats() {
+			if st.Down {
+				down++
+			}
+		}
+		switch {
+		case shared && down != 0:
+			t.Errorf("shared losses took %d of 4 paths out", down)
+		case !shared && (down != 1 || !statsOf(p, set[0]).Down):
+			t.Errorf("losses on one path took %d paths out (that one: %v)", down, statsOf(p, set[0]).Down)
+		}
 	}
 }

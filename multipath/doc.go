@@ -58,7 +58,11 @@
 //
 // A path is taken out of the spray set when
 //   - LossLimit losses are reported on it with no ACK between them, or its
-//     loss rate reaches MaxLossRate; or
+//     loss rate reaches MaxLossRate, unless more than half of the active
+//     paths lost their latest packet too: losses that most paths share
+//     are a bottleneck they all cross (the receiver's link, an incast),
+//     and taking paths out would only crowd the others (this is what lets
+//     the transport's Spray profile spray adaptively by default); or
 //   - it stalls: a packet has been sent on it more than StallRTTs times its
 //     smoothed RTT ago (at least MinStallTimeout) with no ACK on it since,
 //     while another path has acknowledged a packet sent later. The last

@@ -154,8 +154,10 @@ func NewAssembler(cfg Config, first uint32) (*Assembler, error) {
 // For a message already outstanding, length must match (ErrLengthMismatch)
 // and withBuf is ignored. The errors, wrapped: ErrStale for an id before
 // Next() (already popped), ErrTooManyMessages for an id at or beyond
-// Next()+MaxMessages or a buffer that would exceed MaxBytes, ErrTooLarge for
-// a length above MaxMessageSize or a buffer larger than MaxBytes itself.
+// Next()+MaxMessages or a buffer that would take the buffered bytes past
+// MaxBytes (a message that buffers nothing is never refused for bytes),
+// ErrTooLarge for a length above MaxMessageSize or a buffer larger than
+// MaxBytes itself.
 func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error) {
 	d := int32(id - a.next)
 	if d < 0 {
@@ -185,7 +187,12 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 	if charge > a.cfg.MaxBytes {
 		return nil, fmt.Errorf("%w: message %d needs a buffer of %d bytes, MaxBytes is %d", ErrTooLarge, id, length, a.cfg.MaxBytes)
 	}
-	if d != 0 && a.bytes+charge > a.cfg.MaxBytes {
+	// A message that charges nothing (no buffer: a WRITE into registered
+	// memory, or zero bytes) is never refused for bytes: the in-order
+	// message is exempt from MaxBytes and may have taken the total past
+	// it, and refusing one that adds nothing stalled its sender in
+	// retransmission (FuzzAssembler's corpus, spray-exempt-zero-byte).
+	if d != 0 && charge > 0 && a.bytes+charge > a.cfg.MaxBytes {
 		return nil, fmt.Errorf("%w: message %d of %d bytes on top of %d buffered, limit %d", ErrTooManyMessages, id, length, a.bytes, a.cfg.MaxBytes)
 	}
 	if m == a.popped {

@@ -124,7 +124,7 @@ func FuzzAssembler(f *testing.F) {
 				case mm != nil:
 				case length > maxSize || withBuf && length > maxBytes:
 					want = ErrTooLarge
-				case withBuf && d != 0 && bytesUsed+int64(length) > maxBytes:
+				case withBuf && length > 0 && d != 0 && bytesUsed+int64(length) > maxBytes:
 					want = ErrTooManyMessages
 				}
 				if want == nil && err != nil || want != nil && !errors.Is(err, want) {

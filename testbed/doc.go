@@ -31,8 +31,14 @@
 // its programs (Fabric.Programs) for faults, ECN and counters;
 // Fabric.Status reports per-port utilization and counters,
 // Fabric.LookupPort resolves "spine0:leaf1". Closing such a Fabric only
-// releases handles; DownLeafSpine removes pins, links, namespaces and the
-// state file. Their prefix is "spf-<name>-" and their owner file says
+// releases handles; DownLeafSpine removes pins, links, namespaces and,
+// only once none of them is left, the state file (so that a fabric it could
+// not remove stays listed). It removes a namespace as `ip netns delete`
+// does, a lazy unmount (MNT_DETACH) then an unlink, repeating the unmount
+// while the path is still a mount point, whatever the propagation of
+// /run/netns. LeftoverNames finds fabrics by their name prefix in
+// /run/netns, the links and the pins, state file or not (spray testbed
+// down --all). Their prefix is "spf-<name>-" and their owner file says
 // "persistent", so CleanupStale never removes them. Concurrent changes
 // from several processes to one persistent fabric are not coordinated
 // (each SetLinkDown, SetFaults is atomic on its own; the state file keeps

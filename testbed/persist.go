@@ -353,14 +353,24 @@ func DownLeafSpine(name string) error {
 		}
 	}
 	errs = append(errs, Cleanup(prefix))
-	_ = os.Remove(filepath.Join(ownerDir, prefix))
-	if err := os.Remove(statePath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// The state file goes last, and only once nothing it names is left:
+	// without it `testbed list` shows nothing, and a namespace that
+	// survived would be an orphan nobody lists.
+	if left, err := Leftovers(prefix); err != nil {
 		errs = append(errs, err)
+	} else if len(left) > 0 {
+		errs = append(errs, fmt.Errorf("testbed %s: still there after down, state kept: %s", name, strings.Join(left, ", ")))
+	} else if _, err := os.Stat(pinDir); err == nil {
+		errs = append(errs, fmt.Errorf("testbed %s: pinned programs still in %s, state kept", name, pinDir))
 	}
-	_ = os.Remove(statePath(name) + ".tmp")
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	_ = os.Remove(filepath.Join(ownerDir, prefix))
+	if err := os.Remove(statePath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	_ = os.Remove(statePath(name) + ".tmp")
 	if !found {
 		return fmt.Errorf("no testbed %q: %w", name, os.ErrNotExist)
 	}
@@ -414,6 +424,63 @@ func PersistentNames() ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// LeftoverNames returns the names of the persistent fabrics that left
+// named namespaces, links in the calling thread's namespace or pinned
+// programs behind, state file or not (a crashed up or down), sorted: what
+// `spray testbed down --all` removes besides PersistentNames.
+func LeftoverNames() ([]string, error) {
+	var cands []string
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range entries {
+		cands = append(cands, e.Name())
+	}
+	if links, err := netlink.LinkList(); err == nil {
+		for _, l := range links {
+			cands = append(cands, l.Attrs().Name)
+		}
+	}
+	pins, _ := os.ReadDir(PinRoot)
+	for _, e := range pins {
+		cands = append(cands, e.Name()) // "spf-NAME-"
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range cands {
+		if n, ok := fabricName(c); ok && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// fabricName extracts NAME from a persistent fabric's object name
+// "spf-NAME-NODE..." (NODE a host, leaf or spine; NAME may hold '-') or
+// its pin directory "spf-NAME-".
+func fabricName(s string) (string, bool) {
+	rest, ok := strings.CutPrefix(s, PersistentPrefix)
+	if !ok {
+		return "", false
+	}
+	if n, ok := strings.CutSuffix(rest, "-"); ok && checkName(n) == nil {
+		return n, true
+	}
+	best := -1
+	for _, node := range []string{"-host", "-leaf", "-spine"} {
+		if i := strings.LastIndex(rest, node); i > best {
+			best = i
+		}
+	}
+	if best <= 0 || checkName(rest[:best]) != nil {
+		return "", false
+	}
+	return rest[:best], true
 }
 
 // NamespacePids returns the processes whose network namespace is one of

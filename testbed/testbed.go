@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Errors. Methods wrap them, or the failing system call's error, with %w.
@@ -319,19 +320,35 @@ func (p *Pair) teardown() error {
 	return errors.Join(errs...)
 }
 
-// deleteNamed unmounts and removes a named namespace; one that is already
-// gone is not an error.
+// deleteNamed removes a named namespace as iproute2's `ip netns delete`
+// does, whatever the propagation of /run/netns: it lazily unmounts
+// (MNT_DETACH) the namespace's bind mount, then unlinks the file. Where
+// shared propagation stacked several copies of the mount on the same path
+// (/run/netns bound onto itself more than once, as a tool that calls
+// `ip netns add` under a shared root can leave it), one unmount leaves the
+// path a mount point and the unlink fails with EBUSY: it unmounts again
+// until the path is no longer a mount point. One that is already gone is
+// not an error. TestDownSharedNetns guards it.
 func deleteNamed(name string) error {
-	if _, err := os.Lstat(filepath.Join(netnsDir, name)); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
-		// An unmounted leftover file: remove it.
-		if rmErr := os.Remove(filepath.Join(netnsDir, name)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-			return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
+	path := filepath.Join(netnsDir, name)
+	var err error
+	for range 64 {
+		if _, serr := os.Lstat(path); errors.Is(serr, os.ErrNotExist) {
+			return nil
+		}
+		// EINVAL: not (or no longer) a mount point, only the file is left.
+		if uerr := unix.Unmount(path, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
+			return fmt.Errorf("testbed: delete namespace %s: unmount: %w", name, uerr)
+		}
+		err = os.Remove(path)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
 		}
 	}
-	return nil
+	return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
 }
 
 // Cleanup removes the named namespaces, and links in the calling thread's

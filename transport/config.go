@@ -64,10 +64,11 @@ const (
 type PathPolicy uint8
 
 const (
-	// PathsDefault takes the profile's: oblivious spraying for Spray, ECMP
-	// for RoCE. Adaptive spraying is not the default yet: it reads congestion
-	// losses at a bottleneck that every path shares as path failures, takes
-	// paths out and slows recovery (cc's bottleneck test: 2.4x slower).
+	// PathsDefault takes the profile's: adaptive spraying for Spray (a path
+	// that loses packets or stalls leaves the spray set and is probed back;
+	// losses that most paths share, a bottleneck they all cross, take none
+	// out), ECMP for RoCE. Config.withDefaults is the one place that
+	// decides it.
 	PathsDefault PathPolicy = iota
 	// PathsECMP gives each QP one entropy for its whole life.
 	PathsECMP
@@ -237,6 +238,29 @@ func AckTimeout(exp int) time.Duration {
 	return 4096 * time.Nanosecond << exp
 }
 
+// FabricINTHops is the INT room a spray QP reserves on spray's leaf-spine
+// fabrics: a record for each switch egress on the longest path (leaf,
+// spine, leaf) and one to spare.
+const FabricINTHops = 4
+
+// OnINTFabric returns c for a fabric whose switches write INT records into
+// spray's data packets (spray's fabric programs): the Spray profile
+// reserves room for hops records (0: FabricINTHops), from which its
+// congestion control reads queues (cc's auto turns to HPCC) and its
+// adaptive path policy learns the physical paths; other profiles are
+// returned as they are. It is the one place that says what spray on an
+// INT fabric means: perf, bench and compare call it.
+func (c Config) OnINTFabric(hops int) Config {
+	if c.Profile != Spray {
+		return c
+	}
+	if hops <= 0 {
+		hops = FabricINTHops
+	}
+	c.INTHops = hops
+	return c
+}
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("transport: invalid config")
 
@@ -253,7 +277,7 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 		}
 	}
 	if c.Paths == PathsDefault {
-		c.Paths = PathsSpray
+		c.Paths = PathsAdaptive
 		if c.Profile == RoCE {
 			c.Paths = PathsECMP
 		}

@@ -12,11 +12,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -132,15 +130,8 @@ func parseSize(v string) (int64, error) {
 	return n * mult, nil
 }
 
-// errHelp is benchMain's answer to -h: the usage is printed, no error.
-var errHelp = errors.New("help requested")
-
 func runBench(args []string) error {
-	err := benchMain(args, os.Stdout, os.Stderr, int(os.Stderr.Fd()))
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
+	return benchMain(args, os.Stdout, os.Stderr, int(os.Stderr.Fd()))
 }
 
 // benchMain is spray bench with its output streams (tests pass buffers).
@@ -186,28 +177,20 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		op, args = args[0], args[1:]
 	}
-	parse := func(args []string) error {
-		err := fs.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return err
-	}
-	if err := parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if op == "" && fs.NArg() > 0 {
 		op = fs.Arg(0)
-		if err := parse(fs.Args()[1:]); err != nil {
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
 			return err
 		}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+		return usagef("bench: unexpected argument %q", fs.Arg(0))
 	}
 	if op == "" {
-		fs.Usage()
-		return fmt.Errorf("bench: which collective? (%s)", strings.Join(bench.CollOps, ", "))
+		return usagef("bench: which collective? (%s)", strings.Join(bench.CollOps, ", "))
 	}
 	f.op = op
 	if err := f.fromLauncher(fs, os.Getenv); err != nil {
@@ -215,7 +198,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	}
 	if f.ccName != "" {
 		if _, err := cc.ByName(f.ccName, cc.Params{}); err != nil {
-			return fmt.Errorf("bench: --cc: %w", err)
+			return usagef("bench: --cc: %v", err)
 		}
 	}
 	cfg, err := f.collConfig()
@@ -228,7 +211,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	switch f.transport {
 	case "spray", "roce", "tcp":
 	default:
-		return fmt.Errorf("bench: --transport %q: want spray, roce or tcp", f.transport)
+		return usagef("bench: --transport %q: want spray, roce or tcp", f.transport)
 	}
 
 	var hook transport.Config
@@ -239,7 +222,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	defer stopMetrics()
 	f.onEndpoint = hook.OnEndpoint
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()
@@ -263,16 +246,27 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 	case "max":
 		red = collective.Max
 	default:
-		return bench.CollConfig{}, fmt.Errorf("bench: -o %q: want sum, min or max", f.redop)
+		return bench.CollConfig{}, usagef("bench: -o %q: want sum, min or max", f.redop)
 	}
 	if f.minB <= 0 || f.maxB < f.minB {
-		return bench.CollConfig{}, fmt.Errorf("bench: sizes -b %d -e %d: want 0 < b <= e", f.minB, f.maxB)
+		return bench.CollConfig{}, usagef("bench: sizes -b %d -e %d: want 0 < b <= e", f.minB, f.maxB)
 	}
-	if f.factor < 2 || f.warmup < 0 || f.iters < 1 {
-		return bench.CollConfig{}, fmt.Errorf("bench: want -f >= 2, -w >= 0, -n >= 1")
+	c := check{cmd: "bench"}
+	c.atLeast("f", int64(f.factor), 2)
+	c.atLeast("w", int64(f.warmup), 0)
+	c.atLeast("n", int64(f.iters), 1)
+	c.atLeast("paths", int64(f.paths), 1)
+	c.atLeast("chunk", int64(f.chunk), 0)
+	c.positiveDur("timeout", f.timeout)
+	c.nonNegativeDur("min-rto", f.minRTO)
+	if f.check != 0 && f.check != 1 {
+		c.fail("c", f.check, "0 or 1")
+	}
+	if c.err != nil {
+		return bench.CollConfig{}, c.err
 	}
 	if f.world < 1 || f.world > collective.MaxWorld {
-		return bench.CollConfig{}, fmt.Errorf("bench: --world %d: want 1..%d", f.world, collective.MaxWorld)
+		return bench.CollConfig{}, usagef("bench: --world %d: want 1 to %d", f.world, collective.MaxWorld)
 	}
 	cfg := bench.CollConfig{Op: f.op, Type: f.typ, Reduce: red, MinBytes: int64(f.minB), MaxBytes: int64(f.maxB),
 		Factor: f.factor, Warmup: f.warmup, Iters: f.iters, Check: f.check != 0, Root: f.root}
@@ -280,7 +274,7 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 		cfg.Options = &collective.Options{ChunkBytes: int(f.chunk)}
 	}
 	if f.op == bench.OpBroadcast && (f.root < 0 || f.root >= f.world) && f.testbed == "" {
-		return cfg, fmt.Errorf("bench: -r %d: want a rank in [0, %d)", f.root, f.world)
+		return cfg, usagef("bench: -r %d: want a rank in [0, %d)", f.root, f.world)
 	}
 	return cfg, nil
 }
@@ -532,10 +526,7 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 	tc := f.transportConfig(f.rank)
 	tc.MTU = frame
 	f.setCC(&tc)
-	if tc.Profile == transport.Spray {
-		tc.INTHops = 4
-		tc.Paths = transport.PathsAdaptive
-	}
+	tc = tc.OnINTFabric(0)
 	ep, err := transport.NewEndpoint(l, tc)
 	if err != nil {
 		l.Close()

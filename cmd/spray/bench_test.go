@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -147,8 +148,8 @@ func TestBenchErrors(t *testing.T) {
 			t.Errorf("spray bench %q: no error", args)
 		}
 	}
-	if err := runBench([]string{"alltoall", "-h"}); err != nil {
-		t.Errorf("spray bench alltoall -h: %v, want the usage and no error", err)
+	if err := runBench([]string{"alltoall", "-h"}); !errors.Is(err, errHelp) {
+		t.Errorf("spray bench alltoall -h: %v, want the usage and errHelp (exit status 0)", err)
 	}
 	if _, ok := commands["incast"]; !ok {
 		var stdout, stderr bytes.Buffer

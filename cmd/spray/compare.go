@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sprayfabric/spray/bench"
@@ -95,15 +93,23 @@ func runCompare(args []string) error {
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
 	metrics := fs.String("metrics", "", "serve the spray and roce endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the comparison runs (e.g. :9464); each run's endpoints are named PROFILE/SCENARIO/rankR")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("compare: unexpected argument %q", fs.Arg(0))
+	if err := noArgs("compare", fs); err != nil {
+		return err
 	}
 	n, err := parseCompareSize(*size)
 	if err != nil {
-		return fmt.Errorf("compare: %w", err)
+		return usagef("compare: --size: %v", err)
+	}
+	c := check{cmd: "compare"}
+	c.atLeast("iters", int64(*iters), 1)
+	c.atLeast("warmup", int64(*warmup), 0)
+	c.positiveDur("run-timeout", *runTimeout)
+	c.positiveDur("timeout", *timeout)
+	if c.err != nil {
+		return c.err
 	}
 	cfg := bench.CompareConfig{
 		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
@@ -112,13 +118,13 @@ func runCompare(args []string) error {
 		Pairwise: *pairwise, RoCEAckTimeout: *roceTimeout,
 	}
 	if *roceTimeout == 0 {
-		return fmt.Errorf("compare: --roce-ack-timeout 0 (an infinite timer) is not supported; want 1 to %d, or -1", transport.MaxLocalAckTimeout)
+		return usagef("compare: --roce-ack-timeout 0 (an infinite timer) is not supported; want 1 to %d, or -1", transport.MaxLocalAckTimeout)
 	}
 	if *warmup == 0 {
 		cfg.Warmup = -1
 	}
 	if cfg.Testbed, err = testbed.ParseLeafSpine(*tb); err != nil {
-		return err
+		return usagef("compare: --testbed: %v", err)
 	}
 	if *simulate || (os.Geteuid() != 0 && !*loopback) {
 		why := map[bool]string{true: "--sim", false: "not root"}[*simulate]
@@ -148,7 +154,7 @@ func runCompare(args []string) error {
 			}
 		}
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()

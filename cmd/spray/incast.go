@@ -8,9 +8,7 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -58,20 +56,28 @@ func runIncast(args []string) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for the transport")
 	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per line")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("incast: unexpected arguments %q", fs.Args())
+	if err := noArgs("incast", fs); err != nil {
+		return err
+	}
+	c := check{cmd: "incast"}
+	c.atLeast("senders", int64(f.senders), 1)
+	c.positiveDur("duration", f.duration)
+	c.positiveDur("watch", f.watch)
+	c.positiveDur("timeout", f.timeout)
+	if c.err != nil {
+		return c.err
 	}
 	lcfg, err := testbed.ParseLeafSpine(f.testbed)
 	if err != nil {
-		return err
+		return usagef("incast: --testbed: %v", err)
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("incast needs root (network namespaces, eBPF): run it with sudo")
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()

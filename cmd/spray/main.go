@@ -12,9 +12,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"syscall"
 )
 
 // command is one subcommand of the CLI.
@@ -22,6 +25,8 @@ type command struct {
 	name    string
 	summary string
 	run     func(args []string) error
+	// hidden leaves it out of the command list (spray soak, for scripts).
+	hidden bool
 }
 
 var commands = map[string]command{}
@@ -37,8 +42,10 @@ func register(c command) {
 func usage() {
 	fmt.Fprint(os.Stderr, "usage: spray <command> [flags]\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
@@ -48,24 +55,42 @@ func usage() {
 }
 
 func main() {
-	if len(os.Args) < 2 {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run runs the command line args (without the program's name) and returns
+// the exit status: 0 on success and for -h, 2 for a command line spray
+// refuses (printed on one line with a pointer to the command's -h), 1 when
+// the command failed.
+func run(args []string, stderr io.Writer) int {
+	if len(args) < 1 {
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	name := os.Args[1]
+	name := args[0]
 	switch name {
 	case "-h", "--help", "help":
 		usage()
-		return
+		return 0
 	}
 	c, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "spray: unknown command %q\n", name)
-		usage()
-		os.Exit(2)
+		fmt.Fprintf(stderr, "spray: unknown command %q (run 'spray -h' for the commands)\n", name)
+		return 2
 	}
-	if err := c.run(os.Args[2:]); err != nil {
-		fmt.Fprintln(os.Stderr, "spray:", err)
-		os.Exit(1)
+	err := c.run(args[1:])
+	if s, ok := interrupted.Load().(syscall.Signal); ok && err != nil {
+		fmt.Fprintf(stderr, "spray %s: interrupted by %v\n", name, s)
+		return 128 + int(s)
 	}
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "spray %s\nrun 'spray %s -h' for its usage\n", ue.msg, name)
+		return 2
+	}
+	fmt.Fprintln(stderr, "spray:", err)
+	return 1
 }

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -88,7 +86,7 @@ func runPerf(args []string) error {
 	fs.IntVar(&f.size, "size", 1<<20, "bulk message size in bytes")
 	f.total = 1 << 30
 	fs.Var(&f.total, "total", "bulk bytes to transfer (K, M, G suffixes; default 1G)")
-	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (negative: none)")
+	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (0 or negative: none)")
 	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
 	fs.Float64Var(&f.gbps, "gbps", 0, "mem link: bandwidth of the in-memory fabric in Gbit/s (0 = unlimited)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads and the fabric; given explicitly, also for the transport's QP numbers, PSNs and keys (otherwise unpredictable)")
@@ -105,7 +103,13 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole the leaf-spine link `PORT@TIME` into the transfer (PORT as in spray testbed fault --port, e.g. leaf0:up1@5s) and report the failover")
 	fs.DurationVar(&f.restore, "restore", 0, "with --fault: restore the link this long into the transfer (0: never)")
 	fs.Var(&f.windowBytes, "window-bytes", "with --fault and --cc fixed: the QP's fixed window in bytes (default: (spines-1) x half a port buffer)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("perf: unexpected argument %q (the mode comes first: spray perf [server|client] [flags])", fs.Arg(0))
+	}
+	if err := f.check(); err != nil {
 		return err
 	}
 	seedSet := false
@@ -118,22 +122,22 @@ func runPerf(args []string) error {
 		}
 	})
 	if f.qps < 1 || f.qps > 4096 {
-		return fmt.Errorf("perf: --qps %d: want 1 to 4096", f.qps)
+		return usagef("perf: --qps %d: want 1 to 4096", f.qps)
 	}
 	if f.queues < 1 || f.queues > 64 {
-		return fmt.Errorf("perf: --queues %d: want 1 to 64", f.queues)
+		return usagef("perf: --queues %d: want 1 to 64", f.queues)
 	}
 	if f.queues > 1 && f.pcapFile != "" {
-		return fmt.Errorf("perf: --pcap captures a single-queue link; drop --queues")
+		return usagef("perf: --pcap captures a single-queue link; drop --queues")
 	}
 	if f.qps > 1 && mode != "" {
-		return fmt.Errorf("perf: --qps runs locally only (mem, or --testbed pair), not in %s mode", mode)
+		return usagef("perf: --qps runs locally only (mem, or --testbed pair), not in %s mode", mode)
 	}
 	prof, err := transport.ParseProfile(f.profile)
 	if err != nil {
-		return err
+		return usagef("perf: --profile: %v", err)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, f.timeout)
 	defer cancelT()
@@ -148,6 +152,9 @@ func runPerf(args []string) error {
 		return err
 	}
 	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed, QPs: f.qps}
+	if f.pings <= 0 {
+		pcfg.Pings = -1 // none; PerfConfig's 0 means its default
+	}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
 	if f.pcapFile != "" {
@@ -179,7 +186,7 @@ func runPerf(args []string) error {
 		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Wrap: wrap, Logf: logger.Printf})
 	case "client":
 		if f.peer == "" {
-			return fmt.Errorf("perf client: --peer is required")
+			return usagef("perf client: --peer HOST is required")
 		}
 		addr := f.peer
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -233,6 +240,22 @@ func runPerf(args []string) error {
 		return perfLeafSpine(ctx, f, tcfg, pcfg, wrap, logger)
 	}
 	return fmt.Errorf("perf: unknown testbed %q (want pair or leafspine:HxLxS)", f.testbed)
+}
+
+// check refuses flag values out of range, naming the flag and the range.
+func (f perfFlags) check() error {
+	c := check{cmd: "perf"}
+	c.atLeast("size", int64(f.size), 1)
+	c.atLeast("total", int64(f.total), 1)
+	c.atLeast("paths", int64(f.paths), 1)
+	c.atLeast("mtu", int64(f.mtu), 0)
+	c.atLeast("window", int64(f.window), 0)
+	c.atLeast("window-bytes", int64(f.windowBytes), 0)
+	c.prob("loss", f.loss)
+	c.nonNegative("gbps", f.gbps)
+	c.positiveDur("timeout", f.timeout)
+	c.nonNegativeDur("restore", f.restore)
+	return c.err
 }
 
 // setNamedCC sets tcfg.CC for --cc name (perf and bench) on a link of tcfg.MTU-byte frames
@@ -392,12 +415,7 @@ func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg
 	a, b := fab.Host(0, 0), fab.Host(fab.Config.Leaves-1, fab.Config.Hosts-1)
 	logger.Printf("testbed %s: %s, %s (%v) -> %s (%v)", fab.Prefix, fab.Config, a.Name, a.IP, b.Name, b.IP)
 	tcfg.MTU = a.MTU + 14
-	if tcfg.Profile == transport.Spray {
-		tcfg.INTHops = 4
-		if tcfg.Paths == transport.PathsDefault {
-			tcfg.Paths = transport.PathsAdaptive // balances the spines from INT path signatures
-		}
-	}
+	tcfg = tcfg.OnINTFabric(0)
 	// The hosts' ports are the fastest a flow goes.
 	tcfg.LineRate = float64(fab.Config.HostRateBps) / 8
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {

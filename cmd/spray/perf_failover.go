@@ -94,11 +94,8 @@ func perfFailover(ctx context.Context, f perfFlags, tcfg transport.Config, logge
 	}
 	a, b := fab.Host(0, 0), fab.Host(fab.Config.Leaves-1, fab.Config.Hosts-1)
 	tcfg.MTU = a.MTU + 14
+	tcfg = tcfg.OnINTFabric(0)
 	if tcfg.Profile == transport.Spray {
-		tcfg.INTHops = 4
-		if tcfg.Paths == transport.PathsDefault {
-			tcfg.Paths = transport.PathsAdaptive
-		}
 		if !f.pathsSet {
 			// Enough entropies that every spine gets several whatever
 			// the hash does with them.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,8 +47,7 @@ func init() {
 
 func runTestbed(args []string) error {
 	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, testbedUsage)
-		return errors.New("testbed: want up, down, status, fault or list")
+		return usagef("testbed: want up, down, status, fault or list")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -62,13 +60,15 @@ func runTestbed(args []string) error {
 	case "fault":
 		return testbedFault(args, os.Stdout)
 	case "list":
+		if len(args) > 0 {
+			return usagef("testbed list: unexpected argument %q", args[0])
+		}
 		return testbedList(os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Fprint(os.Stderr, testbedUsage)
-		return nil
+		return errHelp
 	}
-	fmt.Fprint(os.Stderr, testbedUsage)
-	return fmt.Errorf("testbed: unknown subcommand %q", sub)
+	return usagef("testbed: unknown subcommand %q (want up, down, status, fault or list)", sub)
 }
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -76,7 +76,7 @@ func runTestbed(args []string) error {
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {
@@ -145,17 +145,17 @@ func testbedUp(args []string, w io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("testbed up: want one topology, such as leafspine:2x2x2,rate=200mbit")
+		return usagef("testbed up: want one topology, such as leafspine:2x2x2,rate=200mbit")
 	}
 	cfg, err := testbed.ParseLeafSpine(pos[0])
 	if err != nil {
-		return err
+		return usagef("testbed up: %v", err)
 	}
 	ecn, err := parseECN(*ecnFlag)
 	if err != nil {
-		return err
+		return usagef("testbed up: %v", err)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
@@ -212,7 +212,7 @@ func testbedDown(args []string, w io.Writer) error {
 	case !*all && len(pos) > 0:
 		names = pos
 	default:
-		return errors.New("testbed down: want NAME... or --all")
+		return usagef("testbed down: want NAME... or --all")
 	}
 	var errs []error
 	for _, n := range names {
@@ -257,8 +257,8 @@ func stopProcesses(name string, kill bool) {
 	}
 }
 
-// persistentNames returns the testbeds with a state file and those whose
-// pinned programs are left without one.
+// persistentNames returns the testbeds with a state file and those that
+// left namespaces, links or pinned programs without one.
 func persistentNames() ([]string, error) {
 	names, err := testbed.PersistentNames()
 	if err != nil {
@@ -268,11 +268,12 @@ func persistentNames() ([]string, error) {
 	for _, n := range names {
 		seen[n] = true
 	}
-	entries, _ := os.ReadDir(testbed.PinRoot)
-	for _, e := range entries {
-		n, ok := strings.CutPrefix(e.Name(), testbed.PersistentPrefix)
-		n, ok2 := strings.CutSuffix(n, "-")
-		if ok && ok2 && !seen[n] {
+	left, err := testbed.LeftoverNames()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range left {
+		if !seen[n] {
 			seen[n] = true
 			names = append(names, n)
 		}
@@ -377,7 +378,7 @@ func testbedStatus(args []string, w io.Writer) error {
 		return err
 	}
 	if *interval < 0 {
-		return fmt.Errorf("testbed status: --interval %v is negative", *interval)
+		return usagef("testbed status: --interval %v: want a duration >= 0", *interval)
 	}
 	names := pos
 	if len(names) == 0 {
@@ -388,7 +389,7 @@ func testbedStatus(args []string, w io.Writer) error {
 			return errors.New("testbed status: no testbed is up (spray testbed up leafspine:2x2x2 makes one)")
 		}
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	for _, n := range names {
 		f, err := testbed.OpenLeafSpine(n)
@@ -485,21 +486,21 @@ func testbedFault(args []string, w io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("testbed fault: want one testbed NAME")
+		return usagef("testbed fault: want one testbed NAME")
 	}
 	if *port == "" {
-		return errors.New("testbed fault: --port SWITCH:PORT is required")
+		return usagef("testbed fault: --port SWITCH:PORT is required")
 	}
 	if !loss.set && *burst == "" && !*blackhole && !*down && !*up && !*clear && !*reconverge {
-		return errors.New("testbed fault: nothing to do: give --loss, --burst, --blackhole, --down, --up or --clear")
+		return usagef("testbed fault: nothing to do: give --loss, --burst, --blackhole, --down, --up or --clear")
 	}
 	if *down && (*up || *clear) {
-		return errors.New("testbed fault: --down with --up or --clear")
+		return usagef("testbed fault: --down with --up or --clear")
 	}
 	var ge ebpf.GilbertElliott
 	if *burst != "" {
 		if ge, err = parseBurst(*burst); err != nil {
-			return err
+			return usagef("testbed fault: %v", err)
 		}
 	}
 	f, err := testbed.OpenLeafSpine(pos[0])
