@@ -48,7 +48,7 @@ func TestGoldenCapture(t *testing.T) {
 	cases := []goldenCase{{
 		name:   "spray",
 		mc:     lossy,
-		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true},
+		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
 		state:  "d21e5cd369bc2ca3bd0a1aca907ef8ec197596112a71377c3c24fb23b62c8f82",
