@@ -61,6 +61,12 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"compare", "--warmup", "-1"}, "--warmup -1"},
 		{[]string{"compare", "--size", "0"}, "--size"},
 		{[]string{"compare", "extra"}, `"extra"`},
+		{[]string{"sim", "extra"}, `"extra"`},
+		{[]string{"sim", "--window", "0"}, "--window 0: want at least 1"},
+		{[]string{"sim", "--limit", "0s"}, "--limit"},
+		{[]string{"sim", "--pfc", "maybe"}, "--pfc maybe: want on or off"},
+		{[]string{"sim", "--topo", "leafspine:0x0x0"}, "--topo"},
+		{[]string{"sim", "--bogus"}, "bogus"},
 		{[]string{"bench", "alltoall", "-n", "0"}, "--n 0: want at least 1"},
 		{[]string{"bench", "alltoall", "--paths", "0"}, "--paths 0"},
 		{[]string{"bench", "alltoall", "-c", "2"}, "--c 2: want 0 or 1"},
@@ -99,7 +105,7 @@ func TestCLIRefusesNonsense(t *testing.T) {
 func TestCLIHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"perf", "-h"}, {"perf", "server", "-h"}, {"perf", "client", "--help"},
-		{"bench", "-h"}, {"bench", "alltoall", "-h"}, {"compare", "-h"}, {"incast", "-h"},
+		{"bench", "-h"}, {"bench", "alltoall", "-h"}, {"compare", "-h"}, {"sim", "-h"}, {"incast", "-h"},
 		{"testbed", "-h"}, {"testbed", "up", "-h"}, {"testbed", "down", "-h"}, {"testbed", "fault", "-h"},
 		{"testbed", "status", "-h"},
 	} {

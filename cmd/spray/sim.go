@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -25,10 +26,10 @@ buffer occupancy. No root, no network: everything runs in this process, determin
   spray sim --workload incast:64k,senders=32 --pfc off    roce without PFC
 
 Profiles: roce (ECMP, Go-Back-N, DCQCN, PFC on), spray (adaptive spraying, selective repeat,
-HPCC on INT, PFC off). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every link
+HPCC on INT, PFC off), spray-ecmp (spray's transport on one path per QP). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every link
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
-every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,bg=SIZE],
+every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
 htsim:FILE; options iters=N, cdf=FILE.
 
 flags:
@@ -53,11 +54,20 @@ func runSim(args []string) error {
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("sim: unexpected argument %q", fs.Arg(0))
+	if err := noArgs("sim", fs); err != nil {
+		return err
+	}
+	c := check{cmd: "sim"}
+	c.atLeast("window", int64(*window), 1)
+	c.positiveDur("limit", *limit)
+	if *pfc != "" && *pfc != "on" && *pfc != "off" {
+		c.fail("pfc", *pfc, "on or off")
+	}
+	if c.err != nil {
+		return c.err
 	}
 	var t sim.Topo
 	var err error
@@ -72,11 +82,11 @@ func runSim(args []string) error {
 			return err
 		}
 	} else if t, err = sim.ParseTopo(*topo); err != nil {
-		return err
+		return usagef("sim: --topo: %v", err)
 	}
 	w, err := sim.ParseWorkload(*work, t.Hosts(), *seed)
 	if err != nil {
-		return err
+		return usagef("sim: --workload: %v", err)
 	}
 	if *cmFile != "" {
 		f, err := os.Create(*cmFile)
@@ -98,9 +108,28 @@ func runSim(args []string) error {
 				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows)
 		}
 	}
-	res, err := sim.Run(cfg)
-	if err != nil {
-		return err
+	// sim.Run takes no context: a signal ends the command here, and the
+	// process with it (main reports the signal and exits 128+signal).
+	ctx, cancel := signalContext()
+	defer cancel()
+	type result struct {
+		res sim.Result
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		res, err := sim.Run(cfg)
+		ran <- result{res, err}
+	}()
+	var res sim.Result
+	select {
+	case r := <-ran:
+		if r.err != nil {
+			return r.err
+		}
+		res = r.res
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 	sim.WriteTable(os.Stdout, res)
 	sim.WriteWall(os.Stdout, res)
