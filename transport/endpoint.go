@@ -509,6 +509,16 @@ func (c *Conn) WriteImm(ctx context.Context, data []byte, to Remote, imm uint32)
 	return c.exec(ctx, WorkRequest{Op: OpWriteImm, Data: data, Remote: to, Imm: imm})
 }
 
+// Read reads len(into) bytes of the peer's region at from into into (RDMA
+// READ) and returns when they have all landed. A read outside the region,
+// with a wrong key, of a region without read access or of one deregistered
+// reads nothing and returns an error wrapping ErrRemoteAccess (the QP then
+// fails, as for a WRITE). into belongs to the QP until Read returns; if
+// ctx ends first, the bytes may still land in it later.
+func (c *Conn) Read(ctx context.Context, into []byte, from Remote) error {
+	return c.exec(ctx, WorkRequest{Op: OpRead, Data: into, Remote: from})
+}
+
 // Message is a received message, or the notice of a WRITE with immediate
 // (then Data is nil and Len is the number of bytes written).
 type Message struct {
