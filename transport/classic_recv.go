@@ -149,11 +149,12 @@ func (r *classicReceiver) readRequest(pk *wire.Packet, p psn.PSN) bool {
 		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakRemoteAccessError, p, true
 		return false
 	}
-	if !q.answerRead(src, r.msn+1) {
+	if !q.reserveRead() {
 		q.stats.NoBuffer++
 		return false
 	}
 	r.msn++
+	q.answerRead(src, r.msn) // in order already: every earlier request has been executed
 	return true
 }
 

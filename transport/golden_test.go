@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond},
 		reads:  6,
-		frames: "1511f3bda2049778ec6c0cae4fe0ca8646c77e9dc9487f633d4a870885dfee68",
-		state:  "6df6050995fd2489829ba5809e56ca417d01b3e7af21d142a5bfb55f94ad3de7",
+		frames: "7d86dac813c08a53bd30ebaa14d41b12a9deee19c9a9e096c36335bf2faae3b6",
+		state:  "b1da02a04344a71817958dc932c4e2cb371bee6c9fea3f24926edef0459335b7",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

@@ -212,9 +212,12 @@ type QP struct {
 	head     uint64 // oldest incomplete message
 	cursor   uint64 // next message to segment
 	tail     uint64 // next free slot
-	curOff   uint32
-	nextID   uint32
-	events   []retransmit.Event
+	// readSlots are slots reserved for the responses to READs received
+	// and not yet answered.
+	readSlots uint64
+	curOff    uint32
+	nextID    uint32
+	events    []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
@@ -370,7 +373,7 @@ func (q *QP) Post(wr WorkRequest) error {
 		return fmt.Errorf("%w: cannot post %v", ErrInvalidRequest, wr.Op)
 	case int64(len(wr.Data)) > q.cfg.MaxMessageSize:
 		return fmt.Errorf("%w: %d bytes is more than MaxMessageSize %d", ErrInvalidRequest, len(wr.Data), q.cfg.MaxMessageSize)
-	case q.tail-q.head >= uint64(len(q.msgs)):
+	case q.tail-q.head+q.readSlots >= uint64(len(q.msgs)):
 		return ErrQueueFull
 	}
 	q.push(wr)
@@ -388,17 +391,24 @@ func (q *QP) push(wr WorkRequest) {
 	q.tail++
 }
 
-// answerRead queues the response to a READ of src, in the QP's own send
-// sequence behind the messages posted before it; tag is what the response
-// carries to name its request (Spray: the request's message ID; RoCE:
-// the responder's MSN). It reports false when the send queue is full: the
-// responder then drops the request, and the requester sends it again.
-func (q *QP) answerRead(src []byte, tag uint32) bool {
-	if q.tail-q.head >= uint64(len(q.msgs)) {
+// reserveRead reserves a send queue slot for the response to a READ
+// request, or reports false when the queue has none: the responder then
+// drops the request, and the requester sends it again.
+func (q *QP) reserveRead() bool {
+	if q.tail-q.head+q.readSlots >= uint64(len(q.msgs)) {
 		return false
 	}
-	q.push(WorkRequest{Op: opReadResp, Data: src, Imm: tag})
+	q.readSlots++
 	return true
+}
+
+// answerRead queues the response to a READ of src, for which reserveRead
+// reserved a slot, in the QP's own send sequence behind the messages
+// posted before it; tag is what the response carries to name its request
+// (Spray: the request's message ID; RoCE: the responder's MSN).
+func (q *QP) answerRead(src []byte, tag uint32) {
+	q.readSlots--
+	q.push(WorkRequest{Op: opReadResp, Data: src, Imm: tag})
 }
 
 // readFor returns the READ with message ID id whose request has been sent

@@ -21,6 +21,11 @@ type sprayReceiver struct {
 	rxErr    uint8  // sticky responder error: NAK syndrome answered to every packet
 	rxErrMsg uint32 // the message that caused it
 
+	// reads holds the region bytes of each READ request received and
+	// not yet answered, at its message ID modulo its length (MaxMessages,
+	// the assembler's span of live IDs).
+	reads [][]byte
+
 	// last is the latest data packet received; echo the latest that
 	// carried INT records, echoSet whether it came since the last ACK:
 	// the ACK then reports that one (PSN, send time, entropy, hold time
@@ -58,6 +63,7 @@ func (r *sprayReceiver) connect(peer QPInfo) error {
 		return err
 	}
 	r.win, r.asm = win, asm
+	r.reads = make([][]byte, cfg.MaxMessages)
 	return nil
 }
 
@@ -197,10 +203,13 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	r.deliver()
 }
 
-// readReq answers a new READ request (message id): it checks the region
-// (a refusal is the sticky NAK remote access error, as for a WRITE) and
-// queues the response, or reports false when the request must be dropped
-// (the responder's send queue is full: the requester resends it).
+// readReq takes a new READ request (message id): it checks the region (a
+// refusal is the sticky NAK remote access error, as for a WRITE) and
+// reserves a send queue slot for the response, or reports false when the
+// request must be dropped (no slot: the requester resends it). The
+// response is queued when the request's turn comes (deliver), after every
+// message sent before it has landed, so that a READ sees the WRITEs posted
+// before it, as in RC (TestReadAfterWrite).
 func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 	q := r.q
 	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
@@ -209,10 +218,11 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, id, true
 		return false
 	}
-	if !q.answerRead(src, id) {
+	if !q.reserveRead() {
 		q.stats.NoBuffer++
 		return false
 	}
+	r.reads[id%uint32(len(r.reads))] = src
 	return true
 }
 
@@ -235,6 +245,10 @@ func (r *sprayReceiver) deliver() {
 			if rd := q.readFor(m.Imm); rd != nil {
 				q.readLanded(rd)
 			}
+		case wire.KindReadReq:
+			i := m.ID % uint32(len(r.reads))
+			q.answerRead(r.reads[i], m.ID)
+			r.reads[i] = nil
 		}
 	}
 }
