@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -377,6 +378,44 @@ func TestReadAfterWrite(t *testing.T) {
 				if c := s.ca[2*i+1]; c.Err != nil || hash(read[i]) != hash(wrote[i]) {
 					t.Fatalf("READ %d after a WRITE of %d bytes: %+v, bytes match %v", i, len(wrote[i]), c, hash(read[i]) == hash(wrote[i]))
 				}
+			}
+		})
+	}
+}
+
+// TestConnRead reads through the blocking API of two Endpoints (real
+// clock, engine goroutines) over a lossy fabric, and gets ErrRemoteAccess
+// for a region without read access.
+func TestConnRead(t *testing.T) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		t.Run(prof.String(), func(t *testing.T) {
+			seed := testutil.Seed(t)
+			_, ea, eb, ca, _ := endpointPair(t, mem.Config{Seed: seed, Loss: 0.01, Reorder: 0.2, ReorderDelay: 20 * time.Microsecond},
+				Config{Profile: prof, Seed: seed, MinRTO: time.Millisecond})
+			defer ea.Close()
+			defer eb.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			src := randomBytes(testutil.Rand(t), 1<<20)
+			mr, err := eb.Register(ctx, src, AccessRemoteRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{1, 1000, 1 << 20} {
+				into := make([]byte, n)
+				if err := ca.Read(ctx, into, mr.Remote(uint64(len(src)-n))); err != nil {
+					t.Fatalf("Read of %d bytes: %v", n, err)
+				}
+				if hash(into) != hash(src[len(src)-n:]) {
+					t.Fatalf("Read of %d bytes: bytes differ", n)
+				}
+			}
+			wo, err := eb.Register(ctx, make([]byte, 10), AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ca.Read(ctx, make([]byte, 10), wo.Remote(0)); !errors.Is(err, ErrRemoteAccess) {
+				t.Fatalf("Read of a write-only region: %v, want ErrRemoteAccess", err)
 			}
 		})
 	}
