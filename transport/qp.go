@@ -414,13 +414,17 @@ func (q *QP) answerRead(src []byte, tag uint32) {
 // readFor returns the READ with message ID id whose request has been sent
 // and whose response has not all landed, or nil.
 func (q *QP) readFor(id uint32) *sendMsg {
-	for i := q.head; i < q.cursor; i++ {
-		m := &q.msgs[i%uint64(len(q.msgs))]
-		if m.wr.Op == OpRead && m.id == id && !m.readDone {
-			return m
-		}
+	// IDs and slots advance together (push): the message pushed back
+	// pushes ago holds ID nextID-back.
+	back := uint64(q.nextID - id)
+	if back == 0 || back > q.tail-q.head || q.tail-back >= q.cursor {
+		return nil
 	}
-	return nil
+	m := &q.msgs[(q.tail-back)%uint64(len(q.msgs))]
+	if m.wr.Op != OpRead || m.id != id || m.readDone {
+		return nil
+	}
+	return m
 }
 
 // nextRead returns the oldest READ whose request has been sent and whose
