@@ -481,6 +481,15 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	case comp := <-ch:
 		return comp.Err
 	case <-ctx.Done():
+		// A completion that arrived as ctx ended wins: select picks at
+		// random among ready cases, and a connection torn down right
+		// after the request completed (its drain saw nothing pending)
+		// must not report the request as cut short.
+		select {
+		case comp := <-ch:
+			return comp.Err
+		default:
+		}
 		c.s.submit(func() { delete(c.s.waiters, id) })
 		return ctx.Err()
 	}
