@@ -455,3 +455,28 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestReadRequestSameID: a second spray READ request under a message ID
+// already taken (at another PSN) is dropped and counted, and reserves no
+// second send queue slot.
+func TestReadRequestSameID(t *testing.T) {
+	seed := testutil.Seed(t)
+	s := newSimPair(t, mem.Config{Seed: seed}, readConfig(Spray, seed))
+	mr := s.eb.Register(make([]byte, 100), AccessRemoteRead)
+	first := psn.New(s.qa.Info().PSN)
+	id := s.qa.nextID + 1 // behind message nextID, not arrived: held, not yet answered
+	for i := range uint32(2) {
+		pk := wire.Packet{}
+		s.qa.headers(&pk, 50000)
+		pk.BTH.Opcode, pk.BTH.PSN = wire.OpSprayData, uint32(first.Add(i))
+		pk.Data = wire.Data{MsgID: id, Kind: wire.KindReadReq}
+		pk.RETH = wire.RETH{VA: mr.Addr, RKey: mr.RKey, Len: 10}
+		s.qb.Handle(s.clk.Now(), &pk)
+	}
+	if st := s.qb.Stats(); st.BadPackets != 1 || st.RxPackets != 1 {
+		t.Fatalf("after two requests under one ID: %d accepted, %d bad; want 1 and 1", st.RxPackets, st.BadPackets)
+	}
+	if n := s.qb.tail - s.qb.head; n != 0 || s.qb.readSlots != 1 {
+		t.Fatalf("responder queued %d responses with %d slots reserved, want 0 and 1", n, s.qb.readSlots)
+	}
+}

@@ -165,6 +165,10 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		m.Imm, m.HasImm = pk.Imm, true
 	}
 	if _, err := r.asm.Place(m, h.Offset, pk.Payload); err != nil {
+		if h.Kind == wire.KindReadReq {
+			r.reads[h.MsgID%uint32(len(r.reads))] = nil
+			q.readSlots--
+		}
 		q.stats.BadPackets++
 		return
 	}
@@ -218,11 +222,19 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, id, true
 		return false
 	}
+	i := id % uint32(len(r.reads))
+	if r.reads[i] != nil {
+		// A second request under a message ID already taken, at another
+		// PSN: not what a sender does. One reservation per ID, so that
+		// such packets cannot shrink the send queue.
+		q.stats.BadPackets++
+		return false
+	}
 	if !q.reserveRead() {
 		q.stats.NoBuffer++
 		return false
 	}
-	r.reads[id%uint32(len(r.reads))] = src
+	r.reads[i] = src
 	return true
 }
 
