@@ -255,6 +255,13 @@ func (c *Conn) WriteImm(ctx context.Context, data []byte, to transport.Remote, i
 	return c.call(ctx, func(ctx context.Context) error { return c.qp.WriteImm(ctx, data, to, imm) })
 }
 
+// Read reads len(into) bytes of the peer's region at from into into (see
+// transport.Conn.Read) and returns when they have all landed; a refused read
+// returns an error wrapping transport.ErrRemoteAccess.
+func (c *Conn) Read(ctx context.Context, into []byte, from transport.Remote) error {
+	return c.call(ctx, func(ctx context.Context) error { return c.qp.Read(ctx, into, from) })
+}
+
 // Recv returns the next received message. After the peer closed the
 // connection it returns the messages that arrived before, then io.EOF.
 func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {

@@ -284,6 +284,7 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 			{"duplicate", s.Duplicates}, {"out_of_window", s.OutOfWindow}, {"out_of_order", s.OutOfOrderDrops},
 			{"no_buffer", s.NoBuffer}, {"remote_access", s.RemoteAccessErrors}, {"bad", s.BadPackets},
 			{"rejected_ack", s.RejectedAcks}, {"rejected_nak", s.RejectedNaks}, {"rejected_cnp", s.RejectedCNPs},
+			{"rejected_read_response", s.RejectedReadResponses},
 		} {
 			i64(in.drops, d.v, with(ep, qp, reason(d.r)))
 		}

@@ -25,8 +25,30 @@ func (s *classicSender) encode(_ clock.Time, pk *wire.Packet, m *sendMsg, _ uint
 	q := s.q
 	write := m.wr.Op == OpWrite || m.wr.Op == OpWriteImm
 	imm := m.wr.Op == OpSendImm || m.wr.Op == OpWriteImm
-	pk.BTH.Opcode = classicOpcode(write, imm, first, last)
 	pk.BTH.AckReq = last || (uint32(p)-uint32(q.startPSN))%uint32(q.cfg.AckEvery) == 0
+	switch m.wr.Op {
+	case OpRead:
+		pk.BTH.Opcode = wire.OpReadRequest
+		return
+	case opReadResp:
+		pk.BTH.Opcode = readResponseOpcode(first, last)
+		// AETH on First, Last and Only: an ACK with the MSN of the READ.
+		pk.AETH = wire.AETH{Syndrome: wire.SyndromeAck | 0x1F, MSN: m.wr.Imm & psn.Mask}
+		return
+	}
+	pk.BTH.Opcode = classicOpcode(write, imm, first, last)
+}
+
+func readResponseOpcode(first, last bool) wire.Opcode {
+	switch {
+	case first && last:
+		return wire.OpReadResponseOnly
+	case first:
+		return wire.OpReadResponseFirst
+	case last:
+		return wire.OpReadResponseLast
+	}
+	return wire.OpReadResponseMiddle
 }
 
 func classicOpcode(write, imm, first, last bool) wire.Opcode {

@@ -1,5 +1,5 @@
 // Package transport is spray's reliable transport: queue pairs (QPs) that
-// carry messages and one-sided RDMA WRITEs between two hosts over any
+// carry messages and one-sided RDMA WRITEs and READs between two hosts over any
 // link.Link, with per-packet multipath spraying, out-of-order placement and
 // selective retransmit (the Spray profile), or classic RoCEv2 behaviour (the
 // RoCE profile: one path per QP, in-order reception, Go-Back-N).
@@ -31,7 +31,7 @@
 //
 // Endpoint runs an Engine on its own goroutine with the real clock and
 // offers the Go API: CreateQP, Connect (after exchanging QPInfo out of
-// band), blocking Send/Write/Recv calls that take a context, Post with a
+// band), blocking Send/Write/Read/Recv calls that take a context, Post with a
 // completion queue (CQ) for asynchronous use, and memory registration.
 //
 // # Engines and queues
@@ -89,6 +89,8 @@
 //     and every later packet, with a NAK remote access error. As in IBA the
 //     writer's QP then moves to the error state: the WRITE fails with
 //     ErrRemoteAccess, every other pending request with ErrQPFailed.
+//   - A READ (OpRead, Conn.Read) names a peer's region the same way and
+//     reads len(Data) bytes of it into Data; see "RDMA READ" below.
 //   - A peer that stops acknowledging fails the QP with ErrPeerUnreachable
 //     after Config.MaxRetries retransmission timeouts in a row; every pending
 //     and later request then fails with ErrQPFailed.
@@ -110,6 +112,65 @@
 //     fails or rewinds a QP. A spoofer who knows the QP number still has
 //     to guess a PSN within the window; a CNP carries no PSN, so one
 //     spoofed while RoCE data is in flight is taken.
+//
+// # RDMA READ
+//
+// A READ is a request from the requester and a response from the
+// responder, each carried by its sender's reliable machinery:
+//
+//   - The request is one packet in the requester's PSN sequence (RoCE: RDMA
+//     READ Request, opcode 0x0C, RETH with address, key and length; Spray:
+//     a data packet of kind ReadReq with RETH), acknowledged and resent like
+//     any data packet.
+//   - The responder checks the region when the request arrives: the key
+//     must name a registered region (not deregistered) with
+//     AccessRemoteRead, and the whole range must lie inside it. A refused
+//     READ reads nothing; the responder answers it, and every later packet,
+//     with a NAK remote access error, and the requester's READ fails with
+//     ErrRemoteAccess (its QP then fails, every other pending request with
+//     ErrQPFailed), exactly as for a WRITE.
+//   - The response is a message in the responder's own send queue and PSN
+//     sequence, queued once every message the requester sent before the
+//     READ has been executed (so a READ sees the WRITEs posted before it),
+//     and sent, paced, sprayed, acknowledged by the requester and resent
+//     by the responder's scoreboard like any data: RoCE: RDMA READ Response
+//     First/Middle/Last/Only (0x0D-0x10, AETH on First, Last and Only), in
+//     order, Go-Back-N; Spray: data packets of kind ReadResp naming the
+//     request by its message ID, sprayed over every path, placed out of
+//     order straight into the requester's buffer, acknowledged by SACK and
+//     resent selectively. A lost response packet is resent by the responder
+//     alone; the requester never re-issues a READ it has seen acknowledged,
+//     and a duplicate request is acknowledged, not executed again.
+//   - The responder reads the region as it sends (and resends) the
+//     response, as a RoCE NIC reads memory when it generates responses: a
+//     WRITE to the same bytes posted after the READ may land before the
+//     response reads them (IBA's fence; post the WRITE after the READ
+//     completes). The response takes a send queue slot of the responder
+//     (Config.SendQueue); a request that finds none is dropped, counted in
+//     NoBuffer, and resent by the requester.
+//   - A READ completes when its request is acknowledged and every byte of
+//     its response has landed, in posting order with the QP's other
+//     requests. The responder sees no completion. Until then Data belongs
+//     to the QP; a Conn.Read whose context ends first may still see bytes
+//     land afterwards.
+//   - A READ response is acted on only if it answers an outstanding READ:
+//     a response while none is outstanding, naming another request (Spray)
+//     or not fitting the READ's length or opcode sequence is dropped before
+//     it touches the window or the buffer, counted in
+//     QPStats.RejectedReadResponses; one outside the receive window counts
+//     in OutOfWindow (TestReadSpoofedResponse).
+//
+// Deviation from IBA in the RoCE profile: an RC requester numbers a READ
+// with as many PSNs as response packets, the responses carry those PSNs
+// and are not acknowledged, and a lost response makes the requester
+// re-issue the READ for the remaining range. Here the request takes one
+// requester PSN and the responses travel in the responder's own PSN
+// sequence, acknowledged by the requester (Acknowledge packets), so that
+// READs share the loss recovery, pacing and congestion control of the
+// rest of the traffic in both profiles. Opcodes, headers and the ICRC are
+// IBA's: tshark decodes requests and responses as RDMA READ
+// (TestReadXDPTshark in link/pcap), but a RoCE NIC cannot be the peer of
+// a READ.
 //
 // # Classic RoCE loss recovery
 //

@@ -481,6 +481,15 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	case comp := <-ch:
 		return comp.Err
 	case <-ctx.Done():
+		// A completion that arrived as ctx ended wins: select picks at
+		// random among ready cases, and a connection torn down right
+		// after the request completed (its drain saw nothing pending)
+		// must not report the request as cut short.
+		select {
+		case comp := <-ch:
+			return comp.Err
+		default:
+		}
 		c.s.submit(func() { delete(c.s.waiters, id) })
 		return ctx.Err()
 	}
@@ -507,6 +516,16 @@ func (c *Conn) Write(ctx context.Context, data []byte, to Remote) error {
 // WriteImm writes like Write, then gives the peer a completion with imm.
 func (c *Conn) WriteImm(ctx context.Context, data []byte, to Remote, imm uint32) error {
 	return c.exec(ctx, WorkRequest{Op: OpWriteImm, Data: data, Remote: to, Imm: imm})
+}
+
+// Read reads len(into) bytes of the peer's region at from into into (RDMA
+// READ) and returns when they have all landed. A read outside the region,
+// with a wrong key, of a region without read access or of one deregistered
+// reads nothing and returns an error wrapping ErrRemoteAccess (the QP then
+// fails, as for a WRITE). into belongs to the QP until Read returns; if
+// ctx ends first, the bytes may still land in it later.
+func (c *Conn) Read(ctx context.Context, into []byte, from Remote) error {
+	return c.exec(ctx, WorkRequest{Op: OpRead, Data: into, Remote: from})
 }
 
 // Message is a received message, or the notice of a WRITE with immediate

@@ -24,6 +24,9 @@ type goldenCase struct {
 	// stamp writes an INT hop record into the INT region of data frames.
 	ce    int
 	stamp bool
+	// reads is the number of RDMA READs A posts of B's memory after its
+	// other requests.
+	reads int
 	// frames is the SHA-256 of the frames, state that of the final
 	// counters and completions.
 	frames, state string
@@ -51,7 +54,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "d21e5cd369bc2ca3bd0a1aca907ef8ec197596112a71377c3c24fb23b62c8f82",
+		state:  "59000b2939a78f301fb229c92eee258959190f5fa1d1da58c1d767d742c96233",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -66,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "de3d1d4672cebb72615feb33424416b4619e11906002d6a5d4ce2c5e781bc99b",
+		state:  "20d72ace6ab23b4630490bd24464d43e8c5e3b35e78f06cf40899b2cf689dec9",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -78,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "6700931414cf5543065db95226b7bb7f391091462b70f206c959ac62c7215c75",
+		state:  "f7f801c86dc2e124dc154908497bde9a65ec4f6310f0fd43932a17de14494291",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -91,11 +94,31 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "2040a309685224c654b859cbafb48ef6bb3a436db6acf95a4392f3ce34cfae5a",
-		state:  "e58135b1e661d28cf6e5bfb4fc1af4a9fba1fb03d6d626585b1731b7fa6a7fcf",
+		state:  "b37320cae3b01614b52780a09857cbb87b68ea68d8a7440558cdb579238a67e2",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
 			need(t, "CNPs", s.qa.Stats().CNPsReceived)
+		},
+	}, {
+		name:   "spray-read",
+		mc:     lossy,
+		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond},
+		reads:  6,
+		frames: "7d86dac813c08a53bd30ebaa14d41b12a9deee19c9a9e096c36335bf2faae3b6",
+		state:  "b1da02a04344a71817958dc932c4e2cb371bee6c9fea3f24926edef0459335b7",
+		check: func(t *testing.T, s *simPair) {
+			need(t, "resent READ responses", s.qb.Stats().Retransmits)
+		},
+	}, {
+		name:   "roce-read",
+		mc:     lossy,
+		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
+		reads:  6,
+		frames: "974887108d30490d3d0e0a5956d07bf197e4f7e25901bb78c72e2c2b2ea10856",
+		state:  "d34fccfd59a1b32940ef239e7815250679dbc3207953b37cb0aa0c1a61c6f3a3",
+		check: func(t *testing.T, s *simPair) {
+			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
 	}}
 	for _, c := range cases {
@@ -162,6 +185,21 @@ func goldenRun(t *testing.T, c goldenCase) (string, string, *simPair) {
 			t.Fatal(err)
 		}
 	}
+	var reads [][]byte
+	var src []byte
+	var roffs []int
+	if c.reads > 0 {
+		src = randomMessages(rng, 3, 256<<10)[1]
+		rmr := s.eb.Register(src, AccessRemoteRead)
+		for j := range c.reads {
+			n := rng.IntN(len(src))
+			off := rng.IntN(len(src) - n + 1)
+			reads, roffs = append(reads, make([]byte, n)), append(roffs, off)
+			if err := s.qa.Post(WorkRequest{ID: uint64(len(ab) + j + 1), Op: OpRead, Data: reads[j], Remote: rmr.Remote(uint64(off))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	recvB := 0 // receive completions B expects: SENDs and WRITEs with immediate
 	for i := range ab {
 		if ops[i%len(ops)] != OpWrite {
@@ -181,7 +219,7 @@ func goldenRun(t *testing.T, c goldenCase) (string, string, *simPair) {
 				cb++
 			}
 		}
-		return ca == len(ab) && cb == len(ba) && len(s.cb)-cb == recvB && len(s.ca)-ca == len(ba)
+		return ca == len(ab)+len(reads) && cb == len(ba) && len(s.cb)-cb == recvB && len(s.ca)-ca == len(ba)
 	})
 	if err != nil {
 		t.Fatalf("%v (A: %d completions, B: %d)", err, len(s.ca), len(s.cb))
@@ -204,6 +242,11 @@ func goldenRun(t *testing.T, c goldenCase) (string, string, *simPair) {
 			t.Fatalf("message %d (%v) arrived corrupted", i, op)
 		}
 		i++
+	}
+	for j, b := range reads {
+		if hash(b) != hash(src[roffs[j]:roffs[j]+len(b)]) {
+			t.Fatalf("READ %d (%d bytes) returned other bytes", j, len(b))
+		}
 	}
 	frames := hex.EncodeToString(h.Sum(nil))
 	h.Reset()

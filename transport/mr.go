@@ -14,13 +14,12 @@ type Access uint8
 const (
 	// AccessRemoteWrite lets peers RDMA WRITE into the region.
 	AccessRemoteWrite Access = 1 << iota
-	// AccessRemoteRead lets peers RDMA READ from the region (reserved: READ
-	// is not implemented yet).
+	// AccessRemoteRead lets peers RDMA READ from the region.
 	AccessRemoteRead
 )
 
 // MR is a registered memory region: a byte slice that remote peers may
-// write into, named on the wire by its virtual address (Addr) and remote key.
+// write into or read from, as its Access allows, named on the wire by its virtual address (Addr) and remote key.
 // The zero value is not usable: get one from Engine.Register or
 // Endpoint.Register. Its fields do not change after registration; the bytes
 // of Buf change under remote writes, and a write-with-immediate completion
@@ -32,18 +31,19 @@ type MR struct {
 	Access Access
 }
 
-// Remote names a remote region, or a place inside it, for a WRITE.
+// Remote names a remote region, or a place inside it, for a WRITE or a READ.
 type Remote struct {
 	Addr uint64
 	RKey uint32
 }
 
-// Remote returns the address of Buf[off] for a peer to write to.
+// Remote returns the address of Buf[off] for a peer to write to or read from.
 func (m *MR) Remote(off uint64) Remote { return Remote{Addr: m.Addr + off, RKey: m.RKey} }
 
-// ErrRemoteAccess is the error of a WRITE that the peer refused: unknown
-// key, range outside the region, or no write permission (NAK remote access
-// error). Nothing was written.
+// ErrRemoteAccess is the error of a WRITE or READ that the peer refused:
+// unknown key (a deregistered region included), range outside the region,
+// or no write (read) permission (NAK remote access error). Nothing was
+// written (read).
 var ErrRemoteAccess = errors.New("transport: remote access error")
 
 // mrTable maps remote keys to regions. It is shared by every engine of an
@@ -160,4 +160,21 @@ func (t *mrTable) target(rkey uint32, opVA uint64, opLen uint32, off uint32, n i
 	}
 	s := start + uint64(off)
 	return mr.Buf[s : s+uint64(n)], true
+}
+
+// source returns the bytes [va, va+n) of the region with key rkey if they
+// lie inside it and it allows reads: what a READ request may read. The
+// response reads them as it is sent; a region deregistered meanwhile stays
+// readable by the responses already queued (Go memory, never freed under
+// them).
+func (t *mrTable) source(rkey uint32, va uint64, n uint32) ([]byte, bool) {
+	mr := (*t.m.Load())[rkey]
+	if mr == nil || mr.Access&AccessRemoteRead == 0 || va < mr.Addr {
+		return nil, false
+	}
+	start, size := va-mr.Addr, uint64(len(mr.Buf))
+	if start > size || uint64(n) > size-start {
+		return nil, false
+	}
+	return mr.Buf[start : start+uint64(n) : start+uint64(n)], true
 }

@@ -34,9 +34,16 @@ const (
 	// OpRecvImm completes a received message that carried an immediate, or
 	// a WRITE with immediate (then Data is nil and Len the bytes written).
 	OpRecvImm
+	// OpRead reads len(Data) bytes of the peer's registered region at
+	// Remote into Data (one-sided RDMA READ); the peer sees no completion.
+	OpRead
+
+	// opReadResp is the responder's answer to a READ, queued by the QP
+	// itself behind the requests posted before it; it completes nothing.
+	opReadResp
 )
 
-var opNames = [...]string{"?", "send", "send-imm", "write", "write-imm", "recv", "recv-imm"}
+var opNames = [...]string{"?", "send", "send-imm", "write", "write-imm", "recv", "recv-imm", "read", "read-resp"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {
@@ -49,9 +56,9 @@ func (o Op) String() string {
 // request completes: do not change it before then.
 type WorkRequest struct {
 	ID     uint64 // echoed in the completion
-	Op     Op     // OpSend, OpSendImm, OpWrite or OpWriteImm
-	Data   []byte
-	Remote Remote // target of a WRITE: the peer's region and address
+	Op     Op     // OpSend, OpSendImm, OpWrite, OpWriteImm or OpRead
+	Data   []byte // the bytes sent or written; for OpRead, where the bytes read land
+	Remote Remote // target of a WRITE, source of a READ: the peer's region and address
 	Imm    uint32
 }
 
@@ -62,7 +69,7 @@ type Completion struct {
 	Op   Op
 	Err  error  // nil on success
 	Data []byte // the message of OpRecv/OpRecvImm after a SEND; owned by the receiver
-	Len  int    // bytes sent, written or received
+	Len  int    // bytes sent, written, read or received
 	Imm  uint32 // valid for OpRecvImm
 }
 
@@ -111,7 +118,7 @@ type QPStats struct {
 	NoBuffer               uint64 // data packets dropped for lack of room (message bounds, receive queue)
 	AcksSent, AcksReceived uint64
 	NaksSent, NaksReceived uint64
-	RemoteAccessErrors     uint64 // WRITEs refused by this receiver
+	RemoteAccessErrors     uint64 // WRITEs and READs refused by this receiver
 	BadPackets             uint64 // wrong source, wrong profile, bad opcode sequence
 	ECNMarked              uint64 // CE-marked data packets received
 	CNPsSent, CNPsReceived uint64 // RoCEv2 congestion notifications (classic profile)
@@ -126,6 +133,10 @@ type QPStats struct {
 	// CNPs dropped because the QP sent no data they could be about. None
 	// of them changes the QP's state: they are what a blind spoofer sends.
 	RejectedAcks, RejectedNaks, RejectedCNPs uint64
+	// RejectedReadResponses counts READ responses dropped because they
+	// answer no READ this QP has outstanding, or do not fit the one they
+	// name (its length, or the order of the classic opcodes).
+	RejectedReadResponses uint64
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
 	// packet (Spray: every ACK, by its echoed timestamp less the time the
@@ -158,6 +169,8 @@ type sendMsg struct {
 	npkts  uint32
 	acked  uint32
 	err    error
+	// readDone: every byte of this READ's response has landed in wr.Data.
+	readDone bool
 }
 
 // QP is the sans-IO state machine of one reliable queue pair: a connection
@@ -199,9 +212,12 @@ type QP struct {
 	head     uint64 // oldest incomplete message
 	cursor   uint64 // next message to segment
 	tail     uint64 // next free slot
-	curOff   uint32
-	nextID   uint32
-	events   []retransmit.Event
+	// readSlots are slots reserved for the responses to READs received
+	// and not yet answered.
+	readSlots uint64
+	curOff    uint32
+	nextID    uint32
+	events    []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
@@ -353,21 +369,81 @@ func (q *QP) Post(wr WorkRequest) error {
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.err)
 	case q.state != stateReady:
 		return ErrNotConnected
-	case wr.Op < OpSend || wr.Op > OpWriteImm:
+	case (wr.Op < OpSend || wr.Op > OpWriteImm) && wr.Op != OpRead:
 		return fmt.Errorf("%w: cannot post %v", ErrInvalidRequest, wr.Op)
 	case int64(len(wr.Data)) > q.cfg.MaxMessageSize:
 		return fmt.Errorf("%w: %d bytes is more than MaxMessageSize %d", ErrInvalidRequest, len(wr.Data), q.cfg.MaxMessageSize)
-	case q.tail-q.head >= uint64(len(q.msgs)):
+	case q.tail-q.head+q.readSlots >= uint64(len(q.msgs)):
 		return ErrQueueFull
 	}
+	q.push(wr)
+	return nil
+}
+
+// push queues wr, for which there is room.
+func (q *QP) push(wr WorkRequest) {
 	n := (len(wr.Data) + q.seg - 1) / q.seg
-	if n == 0 {
-		n = 1
+	if n == 0 || wr.Op == OpRead {
+		n = 1 // a READ request is one packet
 	}
 	q.msgs[q.tail%uint64(len(q.msgs))] = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
 	q.nextID++
 	q.tail++
+}
+
+// reserveRead reserves a send queue slot for the response to a READ
+// request, or reports false when the queue has none: the responder then
+// drops the request, and the requester sends it again.
+func (q *QP) reserveRead() bool {
+	if q.tail-q.head+q.readSlots >= uint64(len(q.msgs)) {
+		return false
+	}
+	q.readSlots++
+	return true
+}
+
+// answerRead queues the response to a READ of src, for which reserveRead
+// reserved a slot, in the QP's own send sequence behind the messages
+// posted before it; tag is what the response carries to name its request
+// (Spray: the request's message ID; RoCE: the responder's MSN).
+func (q *QP) answerRead(src []byte, tag uint32) {
+	q.readSlots--
+	q.push(WorkRequest{Op: opReadResp, Data: src, Imm: tag})
+}
+
+// readFor returns the READ with message ID id whose request has been sent
+// and whose response has not all landed, or nil.
+func (q *QP) readFor(id uint32) *sendMsg {
+	// IDs and slots advance together (push): the message pushed back
+	// pushes ago holds ID nextID-back.
+	back := uint64(q.nextID - id)
+	if back == 0 || back > q.tail-q.head || q.tail-back >= q.cursor {
+		return nil
+	}
+	m := &q.msgs[(q.tail-back)%uint64(len(q.msgs))]
+	if m.wr.Op != OpRead || m.id != id || m.readDone {
+		return nil
+	}
+	return m
+}
+
+// nextRead returns the oldest READ whose request has been sent and whose
+// response has not all landed, or nil: the one the next classic READ
+// response answers (a responder answers READs in order).
+func (q *QP) nextRead() *sendMsg {
+	for i := q.head; i < q.cursor; i++ {
+		m := &q.msgs[i%uint64(len(q.msgs))]
+		if m.wr.Op == OpRead && !m.readDone {
+			return m
+		}
+	}
 	return nil
+}
+
+// readLanded completes READ m once its request is acknowledged too.
+func (q *QP) readLanded(m *sendMsg) {
+	m.readDone = true
+	q.completeSends()
 }
 
 // Pending reports the work requests posted and not yet completed.
@@ -383,7 +459,9 @@ func (q *QP) fail(err error) {
 	q.err = err
 	for ; q.head < q.tail; q.head++ {
 		m := &q.msgs[q.head%uint64(len(q.msgs))]
-		q.comps = append(q.comps, Completion{ID: m.wr.ID, QPN: q.qpn, Op: m.wr.Op, Err: fmt.Errorf("%w: %w", ErrQPFailed, err)})
+		if m.wr.Op != opReadResp {
+			q.comps = append(q.comps, Completion{ID: m.wr.ID, QPN: q.qpn, Op: m.wr.Op, Err: fmt.Errorf("%w: %w", ErrQPFailed, err)})
+		}
 		*m = sendMsg{}
 	}
 	q.cursor = q.tail
@@ -543,7 +621,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		return 0, err
 	}
 	q.curOff += uint32(q.seg)
-	if q.curOff >= m.length {
+	if q.curOff >= m.length || m.wr.Op == OpRead {
 		q.cursor++
 		q.curOff = 0
 	}
@@ -585,8 +663,13 @@ func (q *QP) encodeData(now clock.Time, buf []byte, m *sendMsg, off uint32, p ps
 	payload := m.wr.Data[off:end]
 	first, last := off == 0, end == m.length
 	pk.BTH.PSN = uint32(p)
-	if m.wr.Op == OpWrite || m.wr.Op == OpWriteImm {
+	switch m.wr.Op {
+	case OpWrite, OpWriteImm:
 		pk.RETH = wire.RETH{VA: m.wr.Remote.Addr, RKey: m.wr.Remote.RKey, Len: m.length}
+	case OpRead:
+		// The request names the range; the bytes come back in the response.
+		pk.RETH = wire.RETH{VA: m.wr.Remote.Addr, RKey: m.wr.Remote.RKey, Len: m.length}
+		payload, first, last = nil, true, true
 	}
 	pk.Imm = m.wr.Imm
 	q.snd.encode(now, pk, m, off, first, last, p)
@@ -718,11 +801,13 @@ func (q *QP) onEvents(now clock.Time) {
 func (q *QP) completeSends() {
 	for q.head < q.cursor {
 		m := &q.msgs[q.head%uint64(len(q.msgs))]
-		if m.acked < m.npkts {
+		if m.acked < m.npkts || (m.wr.Op == OpRead && !m.readDone) {
 			return
 		}
-		q.comps = append(q.comps, Completion{ID: m.wr.ID, QPN: q.qpn, Op: m.wr.Op, Err: m.err, Len: int(m.length)})
-		q.stats.MessagesSent++
+		if m.wr.Op != opReadResp {
+			q.comps = append(q.comps, Completion{ID: m.wr.ID, QPN: q.qpn, Op: m.wr.Op, Err: m.err, Len: int(m.length)})
+			q.stats.MessagesSent++
+		}
 		*m = sendMsg{}
 		q.head++
 	}

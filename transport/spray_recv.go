@@ -21,11 +21,17 @@ type sprayReceiver struct {
 	rxErr    uint8  // sticky responder error: NAK syndrome answered to every packet
 	rxErrMsg uint32 // the message that caused it
 
+	// reads holds the region bytes of each READ request received and
+	// not yet answered, at its message ID modulo its length (MaxMessages,
+	// the assembler's span of live IDs).
+	reads [][]byte
+
 	// last is the latest data packet received; echo the latest that
 	// carried INT records, echoSet whether it came since the last ACK:
 	// the ACK then reports that one (PSN, send time, entropy, hold time
 	// and records), else last without records.
 	last    lastData
+	lastSet bool // a data packet was received: last is set
 	echo    lastData
 	echoSet bool
 
@@ -57,6 +63,7 @@ func (r *sprayReceiver) connect(peer QPInfo) error {
 		return err
 	}
 	r.win, r.asm = win, asm
+	r.reads = make([][]byte, cfg.MaxMessages)
 	return nil
 }
 
@@ -76,6 +83,7 @@ func (r *sprayReceiver) onCE(clock.Time) { r.q.ackNow = true }
 
 func (r *sprayReceiver) note(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint64) {
 	r.last.psn, r.last.tx, r.last.arrive, r.last.entropy = p, tx, now, pk.UDP.Src
+	r.lastSet = true
 	if len(pk.INT) > 0 {
 		r.echo.psn, r.echo.tx, r.echo.arrive, r.echo.entropy = p, tx, now, pk.UDP.Src
 		r.echo.intLen = copy(r.echo.intBuf[:], pk.INT)
@@ -112,18 +120,34 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	}
 	h := &pk.Data
 	write := h.Kind == wire.KindWrite || h.Kind == wire.KindWriteImm
-	if !write && h.Kind != wire.KindSend && h.Kind != wire.KindSendImm {
+	var dst []byte
+	switch h.Kind {
+	case wire.KindSend, wire.KindSendImm, wire.KindWrite, wire.KindWriteImm:
+	case wire.KindReadReq:
+		if h.MsgLen != 0 || h.Offset != 0 || len(pk.Payload) != 0 {
+			q.stats.BadPackets++
+			return
+		}
+	case wire.KindReadResp:
+		// Placed straight into the buffer of the READ it names, which
+		// must be outstanding and of its length (TestReadSpoofedResponse).
+		rd := q.readFor(pk.Imm)
+		if rd == nil || rd.length != h.MsgLen || uint64(h.Offset)+uint64(len(pk.Payload)) > uint64(h.MsgLen) {
+			q.stats.RejectedReadResponses++
+			return
+		}
+		dst = rd.wr.Data[h.Offset : h.Offset+uint32(len(pk.Payload))]
+	default:
 		q.stats.BadPackets++
 		return
 	}
-	m, err := r.asm.Message(h.MsgID, h.MsgLen, !write)
+	m, err := r.asm.Message(h.MsgID, h.MsgLen, h.Kind == wire.KindSend || h.Kind == wire.KindSendImm)
 	if err != nil {
 		// Too many messages in progress, or not ours to take: drop
 		// without marking, so that the sender retransmits later.
 		q.stats.NoBuffer++
 		return
 	}
-	var dst []byte
 	if write {
 		var ok bool
 		dst, ok = q.mrs.target(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len, h.Offset, len(pk.Payload))
@@ -133,11 +157,18 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 			return
 		}
 	}
+	if h.Kind == wire.KindReadReq && !r.readReq(pk, h.MsgID) {
+		return
+	}
 	m.Kind = uint8(h.Kind)
-	if h.Kind == wire.KindSendImm || h.Kind == wire.KindWriteImm {
+	if h.Kind.HasImm() {
 		m.Imm, m.HasImm = pk.Imm, true
 	}
 	if _, err := r.asm.Place(m, h.Offset, pk.Payload); err != nil {
+		if h.Kind == wire.KindReadReq {
+			r.reads[h.MsgID%uint32(len(r.reads))] = nil
+			q.readSlots--
+		}
 		q.stats.BadPackets++
 		return
 	}
@@ -176,6 +207,37 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	r.deliver()
 }
 
+// readReq takes a new READ request (message id): it checks the region (a
+// refusal is the sticky NAK remote access error, as for a WRITE) and
+// reserves a send queue slot for the response, or reports false when the
+// request must be dropped (no slot: the requester resends it). The
+// response is queued when the request's turn comes (deliver), after every
+// message sent before it has landed, so that a READ sees the WRITEs posted
+// before it, as in RC (TestReadAfterWrite).
+func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
+	q := r.q
+	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
+	if !ok || int64(pk.RETH.Len) > q.cfg.MaxMessageSize {
+		q.stats.RemoteAccessErrors++
+		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, id, true
+		return false
+	}
+	i := id % uint32(len(r.reads))
+	if r.reads[i] != nil {
+		// A second request under a message ID already taken, at another
+		// PSN: not what a sender does. One reservation per ID, so that
+		// such packets cannot shrink the send queue.
+		q.stats.BadPackets++
+		return false
+	}
+	if !q.reserveRead() {
+		q.stats.NoBuffer++
+		return false
+	}
+	r.reads[i] = src
+	return true
+}
+
 // deliver completes, in order, the messages the assembler finished.
 func (r *sprayReceiver) deliver() {
 	q := r.q
@@ -191,6 +253,14 @@ func (r *sprayReceiver) deliver() {
 			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Data: m.Buf, Len: int(m.Len), Imm: m.Imm})
 		case wire.KindWriteImm:
 			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Len: int(m.Len), Imm: m.Imm})
+		case wire.KindReadResp:
+			if rd := q.readFor(m.Imm); rd != nil {
+				q.readLanded(rd)
+			}
+		case wire.KindReadReq:
+			i := m.ID % uint32(len(r.reads))
+			q.answerRead(r.reads[i], m.ID)
+			r.reads[i] = nil
 		}
 	}
 }
@@ -208,6 +278,13 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		CumPSN: uint32(r.win.Cum()), AckedPSN: uint32(e.psn), EchoTime: e.tx,
 		ECNCount: r.q.ecnCount, Entropy: e.entropy, SackWords: wire.MaxSackWords,
 		Syndrome: r.rxErr, MsgID: r.rxErrMsg,
+	}
+	if !r.lastSet {
+		// Nothing received yet (a NAK of the very first packet): echo
+		// the PSN before the first, which the sender's checks accept and
+		// its scoreboard ignores; not the refused packet, which would
+		// acknowledge it (TestReadRefused).
+		a.AckedPSN, a.EchoTime = uint32(r.win.Cum().Prev()), 0
 	}
 	if hold := now.Sub(e.arrive); hold > 0 && hold < time.Second {
 		a.HoldNs = uint32(hold)

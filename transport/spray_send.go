@@ -55,6 +55,10 @@ func (s *spraySender) encode(now clock.Time, pk *wire.Packet, m *sendMsg, off ui
 		pk.Data.Kind = wire.KindWrite
 	case OpWriteImm:
 		pk.Data.Kind = wire.KindWriteImm
+	case OpRead:
+		pk.Data.Kind, pk.Data.MsgLen = wire.KindReadReq, 0 // RETH has the length
+	case opReadResp:
+		pk.Data.Kind = wire.KindReadResp // ImmDt: the request's MsgID
 	}
 	if q.cfg.INTHops > 0 && s.wantINT(p, pk.BTH.AckReq) {
 		pk.Data.Flags = wire.FlagINT

@@ -1,5 +1,7 @@
 // Command twohosts moves a message each way between two endpoints, one per
-// host: one side listens, the other dials, both send and receive. Each side
+// host, and reads the peer's copy of it with an RDMA READ: one side listens,
+// the other dials; each registers its message for remote reading and sends
+// it with the region's name appended, then reads the peer's. Each side
 // names its own address; Open finds the interface that holds it and runs
 // AF_XDP there when it can (root), kernel UDP otherwise.
 //
@@ -18,6 +20,7 @@ import (
 	"net/netip"
 
 	"github.com/sprayfabric/spray"
+	"github.com/sprayfabric/spray/transport"
 )
 
 func main() {
@@ -25,24 +28,31 @@ func main() {
 	peer := flag.String("peer", "", "address of the listening side; empty: listen")
 	flag.Parse()
 	ctx := context.Background() // calls fail when the peer process ends
-	ep, err := spray.Open(ctx, spray.Options{Addr: netip.MustParseAddr(*addr)})
-	check(err)
+	ep := must(spray.Open(ctx, spray.Options{Addr: netip.MustParseAddr(*addr)}))
 	defer ep.Close()
 	var c *spray.Conn
 	if *peer == "" {
-		ln, err := ep.Listen("hello")
-		check(err)
-		c, err = ln.Accept(ctx)
-		check(err)
+		c = must(must(ep.Listen("hello")).Accept(ctx))
 	} else {
-		c, err = ep.Dial(ctx, *peer, "hello")
-		check(err)
+		c = must(ep.Dial(ctx, *peer, "hello"))
 	}
-	check(c.Send(ctx, []byte("hello from "+*addr)))
-	m, err := c.Recv(ctx)
-	check(err)
-	fmt.Printf("received %q\n", m.Data)
+	msg := []byte("hello from " + *addr)
+	mr := must(ep.Register(ctx, msg, transport.AccessRemoteRead))
+	check(c.Send(ctx, spray.AppendRemote(msg[:len(msg):len(msg)], mr.Remote(0))))
+	m := must(c.Recv(ctx)) // the peer's message, then its region's name
+	text, name := m.Data[:m.Len-spray.RemoteLen], m.Data[m.Len-spray.RemoteLen:]
+	fmt.Printf("received %q\n", text)
+	got := make([]byte, len(text))
+	check(c.Read(ctx, got, must(spray.ParseRemote(name))))
+	fmt.Printf("read %q\n", got)
+	check(c.Send(ctx, nil)) // done reading: the peer may go
+	must(c.Recv(ctx))
 	check(c.Close())
+}
+
+func must[T any](v T, err error) T {
+	check(err)
+	return v
 }
 
 func check(err error) {

@@ -64,7 +64,10 @@ func runTwoHosts(t *testing.T, hostB, hostA func(string, ...string) *exec.Cmd, a
 
 func checkEcho(t *testing.T, outB, outA, addrB, addrA string) {
 	t.Helper()
-	if outB != fmt.Sprintf("received %q\n", "hello from "+addrA) || outA != fmt.Sprintf("received %q\n", "hello from "+addrB) {
+	want := func(peer string) string {
+		return fmt.Sprintf("received %q\nread %q\n", "hello from "+peer, "hello from "+peer)
+	}
+	if outB != want(addrA) || outA != want(addrB) {
 		t.Fatalf("listening side printed %q, dialling side %q", outB, outA)
 	}
 }

@@ -262,3 +262,40 @@ func toolLines(out []byte) []string {
 	}
 	return strings.Split(s, "\n")
 }
+
+// TsharkOpcodeNames runs tshark's detailed dissection on the pcap file at
+// path and counts the frames by the name Wireshark's InfiniBand dissector
+// gives their BTH opcode, without the transport prefix: "RC RDMA Read
+// Request" for "Reliable Connection (RC) - RDMA READ Request" (Wireshark's
+// capitalisation varies between releases; the names are normalised to
+// title case words). Without tshark it returns an error wrapping
+// ErrToolMissing.
+func TsharkOpcodeNames(path string) (map[string]int, error) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		return nil, fmt.Errorf("%w: tshark (Debian package tshark): %v", ErrToolMissing, err)
+	}
+	out, err := runTool(tshark, "-r", path, "-n", "-d", "udp.port==4791,infiniband", "-V", "-O", "infiniband")
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]int{}
+	for _, line := range toolLines(out) {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, "Opcode: Reliable Connection (RC) - ")
+		if !ok {
+			continue
+		}
+		if i := strings.LastIndex(rest, " ("); i > 0 {
+			rest = rest[:i]
+		}
+		words := strings.Fields(rest)
+		for i, w := range words {
+			if w != "RDMA" && w != "ACK" && w != "SEND" {
+				words[i] = strings.ToUpper(w[:1]) + strings.ToLower(w[1:])
+			}
+		}
+		names["RC "+strings.Join(words, " ")]++
+	}
+	return names, nil
+}

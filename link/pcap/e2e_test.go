@@ -24,7 +24,7 @@ import (
 // The MAC addresses of the pair's ports.
 var macA, macB = transporttest.MACA, transporttest.MACB
 
-// transfer runs a few SENDs and WRITEs from A to B between two engines over
+// transfer runs a few SENDs, WRITEs and READs from A to B between two engines over
 // a link/mem fabric under a simulated clock (a transporttest.Pair), with A's
 // link wrapped by Wrap on wa and B's on wb, and checks that every message
 // arrives intact.
@@ -42,7 +42,7 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *pcap
 		})
 	ea, eb, qa := p.A, p.B, p.QA
 	region := make([]byte, 64<<10)
-	mr := eb.Register(region, transport.AccessRemoteWrite)
+	mr := eb.Register(region, transport.AccessRemoteWrite|transport.AccessRemoteRead)
 
 	rng := rand.New(rand.NewPCG(seed, uint64(profile)))
 	msg := func(n int) []byte {
@@ -65,6 +65,11 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *pcap
 	wrs = append(wrs,
 		transport.WorkRequest{ID: uint64(len(wrs) + 1), Op: transport.OpWrite, Data: write[:100], Remote: mr.Remote(0)},
 		transport.WorkRequest{ID: uint64(len(wrs) + 2), Op: transport.OpWriteImm, Data: write, Remote: mr.Remote(100), Imm: 7})
+	// READs of what the WRITEs wrote: one response packet, and many.
+	reads := [][]byte{make([]byte, 100), make([]byte, len(write))}
+	wrs = append(wrs,
+		transport.WorkRequest{ID: uint64(len(wrs) + 1), Op: transport.OpRead, Data: reads[0], Remote: mr.Remote(0)},
+		transport.WorkRequest{ID: uint64(len(wrs) + 2), Op: transport.OpRead, Data: reads[1], Remote: mr.Remote(100)})
 	for _, wr := range wrs {
 		if err := qa.Post(wr); err != nil {
 			t.Fatal(err)
@@ -94,6 +99,9 @@ func transfer(t *testing.T, seed uint64, profile transport.Profile, wa, wb *pcap
 	}
 	if !bytes.Equal(region[:100], write[:100]) || !bytes.Equal(region[100:100+len(write)], write) {
 		t.Fatalf("%v: the WRITEs did not land intact", profile)
+	}
+	if !bytes.Equal(reads[0], write[:100]) || !bytes.Equal(reads[1], write) {
+		t.Fatalf("%v: the READs returned other bytes", profile)
 	}
 	for _, e := range []*transport.Engine{ea, eb} {
 		if s := e.Stats(); s.Malformed() != 0 {
@@ -194,6 +202,27 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if len(fields) != len(ra) {
 			t.Fatalf("tshark found a BTH in %d of %d frames", len(fields), len(ra))
+		}
+		// The classic READs: a request, and responses Only, First, Middle
+		// and Last, as tshark names the opcodes.
+		seen := map[wire.Opcode]int{}
+		for _, f := range fields {
+			seen[f.Opcode]++
+		}
+		for _, op := range []wire.Opcode{wire.OpReadRequest, wire.OpReadResponseFirst, wire.OpReadResponseMiddle, wire.OpReadResponseLast, wire.OpReadResponseOnly} {
+			if seen[op] == 0 {
+				t.Fatalf("tshark saw no %v", op)
+			}
+		}
+		names, err := wirecheck.TsharkOpcodeNames(pathA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tshark names %v", names)
+		for _, want := range []string{"RC RDMA Read Request", "RC RDMA Read Response First", "RC RDMA Read Response Middle", "RC RDMA Read Response Last", "RC RDMA Read Response Only"} {
+			if names[want] == 0 {
+				t.Fatalf("tshark named no frame %q; it named %v", want, names)
+			}
 		}
 		t.Logf("tshark reads the opcode, QP and PSN of all %d frames as spray does", len(fields))
 	})

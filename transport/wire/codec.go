@@ -310,7 +310,7 @@ func decodeData(rest []byte, p *Packet) ([]byte, error) {
 	d.INTMax = rest[14]
 	d.TxTime = binary.BigEndian.Uint64(rest[16:])
 	rest = rest[DataHdrLen:]
-	if d.Kind > KindReadResp {
+	if d.Kind > KindReadReq {
 		return nil, errDataKind
 	}
 	if d.Flags&^FlagINT != 0 {
@@ -485,7 +485,7 @@ func validate(p *Packet, n int) error {
 	switch op {
 	case OpSprayData:
 		d := &p.Data
-		if d.Kind > KindReadResp {
+		if d.Kind > KindReadReq {
 			return fmt.Errorf("%w: spray data kind %d", ErrBadHeader, d.Kind)
 		}
 		if d.Flags&^FlagINT != 0 {

@@ -96,21 +96,36 @@
 // ErrBadOpcode. A payload is followed by PadCnt zero bytes that make it a
 // multiple of 4, then the 4-byte ICRC.
 //
+// The transport's RoCE profile sends an RDMA READ Request as one PSN of the
+// requester's sequence and the READ Responses (AETH: ACK syndrome and the
+// responder's MSN on First, Last and Only) as a message in the responder's
+// own PSN sequence, acknowledged by the requester like any data; see
+// package transport, "RDMA READ".
+//
 // spray Data header (24 bytes), after the BTH of OpSprayData:
 //
 //	off size field
 //	  0    4 MsgID: per-QP message sequence number
 //	  4    4 Offset: byte offset of this payload in the message
 //	  8    4 MsgLen: length of the whole message
-//	 12    1 Kind: 0 Send, 1 SendImm, 2 Write, 3 WriteImm, 4 ReadResp
+//	 12    1 Kind: 0 Send, 1 SendImm, 2 Write, 3 WriteImm, 4 ReadResp, 5 ReadReq
 //	 13    1 Flags: bit 0 FlagINT; other bits must be 0
 //	 14    1 INTMax: hop slots reserved (0-8); 0 without FlagINT
 //	 15    1 reserved, 0
 //	 16    8 TxTime: sender's transmit timestamp, ns
 //
 // It is followed by the INT region if Flags has FlagINT, then RETH for
-// KindWrite and KindWriteImm, then ImmDt for KindSendImm and KindWriteImm,
-// then the payload.
+// KindWrite, KindWriteImm and KindReadReq, then ImmDt for KindSendImm,
+// KindWriteImm and KindReadResp, then the payload (OpKind.HasRETH, HasImm).
+//
+// RDMA READ in spray: a READ request is one data packet of KindReadReq in
+// the requester's PSN and message sequence (MsgID its message, MsgLen and
+// Offset 0, no payload) whose RETH names the region read (VA, R_Key, DMA
+// length). The responder answers with a message of its own: data packets
+// of KindReadResp in the responder's PSN and message sequence (MsgID,
+// Offset and MsgLen of the response, MsgLen the DMA length), whose ImmDt is
+// the MsgID of the request answered. Both directions are acknowledged and
+// repaired like any data (SACK, selective resend).
 //
 // INT region (4 + 24*INTMax bytes, at INTShimOff = 36 bytes from the BTH):
 // the shim, then INTMax hop slots that switches fill in place, slot i at

@@ -138,7 +138,7 @@ func allKinds(r *rand.Rand, nv netVariant, maxPayload int) []kase {
 	p.BTH.BECN = true
 	add("CNP", p, nil)
 
-	for k := KindSend; k <= KindReadResp; k++ {
+	for k := KindSend; k <= KindReadReq; k++ {
 		for _, ints := range [][2]int{{-1, 0}, {0, 0}, {1 + r.IntN(MaxINTHops), 0}, {MaxINTHops, r.IntN(MaxINTHops + 1)}, {MaxINTHops, MaxINTHops}} {
 			p := lower(r, nv, OpSprayData)
 			p.Data = Data{MsgID: r.Uint32(), Offset: r.Uint32(), MsgLen: r.Uint32(), Kind: k, TxTime: r.Uint64()}

@@ -89,11 +89,19 @@ func (k OpKind) String() string {
 		return "WriteImm"
 	case KindReadResp:
 		return "ReadResp"
+	case KindReadReq:
+		return "ReadReq"
 	}
 	return "OpKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// kindRETH and kindImm say which of RETH and ImmDt follow a spray data
-// header (and its INT region) for each kind.
-func kindRETH(k OpKind) bool { return k == KindWrite || k == KindWriteImm }
-func kindImm(k OpKind) bool  { return k == KindSendImm || k == KindWriteImm }
+// HasRETH reports whether a RETH follows the spray data header (and its
+// INT region) of kind k: KindWrite, KindWriteImm and KindReadReq.
+func (k OpKind) HasRETH() bool { return k == KindWrite || k == KindWriteImm || k == KindReadReq }
+
+// HasImm reports whether ImmDt follows the spray data header (and RETH) of
+// kind k: KindSendImm, KindWriteImm and KindReadResp.
+func (k OpKind) HasImm() bool { return k == KindSendImm || k == KindWriteImm || k == KindReadResp }
+
+func kindRETH(k OpKind) bool { return k.HasRETH() }
+func kindImm(k OpKind) bool  { return k.HasImm() }

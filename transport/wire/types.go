@@ -44,7 +44,8 @@ const (
 	KindSendImm  OpKind = 1
 	KindWrite    OpKind = 2
 	KindWriteImm OpKind = 3
-	KindReadResp OpKind = 4
+	KindReadResp OpKind = 4 // ImmDt: the MsgID of the READ request it answers
+	KindReadReq  OpKind = 5 // RETH: the region read; no payload
 )
 
 // AETH syndromes (IBA 9.7.5.1). A syndrome whose top three bits are 011 is a

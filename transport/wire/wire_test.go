@@ -483,7 +483,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "INTHops 9", op: OpSprayAck, edit: func(f []byte, o offs) { f[o.bth+12+34] = 9 }, fix: true, want: ErrBadHeader},
 		{name: "INTHops beyond", op: OpSprayAck, edit: func(f []byte, o offs) { f[o.bth+12+34] = 2 }, fix: true, want: ErrTruncated},
 		{name: "ACK PSN 25 bits", op: OpSprayAck, edit: func(f []byte, o offs) { f[o.bth+12] = 1 }, fix: true, want: ErrBadHeader},
-		{name: "data kind", op: OpSprayData, pl: 4, edit: func(f []byte, o offs) { f[o.bth+12+12] = 5 }, fix: true, want: ErrBadHeader},
+		{name: "data kind", op: OpSprayData, pl: 4, edit: func(f []byte, o offs) { f[o.bth+12+12] = 6 }, fix: true, want: ErrBadHeader},
 		{name: "data flags", op: OpSprayData, pl: 4, edit: func(f []byte, o offs) { f[o.bth+12+13] |= 0x80 }, fix: true, want: ErrBadHeader},
 		{name: "INTMax 9", op: OpSprayData, pl: 4, edit: func(f []byte, o offs) { f[o.bth+12+14] = 9 }, want: ErrBadHeader},
 		{name: "INTMax beyond", op: OpSprayData, pl: 4, edit: func(f []byte, o offs) { f[o.bth+12+14] = 5 }, want: ErrTruncated},
@@ -579,7 +579,7 @@ func TestEncodeErrors(t *testing.T) {
 			p.INT = make([]byte, 9*HopLen)
 		}, 0, 400, ErrBadHeader},
 		{"ACK PSN", func(p *Packet) { p.BTH.Opcode = OpSprayAck; p.Ack = Ack{SackWords: 1, CumPSN: 1 << 24} }, 0, 200, ErrBadHeader},
-		{"data kind", func(p *Packet) { p.BTH.Opcode = OpSprayData; p.Data.Kind = 5 }, 0, 200, ErrBadHeader},
+		{"data kind", func(p *Packet) { p.BTH.Opcode = OpSprayData; p.Data.Kind = 6 }, 0, 200, ErrBadHeader},
 		{"data flags", func(p *Packet) { p.BTH.Opcode = OpSprayData; p.Data.Flags = 2 }, 0, 200, ErrBadHeader},
 		{"INTMax 9", func(p *Packet) { p.BTH.Opcode = OpSprayData; p.Data.Flags = FlagINT; p.Data.INTMax = 9 }, 0, 400, ErrBadHeader},
 		{"INTMax no flag", func(p *Packet) { p.BTH.Opcode = OpSprayData; p.Data.INTMax = 1 }, 0, 400, ErrBadHeader},

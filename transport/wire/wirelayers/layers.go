@@ -289,10 +289,10 @@ func (d *Data) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 
 // afterINT returns the layer after a data header and its INT region.
 func afterINT(k wire.OpKind, rest []byte) gopacket.LayerType {
-	switch k {
-	case wire.KindWrite, wire.KindWriteImm:
+	switch {
+	case k.HasRETH():
 		return LayerTypeRETH
-	case wire.KindSendImm:
+	case k.HasImm():
 		return LayerTypeImmDt
 	}
 	return payloadOrZero(rest)
@@ -417,10 +417,10 @@ func decodeRoCE(data []byte, pb gopacket.PacketBuilder) error {
 		if d.Flags&wire.FlagINT != 0 {
 			chain[n], n = &INT{}, n+1
 		}
-		if d.Kind == wire.KindWrite || d.Kind == wire.KindWriteImm {
+		if d.Kind.HasRETH() {
 			chain[n], n = &RETH{}, n+1
 		}
-		if d.Kind == wire.KindSendImm || d.Kind == wire.KindWriteImm {
+		if d.Kind.HasImm() {
 			chain[n], n = &ImmDt{}, n+1
 		}
 	case op == wire.OpSprayAck:

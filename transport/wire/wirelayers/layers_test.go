@@ -77,16 +77,16 @@ func kinds(r *rand.Rand, v6 bool) []kase {
 	add(wire.OpReadResponseOnly, pl(), nil, A, P)
 	add(wire.OpAcknowledge, nil, nil, A)
 	add(wire.OpCNP, nil, nil, C)
-	for k := wire.KindSend; k <= wire.KindReadResp; k++ {
+	for k := wire.KindSend; k <= wire.KindReadReq; k++ {
 		for _, withINT := range []bool{false, true} {
 			want := []gopacket.LayerType{LayerTypeData}
 			if withINT {
 				want = append(want, LayerTypeINT)
 			}
-			if k == wire.KindWrite || k == wire.KindWriteImm {
+			if k.HasRETH() {
 				want = append(want, R)
 			}
-			if k == wire.KindSendImm || k == wire.KindWriteImm {
+			if k.HasImm() {
 				want = append(want, I)
 			}
 			add(wire.OpSprayData, pl(), func(p *wire.Packet) {
@@ -257,7 +257,7 @@ func TestDecodingLayerParser(t *testing.T) {
 		switch {
 		case k.p.BTH.Opcode == wire.OpWriteOnlyImm:
 			continue // documented: RETH cannot know that ImmDt follows
-		case k.p.BTH.Opcode == wire.OpSprayData && (k.p.Data.Kind == wire.KindWriteImm || (k.p.Data.Flags != 0 && k.p.Data.Kind != wire.KindSend && k.p.Data.Kind != wire.KindReadResp)):
+		case k.p.BTH.Opcode == wire.OpSprayData && (k.p.Data.Kind == wire.KindWriteImm || (k.p.Data.Flags != 0 && (k.p.Data.Kind.HasRETH() || k.p.Data.Kind.HasImm()))):
 			continue // same for INT followed by RETH or ImmDt
 		}
 		buf := make([]byte, wire.FrameLen(&k.p, len(k.payload)))
