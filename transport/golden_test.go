@@ -103,7 +103,7 @@ func TestGoldenCapture(t *testing.T) {
 	}, {
 		name:   "spray-read",
 		mc:     lossy,
-		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond},
+		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
 		frames: "7d86dac813c08a53bd30ebaa14d41b12a9deee19c9a9e096c36335bf2faae3b6",
 		state:  "b1da02a04344a71817958dc932c4e2cb371bee6c9fea3f24926edef0459335b7",

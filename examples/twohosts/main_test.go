@@ -35,7 +35,7 @@ func runTwoHosts(t *testing.T, hostB, hostA func(string, ...string) *exec.Cmd, a
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	var ob, eb bytes.Buffer
-	b := hostB(bin, "-addr", addrB)
+	b := hostB(bin, addrB)
 	b.Stdout, b.Stderr = &ob, &eb
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func runTwoHosts(t *testing.T, hostB, hostA func(string, ...string) *exec.Cmd, a
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var oa, ea bytes.Buffer
-		a := hostA(bin, "-addr", addrA, "-peer", addrB)
+		a := hostA(bin, addrA, addrB)
 		a.Stdout, a.Stderr = &oa, &ea
 		err := a.Run()
 		if err == nil {
@@ -65,7 +65,7 @@ func runTwoHosts(t *testing.T, hostB, hostA func(string, ...string) *exec.Cmd, a
 func checkEcho(t *testing.T, outB, outA, addrB, addrA string) {
 	t.Helper()
 	want := func(peer string) string {
-		return fmt.Sprintf("received %q\nread %q\n", "hello from "+peer, "hello from "+peer)
+		return fmt.Sprintf("received %q, read %q\n", "hello from "+peer, "hello from "+peer)
 	}
 	if outB != want(addrA) || outA != want(addrB) {
 		t.Fatalf("listening side printed %q, dialling side %q", outB, outA)
