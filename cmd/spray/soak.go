@@ -232,9 +232,12 @@ func soak(ctx context.Context, d time.Duration, seed uint64, paths transport.Pat
 				// The peer dies in the middle: the survivor must fail
 				// with an error well before the round's deadline.
 				rep.Restarts++
+				// Drawn here, not in the goroutine: rng is not safe for
+				// concurrent use, and a replay needs the draws in order.
+				pc := bench.PerfConfig{MsgSize: 1 << 20, Total: 1 << 30, Pings: -1, Seed: rng.Uint64()}
 				done := make(chan error, 1)
 				go func() {
-					_, err := bench.RunEndpoints(rctx, a, b, bench.PerfConfig{MsgSize: 1 << 20, Total: 1 << 30, Pings: -1, Seed: rng.Uint64()})
+					_, err := bench.RunEndpoints(rctx, a, b, pc)
 					done <- err
 				}()
 				time.Sleep(time.Duration(5+rng.IntN(100)) * time.Millisecond)
