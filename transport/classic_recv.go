@@ -51,6 +51,10 @@ func (r *classicReceiver) takes(op wire.Opcode) bool {
 
 func (r *classicReceiver) held() uint64 { return 0 }
 
+// deliver has nothing to do: a message completes into the receive queue or
+// its first packet is refused.
+func (r *classicReceiver) deliver() {}
+
 // onCE owes the sender a CNP, at most one per the generator's interval.
 func (r *classicReceiver) onCE(now clock.Time) {
 	if r.cnp.OnCE(now) {

@@ -58,6 +58,12 @@ type receiver interface {
 	ackSent()
 	// held is the number of data packets held ahead of a hole.
 	held() uint64
+	// deliver moves the messages the receiver finished while the QP's
+	// receive queue was full into the room the reader has made since
+	// (popRecv calls it): they hold the receiver's message slots, so
+	// waiting for the next packet would wait forever, every later
+	// packet being refused for want of a slot (TestSlowReaderResumes).
+	deliver()
 }
 
 // inWindow reports whether p lies in [una-window, una+hi]: the PSNs an

@@ -488,6 +488,7 @@ func (q *QP) popRecv() (Completion, bool) {
 	q.recvq[q.recvHead] = Completion{}
 	q.recvHead = (q.recvHead + 1) % len(q.recvq)
 	q.recvLen--
+	q.rcv.deliver()
 	return c, true
 }
 

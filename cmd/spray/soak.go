@@ -132,7 +132,13 @@ func soakFabric(rng *rand.Rand, flapping *atomic.Bool) mem.Config {
 	case 1:
 		c.Loss = rng.Float64() * 0.02
 	case 2:
-		c.BurstLoss, c.BurstLen = rng.Float64()*0.002, 2+rng.IntN(30)
+		// A burst ends after its frames or 1 ms, whichever comes first:
+		// counted in frames only, a burst that catches a sender with
+		// nothing left to send but resends swallows one resend per
+		// timeout, and one of a few dozen frames outlasts the QP's
+		// MaxRetries timeouts: a link down for seconds, which is what
+		// the flaps (up to 40 ms) model, not a loss burst.
+		c.BurstLoss, c.BurstLen, c.BurstTime = rng.Float64()*0.002, 2+rng.IntN(30), time.Millisecond
 	case 3:
 		c.Loss = rng.Float64() * 0.005
 		c.Reorder, c.ReorderDelay = rng.Float64()*0.1, time.Duration(10+rng.IntN(100))*time.Microsecond
@@ -232,9 +238,12 @@ func soak(ctx context.Context, d time.Duration, seed uint64, paths transport.Pat
 				// The peer dies in the middle: the survivor must fail
 				// with an error well before the round's deadline.
 				rep.Restarts++
+				// Drawn here, not in the goroutine: rng is not safe for
+				// concurrent use, and a replay needs the draws in order.
+				pc := bench.PerfConfig{MsgSize: 1 << 20, Total: 1 << 30, Pings: -1, Seed: rng.Uint64()}
 				done := make(chan error, 1)
 				go func() {
-					_, err := bench.RunEndpoints(rctx, a, b, bench.PerfConfig{MsgSize: 1 << 20, Total: 1 << 30, Pings: -1, Seed: rng.Uint64()})
+					_, err := bench.RunEndpoints(rctx, a, b, pc)
 					done <- err
 				}()
 				time.Sleep(time.Duration(5+rng.IntN(100)) * time.Millisecond)

@@ -6,10 +6,11 @@
 // time, or under clock.NewSystem() for tests with real goroutines and
 // blocking Waits. A Fabric switches frames by destination MAC (bytes 0-5 of
 // the frame) and injects the faults its Config asks for: random and burst
-// (Gilbert-Elliott) loss, duplication, reordering, propagation delay and
-// jitter, a serialization rate per destination port with a bounded tail-drop
-// queue, a blackhole (link down) and a caller's Filter for targeted loss. The
-// faults can be changed while frames are in flight (SetLoss, Blackhole, ...).
+// (Gilbert-Elliott, with bursts optionally bounded in time) loss,
+// duplication, reordering, propagation delay and jitter, a serialization rate
+// per destination port with a bounded tail-drop queue, a blackhole (link
+// down) and a caller's Filter for targeted loss. The faults can be changed
+// while frames are in flight (SetLoss, Blackhole, ...).
 //
 // Frames are not copied: the buffer a sender gets from Alloc travels to the
 // receiver, which hands it back with Release; it then returns to the

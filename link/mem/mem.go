@@ -58,6 +58,13 @@ type Config struct {
 	// mean BurstLen (0 or 1: one frame). The state is kept per sending port.
 	BurstLoss float64
 	BurstLen  int
+	// BurstTime, when positive, also ends a burst once it has lasted that
+	// long (the frame that finds it over draws afresh): a loss burst on a
+	// real link lasts a time, while a count of frames never runs out for a
+	// sender that, losing everything, slows to one resend per timeout, so
+	// that a long enough burst fails any reliable sender (TestBurstTime).
+	// 0 bounds bursts by BurstLen only.
+	BurstTime time.Duration
 
 	// Dup is the probability that a frame is delivered twice. The copy is
 	// queued and delayed independently of the original.
@@ -115,8 +122,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BurstLen < 0:
 		return fmt.Errorf("%w: BurstLen = %d < 0", ErrConfig, c.BurstLen)
-	case c.ReorderDelay < 0 || c.Delay < 0 || c.Jitter < 0:
-		return fmt.Errorf("%w: negative duration (ReorderDelay %v, Delay %v, Jitter %v)", ErrConfig, c.ReorderDelay, c.Delay, c.Jitter)
+	case c.ReorderDelay < 0 || c.Delay < 0 || c.Jitter < 0 || c.BurstTime < 0:
+		return fmt.Errorf("%w: negative duration (ReorderDelay %v, Delay %v, Jitter %v, BurstTime %v)", ErrConfig, c.ReorderDelay, c.Delay, c.Jitter, c.BurstTime)
 	case !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 0):
 		return fmt.Errorf("%w: Bandwidth = %v, want a finite rate >= 0", ErrConfig, c.Bandwidth)
 	case c.QueueBytes < 0:
@@ -144,7 +151,7 @@ func nonneg(d time.Duration) time.Duration { return max(d, 0) }
 func (c Config) normalize() Config {
 	c.Loss, c.BurstLoss, c.Dup, c.Reorder = prob(c.Loss), prob(c.BurstLoss), prob(c.Dup), prob(c.Reorder)
 	c.BurstLen = max(c.BurstLen, 1)
-	c.ReorderDelay, c.Delay, c.Jitter = nonneg(c.ReorderDelay), nonneg(c.Delay), nonneg(c.Jitter)
+	c.ReorderDelay, c.Delay, c.Jitter, c.BurstTime = nonneg(c.ReorderDelay), nonneg(c.Delay), nonneg(c.Jitter), nonneg(c.BurstTime)
 	if !(c.Bandwidth > 0) || math.IsInf(c.Bandwidth, 0) {
 		c.Bandwidth = 0
 	}
@@ -435,7 +442,8 @@ type Port struct {
 	rxq     []entry // min-heap on (due, ord)
 	lastSeq []uint64
 	rng     *rand.Rand
-	burst   bool // Gilbert-Elliott bad state
+	burst   bool       // Gilbert-Elliott bad state
+	burstAt clock.Time // when the burst began
 	busy    clock.Time
 	busyF   float64 // fraction of a nanosecond after busy
 	down    bool
@@ -660,7 +668,7 @@ func (f *Fabric) transmit(src *Port, b uint32, n int, now clock.Time) {
 		src.put(b)
 		return
 	}
-	if src.lose() {
+	if src.lose(now) {
 		f.stats.Lost++
 		src.put(b)
 		return
@@ -680,10 +688,13 @@ func (f *Fabric) transmit(src *Port, b uint32, n int, now clock.Time) {
 }
 
 // lose draws the random and burst loss of one frame sent by p.
-func (p *Port) lose() bool {
+func (p *Port) lose(now clock.Time) bool {
 	c := &p.fab.cfg
+	if p.burst && c.BurstTime > 0 && now.Sub(p.burstAt) >= c.BurstTime {
+		p.burst = false
+	}
 	if !p.burst && c.BurstLoss > 0 && p.rng.Float64() < c.BurstLoss {
-		p.burst = true
+		p.burst, p.burstAt = true, now
 	}
 	if p.burst {
 		if c.BurstLen <= 1 || p.rng.IntN(c.BurstLen) == 0 {

@@ -236,6 +236,43 @@ func TestLossRate(t *testing.T) {
 	}
 }
 
+// TestBurstTime: a burst ends once it has lasted BurstTime, however few
+// frames it took: a sender that goes quiet for longer than that finds the
+// link good again. Without BurstTime the same burst (a mean of a million
+// frames) takes every frame.
+func TestBurstTime(t *testing.T) {
+	for _, bt := range []time.Duration{0, time.Millisecond} {
+		t.Run(bt.String(), func(t *testing.T) {
+			f, clk, ports := simFabric(t, Config{Seed: testutil.Seed(t), BurstLoss: 0.01, BurstLen: 1 << 20, BurstTime: bt, Frames: 64}, 2)
+			got := 0
+			const n = 2000
+			for i := range n {
+				sendOne(t, ports[0], macOf(1), uint64(i), 64)
+				drain(t, ports[1], func([]byte) { got++ })
+				clk.Advance(100 * time.Microsecond) // ten frames per BurstTime
+			}
+			lost := int(f.Stats().Lost)
+			t.Logf("%d delivered, %d lost", got, lost)
+			if got+lost != n {
+				t.Fatalf("%d delivered + %d lost, sent %d", got, lost, n)
+			}
+			if bt == 0 {
+				// The first burst begins within the first few hundred
+				// frames and never ends.
+				if got > n/2 {
+					t.Fatalf("%d of %d frames delivered with unbounded bursts", got, n)
+				}
+				return
+			}
+			// Bursts begin at 1% of frames and last ten frames: about 9%
+			// lost.
+			if lost == 0 || lost > n/5 {
+				t.Fatalf("%d of %d frames lost with %v bursts", lost, n, bt)
+			}
+		})
+	}
+}
+
 func TestBurstLoss(t *testing.T) {
 	const n, p, L = 200000, 0.002, 8
 	f, _, ports := simFabric(t, Config{Seed: testutil.Seed(t), BurstLoss: p, BurstLen: L, Frames: 64}, 2)
@@ -860,7 +897,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("zero Config: %v", err)
 	}
 	bad := []Config{
-		{Loss: -0.1}, {Dup: 1.5}, {Reorder: math.NaN()}, {BurstLoss: 2}, {BurstLen: -1},
+		{Loss: -0.1}, {Dup: 1.5}, {Reorder: math.NaN()}, {BurstLoss: 2}, {BurstLen: -1}, {BurstTime: -1},
 		{Delay: -1}, {Jitter: -1}, {ReorderDelay: -1}, {Bandwidth: -1}, {Bandwidth: math.Inf(1)},
 		{QueueBytes: -1}, {FrameSize: 10}, {Frames: -1},
 	}
