@@ -269,11 +269,22 @@ func (s *epShard) dispatch() {
 			}
 			s.ep.cq.push(comp)
 		}
-		for len(c.recv) < cap(c.recv) {
-			comp, ok := q.popRecv()
+		for {
+			comp, ok := q.peekRecv()
 			if !ok {
 				break
 			}
+			if comp.ID != 0 && comp.ID&internalID == 0 {
+				// A buffer posted with Post(OpPostRecv): its completion
+				// goes to the CQ.
+				q.popRecv()
+				s.ep.cq.push(comp)
+				continue
+			}
+			if len(c.recv) == cap(c.recv) {
+				break
+			}
+			q.popRecv()
 			c.recv <- comp
 		}
 	}
@@ -411,7 +422,7 @@ func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) 
 		if err != nil {
 			return err
 		}
-		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages)}
+		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages), gone: make(chan struct{})}
 		s.conns[q.qpn] = c
 		return nil
 	})
@@ -426,6 +437,7 @@ type Conn struct {
 	qp   *QP
 	info QPInfo
 	recv chan Completion
+	gone chan struct{} // closed by Destroy
 }
 
 // Info returns what the peer needs to Connect to this QP.
@@ -511,24 +523,73 @@ func (c *Conn) WriteImm(ctx context.Context, data []byte, to Remote, imm uint32)
 
 // Message is a received message, or the notice of a WRITE with immediate
 // (then Data is nil and Len is the number of bytes written).
+//
+// Data is the application's: the posted receive buffer the message landed
+// in (Data is its first Len bytes, see PostRecv), or, on a QP without
+// posted buffers, a buffer of the transport's pool that Release gives
+// back.
 type Message struct {
 	Data   []byte
 	Len    int
 	Imm    uint32
 	HasImm bool
+
+	pooled bool
 }
 
-// Recv returns the next received message.
+// Release gives Data back to the transport's buffer pool, for a later
+// message to reuse, and sets Data to nil: a Recv loop that releases each
+// message once it is done with it allocates nothing per message. The bytes
+// must not be used after Release, and a message (or a copy of it) must be
+// released at most once. Release does nothing for a message in a posted
+// buffer (that memory is the application's) or without data.
+func (m *Message) Release() {
+	if m.pooled {
+		recvPool.put(m.Data)
+	}
+	m.Data, m.pooled = nil, false
+}
+
+// ErrDestroyed is returned by Recv on a destroyed Conn; it wraps
+// net.ErrClosed.
+var ErrDestroyed = fmt.Errorf("transport: QP destroyed: %w", net.ErrClosed)
+
+// Recv returns the next received message. With posted buffers (PostRecv),
+// a buffer that no message could fill comes back as an error with Data set
+// to it (length 0): ErrLocalLength for the message that did not fit,
+// ErrFlushed when the QP failed.
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	select {
 	case comp := <-c.recv:
 		c.s.eng.link.Wake() // room for another message
-		return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm}, nil
+		return message(comp), comp.Err
 	case <-ctx.Done():
 		return Message{}, ctx.Err()
 	case <-c.ep.done:
 		return Message{}, c.ep.closedErr()
+	case <-c.gone:
+		select {
+		case comp := <-c.recv:
+			return message(comp), comp.Err
+		default:
+		}
+		return Message{}, ErrDestroyed
 	}
+}
+
+// PostRecv posts buf as the QP's next receive buffer (see QP.PostRecv): the
+// next SEND message lands in it, placed there packet by packet whatever
+// their order, and Recv returns it with Data = buf[:n]. From the first
+// PostRecv on, every SEND message takes a posted buffer, in order: post
+// before Connect so that the first one does too. A message longer than its
+// buffer fails the QP's receiving side (Recv returns ErrLocalLength with
+// that buffer, the sender ErrInvalidRequest); nothing is written past the
+// buffer. Do not touch buf until Recv returned it.
+func (c *Conn) PostRecv(ctx context.Context, buf []byte) error {
+	return c.s.do(ctx, func() error {
+		c.s.nextID++
+		return c.qp.PostRecv(c.s.nextID|internalID, buf)
+	})
 }
 
 // CQ is a completion queue for work requests posted with Conn.Post. It is

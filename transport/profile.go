@@ -58,6 +58,8 @@ type receiver interface {
 	ackSent()
 	// held is the number of data packets held ahead of a hole.
 	held() uint64
+	// posted is told that a receive buffer was posted on a connected QP.
+	posted()
 }
 
 // inWindow reports whether p lies in [una-window, una+hi]: the PSNs an
