@@ -38,7 +38,7 @@ func TestPostedRecvTransfer(t *testing.T) {
 				Config{Profile: prof, Entropies: 8, Seed: seed, MTU: 4096, MinRTO: time.Millisecond, LocalAckTimeout: 8})
 			region := make([]byte, 1<<20)
 			mr := s.eb.Register(region, AccessRemoteWrite)
-			msgs := randomMessages(rng, 300, 64<<10)
+			msgs := randomMessages(rng, msgCount()*3/10, 64<<10)
 			const posted = 4 // buffers kept posted
 			var bufs [][]byte
 			sends := 0
