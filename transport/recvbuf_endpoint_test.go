@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 )
@@ -149,4 +150,58 @@ func TestEndpointPostRecvDestroy(t *testing.T) {
 	}
 	eb.Close()
 	waitGoroutines(t, base)
+}
+
+// BenchmarkEndpointPostedRecv is a steady loop over two Endpoints on
+// link/mem and the real clock: post a 64 KiB buffer, Send a message into
+// it, Recv it. Allocations per op include the sender's blocking Send.
+func BenchmarkEndpointPostedRecv(b *testing.B) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		b.Run(prof.String(), func(b *testing.B) {
+			fab := mem.NewFabric(mem.Config{Seed: 1}, clock.NewSystem())
+			defer fab.Close()
+			pa, _ := fab.NewPort(macA, ipA)
+			pb, _ := fab.NewPort(macB, ipB)
+			ea, err := NewEndpoint(pa, Config{Profile: prof, Seed: 1, MTU: 9014})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ea.Close()
+			eb, err := NewEndpoint(pb, Config{Profile: prof, Seed: 2, MTU: 9014})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eb.Close()
+			ctx := context.Background()
+			ca, _ := ea.CreateQP(ctx)
+			cb, _ := eb.CreateQP(ctx)
+			if err := ca.Connect(ctx, cb.Info()); err != nil {
+				b.Fatal(err)
+			}
+			if err := cb.Connect(ctx, ca.Info()); err != nil {
+				b.Fatal(err)
+			}
+			msg := make([]byte, 64<<10)
+			buf := make([]byte, len(msg))
+			round := func() {
+				if err := cb.PostRecv(ctx, buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := ca.Send(ctx, msg); err != nil {
+					b.Fatal(err)
+				}
+				if m, err := cb.Recv(ctx); err != nil || m.Len != len(msg) {
+					b.Fatal(err)
+				}
+			}
+			for range 100 {
+				round()
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				round()
+			}
+		})
+	}
 }
