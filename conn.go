@@ -299,8 +299,13 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 }
 
 // PostRecv posts buf as the next receive buffer (see
-// transport.Conn.PostRecv): the next message lands in it, and Recv returns
-// it with Data = buf[:n].
+// transport.Conn.PostRecv): the next message lands in it, placed there
+// packet by packet, and Recv returns it with Data = buf[:n]. Post the
+// first buffer before the peer sends. PostRecv does not block and does
+// not allocate.
 func (c *Conn) PostRecv(ctx context.Context, buf []byte) error {
-	return c.call(ctx, func(ctx context.Context) error { return c.qp.PostRecv(ctx, buf) })
+	if err := c.Err(); err != nil {
+		return err
+	}
+	return c.qp.PostRecv(ctx, buf)
 }

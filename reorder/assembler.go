@@ -59,10 +59,12 @@ type Config struct {
 	// (4 GiB).
 	MaxBytes int64
 	// Alloc returns the buffer of a message created by Message with
-	// withBuf: a slice of length n whose bytes may be stale (Place
-	// overwrites every byte before the message completes). nil means
-	// make([]byte, n). A pool behind it lets a steady stream of messages
-	// reuse buffers instead of allocating one each.
+	// withBuf: a slice of length n whose bytes may be stale. Place
+	// overwrites every byte before the message completes when each byte
+	// is placed once; a sender that places overlapping ranges leaves some
+	// stale bytes in the message (they never leave the receiving
+	// process). nil means make([]byte, n). A pool behind it lets a steady
+	// stream of messages reuse buffers instead of allocating one each.
 	Alloc func(n int) []byte
 }
 

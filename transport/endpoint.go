@@ -56,6 +56,10 @@ type epShard struct {
 	mu      sync.Mutex
 	cmds    []func()
 	closing bool
+	posting []*Conn // Conns with buffers from PostRecv to hand their QPs
+
+	// Touched by the engine goroutine only.
+	spare []*Conn // posting's other half
 
 	// Touched by the engine goroutine only.
 	waiters map[uint64]chan Completion
@@ -201,6 +205,9 @@ func (s *epShard) run(ready chan<- error) {
 		cmds, closing := s.cmds, s.closing
 		s.cmds = nil
 		s.mu.Unlock()
+		// Buffers from PostRecv first: a call made after PostRecv
+		// returned (Post, Connect) must find the buffer posted.
+		posted := s.takePosts()
 		for _, fn := range cmds {
 			fn()
 		}
@@ -214,7 +221,7 @@ func (s *epShard) run(ready chan<- error) {
 			return
 		}
 		s.dispatch()
-		if work || len(cmds) > 0 {
+		if work || len(cmds) > 0 || posted {
 			lastWork = now
 			continue
 		}
@@ -285,6 +292,9 @@ func (s *epShard) dispatch() {
 				break
 			}
 			q.popRecv()
+			if comp.Err != nil {
+				c.noteRecvErr()
+			}
 			c.recv <- comp
 		}
 	}
@@ -423,6 +433,8 @@ func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) 
 			return err
 		}
 		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages), gone: make(chan struct{})}
+		c.p.bufs = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
+		c.p.spare = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
 		s.conns[q.qpn] = c
 		return nil
 	})
@@ -438,6 +450,7 @@ type Conn struct {
 	info QPInfo
 	recv chan Completion
 	gone chan struct{} // closed by Destroy
+	p    connPosts     // buffers from PostRecv: recvbuf_conn.go
 }
 
 // Info returns what the peer needs to Connect to this QP.
@@ -463,10 +476,15 @@ func (c *Conn) PathStats(ctx context.Context) ([]multipath.PathStats, error) {
 }
 
 // Post queues a work request; its completion arrives on the Endpoint's CQ.
-// The ID's top bit is reserved.
+// The ID's top bit is reserved. OpPostRecv posts a receive buffer (see
+// PostRecv) whose ID must not be 0: the message that lands in it completes
+// on the CQ, not through Recv.
 func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 	if wr.ID&internalID != 0 {
 		return fmt.Errorf("%w: work request IDs must leave bit 63 clear", ErrInvalidRequest)
+	}
+	if wr.Op == OpPostRecv && wr.ID == 0 {
+		return fmt.Errorf("%w: a receive buffer posted with Post needs a nonzero ID (or use PostRecv)", ErrInvalidRequest)
 	}
 	return c.s.do(ctx, func() error { return c.qp.Post(wr) })
 }
@@ -562,6 +580,9 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	select {
 	case comp := <-c.recv:
 		c.s.eng.link.Wake() // room for another message
+		if comp.ID&internalID != 0 {
+			c.p.out.Add(-1)
+		}
 		return message(comp), comp.Err
 	case <-ctx.Done():
 		return Message{}, ctx.Err()
@@ -575,21 +596,6 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 		}
 		return Message{}, ErrDestroyed
 	}
-}
-
-// PostRecv posts buf as the QP's next receive buffer (see QP.PostRecv): the
-// next SEND message lands in it, placed there packet by packet whatever
-// their order, and Recv returns it with Data = buf[:n]. From the first
-// PostRecv on, every SEND message takes a posted buffer, in order: post
-// before Connect so that the first one does too. A message longer than its
-// buffer fails the QP's receiving side (Recv returns ErrLocalLength with
-// that buffer, the sender ErrInvalidRequest); nothing is written past the
-// buffer. Do not touch buf until Recv returned it.
-func (c *Conn) PostRecv(ctx context.Context, buf []byte) error {
-	return c.s.do(ctx, func() error {
-		c.s.nextID++
-		return c.qp.PostRecv(c.s.nextID|internalID, buf)
-	})
 }
 
 // CQ is a completion queue for work requests posted with Conn.Post. It is

@@ -139,6 +139,13 @@ func (q *QP) flushRecv() []postedBuf {
 // (an error); the receive ring has room for every posted buffer on top of
 // MaxMessages messages.
 func (q *QP) pushComp(c Completion) {
+	if q.recvLen == len(q.recvq) { // cannot happen by the bounds above; never overwrite
+		r := make([]Completion, 2*len(q.recvq))
+		for i := range q.recvLen {
+			r[i] = q.recvq[(q.recvHead+i)%len(q.recvq)]
+		}
+		q.recvq, q.recvHead = r, 0
+	}
 	q.recvq[(q.recvHead+q.recvLen)%len(q.recvq)] = c
 	q.recvLen++
 }

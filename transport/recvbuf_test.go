@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -373,14 +374,20 @@ func TestPostedRecvNoAllocs(t *testing.T) {
 				for range 100 {
 					round()
 				}
-				// One run of 100 messages, so that a single allocation in
-				// any of them shows (AllocsPerRun rounds its average down).
-				if n := testing.AllocsPerRun(1, func() {
-					for range 100 {
-						round()
-					}
-				}); n != 0 || err != nil {
-					t.Fatalf("%v allocations in 100 messages (%v), want 0", n, err)
+				// Runs of 100 messages, so that a single allocation in any
+				// of them shows (AllocsPerRun rounds its average down). The
+				// count is the process's: the least of a few runs leaves
+				// out another test's goroutines winding down.
+				least := math.Inf(1)
+				for range 3 {
+					least = min(least, testing.AllocsPerRun(1, func() {
+						for range 100 {
+							round()
+						}
+					}))
+				}
+				if least != 0 || err != nil {
+					t.Fatalf("%v allocations in 100 messages (%v), want 0", least, err)
 				}
 			})
 		}
