@@ -158,6 +158,10 @@ type QPStats struct {
 	// ReorderHeld is the number of data packets received ahead of a hole
 	// (Spray), at the time Stats was called; MaxReorderHeld the most at once.
 	ReorderHeld, MaxReorderHeld uint64
+	// RecvCopied counts messages copied into their posted receive buffer
+	// at delivery: they arrived before the receiver knew their buffer
+	// (Spray; see Conn.PostRecv). The others were placed straight there.
+	RecvCopied uint64
 }
 
 type sendMsg struct {

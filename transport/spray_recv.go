@@ -269,6 +269,7 @@ func (r *sprayReceiver) deliver() {
 				return
 			}
 			if m.Tag&tagPosted == 0 { // staged: copy it over
+				q.stats.RecvCopied++
 				copy(b.buf, m.Buf)
 				recvPool.put(m.Buf)
 			}
