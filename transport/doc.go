@@ -158,7 +158,8 @@
 // A steady loop of SENDs into posted buffers allocates nothing per
 // message, nor does one on a QP without posted buffers that gives each
 // message back with Message.Release (TestPostedRecvNoAllocs,
-// BenchmarkPostedRecv).
+// BenchmarkPostedRecv); Conn.PostRecv and Conn.Recv allocate nothing
+// either (TestEndpointRecvNoAllocs).
 //
 // # Classic RoCE loss recovery
 //
