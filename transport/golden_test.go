@@ -51,7 +51,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "d21e5cd369bc2ca3bd0a1aca907ef8ec197596112a71377c3c24fb23b62c8f82",
+		state:  "6aef2586640f120daa5f97e3627282034c0ccb97c7a69b9ed31c52b90c7efbb1",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -66,7 +66,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "de3d1d4672cebb72615feb33424416b4619e11906002d6a5d4ce2c5e781bc99b",
+		state:  "2bd350a9cbb2edebefe47c5fcda747840accb7863b7372f8ff730f10c887cbb6",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -78,7 +78,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "6700931414cf5543065db95226b7bb7f391091462b70f206c959ac62c7215c75",
+		state:  "a4bd58358bb5b4a62d0673372f1de8eb1f936058ac2dcdcac1dc3b406d21daf8",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -91,7 +91,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "2040a309685224c654b859cbafb48ef6bb3a436db6acf95a4392f3ce34cfae5a",
-		state:  "e58135b1e661d28cf6e5bfb4fc1af4a9fba1fb03d6d626585b1731b7fa6a7fcf",
+		state:  "8449fdbb81cd92a1d88fc444523df1cac174b043501ca31d5edac9e0c0d57a15",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
