@@ -2,6 +2,7 @@ package spray
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -292,8 +293,8 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 		if err == nil {
 			return m, nil
 		}
-		if ctx.Err() != nil || c.life.Err() == nil {
-			return m, err // not torn down: the caller's context, or the endpoint failed
+		if ctx.Err() != nil || (c.life.Err() == nil && !errors.Is(err, transport.ErrDestroyed)) {
+			return m, err // not torn down: the caller's context, the endpoint failed, or a receive buffer's error
 		}
 		// Torn down: wait for the messages left behind, then report them.
 		select {
@@ -302,4 +303,16 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 			return m, ctx.Err()
 		}
 	}
+}
+
+// PostRecv posts buf as the next receive buffer (see
+// transport.Conn.PostRecv): the next message lands in it, placed there
+// packet by packet, and Recv returns it with Data = buf[:n]. Post the
+// first buffer before the peer sends. PostRecv does not block and does
+// not allocate.
+func (c *Conn) PostRecv(ctx context.Context, buf []byte) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	return c.qp.PostRecv(ctx, buf)
 }

@@ -58,6 +58,14 @@ type Config struct {
 	// stays below MaxBytes plus one message. 0 means DefaultMaxBytes
 	// (4 GiB).
 	MaxBytes int64
+	// Alloc returns the buffer of a message created by Message with
+	// withBuf: a slice of length n whose bytes may be stale. Place
+	// overwrites every byte before the message completes when each byte
+	// is placed once; a sender that places overlapping ranges leaves some
+	// stale bytes in the message (they never leave the receiving
+	// process). nil means make([]byte, n). A pool behind it lets a steady
+	// stream of messages reuse buffers instead of allocating one each.
+	Alloc func(n int) []byte
 }
 
 // Validate reports a negative or too large field as an error wrapping
@@ -200,12 +208,64 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 	}
 	*m = Msg{ID: id, Len: length, size: length, charge: charge, live: true}
 	if withBuf {
-		m.buf = make([]byte, length)
+		if a.cfg.Alloc != nil {
+			m.buf = a.cfg.Alloc(int(length))[:length]
+		} else {
+			m.buf = make([]byte, length)
+		}
 		m.Buf = m.buf
 	}
 	a.bytes += charge
 	a.outstanding++
 	return m, nil
+}
+
+// MessageInto is Message for a message placed into the caller's buf (a
+// posted receive buffer): on first sight it creates message id with
+// Buf = buf[:length], not counted against MaxBytes (the memory is the
+// caller's, bounded by what it posted). buf shorter than length is an
+// error wrapping ErrTooLarge and creates nothing. For a message already
+// outstanding it behaves as Message and ignores buf.
+func (a *Assembler) MessageInto(id uint32, length uint32, buf []byte) (*Msg, error) {
+	if m := a.Lookup(id); m != nil {
+		return a.Message(id, length, false)
+	}
+	if uint64(len(buf)) < uint64(length) {
+		return nil, fmt.Errorf("%w: message %d of %d bytes into a buffer of %d", ErrTooLarge, id, length, len(buf))
+	}
+	m, err := a.Message(id, length, false)
+	if err != nil {
+		return nil, err
+	}
+	m.buf = buf[:length:length]
+	m.Buf = m.buf
+	return m, nil
+}
+
+// Lookup returns the outstanding message id, or nil when it has not
+// started, was popped or lies outside [Next(), Next()+MaxMessages).
+func (a *Assembler) Lookup(id uint32) *Msg {
+	d := int32(id - a.next)
+	if d < 0 || int(d) >= len(a.slots) {
+		return nil
+	}
+	i := a.head + int(d)
+	if i >= len(a.slots) {
+		i -= len(a.slots)
+	}
+	if m := &a.slots[i]; m.live {
+		return m
+	}
+	return nil
+}
+
+// Peek returns the message Pop would return, without popping it.
+func (a *Assembler) Peek() (*Msg, bool) {
+	m := &a.slots[a.head]
+	if !m.live || !m.done {
+		return nil, false
+	}
+	return m, true
 }
 
 // Place copies payload into m at byte offset off (when m has a buffer) and

@@ -30,7 +30,9 @@
 //
 // The package is sans-IO: no clock, no goroutines, no I/O, no randomness.
 // Mark, Sack and Place do not allocate; Message allocates one buffer per
-// message that asks for one.
+// message that asks for one (through Config.Alloc, a pool, when set), and
+// MessageInto places a message into the caller's buffer (a posted receive
+// buffer) without allocating or counting it against MaxBytes.
 //
 // # Window
 //

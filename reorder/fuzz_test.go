@@ -80,6 +80,7 @@ func FuzzAssembler(f *testing.F) {
 	f.Add([]byte{3, 0xfe, 0, 0, 10, 1, 1, 0, 0, 10, 1, 0, 0, 4, 2, 0, 0, 0})
 	f.Add([]byte{1, 0xff, 0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 0, 1, 1, 0, 0, 2, 0, 0, 0})
 	f.Add(bytes.Repeat([]byte{0, 2, 60, 5, 1, 2, 7, 9, 1, 0, 30, 40, 2, 0, 0, 0}, 10))
+	f.Add(bytes.Repeat([]byte{0x40, 1, 20, 30, 1, 1, 7, 9, 0x40, 0, 10, 9, 1, 0, 10, 3, 2, 0, 0, 0}, 6))
 	const (
 		maxSize  = 64
 		maxBytes = 128
@@ -90,6 +91,7 @@ func FuzzAssembler(f *testing.F) {
 		buf     []byte
 		got     uint32
 		done    bool
+		into    []byte // MessageInto: the caller's memory, beyond the message a guard
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
@@ -107,6 +109,43 @@ func FuzzAssembler(f *testing.F) {
 		for ops := data[2:]; len(ops) >= 4; ops = ops[4:] {
 			op, id := ops[0], next+uint32(int32(int8(ops[1])))
 			length := uint32(ops[2]) % (maxSize + 16)
+			switch op % 3 {
+			case 0:
+				if op&0x40 == 0 {
+					break
+				}
+				// MessageInto a caller's buffer of blen bytes, followed by
+				// guard bytes that must stay untouched.
+				blen := uint32(ops[3]) % (maxSize + 16)
+				into := bytes.Repeat([]byte{0xEE}, int(blen)+8)
+				m, err := a.MessageInto(id, length, into[:blen])
+				d := int32(id - next)
+				mm := live[id]
+				var want error
+				switch {
+				case mm != nil && mm.length != length:
+					want = ErrLengthMismatch
+				case mm != nil:
+				case blen < length:
+					want = ErrTooLarge
+				case d < 0:
+					want = ErrStale
+				case int(d) >= maxMsgs:
+					want = ErrTooManyMessages
+				case length > maxSize:
+					want = ErrTooLarge
+				}
+				if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+					t.Fatalf("MessageInto(next%+d, %d, %d bytes) = %v, want %v", d, length, blen, err, want)
+				}
+				if err == nil && mm == nil {
+					live[id] = &mmsg{length: length, withBuf: true, buf: make([]byte, length), into: into[:length]}
+				}
+				if err == nil && (m.ID != id || m.Len != length) {
+					t.Fatalf("MessageInto(%d, %d) returned id %d length %d", id, length, m.ID, m.Len)
+				}
+				continue
+			}
 			switch op % 3 {
 			case 0: // Message
 				withBuf := op&0x80 == 0
@@ -189,10 +228,17 @@ func FuzzAssembler(f *testing.F) {
 				if !ok {
 					continue
 				}
-				if m.ID != next || m.Got != m.Len || !bytes.Equal(m.Buf, mm.buf) || (m.Buf == nil) != (mm.buf == nil) {
+				if m.ID != next || m.Got != m.Len || !bytes.Equal(m.Buf, mm.buf) || (m.Buf == nil) != (mm.buf == nil) && mm.into == nil {
 					t.Fatalf("Pop returned id %d (want %d) with %q, want %q", m.ID, next, m.Buf, mm.buf)
 				}
-				bytesUsed -= int64(len(mm.buf))
+				if mm.into != nil {
+					full := mm.into[:cap(mm.into)]
+					if !bytes.Equal(mm.into, mm.buf) || !bytes.Equal(full[len(mm.into):], bytes.Repeat([]byte{0xEE}, len(full)-len(mm.into))) {
+						t.Fatalf("message %d in the caller's buffer: %q, want %q and the guard untouched", m.ID, full, mm.buf)
+					}
+				} else {
+					bytesUsed -= int64(len(mm.buf))
+				}
 				delete(live, next)
 				next++
 			}

@@ -33,6 +33,7 @@ type classicReceiver struct {
 type classicMsg struct {
 	active bool
 	write  bool
+	posted bool // buf is the head posted receive buffer
 	buf    []byte
 	va     uint64
 	rkey   uint32
@@ -54,6 +55,14 @@ func (r *classicReceiver) held() uint64 { return 0 }
 // deliver has nothing to do: a message completes into the receive queue or
 // its first packet is refused.
 func (r *classicReceiver) deliver() {}
+
+// posted: a message without a posted buffer was dropped at its first
+// packet, and the sender's retransmission brings it again.
+func (r *classicReceiver) posted() {}
+
+// synLocalLength is place's answer to a SEND longer than its posted
+// buffer: a NAK invalid request that is not a bad packet.
+const synLocalLength = 0xFF
 
 // onCE owes the sender a CNP, at most one per the generator's interval.
 func (r *classicReceiver) onCE(now clock.Time) {
@@ -110,9 +119,18 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 		q.stats.NoBuffer++ // no room to complete another message: the sender will time out and resend
 		return
 	}
+	if first && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
+		// No receive buffer posted (IBA's receiver not ready): dropped,
+		// and the sender's timer brings it again.
+		q.stats.NoBuffer++
+		return
+	}
 	if syn := r.place(op, pk); syn != 0 {
-		if syn == wire.NakInvalidRequest {
+		switch syn {
+		case wire.NakInvalidRequest:
 			q.stats.BadPackets++
+		case synLocalLength:
+			syn = wire.NakInvalidRequest
 		}
 		r.rxErr, r.rxErrPSN, q.ackNow = syn, p, true
 		return
@@ -237,6 +255,8 @@ func (r *classicReceiver) place(op wire.Opcode, pk *wire.Packet) uint8 {
 		*c = classicMsg{active: true, write: write}
 		if write {
 			c.va, c.rkey, c.length = pk.RETH.VA, pk.RETH.RKey, pk.RETH.Len
+		} else if q.rq.on {
+			c.posted, c.buf = true, q.rq.at(0).buf
 		}
 	}
 	n := len(pk.Payload)
@@ -248,26 +268,38 @@ func (r *classicReceiver) place(op wire.Opcode, pk *wire.Packet) uint8 {
 			return wire.NakRemoteAccessError
 		}
 		copy(dst, pk.Payload)
+	} else if c.posted {
+		if int64(c.off)+int64(n) > int64(len(c.buf)) {
+			q.localLength(0, c.off+uint32(n))
+			*c = classicMsg{}
+			return synLocalLength
+		}
+		copy(c.buf[c.off:], pk.Payload)
 	} else {
 		if int64(len(c.buf))+int64(n) > q.cfg.MaxMessageSize {
 			*c = classicMsg{}
 			return wire.NakInvalidRequest
 		}
-		c.buf = append(c.buf, pk.Payload...)
+		c.buf = poolAppend(c.buf, pk.Payload)
 	}
 	c.off += uint32(n)
 	if last {
 		r.msn++
+		op, immv := OpRecv, uint32(0)
+		if imm {
+			op, immv = OpRecvImm, pk.Imm
+		}
 		switch {
 		case write && imm:
 			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Len: int(c.off), Imm: pk.Imm})
-		case !write && imm:
-			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Data: c.buf, Len: len(c.buf), Imm: pk.Imm})
+		case c.posted:
+			b := q.rq.pop()
+			q.pushRecv(Completion{ID: b.id, QPN: q.qpn, Op: op, Data: b.buf[:c.off], Len: int(c.off), Imm: immv})
 		case !write:
 			if c.buf == nil {
 				c.buf = []byte{}
 			}
-			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecv, Data: c.buf, Len: len(c.buf)})
+			q.pushRecv(Completion{QPN: q.qpn, Op: op, Data: c.buf, Len: len(c.buf), Imm: immv, pooled: true})
 		}
 		*c = classicMsg{}
 	}

@@ -1,6 +1,9 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Pending returns the number of work requests posted on the QP and not yet
 // completed, and the error that failed the QP (nil while it works). A
@@ -18,7 +21,10 @@ func (c *Conn) Pending(ctx context.Context) (n int, failed error, err error) {
 // counted as UnknownQP from then on, its QP number and buffers are freed,
 // and its work requests never complete (blocking calls waiting on them
 // return when their context ends). It returns the received messages that
-// Recv had not yet returned, in order. Destroying a destroyed Conn returns
+// Recv had not yet returned, in order. Receive buffers posted and not
+// filled are let go: those posted with Post(OpPostRecv) complete on the CQ
+// with ErrFlushed, those posted with PostRecv are the caller's again, and
+// Recv returns an error wrapping net.ErrClosed. Destroying a destroyed Conn returns
 // nothing and no error. Guarded by the root package's connection tests
 // (TestCloseFreesQP).
 func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
@@ -29,10 +35,21 @@ func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 		}
 		c.s.eng.DestroyQP(c.qp)
 		delete(c.s.conns, c.qp.qpn)
+		defer close(c.gone)
+		flushed := c.qp.flushRecv()
+		defer func() {
+			for _, b := range flushed {
+				if b.id&internalID == 0 {
+					c.ep.cq.push(Completion{ID: b.id, QPN: c.qp.qpn, Op: OpRecv, Err: fmt.Errorf("%w: %w", ErrFlushed, ErrDestroyed), Data: b.buf[:0]})
+				}
+			}
+		}()
 		for {
 			select {
 			case comp := <-c.recv:
-				left = append(left, message(comp))
+				if comp.Err == nil {
+					left = append(left, message(comp))
+				}
 				continue
 			default:
 			}
@@ -43,7 +60,12 @@ func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 			if !ok {
 				break
 			}
-			left = append(left, message(comp))
+			switch {
+			case comp.ID != 0 && comp.ID&internalID == 0:
+				c.ep.cq.push(comp)
+			case comp.Err == nil:
+				left = append(left, message(comp))
+			}
 		}
 		return nil
 	})
@@ -62,5 +84,5 @@ func (ep *Endpoint) QPs(ctx context.Context) (int, error) {
 }
 
 func message(comp Completion) Message {
-	return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm}
+	return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm, pooled: comp.pooled}
 }

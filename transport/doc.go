@@ -94,12 +94,15 @@
 //   - A peer that stops acknowledging fails the QP with ErrPeerUnreachable
 //     after Config.MaxRetries retransmission timeouts in a row; every pending
 //     and later request then fails with ErrQPFailed.
-//   - Receive buffers are allocated per message when its first packet
-//     arrives (Spray) or grown as packets arrive in order (RoCE). The
-//     receiver holds at most Config.MaxMessages undelivered messages per QP:
-//     beyond that, packets are dropped (counted in NoBuffer) and the sender
-//     retransmits them later: a slow reader slows its sender down instead of
-//     growing memory.
+//   - Received messages land in receive buffers the application posts
+//     (Conn.PostRecv, or Post with OpPostRecv; see "Posted receive
+//     buffers"), or, on a QP that never posted one, in buffers of a bounded
+//     pool, taken per message when its first packet arrives (Spray) or
+//     grown as packets arrive in order (RoCE), which Message.Release gives
+//     back. The receiver holds at most Config.MaxMessages undelivered
+//     messages per QP: beyond that, packets are dropped (counted in
+//     NoBuffer) and the sender retransmits them later: a slow reader slows
+//     its sender down instead of growing memory.
 //   - Every bound is in Config; frames that fail to decode, packets for
 //     unknown QPs and packets from the wrong source are counted and dropped.
 //   - Feedback proves itself before it is acted on (RFC 5961's idea): an
@@ -172,6 +175,53 @@
 // (TestReadXDPTshark in link/pcap), but a RoCE NIC cannot be the peer of
 // a READ.
 //
+// # Posted receive buffers
+//
+// As with verbs' ibv_post_recv, the application may post receive buffers
+// on a QP: Conn.PostRecv(ctx, buf), whose messages Recv returns, or
+// Conn.Post with a WorkRequest of Op OpPostRecv, whose completions (the
+// request's ID, Data the buffer's first Len bytes) arrive on the CQ. At
+// most Config.MaxMessages buffers wait at once (ErrRecvQueueFull). From
+// the first posted buffer on, every SEND or SEND with immediate the QP
+// delivers takes the next posted buffer, in order, and its packets are
+// placed straight into it whatever order they arrive in: no allocation
+// and no copy. A WRITE takes no buffer, and unlike verbs neither does a
+// WRITE with immediate: its completion carries the immediate and the
+// length written, with no Data. Post the first buffer before Connect so
+// that the first message takes one too.
+//
+// A message that starts before its buffer is known waits for it. The
+// Spray receiver places packets of several messages at once; it knows a
+// message's buffer when every earlier message has started (the number of
+// SENDs before it is then known) and that many buffers are posted. Until
+// then the message goes into a pooled buffer, within Config.MaxMessages
+// and MaxRecvBytes, and is copied into its buffer when it is delivered:
+// it completes once its buffer is posted. The RoCE receiver takes one
+// message at a time in order: a SEND whose first packet finds no buffer
+// posted is dropped (NoBuffer), and the requester's timer resends it, as
+// an RNR NAK would make a verbs requester retry. Either way, a sender
+// whose packets keep being dropped for want of a buffer fails with
+// ErrPeerUnreachable after MaxRetries retransmission timeouts.
+//
+// A SEND longer than its buffer is IBA's local length error: nothing is
+// written past the buffer (its length, not its capacity, is the limit);
+// the buffer completes with ErrLocalLength, every other posted buffer with
+// ErrFlushed, PostRecv fails from then on, and the receiver answers the
+// sender with a NAK invalid request, which fails the sender's QP with
+// ErrInvalidRequest. When the receiver found the error as the message
+// arrived (RoCE; Spray when the buffer was known) the message's own
+// request fails; when it found it at delivery (Spray, message held before
+// its buffer was posted), the sender may have completed that request
+// already, and its next one fails. A QP that fails flushes its posted
+// buffers with ErrFlushed; Destroy hands them back (Post's on the CQ with
+// ErrFlushed) and makes a waiting Recv return ErrDestroyed.
+//
+// A steady loop of SENDs into posted buffers allocates nothing per
+// message, nor does one on a QP without posted buffers that gives each
+// message back with Message.Release (TestPostedRecvNoAllocs,
+// BenchmarkPostedRecv); Conn.PostRecv and Conn.Recv allocate nothing
+// either (TestEndpointRecvNoAllocs).
+//
 // # Classic RoCE loss recovery
 //
 // The RoCE profile recovers from loss as an RC queue pair on a RoCE NIC
@@ -243,5 +293,6 @@
 //
 // errors.Is works with the exported sentinels: ErrConfig, ErrRemoteAccess,
 // ErrPeerUnreachable, ErrQPFailed, ErrQueueFull, ErrNotConnected,
-// ErrInvalidRequest, and net.ErrClosed for a closed Endpoint.
+// ErrInvalidRequest, ErrLocalLength, ErrFlushed, ErrRecvQueueFull, and
+// net.ErrClosed for a closed Endpoint or a destroyed Conn (ErrDestroyed).
 package transport

@@ -56,6 +56,10 @@ type epShard struct {
 	mu      sync.Mutex
 	cmds    []func()
 	closing bool
+	posting []*Conn // Conns with buffers from PostRecv to hand their QPs
+
+	// Touched by the engine goroutine only.
+	spare []*Conn // posting's other half
 
 	// Touched by the engine goroutine only.
 	waiters map[uint64]chan Completion
@@ -201,6 +205,9 @@ func (s *epShard) run(ready chan<- error) {
 		cmds, closing := s.cmds, s.closing
 		s.cmds = nil
 		s.mu.Unlock()
+		// Buffers from PostRecv first: a call made after PostRecv
+		// returned (Post, Connect) must find the buffer posted.
+		posted := s.takePosts()
 		for _, fn := range cmds {
 			fn()
 		}
@@ -214,7 +221,7 @@ func (s *epShard) run(ready chan<- error) {
 			return
 		}
 		s.dispatch()
-		if work || len(cmds) > 0 {
+		if work || len(cmds) > 0 || posted {
 			lastWork = now
 			continue
 		}
@@ -269,10 +276,24 @@ func (s *epShard) dispatch() {
 			}
 			s.ep.cq.push(comp)
 		}
-		for len(c.recv) < cap(c.recv) {
-			comp, ok := q.popRecv()
+		for {
+			comp, ok := q.peekRecv()
 			if !ok {
 				break
+			}
+			if comp.ID != 0 && comp.ID&internalID == 0 {
+				// A buffer posted with Post(OpPostRecv): its completion
+				// goes to the CQ.
+				q.popRecv()
+				s.ep.cq.push(comp)
+				continue
+			}
+			if len(c.recv) == cap(c.recv) {
+				break
+			}
+			q.popRecv()
+			if comp.Err != nil {
+				c.noteRecvErr()
 			}
 			c.recv <- comp
 		}
@@ -411,7 +432,9 @@ func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) 
 		if err != nil {
 			return err
 		}
-		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages)}
+		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages), gone: make(chan struct{})}
+		c.p.bufs = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
+		c.p.spare = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
 		s.conns[q.qpn] = c
 		return nil
 	})
@@ -426,6 +449,8 @@ type Conn struct {
 	qp   *QP
 	info QPInfo
 	recv chan Completion
+	gone chan struct{} // closed by Destroy
+	p    connPosts     // buffers from PostRecv: recvbuf_conn.go
 }
 
 // Info returns what the peer needs to Connect to this QP.
@@ -451,10 +476,15 @@ func (c *Conn) PathStats(ctx context.Context) ([]multipath.PathStats, error) {
 }
 
 // Post queues a work request; its completion arrives on the Endpoint's CQ.
-// The ID's top bit is reserved.
+// The ID's top bit is reserved. OpPostRecv posts a receive buffer (see
+// PostRecv) whose ID must not be 0: the message that lands in it completes
+// on the CQ, not through Recv.
 func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 	if wr.ID&internalID != 0 {
 		return fmt.Errorf("%w: work request IDs must leave bit 63 clear", ErrInvalidRequest)
+	}
+	if wr.Op == OpPostRecv && wr.ID == 0 {
+		return fmt.Errorf("%w: a receive buffer posted with Post needs a nonzero ID (or use PostRecv)", ErrInvalidRequest)
 	}
 	return c.s.do(ctx, func() error { return c.qp.Post(wr) })
 }
@@ -530,23 +560,60 @@ func (c *Conn) Read(ctx context.Context, into []byte, from Remote) error {
 
 // Message is a received message, or the notice of a WRITE with immediate
 // (then Data is nil and Len is the number of bytes written).
+//
+// Data is the application's: the posted receive buffer the message landed
+// in (Data is its first Len bytes, see PostRecv), or, on a QP without
+// posted buffers, a buffer of the transport's pool that Release gives
+// back.
 type Message struct {
 	Data   []byte
 	Len    int
 	Imm    uint32
 	HasImm bool
+
+	pooled bool
 }
 
-// Recv returns the next received message.
+// Release gives Data back to the transport's buffer pool, for a later
+// message to reuse, and sets Data to nil: a Recv loop that releases each
+// message once it is done with it allocates nothing per message. The bytes
+// must not be used after Release, and a message (or a copy of it) must be
+// released at most once. Release does nothing for a message in a posted
+// buffer (that memory is the application's) or without data.
+func (m *Message) Release() {
+	if m.pooled {
+		recvPool.put(m.Data)
+	}
+	m.Data, m.pooled = nil, false
+}
+
+// ErrDestroyed is returned by Recv on a destroyed Conn; it wraps
+// net.ErrClosed.
+var ErrDestroyed = fmt.Errorf("transport: QP destroyed: %w", net.ErrClosed)
+
+// Recv returns the next received message. With posted buffers (PostRecv),
+// a buffer that no message could fill comes back as an error with Data set
+// to it (length 0): ErrLocalLength for the message that did not fit,
+// ErrFlushed when the QP failed.
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	select {
 	case comp := <-c.recv:
 		c.s.eng.link.Wake() // room for another message
-		return Message{Data: comp.Data, Len: comp.Len, Imm: comp.Imm, HasImm: comp.Op == OpRecvImm}, nil
+		if comp.ID&internalID != 0 {
+			c.p.out.Add(-1)
+		}
+		return message(comp), comp.Err
 	case <-ctx.Done():
 		return Message{}, ctx.Err()
 	case <-c.ep.done:
 		return Message{}, c.ep.closedErr()
+	case <-c.gone:
+		select {
+		case comp := <-c.recv:
+			return message(comp), comp.Err
+		default:
+		}
+		return Message{}, ErrDestroyed
 	}
 }
 

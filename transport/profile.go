@@ -64,6 +64,8 @@ type receiver interface {
 	// waiting for the next packet would wait forever, every later
 	// packet being refused for want of a slot (TestSlowReaderResumes).
 	deliver()
+	// posted is told that a receive buffer was posted on a connected QP.
+	posted()
 }
 
 // inWindow reports whether p lies in [una-window, una+hi]: the PSNs an

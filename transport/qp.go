@@ -46,6 +46,9 @@ const (
 var opNames = [...]string{"?", "send", "send-imm", "write", "write-imm", "recv", "recv-imm", "read", "read-resp"}
 
 func (o Op) String() string {
+	if o == OpPostRecv {
+		return "post-recv"
+	}
 	if int(o) < len(opNames) {
 		return opNames[o]
 	}
@@ -64,13 +67,19 @@ type WorkRequest struct {
 
 // Completion reports a finished work request or a received message.
 type Completion struct {
-	ID   uint64 // the work request's ID; 0 for receives
-	QPN  uint32
-	Op   Op
-	Err  error  // nil on success
-	Data []byte // the message of OpRecv/OpRecvImm after a SEND; owned by the receiver
+	ID  uint64 // the work request's ID; for a receive, the posted buffer's (0 without)
+	QPN uint32
+	Op  Op
+	Err error // nil on success
+	// Data is the message of OpRecv/OpRecvImm after a SEND, owned by the
+	// receiver: the posted buffer's first Len bytes when the QP has posted
+	// buffers (the whole buffer, length 0, when Err is set), else a buffer
+	// of the transport's pool (see Message.Release).
+	Data []byte
 	Len  int    // bytes sent, written, read or received
 	Imm  uint32 // valid for OpRecvImm
+
+	pooled bool // Data came from the pool
 }
 
 // QPInfo is what peers exchange out of band to connect two QPs.
@@ -160,6 +169,10 @@ type QPStats struct {
 	// ReorderHeld is the number of data packets received ahead of a hole
 	// (Spray), at the time Stats was called; MaxReorderHeld the most at once.
 	ReorderHeld, MaxReorderHeld uint64
+	// RecvCopied counts messages copied into their posted receive buffer
+	// at delivery: they arrived before the receiver knew their buffer
+	// (Spray; see Conn.PostRecv). The others were placed straight there.
+	RecvCopied uint64
 }
 
 type sendMsg struct {
@@ -227,6 +240,7 @@ type QP struct {
 	recvq    []Completion
 	recvHead int
 	recvLen  int
+	rq       recvQueue // posted receive buffers: recvbuf.go
 
 	ackPending int
 	ackDue     clock.Time
@@ -293,7 +307,9 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	q.pacer = cc.NewPacer(cfg.PacingBurst)
 	q.msgs = make([]sendMsg, cfg.SendQueue)
 	q.events = make([]retransmit.Event, 0, cfg.Window)
-	q.recvq = make([]Completion, cfg.MaxMessages)
+	// MaxMessages messages, and the error completions of as many posted
+	// buffers (failRecv).
+	q.recvq = make([]Completion, 2*cfg.MaxMessages)
 	q.pstats.init(q.paths.Paths())
 	return q, nil
 }
@@ -362,8 +378,11 @@ func (q *QP) Connect(r QPInfo) error {
 	return nil
 }
 
-// Post queues a work request.
+// Post queues a work request; OpPostRecv posts a receive buffer (PostRecv).
 func (q *QP) Post(wr WorkRequest) error {
+	if wr.Op == OpPostRecv {
+		return q.PostRecv(wr.ID, wr.Data)
+	}
 	switch {
 	case q.state == stateError:
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.err)
@@ -465,6 +484,7 @@ func (q *QP) fail(err error) {
 		*m = sendMsg{}
 	}
 	q.cursor = q.tail
+	q.failRecv(-1, err)
 }
 
 // PollCompletion returns the next completion of a posted request or of a
@@ -498,7 +518,15 @@ func (q *QP) pushRecv(c Completion) {
 	q.stats.MessagesReceived++
 }
 
-func (q *QP) recvFull() bool { return q.recvLen == len(q.recvq) }
+func (q *QP) recvFull() bool { return q.recvLen >= q.cfg.MaxMessages }
+
+// peekRecv returns the completion popRecv would return.
+func (q *QP) peekRecv() (Completion, bool) {
+	if q.recvLen == 0 {
+		return Completion{}, false
+	}
+	return q.recvq[q.recvHead], true
+}
 
 // NextTimeout returns when HandleTimeout (or PollTransmit, for pacing and
 // delayed acknowledgements) next has work, or clock.Never.

@@ -20,6 +20,11 @@ type sprayReceiver struct {
 
 	rxErr    uint8  // sticky responder error: NAK syndrome answered to every packet
 	rxErrMsg uint32 // the message that caused it
+	// rxErrAny: the error came after the sender completed the message that
+	// caused it (a message longer than its receive buffer, found when the
+	// buffer was posted), so the NAK names the message of the packet it
+	// answers: the sender takes a NAK only for a request it has outstanding.
+	rxErrAny bool
 
 	// reads holds the region bytes of each READ request received and
 	// not yet answered, at its message ID modulo its length (MaxMessages,
@@ -58,6 +63,7 @@ func (r *sprayReceiver) connect(peer QPInfo) error {
 	}
 	asm, err := reorder.NewAssembler(reorder.Config{
 		MaxMessages: cfg.MaxMessages, MaxMessageSize: cfg.MaxMessageSize, MaxBytes: cfg.MaxRecvBytes,
+		Alloc: recvPool.get,
 	}, 0)
 	if err != nil {
 		return err
@@ -96,6 +102,9 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	q := r.q
 	if r.rxErr != 0 {
 		q.ackNow = true // answer with the NAK until the sender gives up
+		if r.rxErrAny {
+			r.rxErrMsg = pk.Data.MsgID
+		}
 		return
 	}
 	p := psn.New(pk.BTH.PSN)
@@ -141,11 +150,22 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		q.stats.BadPackets++
 		return
 	}
-	m, err := r.asm.Message(h.MsgID, h.MsgLen, h.Kind == wire.KindSend || h.Kind == wire.KindSendImm)
+	m, err := r.message(h)
 	if err != nil {
+		if r.rxErr != 0 {
+			return // ErrLocalLength: answered with the NAK
+		}
 		// Too many messages in progress, or not ours to take: drop
 		// without marking, so that the sender retransmits later.
 		q.stats.NoBuffer++
+		return
+	}
+	// A message keeps the kind of its first packet: which posted buffer
+	// each message takes depends on it.
+	if m.Tag&tagKind == 0 {
+		m.Kind, m.Tag = uint8(h.Kind), m.Tag|tagKind
+	} else if m.Kind != uint8(h.Kind) {
+		q.stats.BadPackets++
 		return
 	}
 	if write {
@@ -160,7 +180,6 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	if h.Kind == wire.KindReadReq && !r.readReq(pk, h.MsgID) {
 		return
 	}
-	m.Kind = uint8(h.Kind)
 	if h.Kind.HasImm() {
 		m.Imm, m.HasImm = pk.Imm, true
 	}
@@ -238,19 +257,100 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 	return true
 }
 
-// deliver completes, in order, the messages the assembler finished.
+// Msg.Tag bits: the message is placed straight into its posted buffer;
+// its Kind is set.
+const (
+	tagPosted = 1 << iota
+	tagKind
+)
+
+// message returns the message of data packet h, creating it on first
+// sight. Only a SEND has a buffer (a WRITE's bytes go to the region, a
+// READ response's to the READ's buffer, a READ request has none). A SEND on a
+// QP with posted buffers goes straight into its buffer when that buffer is
+// known and posted: the message takes the buffer after those of the
+// earlier outstanding SENDs, known once every earlier message has started
+// (a WRITE takes none). Otherwise, and on a QP without posted buffers, it
+// goes into a pooled buffer, counted against MaxRecvBytes, and deliver
+// copies it into its posted buffer. A SEND longer than its posted buffer
+// fails the receiving side (ErrLocalLength) and is refused.
+func (r *sprayReceiver) message(h *wire.Data) (*reorder.Msg, error) {
+	send := h.Kind == wire.KindSend || h.Kind == wire.KindSendImm
+	if m := r.asm.Lookup(h.MsgID); m != nil || !send || !r.q.rq.on {
+		return r.asm.Message(h.MsgID, h.MsgLen, send)
+	}
+	q := r.q
+	i := 0
+	for id := r.asm.Next(); id != h.MsgID && i < q.rq.n; id++ {
+		m := r.asm.Lookup(id)
+		if m == nil {
+			i = q.rq.n // unknown: stage the message
+			break
+		}
+		if consumes(wire.OpKind(m.Kind)) {
+			i++
+		}
+	}
+	if i >= q.rq.n {
+		return r.asm.Message(h.MsgID, h.MsgLen, true)
+	}
+	b := q.rq.at(i)
+	if int64(h.MsgLen) > int64(len(b.buf)) {
+		q.localLength(i, h.MsgLen)
+		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakInvalidRequest, h.MsgID, true
+		return nil, ErrLocalLength
+	}
+	m, err := r.asm.MessageInto(h.MsgID, h.MsgLen, b.buf)
+	if err == nil {
+		m.Tag |= tagPosted
+	}
+	return m, err
+}
+
+// posted delivers the messages that waited for a receive buffer.
+func (r *sprayReceiver) posted() { r.deliver() }
+
+// deliver completes, in order, the messages the assembler finished. With
+// posted buffers, a SEND waits at the head until its buffer is posted.
 func (r *sprayReceiver) deliver() {
 	q := r.q
 	for !q.recvFull() {
-		m, ok := r.asm.Pop()
+		m, ok := r.asm.Peek()
 		if !ok {
 			return
 		}
-		switch wire.OpKind(m.Kind) {
+		kind := wire.OpKind(m.Kind)
+		if q.rq.on && consumes(kind) {
+			if q.rq.n == 0 {
+				return
+			}
+			b := q.rq.at(0)
+			if int64(m.Len) > int64(len(b.buf)) {
+				q.localLength(0, m.Len)
+				r.rxErr, r.rxErrMsg, q.ackNow = wire.NakInvalidRequest, m.ID, true
+				r.rxErrAny = m.Tag&tagPosted == 0
+				return
+			}
+			if m.Tag&tagPosted == 0 { // staged: copy it over
+				q.stats.RecvCopied++
+				copy(b.buf, m.Buf)
+				recvPool.put(m.Buf)
+			}
+			r.asm.Pop()
+			pb := q.rq.pop()
+			op := OpRecv
+			if kind == wire.KindSendImm {
+				op = OpRecvImm
+			}
+			q.pushRecv(Completion{ID: pb.id, QPN: q.qpn, Op: op, Data: pb.buf[:m.Len], Len: int(m.Len), Imm: m.Imm})
+			continue
+		}
+		r.asm.Pop()
+		switch kind {
 		case wire.KindSend:
-			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecv, Data: m.Buf, Len: int(m.Len)})
+			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecv, Data: m.Buf, Len: int(m.Len), pooled: true})
 		case wire.KindSendImm:
-			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Data: m.Buf, Len: int(m.Len), Imm: m.Imm})
+			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Data: m.Buf, Len: int(m.Len), Imm: m.Imm, pooled: true})
 		case wire.KindWriteImm:
 			q.pushRecv(Completion{QPN: q.qpn, Op: OpRecvImm, Len: int(m.Len), Imm: m.Imm})
 		case wire.KindReadResp:
