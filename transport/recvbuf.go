@@ -219,11 +219,12 @@ func (p *bufPool) put(b []byte) {
 	p.mu.Unlock()
 }
 
-// poolAppend appends p to b, moving b into a larger pooled buffer when it
-// is full.
+// poolAppend appends p to b, moving b into a buffer at least twice as
+// large when it is full: growth by the packet would copy a large message
+// once per packet (TestLargeMessage's 64 MiB).
 func poolAppend(b, p []byte) []byte {
 	if n := len(b) + len(p); n > cap(b) {
-		nb := recvPool.get(n)[:len(b)]
+		nb := recvPool.get(max(n, 2*cap(b)))[:len(b)]
 		copy(nb, b)
 		recvPool.put(b)
 		b = nb
