@@ -171,3 +171,47 @@ func TestFabricName(t *testing.T) {
 		}
 	}
 }
+
+// TestDownLeavesNamesake: taking fabric N down leaves fabric N-2 (whose
+// objects' names also start with N's prefix) whole: its namespaces, state
+// and pins stay, and it reopens.
+func TestDownLeavesNamesake(t *testing.T) {
+	if !ofFabric("lab")("spf-lab-host0-0") || ofFabric("lab")("spf-lab-2-host0-0") || ofFabric("lab")("spf-lab-2-") {
+		t.Fatal("ofFabric(\"lab\") does not tell lab's objects from lab-2's")
+	}
+	testutil.SkipIfNotRoot(t)
+	name := fmt.Sprintf("tbn%d", os.Getpid()%100000)
+	other := name + "-2"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, n := range []string{other, name} {
+		f, err := UpLeafSpine(ctx, n, LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1}, ebpf.ECNConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = DownLeafSpine(n) })
+		f.Close()
+	}
+	before, err := leftoversMatching(ofFabric(other))
+	if err != nil || len(before) == 0 {
+		t.Fatalf("%s before down: %v (%v)", other, before, err)
+	}
+	if err := DownLeafSpine(name); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := leftoversMatching(ofFabric(name)); len(left) > 0 {
+		t.Fatalf("%s after down: %v", name, left)
+	}
+	after, err := leftoversMatching(ofFabric(other))
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("%s after downing %s: %v, want %v (%v)", other, name, after, before, err)
+	}
+	f, err := OpenLeafSpine(other)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", other, err)
+	}
+	f.Close()
+	if err := DownLeafSpine(other); err != nil {
+		t.Fatal(err)
+	}
+}

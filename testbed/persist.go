@@ -117,7 +117,7 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 	if _, err := os.Stat(statePath(name)); err == nil {
 		return nil, fmt.Errorf("testbed %q: %w (remove it with spray testbed down %s)", name, os.ErrExist, name)
 	}
-	if left, _ := Leftovers(prefix); len(left) > 0 {
+	if left, _ := leftoversMatching(ofFabric(name)); len(left) > 0 {
 		return nil, fmt.Errorf("testbed %q: %w: %s left behind (remove with spray testbed down %s)", name, os.ErrExist, strings.Join(left, ", "), name)
 	}
 	if err := ebpf.MountBPFFS(ebpf.DefaultBPFFS); err != nil {
@@ -338,7 +338,10 @@ func DownLeafSpine(name string) error {
 			errs = append(errs, fmt.Errorf("testbed: remove pinned programs: %w", err))
 		}
 	}
-	left, err := Leftovers(prefix)
+	// Objects are matched by fabric name, not by prefix: "spf-lab-" also
+	// starts the objects of fabric "lab-2" (TestDownLeavesNamesake).
+	own := ofFabric(name)
+	left, err := leftoversMatching(own)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -352,11 +355,11 @@ func DownLeafSpine(name string) error {
 			errs = append(errs, deleteLinksIn(ns))
 		}
 	}
-	errs = append(errs, Cleanup(prefix))
+	errs = append(errs, cleanupMatching(own))
 	// The state file goes last, and only once nothing it names is left:
 	// without it `testbed list` shows nothing, and a namespace that
 	// survived would be an orphan nobody lists.
-	if left, err := Leftovers(prefix); err != nil {
+	if left, err := leftoversMatching(own); err != nil {
 		errs = append(errs, err)
 	} else if len(left) > 0 {
 		errs = append(errs, fmt.Errorf("testbed %s: still there after down, state kept: %s", name, strings.Join(left, ", ")))
@@ -460,6 +463,15 @@ func LeftoverNames() ([]string, error) {
 	return out, nil
 }
 
+// ofFabric matches the names of persistent fabric name's namespaces and
+// links, and nothing of another fabric whose name it starts.
+func ofFabric(name string) func(string) bool {
+	return func(s string) bool {
+		n, ok := fabricName(s)
+		return ok && n == name
+	}
+}
+
 // fabricName extracts NAME from a persistent fabric's object name
 // "spf-NAME-NODE..." (NODE a host, leaf or spine; NAME may hold '-') or
 // its pin directory "spf-NAME-".
@@ -484,20 +496,21 @@ func fabricName(s string) (string, bool) {
 }
 
 // NamespacePids returns the processes whose network namespace is one of
-// the named namespaces whose names start with prefix (what `ip netns exec`
+// the named namespaces of persistent fabric name (what `ip netns exec`
 // started there and left running): they keep the namespace alive after it
 // is deleted. Processes that vanish while it looks are skipped.
-func NamespacePids(prefix string) ([]int, error) {
-	if prefix == "" {
-		return nil, fmt.Errorf("%w: empty prefix", ErrConfig)
+func NamespacePids(name string) ([]int, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
 	}
+	own := ofFabric(name)
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	inodes := map[uint64]bool{}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) {
+		if !own(e.Name()) {
 			continue
 		}
 		var st syscall.Stat_t

@@ -359,13 +359,19 @@ func Cleanup(prefix string) error {
 	if prefix == "" {
 		return fmt.Errorf("%w: empty cleanup prefix", ErrConfig)
 	}
+	return cleanupMatching(func(n string) bool { return strings.HasPrefix(n, prefix) })
+}
+
+// cleanupMatching removes the named namespaces, and links in the calling
+// thread's namespace, whose names match.
+func cleanupMatching(match func(string) bool) error {
 	var errs []error
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
+		if match(e.Name()) {
 			if err := deleteNamed(e.Name()); err != nil {
 				errs = append(errs, err)
 			}
@@ -376,7 +382,7 @@ func Cleanup(prefix string) error {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, prefix) {
+		if match(l.Attrs().Name) {
 			if err := netlink.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("testbed: delete link %s: %w", l.Attrs().Name, err))
 			}
@@ -388,13 +394,19 @@ func Cleanup(prefix string) error {
 // Leftovers lists the named namespaces and links in the calling thread's
 // namespace whose names start with prefix.
 func Leftovers(prefix string) ([]string, error) {
+	return leftoversMatching(func(n string) bool { return strings.HasPrefix(n, prefix) })
+}
+
+// leftoversMatching lists the named namespaces and links in the calling
+// thread's namespace whose names match.
+func leftoversMatching(match func(string) bool) ([]string, error) {
 	var out []string
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
+		if match(e.Name()) {
 			out = append(out, "netns "+e.Name())
 		}
 	}
@@ -403,7 +415,7 @@ func Leftovers(prefix string) ([]string, error) {
 		return out, err
 	}
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, prefix) {
+		if match(l.Attrs().Name) {
 			out = append(out, "link "+l.Attrs().Name)
 		}
 	}

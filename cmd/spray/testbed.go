@@ -229,8 +229,7 @@ func testbedDown(args []string, w io.Writer) error {
 // stopProcesses stops (kill) or lists the processes that run in testbed
 // name's namespaces, which would keep them alive after down.
 func stopProcesses(name string, kill bool) {
-	prefix := testbed.PersistentPrefixOf(name)
-	pids, _ := testbed.NamespacePids(prefix)
+	pids, _ := testbed.NamespacePids(name)
 	if len(pids) == 0 {
 		return
 	}
@@ -248,7 +247,7 @@ func stopProcesses(name string, kill bool) {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if pids, _ = testbed.NamespacePids(prefix); len(pids) == 0 {
+		if pids, _ = testbed.NamespacePids(name); len(pids) == 0 {
 			return
 		}
 	}

@@ -223,7 +223,7 @@ func TestTestbedCLI(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if pids, _ := testbed.NamespacePids(prefix); len(pids) > 0 {
+		if pids, _ := testbed.NamespacePids(name); len(pids) > 0 {
 			break
 		}
 		if time.Now().After(end) {
