@@ -20,6 +20,9 @@ import (
 type world struct {
 	name  string
 	comms []Comm
+	// broken is set by a failed run: the ranks' streams are out of step
+	// after it, so later runs on the world fail at once, naming the cause.
+	broken *string
 }
 
 func tcpWorld(t *testing.T, n int) world {
@@ -30,7 +33,7 @@ func tcpWorld(t *testing.T, n int) world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := world{name: "tcp"}
+	w := world{name: "tcp", broken: new(string)}
 	for _, c := range cs {
 		w.comms = append(w.comms, c)
 		t.Cleanup(func() { c.Close() })
@@ -58,7 +61,7 @@ func sprayWorld(t *testing.T, n int, cfg collectivetest.SprayConfig) world {
 			t.Errorf("link/mem misuse count %d", m)
 		}
 	})
-	w := world{name: "spray"}
+	w := world{name: "spray", broken: new(string)}
 	for _, c := range lw.Comms {
 		w.comms = append(w.comms, c)
 	}
@@ -69,6 +72,9 @@ func sprayWorld(t *testing.T, n int, cfg collectivetest.SprayConfig) world {
 // The first error cancels the other ranks.
 func (w world) run(t *testing.T, fn func(ctx context.Context, r int, c Comm) error) {
 	t.Helper()
+	if w.broken != nil && *w.broken != "" {
+		t.Fatalf("not run: the world failed in %s", *w.broken)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	errs := make([]error, len(w.comms))
@@ -83,14 +89,14 @@ func (w world) run(t *testing.T, fn func(ctx context.Context, r int, c Comm) err
 	wg.Wait()
 	// The first rank to fail cancels the others: report its error, not
 	// theirs.
-	for r, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	for _, canceled := range []bool{false, true} {
+		for r, err := range errs {
+			if err != nil && (canceled || !errors.Is(err, context.Canceled)) {
+				if w.broken != nil {
+					*w.broken = fmt.Sprintf("%s: rank %d: %v", t.Name(), r, err)
+				}
+				t.Fatalf("rank %d: %v", r, err)
+			}
 		}
 	}
 }
