@@ -890,6 +890,15 @@ func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Eve
 	return dst, st.res
 }
 
+// PeerAlive notes that the peer answered without acknowledging anything
+// (a receiver-not-ready NAK): the consecutive timeouts counted against
+// MaxRetries start over. A failed scoreboard stays failed.
+func (s *Scoreboard) PeerAlive() {
+	if s.failed == nil {
+		s.retries = 0
+	}
+}
+
 // OnTimeout handles the timer due at now (call it when now reaches
 // NextTimeout; it handles one timer per call, so call it again while
 // NextTimeout is still not after now). It appends newly lost packets to dst.
@@ -900,7 +909,10 @@ func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Eve
 //     has passed since they were sent; in GoBackN all), the timeout
 //     doubles (up to MaxRTO; a FixedRTO stays as it is) and restarts. After MaxRetries consecutive RTOs
 //     without progress the next one returns Failed and an error wrapping
-//     ErrRetryExceeded instead, and the scoreboard stays failed.
+//     ErrRetryExceeded instead, and the scoreboard stays failed. A timer
+//     that expires while the previous RTO's resend of the oldest packet has
+//     not been sent only restarts (None), and PeerAlive starts the count
+//     over.
 //   - Reorder (RFC 8985 6.2 step 5, 8): RACK loss detection runs again.
 //   - Probe (RFC 8985 7.3): the highest outstanding PSN is queued for resend
 //     (it stays in flight: a probe is no loss) and the retransmission timer
@@ -911,6 +923,14 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 	}
 	switch {
 	case s.rtoAt != clock.Never && !now.Before(s.rtoAt):
+		if e := s.slot(s.una); e.flags&fLost != 0 && e.flags&fQueued != 0 {
+			// The previous timeout's resend of the oldest packet has not
+			// left (the sender's pacing or window held it): the peer was
+			// not asked, so this is no timeout of its and counts nothing
+			// (TestSlowReaderOutlastsRetries).
+			s.rtoAt = now.Add(s.RTO())
+			return dst, None, nil
+		}
 		if s.retries >= s.cfg.MaxRetries {
 			s.failed = fmt.Errorf("%w: PSN %d unacknowledged after %d timeouts", ErrRetryExceeded, s.una, s.retries)
 			s.rtoAt, s.ptoAt, s.reoAt = clock.Never, clock.Never, clock.Never

@@ -662,6 +662,45 @@ func TestPoppedNotResent(t *testing.T) {
 	mustCheck(t, s)
 }
 
+// TestTimeoutsThatCount: a timer that expires while the previous RTO's
+// resend of the oldest packet is still queued (the sender held it back)
+// counts nothing, and PeerAlive starts the count over; a timeout after a
+// resend that got no answer counts, and MaxRetries of them fail.
+func TestTimeoutsThatCount(t *testing.T) {
+	s := mustNew(t, Config{NoTLP: true, MaxRetries: 1}, 0)
+	sendNew(t, s, 0)
+	resend := func() {
+		t.Helper()
+		p, tag, ok := s.PopLost()
+		if !ok {
+			t.Fatal("nothing queued for resend")
+		}
+		if err := s.OnSend(s.NextTimeout()-1, p, 1000, tag, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeout := func(want TimeoutKind) {
+		t.Helper()
+		if _, kind, _ := s.OnTimeout(s.NextTimeout(), nil); kind != want {
+			t.Fatalf("timeout: %v, want %v", kind, want)
+		}
+	}
+	timeout(RTO)  // one of one
+	timeout(None) // the resend has not left: not counted
+	resend()
+	s.PeerAlive() // the peer answered: counted from zero again
+	timeout(RTO)
+	resend()
+	timeout(Failed)
+	if !errors.Is(s.Err(), ErrRetryExceeded) {
+		t.Fatalf("Err() = %v", s.Err())
+	}
+	s.PeerAlive() // a failed scoreboard stays failed
+	if _, kind, _ := s.OnTimeout(s.NextTimeout(), nil); kind != Failed {
+		t.Fatalf("after PeerAlive on a failed scoreboard: %v", kind)
+	}
+}
+
 func TestAllocs(t *testing.T) {
 	s := mustNew(t, Config{Capacity: 256}, 1<<24-100)
 	dst := make([]Event, 0, 256)

@@ -102,7 +102,11 @@
 //     back. The receiver holds at most Config.MaxMessages undelivered
 //     messages per QP: beyond that, packets are dropped (counted in
 //     NoBuffer) and the sender retransmits them later: a slow reader slows
-//     its sender down instead of growing memory.
+//     its sender down instead of growing memory. The receiver answers such
+//     drops with an RNR NAK (receiver not ready), which tells the sender
+//     its peer is alive: the retransmission timeouts until the reader
+//     takes more do not count against MaxRetries (IBA's rnr_retry 7,
+//     unlimited), so a reader that sleeps never fails its sender.
 //   - Every bound is in Config; frames that fail to decode, packets for
 //     unknown QPs and packets from the wrong source are counted and dropped.
 //   - Feedback proves itself before it is acted on (RFC 5961's idea): an
@@ -199,9 +203,9 @@
 // it completes once its buffer is posted. The RoCE receiver takes one
 // message at a time in order: a SEND whose first packet finds no buffer
 // posted is dropped (NoBuffer), and the requester's timer resends it, as
-// an RNR NAK would make a verbs requester retry. Either way, a sender
-// whose packets keep being dropped for want of a buffer fails with
-// ErrPeerUnreachable after MaxRetries retransmission timeouts.
+// an RNR NAK would make a verbs requester retry. Either way the receiver
+// answers the dropped packet with an RNR NAK, and the sender waits for the
+// buffer without counting its timeouts against MaxRetries.
 //
 // A SEND longer than its buffer is IBA's local length error: nothing is
 // written past the buffer (its length, not its capacity, is the limit);

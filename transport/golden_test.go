@@ -54,7 +54,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "d90d0e87168e9432aa87d7ebb98d27928f9345d680756c6f63a695b8abf2ce8c",
+		state:  "e3c78b9c3954443888d0a40bfd8f32b66e12c4641d9fe616d485e5ad1a51ba18",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -69,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "45da16a5b4355ba6c0effc827a2e364baa912e3b701aa2c838c207357637ba38",
+		state:  "a2831790bb42e2f29277fc282dcfce43b2bf03ea4b2c0b6aeea69b6b38375127",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "32970b36f52820bd7498969f3a568fd475a23f1fc6d1cc7a3e0742dee50f2f74",
+		state:  "b310d37177b4729e5713b5d6ca2f19cb1beb721060ee31dbb127a165419946a9",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "2040a309685224c654b859cbafb48ef6bb3a436db6acf95a4392f3ce34cfae5a",
-		state:  "e9c242553ea1a93c0d3d32d7a083bdcc3ed8cf068553b59ce1fbb9daf39cbd2f",
+		state:  "a5a191c0fe6f97c2196b392ef591c0dee9e499aac5303e46cbb113261efd8afb",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -106,7 +106,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
 		frames: "7d86dac813c08a53bd30ebaa14d41b12a9deee19c9a9e096c36335bf2faae3b6",
-		state:  "4e6b9702286820c02e0f679fabcf7c817280aeaab0a793cb17083c2acd02c929",
+		state:  "14b84b48538e744d88d66bf5985e726298fe6d6e4b010efecef9241c0f3092bd",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "974887108d30490d3d0e0a5956d07bf197e4f7e25901bb78c72e2c2b2ea10856",
-		state:  "6508d4cfb63a23a825adcf68282ece2edcaa359ca6f02631ea6d76e1cfd846ad",
+		state:  "99c17e0bc8f75ded982145950b3e015a9a3dca78275d0a30568d7630b76efb03",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

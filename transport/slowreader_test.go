@@ -18,11 +18,32 @@ import (
 // just enough messages to fill the queue and the slots, nothing is refused
 // and the sender is done: the last ones must still reach the reader.
 func TestSlowReaderResumes(t *testing.T) {
+	testSlowReader(t, 5*time.Millisecond, []Profile{Spray, RoCE})
+}
+
+// TestSlowReaderOutlastsRetries: a reader asleep for a second, far past the
+// sender's budget of MaxRetries timeouts (about 15 ms here), fails nothing:
+// the receiver answers each refused packet with an RNR NAK, which tells
+// the sender its peer is alive, and every message arrives once the reader
+// wakes.
+func TestSlowReaderOutlastsRetries(t *testing.T) {
+	testSlowReader(t, time.Second, []Profile{Spray})
+}
+
+func testSlowReader(t *testing.T, sleep time.Duration, profiles []Profile) {
 	const maxMsgs, size = 4, 3000
-	for _, tc := range []struct {
+	type tcase struct {
 		prof Profile
 		n    int
-	}{{Spray, 40}, {Spray, 2 * maxMsgs}, {RoCE, 40}} {
+	}
+	var cases []tcase
+	for _, prof := range profiles {
+		cases = append(cases, tcase{prof, 40})
+		if prof == Spray {
+			cases = append(cases, tcase{prof, 2 * maxMsgs})
+		}
+	}
+	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%v/%d", tc.prof, tc.n), func(t *testing.T) {
 			prof, n := tc.prof, tc.n
 			cfg := Config{Profile: prof, MaxMessages: maxMsgs, MaxRetries: 3}
@@ -37,7 +58,7 @@ func TestSlowReaderResumes(t *testing.T) {
 			posted := 0
 			var got [][]byte
 			// The reader sleeps through the sender's first timeouts.
-			wake := clock.Time(0).Add(5 * time.Millisecond)
+			wake := clock.Time(0).Add(sleep)
 			var sendErr error
 			for len(got) < n && sendErr == nil {
 				for posted < n && s.qa.Post(WorkRequest{ID: uint64(posted + 1), Op: OpSend, Data: msgs[posted]}) == nil {
@@ -91,10 +112,13 @@ func TestSlowReaderResumes(t *testing.T) {
 			}
 			st := s.qb.Stats()
 			if sendErr != nil {
-				t.Fatalf("sender failed after %d of %d messages (receiver NoBuffer %d): %v", len(got), n, st.NoBuffer, sendErr)
+				t.Fatalf("sender failed after %d of %d messages (receiver NoBuffer %d, RNR NAKs %d sent, %d received, NAKs rejected %d): %v", len(got), n, st.NoBuffer, st.RNRNaksSent, s.qa.Stats().RNRNaksReceived, s.qa.Stats().RejectedNaks, sendErr)
 			}
 			if n > 2*maxMsgs && st.NoBuffer == 0 {
 				t.Fatalf("the receiver refused nothing: the reader did not fill its QP")
+			}
+			if prof == Spray && n > 2*maxMsgs && (st.RNRNaksSent == 0 || s.qa.Stats().RNRNaksReceived == 0) {
+				t.Fatalf("RNR NAKs: %d sent, %d received, want both > 0", st.RNRNaksSent, s.qa.Stats().RNRNaksReceived)
 			}
 			for i, m := range got {
 				if hash(m) != hash(msgs[i]) {

@@ -176,15 +176,19 @@ func far(p psn.PSN) psn.PSN { return p.Add(psn.Half - 7) }
 // meaningless cumulative PSN, sent with the peer's addresses to the QP
 // mid-transfer. It is dropped (RejectedAcks) and the transfer completes.
 // A NAK with plausible PSNs that names no message in progress is dropped
-// too (RejectedNaks).
+// too (RejectedNaks). An RNR NAK, which keeps a QP waiting, is held to the
+// same checks.
 func TestSpoofSprayNak(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		plausCum bool // the cumulative PSN is the sender's oldest outstanding
 		msg      uint32
+		syn      uint8
 	}{
-		{"meaningless-cum", false, 0},
-		{"no-such-message", true, 0xBAD0},
+		{"meaningless-cum", false, 0, wire.NakRemoteAccessError},
+		{"no-such-message", true, 0xBAD0, wire.NakRemoteAccessError},
+		{"rnr-meaningless-cum", false, 0, wire.SyndromeRNR},
+		{"rnr-no-such-message", true, 0xBAD0, wire.SyndromeRNR},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newSpoofRun(t, Spray)
@@ -196,11 +200,11 @@ func TestSpoofSprayNak(t *testing.T) {
 			}
 			r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayAck, PSN: uint32(cum)}, Ack: wire.Ack{
 				CumPSN: uint32(cum), AckedPSN: uint32(cum), SackBase: uint32(cum), SackWords: 1,
-				Syndrome: wire.NakRemoteAccessError, MsgID: tc.msg,
+				Syndrome: tc.syn, MsgID: tc.msg,
 			}}, nil)
 			r.finish(t)
 			st := r.qa.Stats()
-			if st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 {
+			if st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 || st.RNRNaksReceived != 0 {
 				t.Fatalf("rejected %d ACKs and %d NAKs, %d NAKs taken; want the one spoofed NAK rejected", st.RejectedAcks, st.RejectedNaks, st.NaksReceived)
 			}
 		})

@@ -26,6 +26,12 @@ type sprayReceiver struct {
 	// answers: the sender takes a NAK only for a request it has outstanding.
 	rxErrAny bool
 
+	// rnrMsg is the message of a data packet refused for lack of room
+	// since the last ACK, rnr whether there is one: the next ACK is an
+	// RNR NAK naming it, so that the sender knows this QP is alive.
+	rnrMsg uint32
+	rnr    bool
+
 	// reads holds the region bytes of each READ request received and
 	// not yet answered, at its message ID modulo its length (MaxMessages,
 	// the assembler's span of live IDs).
@@ -155,9 +161,13 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		if r.rxErr != 0 {
 			return // ErrLocalLength: answered with the NAK
 		}
-		// Too many messages in progress, or not ours to take: drop
-		// without marking, so that the sender retransmits later.
+		// Too many messages in progress (the application has not
+		// taken them), or not ours to take: dropped without marking,
+		// so that the sender retransmits later, and answered with an
+		// RNR NAK so that it does not count the wait against the peer's
+		// life (TestSlowReaderOutlastsRetries).
 		q.stats.NoBuffer++
+		r.rnr, r.rnrMsg, q.ackNow = true, h.MsgID, true
 		return
 	}
 	// A message keeps the kind of its first packet: which posted buffer
@@ -400,9 +410,19 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		pk.INT = e.intBuf[:e.intLen]
 		r.echoSet = false
 	}
+	if r.rnr && r.rxErr == 0 {
+		a.Syndrome, a.MsgID = wire.SyndromeRNR|rnrTimer, r.rnrMsg
+		r.q.stats.RNRNaksSent++
+	}
+	r.rnr = false
 	pk.BTH.PSN = a.CumPSN
 	return r.rxErr != 0
 }
+
+// rnrTimer is the RNR NAK's timer field: IBA's code 0 (655.36 ms), which
+// spray's senders do not use (they retry on their own timer, backed off up
+// to MaxRTO); it is set for a reader of the wire.
+const rnrTimer = 0
 
 // ackSent notes the highest PSN the ACK just sent reported.
 func (r *sprayReceiver) ackSent() { r.ackedHigh, r.ackedSet = r.win.Highest(), true }

@@ -212,11 +212,20 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		q.stats.RejectedAcks++
 		return
 	}
-	if wire.IsNak(a.Syndrome) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
+	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
+	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
 		q.stats.RejectedNaks++
 		return
 	}
 	q.stats.AcksReceived++
+	if rnr {
+		// The receiver refused data for lack of room: it is alive, so
+		// the timeouts until it takes more do not count against
+		// MaxRetries (IBA's rnr_retry 7: unlimited). The refused
+		// packets come again on the retransmission timer.
+		q.stats.RNRNaksReceived++
+		q.sb.PeerAlive()
+	}
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
 		Cum: psn.New(a.CumPSN), SackBase: psn.New(a.SackBase), Sack: a.Sack[:a.SackWords],
 		Acked: psn.New(a.AckedPSN), HasAcked: true, AckedSentAt: clock.Time(a.EchoTime),
