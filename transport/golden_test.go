@@ -115,8 +115,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
-		frames: "974887108d30490d3d0e0a5956d07bf197e4f7e25901bb78c72e2c2b2ea10856",
-		state:  "6508d4cfb63a23a825adcf68282ece2edcaa359ca6f02631ea6d76e1cfd846ad",
+		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
+		state:  "f6a8cd5806cf3a67779a79dc2d41b25d9677b8e65997855207d888ac49ed3490",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
