@@ -16,6 +16,7 @@ import (
 type seenFrame struct {
 	fromA   bool
 	op      wire.Opcode
+	kind    wire.OpKind // spray data
 	psn     psn.PSN
 	reth    wire.RETH
 	aeth    wire.AETH
@@ -35,7 +36,7 @@ func (l *frameLog) filter(b []byte) bool {
 	if wire.Decode(b, &pk) != nil {
 		return true
 	}
-	f := seenFrame{fromA: pk.IP.Src == ipA, op: pk.BTH.Opcode, psn: psn.New(pk.BTH.PSN), reth: pk.RETH, aeth: pk.AETH,
+	f := seenFrame{fromA: pk.IP.Src == ipA, op: pk.BTH.Opcode, kind: pk.Data.Kind, psn: psn.New(pk.BTH.PSN), reth: pk.RETH, aeth: pk.AETH,
 		payload: append([]byte(nil), pk.Payload...)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
