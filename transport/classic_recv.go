@@ -41,7 +41,6 @@ type classicMsg struct {
 
 func (r *classicReceiver) connect(peer QPInfo) error {
 	r.exp = psn.New(peer.PSN)
-	r.resp = make([]readResp, 0, r.q.cfg.MaxMessages)
 	return nil
 }
 

@@ -263,8 +263,8 @@ const maxReadPackets = psn.Half / 2
 // readRequest executes the READ request pk at the expected PSN p: it
 // checks the region (a refusal is the sticky NAK remote access error at p,
 // as for a WRITE), queues the response and moves the expected PSN past the
-// response's PSNs. A request that finds the response queue full is
-// dropped (NoBuffer) and asked again after the requester's timeout.
+// response's PSNs. A request that finds Config.MaxMessages READs being
+// answered is dropped (NoBuffer) and asked again by the requester.
 func (r *classicReceiver) readRequest(now clock.Time, pk *wire.Packet, p psn.PSN) {
 	q := r.q
 	if r.cmsg.active {
@@ -285,7 +285,7 @@ func (r *classicReceiver) readRequest(now clock.Time, pk *wire.Packet, p psn.PSN
 		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakRemoteAccessError, p, true
 		return
 	}
-	if len(r.resp) == cap(r.resp) {
+	if len(r.resp) >= r.q.cfg.MaxMessages {
 		q.stats.NoBuffer++
 		return
 	}
@@ -332,7 +332,7 @@ func (r *classicReceiver) dupRead(pk *wire.Packet, p psn.PSN) {
 		q.stats.RemoteAccessErrors++
 		return
 	}
-	if len(r.resp) == cap(r.resp) {
+	if len(r.resp) >= r.q.cfg.MaxMessages {
 		q.stats.NoBuffer++
 		return
 	}
