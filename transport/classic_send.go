@@ -106,9 +106,10 @@ func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
 	return inWindow(p.Next(), una, q.cfg.Window, out)
 }
 
-// onAck processes an ACKNOWLEDGE (ACK or NAK). One that names a PSN the QP
-// did not send, or a NAK that names no outstanding request, is dropped and
-// counted (QPStats.RejectedAcks, RejectedNaks) before it touches anything.
+// onAck processes an ACKNOWLEDGE (ACK or NAK), or a READ response
+// (onResponse). One that names a PSN the QP did not send, or a NAK that
+// names no outstanding request, is dropped and counted
+// (QPStats.RejectedAcks, RejectedNaks) before it touches anything.
 func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
 	if isReadResponse(pk.BTH.Opcode) {

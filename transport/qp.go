@@ -38,8 +38,9 @@ const (
 	// Remote into Data (one-sided RDMA READ); the peer sees no completion.
 	OpRead
 
-	// opReadResp is the responder's answer to a READ, queued by the QP
-	// itself behind the requests posted before it; it completes nothing.
+	// opReadResp is the Spray responder's answer to a READ, queued by
+	// the QP itself behind the requests posted before it; it completes
+	// nothing. (RoCE answers outside the send queue: read_classic.go.)
 	opReadResp
 )
 
@@ -143,8 +144,9 @@ type QPStats struct {
 	// of them changes the QP's state: they are what a blind spoofer sends.
 	RejectedAcks, RejectedNaks, RejectedCNPs uint64
 	// RejectedReadResponses counts READ responses dropped because they
-	// answer no READ this QP has outstanding, or do not fit the one they
-	// name (its length, or the order of the classic opcodes).
+	// answer no READ this QP has outstanding (RoCE: a PSN no outstanding
+	// READ asked for), or do not fit the one they name (its length, or
+	// the RoCE opcode for their place).
 	RejectedReadResponses uint64
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
@@ -429,8 +431,8 @@ func (q *QP) reserveRead() bool {
 
 // answerRead queues the response to a READ of src, for which reserveRead
 // reserved a slot, in the QP's own send sequence behind the messages
-// posted before it; tag is what the response carries to name its request
-// (Spray: the request's message ID; RoCE: the responder's MSN).
+// posted before it (Spray); tag is what the response carries to name its
+// request: the request's message ID.
 func (q *QP) answerRead(src []byte, tag uint32) {
 	q.readSlots--
 	q.push(WorkRequest{Op: opReadResp, Data: src, Imm: tag})
