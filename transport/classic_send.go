@@ -91,8 +91,9 @@ func (s *classicSender) onCNP(now clock.Time) bool {
 // valid reports whether the ACKNOWLEDGE names PSNs the QP sent (inWindow):
 // an ACK's PSN (the last accepted) and a sequence NAK's (the expected one)
 // up to the next PSN to send; a fatal NAK's (the refused request) only an
-// outstanding PSN, at or after the oldest unacknowledged one. Guarded by
-// TestSpoofClassicAck.
+// outstanding PSN, at or after the oldest unacknowledged one, and not one
+// a READ request took for a response packet that no request began at.
+// Guarded by TestSpoofClassicAck and TestSpoofClassicNakInRead.
 func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
 	q := s.q
 	una := q.sb.Oldest()
@@ -101,7 +102,7 @@ func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
 	case syn == wire.NakPSNSequenceError:
 		return inWindow(p, una, q.cfg.Window, out)
 	case wire.IsNak(syn):
-		return inWindow(p, una, 0, out-1)
+		return inWindow(p, una, 0, out-1) && !s.insideRead(p)
 	}
 	return inWindow(p.Next(), una, q.cfg.Window, out)
 }

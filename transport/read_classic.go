@@ -159,6 +159,32 @@ func (s *classicSender) inRead(p psn.PSN) bool {
 	return false
 }
 
+// insideRead reports whether p is a PSN a READ took for one of its
+// response packets and no request of it began at: the first of each
+// chunk and the first missing are where requests begin, and so what a
+// NAK may name.
+func (s *classicSender) insideRead(p psn.PSN) bool {
+	q := s.q
+	if s.reads == 0 {
+		return false
+	}
+	c := q.readChunk()
+	for i := q.head; i <= q.cursor && i < q.tail; i++ {
+		m := &q.msgs[i%uint64(len(q.msgs))]
+		if m.wr.Op != OpRead || m.readDone {
+			continue
+		}
+		sent := m.npkts
+		if i == q.cursor {
+			sent = q.curOff / uint32(q.seg)
+		}
+		if k := p.Diff(m.psn); sent > 0 && k > 0 && uint32(k) < sent {
+			return uint32(k)%c != 0 && uint32(k) != m.landed
+		}
+	}
+	return false
+}
+
 // onResponse takes a READ response. The next one expected lands in the
 // READ's buffer if it fits (opcode for its place, AETH syndrome, length);
 // else it is dropped and counted in RejectedReadResponses. Of those not

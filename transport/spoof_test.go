@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/psn"
@@ -646,6 +647,55 @@ func TestSpoofReadResponse(t *testing.T) {
 				t.Fatalf("%s: counted %d, want the spoofed response", pos, got)
 			}
 			r.nothingToSpoofer(t)
+		})
+	}
+}
+
+// TestSpoofClassicNakInRead: a fatal NAK naming a PSN that a RoCE READ
+// request took for one of its response packets, where no request began,
+// names no request: dropped (RejectedNaks), and the READ completes
+// byte-exact. One naming the READ's own PSN names the request: it fails
+// the QP, as a genuine one would.
+func TestSpoofClassicNakInRead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    uint32 // response packet whose PSN the NAK names
+		fail bool
+	}{
+		{"inside", 2, false},
+		{"request", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seed := testutil.Seed(t)
+			s := newSimPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, readConfig(RoCE, seed))
+			src := randomBytes(rand.New(rand.NewPCG(seed, 10)), 100<<10)
+			mr := s.eb.Register(src, AccessRemoteRead)
+			into := make([]byte, len(src))
+			p := s.qa.sb.Next()
+			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: into, Remote: mr.Remote(0)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ea.Step(s.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			pk := wire.Packet{}
+			s.qb.headers(&pk, 50000)
+			pk.BTH.Opcode, pk.BTH.PSN = wire.OpAcknowledge, uint32(p.Add(tc.k))
+			pk.AETH = wire.AETH{Syndrome: wire.NakRemoteAccessError}
+			s.qa.Handle(s.clk.Now(), &pk)
+			if tc.fail {
+				if !errors.Is(s.qa.Err(), ErrRemoteAccess) {
+					t.Fatalf("a NAK of the READ request left the QP with %v, want ErrRemoteAccess", s.qa.Err())
+				}
+				return
+			}
+			runUntil(t, s, 1)
+			if c := s.ca[0]; c.Err != nil || hash(into) != hash(src) {
+				t.Fatalf("READ after a spoofed NAK: %+v, bytes match %v", c, hash(into) == hash(src))
+			}
+			if st := s.qa.Stats(); st.RejectedNaks != 1 || st.NaksReceived != 0 {
+				t.Fatalf("rejected %d NAKs, took %d; want the spoofed one rejected", st.RejectedNaks, st.NaksReceived)
+			}
 		})
 	}
 }
