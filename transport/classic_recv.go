@@ -18,10 +18,8 @@ type classicReceiver struct {
 	nakDue bool    // a sequence NAK is due
 	cmsg   classicMsg
 	msn    uint32
-	// rd is the READ whose response is arriving (RoCE answers READs in
-	// order, so the response names none) and rdOff the bytes landed.
-	rd    *sendMsg
-	rdOff uint32
+	// resp holds the READs being answered, in PSN order (read_classic.go).
+	resp []readResp
 
 	rxErr    uint8   // sticky responder error: NAK syndrome answered to every packet
 	rxErrPSN psn.PSN // the PSN that caused it
@@ -47,7 +45,7 @@ func (r *classicReceiver) connect(peer QPInfo) error {
 }
 
 func (r *classicReceiver) takes(op wire.Opcode) bool {
-	return op <= wire.OpWriteOnlyImm || (op >= wire.OpReadRequest && op <= wire.OpReadResponseOnly)
+	return op <= wire.OpWriteOnlyImm || op == wire.OpReadRequest
 }
 
 func (r *classicReceiver) held() uint64 { return 0 }
@@ -87,6 +85,10 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 		return
 	}
 	if d < 0 {
+		if pk.BTH.Opcode == wire.OpReadRequest {
+			r.dupRead(pk, p)
+			return
+		}
 		q.stats.Duplicates++
 		q.ackNow = true
 		return
@@ -99,18 +101,8 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 		return
 	}
 	op := pk.BTH.Opcode
-	switch {
-	case op == wire.OpReadRequest:
-		if !r.readRequest(pk, p) {
-			return
-		}
-		r.accept(now, pk)
-		return
-	case op >= wire.OpReadResponseFirst && op <= wire.OpReadResponseOnly:
-		if !r.readResponse(op, pk) {
-			return
-		}
-		r.accept(now, pk)
+	if op == wire.OpReadRequest {
+		r.readRequest(now, pk, p)
 		return
 	}
 	first := op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm ||
@@ -150,69 +142,6 @@ func (r *classicReceiver) accept(now clock.Time, pk *wire.Packet) {
 	if pk.BTH.AckReq {
 		q.ackNow = true
 	}
-}
-
-// readRequest answers the in-order READ request pk (PSN p): it checks the
-// region (a refusal is the sticky NAK remote access error, as for a
-// WRITE) and queues the response, or reports false when the request is
-// not taken (refused, or dropped for a full send queue: the requester
-// sends it again).
-func (r *classicReceiver) readRequest(pk *wire.Packet, p psn.PSN) bool {
-	q := r.q
-	if r.cmsg.active {
-		r.cmsg = classicMsg{}
-		q.stats.BadPackets++
-		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakInvalidRequest, p, true // opcode sequence error
-		return false
-	}
-	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
-	if !ok || int64(pk.RETH.Len) > q.cfg.MaxMessageSize {
-		q.stats.RemoteAccessErrors++
-		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakRemoteAccessError, p, true
-		return false
-	}
-	if !q.reserveRead() {
-		q.stats.NoBuffer++
-		return false
-	}
-	r.msn++
-	q.answerRead(src, r.msn) // in order already: every earlier request has been executed
-	return true
-}
-
-// readResponse places the in-order READ response pk into the oldest READ
-// awaiting one, or reports false (counted in RejectedReadResponses) when
-// no READ awaits it or it does not fit: beyond the READ's length, a Last
-// short of it, a First or Only amid a response, a Middle or Last outside
-// one (TestReadSpoofedResponse).
-func (r *classicReceiver) readResponse(op wire.Opcode, pk *wire.Packet) bool {
-	q := r.q
-	first := op == wire.OpReadResponseFirst || op == wire.OpReadResponseOnly
-	last := op == wire.OpReadResponseLast || op == wire.OpReadResponseOnly
-	if first != (r.rd == nil) {
-		q.stats.RejectedReadResponses++
-		return false
-	}
-	rd, off := r.rd, r.rdOff
-	if first {
-		if rd, off = q.nextRead(), 0; rd == nil {
-			q.stats.RejectedReadResponses++
-			return false
-		}
-	}
-	n := uint32(len(pk.Payload))
-	end := uint64(off) + uint64(n)
-	if end > uint64(rd.length) || (last && end != uint64(rd.length)) {
-		q.stats.RejectedReadResponses++
-		return false
-	}
-	copy(rd.wr.Data[off:], pk.Payload)
-	r.rd, r.rdOff = rd, off+n
-	if last {
-		r.rd, r.rdOff = nil, 0
-		q.readLanded(rd)
-	}
-	return true
 }
 
 // place applies one in-order packet and returns a NAK syndrome, or 0.

@@ -10,30 +10,31 @@ import (
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
-// classicSender is the RoCE profile's requester: RC SEND and WRITE
-// opcodes (first, middle, last, only), an ACK request every AckEvery
-// packets and on a message's last, and ACKNOWLEDGE packets that are
-// cumulative ACKs, NAK sequence errors (the scoreboard goes back to the
-// PSN named) or fatal NAKs. It keeps no state of its own.
+// classicSender is the RoCE profile's requester: RC SEND, WRITE and READ
+// request opcodes (first, middle, last, only), an ACK request every
+// AckEvery packets and on a message's last, and ACKNOWLEDGE packets that
+// are cumulative ACKs, NAK sequence errors (the scoreboard goes back to
+// the PSN named) or fatal NAKs, and READ responses, which acknowledge too
+// (read_classic.go).
 type classicSender struct {
 	q *QP
+	// reqEntropy is the entropy of the latest READ request sent; reads
+	// counts the READs sent whose responses have not all landed.
+	reqEntropy uint16
+	reads      int
 }
 
-func (s *classicSender) takes(op wire.Opcode) bool { return op == wire.OpAcknowledge }
+func (s *classicSender) takes(op wire.Opcode) bool {
+	return op == wire.OpAcknowledge || isReadResponse(op)
+}
 
-func (s *classicSender) encode(_ clock.Time, pk *wire.Packet, m *sendMsg, _ uint32, first, last bool, p psn.PSN) {
+func (s *classicSender) encode(_ clock.Time, pk *wire.Packet, m *sendMsg, off uint32, first, last bool, p psn.PSN) {
 	q := s.q
 	write := m.wr.Op == OpWrite || m.wr.Op == OpWriteImm
 	imm := m.wr.Op == OpSendImm || m.wr.Op == OpWriteImm
 	pk.BTH.AckReq = last || (uint32(p)-uint32(q.startPSN))%uint32(q.cfg.AckEvery) == 0
-	switch m.wr.Op {
-	case OpRead:
-		pk.BTH.Opcode = wire.OpReadRequest
-		return
-	case opReadResp:
-		pk.BTH.Opcode = readResponseOpcode(first, last)
-		// AETH on First, Last and Only: an ACK with the MSN of the READ.
-		pk.AETH = wire.AETH{Syndrome: wire.SyndromeAck | 0x1F, MSN: m.wr.Imm & psn.Mask}
+	if m.wr.Op == OpRead {
+		s.encodeRead(pk, m, off, p)
 		return
 	}
 	pk.BTH.Opcode = classicOpcode(write, imm, first, last)
@@ -90,8 +91,9 @@ func (s *classicSender) onCNP(now clock.Time) bool {
 // valid reports whether the ACKNOWLEDGE names PSNs the QP sent (inWindow):
 // an ACK's PSN (the last accepted) and a sequence NAK's (the expected one)
 // up to the next PSN to send; a fatal NAK's (the refused request) only an
-// outstanding PSN, at or after the oldest unacknowledged one. Guarded by
-// TestSpoofClassicAck.
+// outstanding PSN, at or after the oldest unacknowledged one, and not one
+// a READ request took for a response packet that no request began at.
+// Guarded by TestSpoofClassicAck and TestSpoofClassicNakInRead.
 func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
 	q := s.q
 	una := q.sb.Oldest()
@@ -100,16 +102,21 @@ func (s *classicSender) valid(p psn.PSN, syn uint8) bool {
 	case syn == wire.NakPSNSequenceError:
 		return inWindow(p, una, q.cfg.Window, out)
 	case wire.IsNak(syn):
-		return inWindow(p, una, 0, out-1)
+		return inWindow(p, una, 0, out-1) && !s.insideRead(p)
 	}
 	return inWindow(p.Next(), una, q.cfg.Window, out)
 }
 
-// onAck processes an ACKNOWLEDGE (ACK or NAK). One that names a PSN the QP
-// did not send, or a NAK that names no outstanding request, is dropped and
-// counted (QPStats.RejectedAcks, RejectedNaks) before it touches anything.
+// onAck processes an ACKNOWLEDGE (ACK or NAK), or a READ response
+// (onResponse). One that names a PSN the QP did not send, or a NAK that
+// names no outstanding request, is dropped and counted
+// (QPStats.RejectedAcks, RejectedNaks) before it touches anything.
 func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
+	if isReadResponse(pk.BTH.Opcode) {
+		s.onResponse(now, pk)
+		return
+	}
 	p := psn.New(pk.BTH.PSN)
 	syn := pk.AETH.Syndrome
 	if syn&0xE0 == wire.SyndromeAck || wire.IsNak(syn) {
@@ -123,19 +130,33 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		}
 	}
 	q.stats.AcksReceived++
+	// The responder sends a READ's responses before it acknowledges a
+	// later PSN: an acknowledgement past a READ's first missing response
+	// means the responses from there on were lost, and the READ is asked
+	// for again from there (IBA's implied NAK).
+	f, gap := s.firstMissing()
 	var res retransmit.AckResult
 	switch {
 	case syn == wire.NakPSNSequenceError:
 		q.stats.NaksReceived++
+		if gap && f.Less(p) {
+			p = f
+		}
 		q.events, res = q.sb.OnNak(now, p, q.events[:0])
 	case wire.IsNak(syn):
 		// Everything before p was accepted; p was refused.
 		q.stats.NaksReceived++
-		q.events, _ = q.sb.OnAck(now, retransmit.Ack{Cum: p}, q.events[:0])
+		cum := p
+		if gap && f.Less(cum) {
+			cum = f
+		}
+		q.events, _ = q.sb.OnAck(now, retransmit.Ack{Cum: cum}, q.events[:0])
 		q.onEvents(now)
 		q.completeSends()
 		q.fail(nakError(syn, fmt.Sprintf("PSN %d", p)))
 		return
+	case syn&0xE0 == wire.SyndromeAck && gap && f.LessEq(p):
+		q.events, res = q.sb.OnNak(now, f, q.events[:0])
 	case syn&0xE0 == wire.SyndromeAck:
 		q.events, res = q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.events[:0])
 	default:

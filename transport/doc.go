@@ -123,12 +123,9 @@
 // # RDMA READ
 //
 // A READ is a request from the requester and a response from the
-// responder, each carried by its sender's reliable machinery:
+// responder. Both profiles check the region the same way and order READs
+// the same way; they differ in how the response travels and is recovered.
 //
-//   - The request is one packet in the requester's PSN sequence (RoCE: RDMA
-//     READ Request, opcode 0x0C, RETH with address, key and length; Spray:
-//     a data packet of kind ReadReq with RETH), acknowledged and resent like
-//     any data packet.
 //   - The responder checks the region when the request arrives: the key
 //     must name a registered region (not deregistered) with
 //     AccessRemoteRead, and the whole range must lie inside it. A refused
@@ -136,48 +133,60 @@
 //     with a NAK remote access error, and the requester's READ fails with
 //     ErrRemoteAccess (its QP then fails, every other pending request with
 //     ErrQPFailed), exactly as for a WRITE.
-//   - The response is a message in the responder's own send queue and PSN
-//     sequence, queued once every message the requester sent before the
-//     READ has been executed (so a READ sees the WRITEs posted before it),
-//     and sent, paced, sprayed, acknowledged by the requester and resent
-//     by the responder's scoreboard like any data: RoCE: RDMA READ Response
-//     First/Middle/Last/Only (0x0D-0x10, AETH on First, Last and Only), in
-//     order, Go-Back-N; Spray: data packets of kind ReadResp naming the
-//     request by its message ID, sprayed over every path, placed out of
-//     order straight into the requester's buffer, acknowledged by SACK and
-//     resent selectively. A lost response packet is resent by the responder
-//     alone; the requester never re-issues a READ it has seen acknowledged,
-//     and a duplicate request is acknowledged, not executed again.
-//   - The responder reads the region as it sends (and resends) the
-//     response, as a RoCE NIC reads memory when it generates responses: a
-//     WRITE to the same bytes posted after the READ may land before the
-//     response reads them (IBA's fence; post the WRITE after the READ
-//     completes). The response takes a send queue slot of the responder
-//     (Config.SendQueue); a request that finds none is dropped, counted in
-//     NoBuffer, and resent by the requester.
-//   - A READ completes when its request is acknowledged and every byte of
-//     its response has landed, in posting order with the QP's other
-//     requests. The responder sees no completion. Until then Data belongs
-//     to the QP; a Conn.Read whose context ends first may still see bytes
-//     land afterwards.
+//   - The responder executes a READ once every message the requester sent
+//     before it has been executed (so a READ sees the WRITEs posted before
+//     it), and reads the region as it sends (and resends) the response, as
+//     a RoCE NIC reads memory when it generates responses: a WRITE to the
+//     same bytes posted after the READ may land before the response reads
+//     them (IBA's fence; post the WRITE after the READ completes).
+//   - A READ completes when every byte of its response has landed (and,
+//     in the Spray profile, its request is acknowledged), in
+//     posting order with the QP's other requests. The responder sees no
+//     completion. Until then Data belongs to the QP; a Conn.Read whose
+//     context ends first may still see bytes land afterwards.
+//   - Spray: the request is one data packet (kind ReadReq, RETH) in the
+//     requester's PSN sequence, acknowledged and resent like any data; the
+//     response is a message of the responder's own send queue and PSN
+//     sequence (kind ReadResp, naming the request by its message ID),
+//     sprayed, placed out of order straight into the requester's buffer,
+//     acknowledged by SACK and resent selectively by the responder. It
+//     takes a send queue slot of the responder (Config.SendQueue); a
+//     request that finds none is dropped, counted in NoBuffer, and resent
+//     by the requester. A duplicate request is acknowledged, not executed
+//     again.
+//   - RoCE: IBA's RC rules, so that a RoCE NIC can be either peer. A READ
+//     request (opcode 0x0C, RETH) for n response packets takes n PSNs of
+//     the requester's sequence; the responder answers with RDMA READ
+//     Response First/Middle/Last or Only (0x0D-0x10, AETH with an ACK
+//     syndrome and the MSN on First, Last and Only) carrying those PSNs,
+//     sends them before it acknowledges any later PSN, and expects the
+//     request's PSN plus n next. Each response acknowledges every PSN up
+//     to its own; the requester takes them in PSN order and sends no ACK
+//     for them. A lost response is asked for again: the requester resends
+//     a READ request at the first missing response's PSN for the rest of
+//     the range (address and length moved on) after its timeout, or at
+//     once when a later response or an acknowledgement of a later PSN
+//     shows the gap (Go-Back-N). The responder executes a duplicate READ
+//     request (a PSN it has passed) again, reading the region anew, with
+//     no NAK; one whose range it may not read is dropped and counted in
+//     RemoteAccessErrors. A READ longer than a quarter of Config.Window
+//     packets is asked for by several requests, each answered
+//     First..Last. The responder answers at most Config.MaxMessages READs
+//     at once; a request beyond is dropped (NoBuffer) and asked again
+//     after the requester's timeout. In RetransmitStats, Retransmitted
+//     counts the response PSNs asked for again.
 //   - A READ response is acted on only if it answers an outstanding READ:
-//     a response while none is outstanding, naming another request (Spray)
-//     or not fitting the READ's length or opcode sequence is dropped before
-//     it touches the window or the buffer, counted in
-//     QPStats.RejectedReadResponses; one outside the receive window counts
-//     in OutOfWindow (TestReadSpoofedResponse).
+//     a response while none is outstanding, naming another request or a
+//     PSN no READ asked for, or not fitting the READ's length or opcode
+//     sequence is dropped before it touches the window or the buffer,
+//     counted in QPStats.RejectedReadResponses; a spray response outside
+//     the receive window counts in OutOfWindow, a RoCE response for
+//     packets already landed in Duplicates (TestReadSpoofedResponse,
+//     TestSpoofReadResponse). A spoofed READ request outside the
+//     responder's window is dropped unanswered (TestSpoofReadRequest).
 //
-// Deviation from IBA in the RoCE profile: an RC requester numbers a READ
-// with as many PSNs as response packets, the responses carry those PSNs
-// and are not acknowledged, and a lost response makes the requester
-// re-issue the READ for the remaining range. Here the request takes one
-// requester PSN and the responses travel in the responder's own PSN
-// sequence, acknowledged by the requester (Acknowledge packets), so that
-// READs share the loss recovery, pacing and congestion control of the
-// rest of the traffic in both profiles. Opcodes, headers and the ICRC are
-// IBA's: tshark decodes requests and responses as RDMA READ
-// (TestReadXDPTshark in link/pcap), but a RoCE NIC cannot be the peer of
-// a READ.
+// Opcodes, headers and the ICRC are IBA's: tshark decodes RoCE requests
+// and responses as RDMA READ (TestReadXDPTshark in link/pcap).
 //
 // # Posted receive buffers
 //

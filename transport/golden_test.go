@@ -115,8 +115,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
-		frames: "974887108d30490d3d0e0a5956d07bf197e4f7e25901bb78c72e2c2b2ea10856",
-		state:  "99c17e0bc8f75ded982145950b3e015a9a3dca78275d0a30568d7630b76efb03",
+		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
+		state:  "cc3b4eb3770d9927d8994ce662c643163b01412f1e8f968b6c96419c3c2c0a47",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

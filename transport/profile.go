@@ -39,6 +39,18 @@ type sender interface {
 	// (Spray: the second copy of a resend in timeout backoff) into buf,
 	// or returns 0.
 	pollCopy(now clock.Time, buf []byte, rate float64) (int, error)
+	// readPSNs is the number of PSNs a READ of length bytes takes in
+	// the requester's sequence (Spray: its request; RoCE: one per
+	// response packet).
+	readPSNs(length uint32) uint32
+	// span is the number of PSNs the packet of m at offset off takes:
+	// 1, but for a RoCE READ request, which takes one per response
+	// packet it asks for.
+	span(m *sendMsg, off uint32) uint32
+	// covered reports whether the PSN of m at offset off, due for a
+	// resend, is asked for by the request resent for the packets before
+	// it (RoCE READ), and the entropy that request took.
+	covered(m *sendMsg, off uint32) (uint16, bool)
 }
 
 // receiver is a profile's responder side.
@@ -66,6 +78,13 @@ type receiver interface {
 	deliver()
 	// posted is told that a receive buffer was posted on a connected QP.
 	posted()
+	// responding reports whether READ responses wait to be sent outside
+	// the send queue (RoCE: they carry the requester's PSNs, and an
+	// acknowledgement waits behind them).
+	responding() bool
+	// pollResponse encodes the next of those responses into buf and
+	// returns its length, entropy and whether it was sent before, or 0.
+	pollResponse(now clock.Time, buf []byte) (n int, entropy uint16, resent bool, err error)
 }
 
 // inWindow reports whether p lies in [una-window, una+hi]: the PSNs an

@@ -38,8 +38,9 @@ const (
 	// Remote into Data (one-sided RDMA READ); the peer sees no completion.
 	OpRead
 
-	// opReadResp is the responder's answer to a READ, queued by the QP
-	// itself behind the requests posted before it; it completes nothing.
+	// opReadResp is the Spray responder's answer to a READ, queued by
+	// the QP itself behind the requests posted before it; it completes
+	// nothing. (RoCE answers outside the send queue: read_classic.go.)
 	opReadResp
 )
 
@@ -148,8 +149,9 @@ type QPStats struct {
 	// of them changes the QP's state: they are what a blind spoofer sends.
 	RejectedAcks, RejectedNaks, RejectedCNPs uint64
 	// RejectedReadResponses counts READ responses dropped because they
-	// answer no READ this QP has outstanding, or do not fit the one they
-	// name (its length, or the order of the classic opcodes).
+	// answer no READ this QP has outstanding (RoCE: a PSN no outstanding
+	// READ asked for), or do not fit the one they name (its length, or
+	// the RoCE opcode for their place).
 	RejectedReadResponses uint64
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
@@ -189,6 +191,11 @@ type sendMsg struct {
 	err    error
 	// readDone: every byte of this READ's response has landed in wr.Data.
 	readDone bool
+	// A RoCE READ numbers its response packets with its own PSNs: psn is
+	// that of its first response packet, landed the packets landed, in
+	// order (read_classic.go).
+	psn    psn.PSN
+	landed uint32
 }
 
 // QP is the sans-IO state machine of one reliable queue pair: a connection
@@ -407,9 +414,10 @@ func (q *QP) Post(wr WorkRequest) error {
 // push queues wr, for which there is room.
 func (q *QP) push(wr WorkRequest) {
 	n := (len(wr.Data) + q.seg - 1) / q.seg
-	if n == 0 || wr.Op == OpRead {
-		n = 1 // a READ request is one packet
+	if wr.Op == OpRead {
+		n = int(q.snd.readPSNs(uint32(len(wr.Data))))
 	}
+	n = max(n, 1)
 	q.msgs[q.tail%uint64(len(q.msgs))] = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
 	q.nextID++
 	q.tail++
@@ -428,8 +436,8 @@ func (q *QP) reserveRead() bool {
 
 // answerRead queues the response to a READ of src, for which reserveRead
 // reserved a slot, in the QP's own send sequence behind the messages
-// posted before it; tag is what the response carries to name its request
-// (Spray: the request's message ID; RoCE: the responder's MSN).
+// posted before it (Spray); tag is what the response carries to name its
+// request: the request's message ID.
 func (q *QP) answerRead(src []byte, tag uint32) {
 	q.readSlots--
 	q.push(WorkRequest{Op: opReadResp, Data: src, Imm: tag})
@@ -449,19 +457,6 @@ func (q *QP) readFor(id uint32) *sendMsg {
 		return nil
 	}
 	return m
-}
-
-// nextRead returns the oldest READ whose request has been sent and whose
-// response has not all landed, or nil: the one the next classic READ
-// response answers (a responder answers READs in order).
-func (q *QP) nextRead() *sendMsg {
-	for i := q.head; i < q.cursor; i++ {
-		m := &q.msgs[i%uint64(len(q.msgs))]
-		if m.wr.Op == OpRead && !m.readDone {
-			return m
-		}
-	}
-	return nil
 }
 
 // readLanded completes READ m once its request is acknowledged too.
@@ -540,7 +535,7 @@ func (q *QP) NextTimeout() clock.Time {
 		return clock.Never
 	}
 	t := clock.Min(q.sb.NextTimeout(), q.ctrl.NextTimer())
-	if q.ackPending > 0 {
+	if q.ackPending > 0 && !q.rcv.responding() {
 		t = clock.Min(t, q.ackDue)
 	}
 	if q.hasData() {
@@ -554,7 +549,7 @@ func (q *QP) NextTimeout() clock.Time {
 // hasData reports whether the sender has packets waiting to go that only
 // pacing may hold back.
 func (q *QP) hasData() bool {
-	return q.sb.HasLost() || q.canSendNew()
+	return q.sb.HasLost() || q.canSendNew() || q.rcv.responding()
 }
 
 func (q *QP) canSendNew() bool {
@@ -563,6 +558,9 @@ func (q *QP) canSendNew() bool {
 	}
 	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) {
 		return false
+	}
+	if n := q.snd.span(&q.msgs[q.cursor%uint64(len(q.msgs))], q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
+		return false // a RoCE READ request takes a PSN per response packet
 	}
 	if w := q.ctrl.Window(); w > 0 {
 		if _, b := q.sb.InFlight(); b > 0 && b+q.seg > w { // a window below a packet still lets one out
@@ -609,21 +607,42 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if q.cnpDue {
 		return q.encodeCNP(buf)
 	}
-	if q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue) {
+	// Acknowledgements wait behind the READ responses being sent: both
+	// answer the requester's PSNs, in order (read_classic.go).
+	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
 	rate := q.ctrl.Rate()
 	if rate > 0 && q.pacer.Next(now, rate) > now {
 		return 0, nil
 	}
+	if n, entropy, resent, err := q.rcv.pollResponse(now, buf); n > 0 || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		q.sent(now, n, rate)
+		q.pstats.onSend(entropy, n, resent)
+		if resent {
+			q.stats.Retransmits++
+		}
+		return n, nil
+	}
 	if n, err := q.snd.pollCopy(now, buf, rate); n > 0 || err != nil {
 		return n, err
 	}
-	if q.sb.HasLost() {
+	for q.sb.HasLost() {
 		p, tag, _ := q.sb.PopLost()
 		slot := tag >> 32
 		off := uint32(tag)
 		m := &q.msgs[slot]
+		if e, ok := q.snd.covered(m, off); ok {
+			// Asked for again by the request resent for the packets
+			// before it: recorded as resent, not sent.
+			if err := q.sb.OnSend(now, p, 0, tag, e); err != nil && !errors.Is(err, retransmit.ErrUnexpectedPSN) {
+				return 0, err
+			}
+			continue
+		}
 		q.resending = true
 		n, entropy, err := q.encodeData(now, buf, m, off, p)
 		q.resending = false
@@ -646,6 +665,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	m := &q.msgs[slot]
 	off := q.curOff
 	p := q.sb.Next()
+	span := q.snd.span(m, off)
 	n, entropy, err := q.encodeData(now, buf, m, off, p)
 	if err != nil {
 		return 0, err
@@ -654,8 +674,14 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if err := q.sb.OnSend(now, p, n, tag, entropy); err != nil {
 		return 0, err
 	}
-	q.curOff += uint32(q.seg)
-	if q.curOff >= m.length || m.wr.Op == OpRead {
+	// The further PSNs a RoCE READ request takes, one per response packet.
+	for i := uint32(1); i < span; i++ {
+		if err := q.sb.OnSend(now, p.Add(i), 0, tag+uint64(i)*uint64(q.seg), entropy); err != nil {
+			return 0, err
+		}
+	}
+	q.curOff += span * uint32(q.seg)
+	if q.curOff/uint32(q.seg) >= m.npkts {
 		q.cursor++
 		q.curOff = 0
 	}

@@ -247,62 +247,107 @@ func TestReadInterleaved(t *testing.T) {
 }
 
 // TestReadSpoofedResponse injects READ responses that answer nothing A
-// has outstanding (no READ at all, another message ID, a wrong length, a
-// PSN outside the window): each is dropped and counted, and a real READ
-// then completes byte-exact.
+// has outstanding: each is dropped and counted, and a real READ then
+// completes byte-exact. Spray: no READ at all, another message ID, a
+// wrong length, a PSN outside the window. RoCE (whose responses carry the
+// requester's PSNs): no READ at all, an Only or a short First where the
+// READ's first packet is due, a PSN past the READ's, one half the PSN
+// space away; and a response later in the READ's range, which is taken as
+// a sign of lost responses (OutOfOrderDrops) and costs only a resend.
 func TestReadSpoofedResponse(t *testing.T) {
-	for _, prof := range []Profile{Spray, RoCE} {
-		t.Run(prof.String(), func(t *testing.T) {
-			seed := testutil.Seed(t)
-			s := newSimPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, readConfig(prof, seed))
-			exp := psn.New(s.qb.Info().PSN) // the next PSN A expects from B
-			spoof := func(p psn.PSN, id, msgLen uint32) {
-				pk := wire.Packet{}
-				s.qb.headers(&pk, 50000)
-				pk.BTH.PSN = uint32(p)
-				payload := []byte("spoofed!")
-				if prof == Spray {
-					pk.BTH.Opcode = wire.OpSprayData
-					pk.Data = wire.Data{MsgID: 0, MsgLen: msgLen, Kind: wire.KindReadResp}
-					pk.Imm = id
-				} else {
-					pk.BTH.Opcode = wire.OpReadResponseOnly
-					pk.AETH = wire.AETH{Syndrome: 0x1F}
-				}
-				pk.Payload = payload
-				s.qa.Handle(s.clk.Now(), &pk)
-			}
-			spoof(exp, 0, 8) // no READ outstanding
-			if n := s.qa.Stats().RejectedReadResponses; n != 1 {
-				t.Fatalf("RejectedReadResponses %d after a response with no READ outstanding, want 1", n)
-			}
-			src := randomBytes(rand.New(rand.NewPCG(seed, 5)), 100<<10)
-			mr := s.eb.Register(src, AccessRemoteRead)
-			into := make([]byte, len(src))
-			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: into, Remote: mr.Remote(0)}); err != nil {
-				t.Fatal(err)
-			}
-			// Send the request (one step of A), then spoof before B answers.
-			if _, err := s.ea.Step(s.clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-			rej := s.qa.Stats().RejectedReadResponses
-			spoof(exp, s.qa.msgs[0].id+1, uint32(len(src))) // another message
-			spoof(exp, s.qa.msgs[0].id, 8)                  // wrong length (RoCE: Only shorter than the READ)
-			if n := s.qa.Stats().RejectedReadResponses - rej; n != 2 {
-				t.Fatalf("RejectedReadResponses rose by %d after two responses not fitting the READ, want 2", n)
-			}
-			oow := s.qa.Stats().OutOfWindow
-			spoof(exp.Add(1<<20), s.qa.msgs[0].id, uint32(len(src))) // PSN far outside
-			if s.qa.Stats().OutOfWindow == oow {
-				t.Fatal("a response with a PSN outside the window was not counted")
-			}
-			runUntil(t, s, 1)
-			if c := s.ca[0]; c.Err != nil || hash(into) != hash(src) {
-				t.Fatalf("READ after spoofed responses: %+v, bytes match %v", c, hash(into) == hash(src))
-			}
-		})
-	}
+	t.Run("spray", func(t *testing.T) {
+		seed := testutil.Seed(t)
+		s := newSimPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, readConfig(Spray, seed))
+		exp := psn.New(s.qb.Info().PSN) // the next PSN A expects from B
+		spoof := func(p psn.PSN, id, msgLen uint32) {
+			pk := wire.Packet{}
+			s.qb.headers(&pk, 50000)
+			pk.BTH.PSN = uint32(p)
+			pk.BTH.Opcode = wire.OpSprayData
+			pk.Data = wire.Data{MsgID: 0, MsgLen: msgLen, Kind: wire.KindReadResp}
+			pk.Imm = id
+			pk.Payload = []byte("spoofed!")
+			s.qa.Handle(s.clk.Now(), &pk)
+		}
+		spoof(exp, 0, 8) // no READ outstanding
+		if n := s.qa.Stats().RejectedReadResponses; n != 1 {
+			t.Fatalf("RejectedReadResponses %d after a response with no READ outstanding, want 1", n)
+		}
+		src := randomBytes(rand.New(rand.NewPCG(seed, 5)), 100<<10)
+		mr := s.eb.Register(src, AccessRemoteRead)
+		into := make([]byte, len(src))
+		if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: into, Remote: mr.Remote(0)}); err != nil {
+			t.Fatal(err)
+		}
+		// Send the request (one step of A), then spoof before B answers.
+		if _, err := s.ea.Step(s.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		rej := s.qa.Stats().RejectedReadResponses
+		spoof(exp, s.qa.msgs[0].id+1, uint32(len(src))) // another message
+		spoof(exp, s.qa.msgs[0].id, 8)                  // wrong length
+		if n := s.qa.Stats().RejectedReadResponses - rej; n != 2 {
+			t.Fatalf("RejectedReadResponses rose by %d after two responses not fitting the READ, want 2", n)
+		}
+		oow := s.qa.Stats().OutOfWindow
+		spoof(exp.Add(1<<20), s.qa.msgs[0].id, uint32(len(src))) // PSN far outside
+		if s.qa.Stats().OutOfWindow == oow {
+			t.Fatal("a response with a PSN outside the window was not counted")
+		}
+		runUntil(t, s, 1)
+		if c := s.ca[0]; c.Err != nil || hash(into) != hash(src) {
+			t.Fatalf("READ after spoofed responses: %+v, bytes match %v", c, hash(into) == hash(src))
+		}
+	})
+	t.Run("roce", func(t *testing.T) {
+		seed := testutil.Seed(t)
+		s := newSimPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, readConfig(RoCE, seed))
+		spoof := func(p psn.PSN, op wire.Opcode, n int) {
+			pk := wire.Packet{}
+			s.qb.headers(&pk, 50000)
+			pk.BTH.PSN, pk.BTH.Opcode = uint32(p), op
+			pk.AETH = wire.AETH{Syndrome: wire.SyndromeAck | 0x1F}
+			pk.Payload = make([]byte, n)
+			s.qa.Handle(s.clk.Now(), &pk)
+		}
+		next := s.qa.sb.Next()
+		spoof(next, wire.OpReadResponseOnly, 8) // no READ outstanding
+		if n := s.qa.Stats().RejectedReadResponses; n != 1 {
+			t.Fatalf("RejectedReadResponses %d after a response with no READ outstanding, want 1", n)
+		}
+		src := randomBytes(rand.New(rand.NewPCG(seed, 5)), 100<<10)
+		mr := s.eb.Register(src, AccessRemoteRead)
+		into := make([]byte, len(src))
+		if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: into, Remote: mr.Remote(0)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ea.Step(s.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		npkts := s.qa.msgs[0].npkts
+		if got := s.qa.sb.Next().Diff(next); got != int32(npkts) || npkts < 4 {
+			t.Fatalf("the READ request took %d PSNs, want one per response packet (%d)", got, npkts)
+		}
+		rej := s.qa.Stats().RejectedReadResponses
+		spoof(next, wire.OpReadResponseOnly, 8)                      // an Only where a First is due
+		spoof(next, wire.OpReadResponseFirst, 8)                     // a First too short
+		spoof(next.Add(npkts+3), wire.OpReadResponseFirst, s.qa.seg) // past the READ
+		spoof(far(next), wire.OpReadResponseFirst, s.qa.seg)         // in no window
+		if n := s.qa.Stats().RejectedReadResponses - rej; n != 4 {
+			t.Fatalf("RejectedReadResponses rose by %d after four responses answering nothing, want 4", n)
+		}
+		spoof(next.Add(2), wire.OpReadResponseMiddle, s.qa.seg) // later in the READ: an implied NAK
+		if s.qa.Stats().OutOfOrderDrops != 1 {
+			t.Fatal("a response past the first one missing was not counted as out of order")
+		}
+		runUntil(t, s, 1)
+		if c := s.ca[0]; c.Err != nil || hash(into) != hash(src) {
+			t.Fatalf("READ after spoofed responses: %+v, bytes match %v", c, hash(into) == hash(src))
+		}
+		if st := s.qa.Stats(); st.AcksSent != 0 {
+			t.Fatalf("the requester sent %d acknowledgements, want none: READ responses are not acknowledged", st.AcksSent)
+		}
+	})
 }
 
 // TestReadRandomLoss reads over many random loss seeds in both profiles

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/psn"
@@ -26,6 +27,7 @@ var (
 // frames mid-transfer.
 type spoofRun struct {
 	*simPair
+	log *frameLog // every frame the fabric carried
 	x   *mem.Port
 	mr  *MR
 	ab  [][]byte
@@ -35,14 +37,15 @@ type spoofRun struct {
 
 func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
 	t.Helper()
-	s := newSimPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond},
+	log := &frameLog{}
+	s := newSimPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond, Filter: log.filter},
 		Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond})
 	x, err := s.fab.NewPort(macX, ipX)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Close() })
-	r := &spoofRun{simPair: s, x: x, mr: s.eb.Register(make([]byte, 1<<20), AccessRemoteWrite)}
+	r := &spoofRun{simPair: s, log: log, x: x, mr: s.eb.Register(make([]byte, 1<<20), AccessRemoteWrite)}
 	rng := rand.New(rand.NewPCG(23, 24))
 	r.ab = randomMessages(rng, 24, 64<<10)
 	r.ba = randomMessages(rng, 8, 16<<10)
@@ -463,4 +466,240 @@ func TestSpoofWriteInWindow(t *testing.T) {
 		t.Fatalf("A failed with %v, want ErrPeerUnreachable", r.qa.Err())
 	}
 	t.Logf("A failed at %v: %v", r.clk.Now(), r.qa.Err())
+}
+
+// expected is the PSN B's responder expects next from A.
+func (r *spoofRun) expected() psn.PSN {
+	if c, ok := r.qb.rcv.(*classicReceiver); ok {
+		return c.exp
+	}
+	return r.qb.rcv.(*sprayReceiver).win.Cum()
+}
+
+// readResponses returns the READ response frames B sent (RoCE opcodes,
+// or spray data of kind ReadResp).
+func (r *spoofRun) readResponses() []seenFrame {
+	return r.log.match(func(f seenFrame) bool {
+		return !f.fromA && (isReadResponse(f.op) || f.op == wire.OpSprayData && f.kind == wire.KindReadResp)
+	})
+}
+
+// nothingToSpoofer checks that no frame reached the spoofer's port.
+func (r *spoofRun) nothingToSpoofer(t *testing.T) {
+	t.Helper()
+	fs := make([]link.Frame, 8)
+	n, err := r.x.Recv(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the spoofer received %d frames", n)
+	}
+}
+
+// spoofedRead is a READ request of the region mr for len bytes at PSN p,
+// in the profile's encoding.
+func spoofedRead(prof Profile, p psn.PSN, mr *MR, key uint32, n uint32) *wire.Packet {
+	pk := &wire.Packet{BTH: wire.BTH{Opcode: wire.OpReadRequest, PSN: uint32(p)},
+		RETH: wire.RETH{VA: mr.Addr, RKey: key, Len: n}}
+	if prof == Spray {
+		pk.BTH.Opcode = wire.OpSprayData
+		pk.Data = wire.Data{Kind: wire.KindReadReq, MsgID: 0xBAD, TxTime: 1}
+	}
+	return pk
+}
+
+// TestSpoofReadRequest: a blind spoofer's READ request to the QP number
+// it guessed, naming a region it may read (the worst case: it learned the
+// address and key), whose PSN lies outside the responder's window, ahead
+// or behind, is dropped unanswered (OutOfWindow) in both profiles: no
+// READ response leaves B, nothing reaches the spoofer, and the transfer
+// completes byte-exact. (At the PSN B expects, a request is B's next one
+// whoever sent it, as in IBA: a wrong key there is the sticky NAK remote
+// access error of TestSpoofWriteInWindow. Just behind it, it is a
+// duplicate: TestSpoofReadRequestDuplicate.)
+func TestSpoofReadRequest(t *testing.T) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		for _, pos := range []string{"ahead", "behind"} {
+			t.Run(prof.String()+"-"+pos, func(t *testing.T) {
+				r := newSpoofRun(t, prof)
+				secret := r.eb.Register(make([]byte, 64<<10), AccessRemoteRead)
+				r.midway(t, 60)
+				before := r.qb.Stats()
+				p := far(r.expected())
+				if pos == "behind" {
+					p = r.expected().Add(^uint32(4096 + 10))
+				}
+				r.inject(t, false, spoofedRead(prof, p, secret, secret.RKey, 4096), nil)
+				r.finish(t)
+				st := r.qb.Stats()
+				if st.OutOfWindow != before.OutOfWindow+1 || st.RemoteAccessErrors != 0 || st.NaksSent != before.NaksSent {
+					t.Fatalf("out of window %d (before %d), access errors %d, NAKs %d; want the spoofed request out of window",
+						st.OutOfWindow, before.OutOfWindow, st.RemoteAccessErrors, st.NaksSent-before.NaksSent)
+				}
+				if rs := r.readResponses(); len(rs) != 0 {
+					t.Fatalf("B sent %d READ responses to a request out of window", len(rs))
+				}
+				r.nothingToSpoofer(t)
+			})
+		}
+	}
+}
+
+// TestSpoofReadRequestDuplicate: a spoofed READ request in the duplicate
+// window (a PSN just behind the one B expects). The RoCE responder
+// executes a duplicate READ again (IBA): with a key that reads the region
+// the responses go to B's peer, never to the spoofer, and A drops them,
+// as they answer no READ of its own (RejectedReadResponses or
+// Duplicates); with a wrong key the request is dropped and counted
+// (RemoteAccessErrors), with no NAK. The spray responder answers a
+// duplicate with an ACK only (Duplicates). The transfer completes
+// byte-exact either way.
+func TestSpoofReadRequestDuplicate(t *testing.T) {
+	for _, prof := range []Profile{Spray, RoCE} {
+		for _, goodKey := range []bool{true, false} {
+			name := prof.String() + "-wrong-key"
+			if goodKey {
+				name = prof.String() + "-good-key"
+			}
+			t.Run(name, func(t *testing.T) {
+				r := newSpoofRun(t, prof)
+				secret := r.eb.Register(make([]byte, 64<<10), AccessRemoteRead)
+				key := secret.RKey
+				if !goodKey {
+					key++
+				}
+				r.midway(t, 60)
+				beforeA, beforeB := r.qa.Stats(), r.qb.Stats()
+				p := r.expected().Add(^uint32(2)) // 3 behind
+				r.inject(t, false, spoofedRead(prof, p, secret, key, 100), nil)
+				r.finish(t)
+				sa, sb := r.qa.Stats(), r.qb.Stats()
+				if sb.Duplicates == beforeB.Duplicates || sb.NaksSent != beforeB.NaksSent {
+					t.Fatalf("B counted %d duplicates and sent %d NAKs; want the spoofed request a duplicate, no NAK",
+						sb.Duplicates-beforeB.Duplicates, sb.NaksSent-beforeB.NaksSent)
+				}
+				resp := r.readResponses()
+				switch {
+				case prof == Spray || !goodKey:
+					if len(resp) != 0 || (prof == RoCE) != (sb.RemoteAccessErrors == beforeB.RemoteAccessErrors+1) {
+						t.Fatalf("B sent %d READ responses, counted %d access errors", len(resp), sb.RemoteAccessErrors-beforeB.RemoteAccessErrors)
+					}
+				default:
+					if len(resp) != 1 || resp[0].psn != p {
+						t.Fatalf("B answered the duplicate with %d responses, want one at PSN %d", len(resp), p)
+					}
+					if sa.RejectedReadResponses+sa.Duplicates == beforeA.RejectedReadResponses+beforeA.Duplicates {
+						t.Fatal("A took a response to a READ it never sent")
+					}
+				}
+				r.nothingToSpoofer(t)
+			})
+		}
+	}
+}
+
+// TestSpoofReadResponse: READ responses spoofed to A mid-transfer, while
+// A has no READ outstanding, are dropped and counted, and the transfer
+// completes byte-exact. RoCE: every response opcode, at a PSN in no
+// window and at A's oldest outstanding PSN (a SEND's or a WRITE's)
+// (RejectedReadResponses). Spray: a response far ahead of A's receive
+// window (OutOfWindow) and one inside it naming no READ
+// (RejectedReadResponses).
+func TestSpoofReadResponse(t *testing.T) {
+	t.Run("roce", func(t *testing.T) {
+		for op := wire.OpReadResponseFirst; op <= wire.OpReadResponseOnly; op++ {
+			for _, pos := range []string{"far", "outstanding"} {
+				t.Run(op.String()+"-"+pos, func(t *testing.T) {
+					r := newSpoofRun(t, RoCE)
+					r.midway(t, 60)
+					p := far(r.qa.sb.Oldest())
+					if pos == "outstanding" {
+						p = r.qa.sb.Oldest()
+					}
+					r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: op, PSN: uint32(p)},
+						AETH: wire.AETH{Syndrome: wire.SyndromeAck | 0x1F}}, make([]byte, 64))
+					r.finish(t)
+					if st := r.qa.Stats(); st.RejectedReadResponses != 1 || st.OutOfOrderDrops != 0 {
+						t.Fatalf("rejected %d READ responses, %d out of order; want the spoofed one rejected", st.RejectedReadResponses, st.OutOfOrderDrops)
+					}
+					r.nothingToSpoofer(t)
+				})
+			}
+		}
+	})
+	for _, pos := range []string{"far", "in-window"} {
+		t.Run("spray-"+pos, func(t *testing.T) {
+			r := newSpoofRun(t, Spray)
+			r.midway(t, 60)
+			before := r.qa.Stats()
+			cum := r.qa.rcv.(*sprayReceiver).win.Cum()
+			p := far(cum)
+			if pos == "in-window" {
+				p = cum.Add(5)
+			}
+			payload := []byte("spoofed response")
+			r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(p)},
+				Data: wire.Data{Kind: wire.KindReadResp, MsgID: 0xBAD, MsgLen: uint32(len(payload)), TxTime: 1}, Imm: 3}, payload)
+			r.finish(t)
+			st := r.qa.Stats()
+			got, want := st.RejectedReadResponses-before.RejectedReadResponses, uint64(1)
+			if pos == "far" {
+				got = st.OutOfWindow - before.OutOfWindow
+			}
+			if got != want {
+				t.Fatalf("%s: counted %d, want the spoofed response", pos, got)
+			}
+			r.nothingToSpoofer(t)
+		})
+	}
+}
+
+// TestSpoofClassicNakInRead: a fatal NAK naming a PSN that a RoCE READ
+// request took for one of its response packets, where no request began,
+// names no request: dropped (RejectedNaks), and the READ completes
+// byte-exact. One naming the READ's own PSN names the request: it fails
+// the QP, as a genuine one would.
+func TestSpoofClassicNakInRead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    uint32 // response packet whose PSN the NAK names
+		fail bool
+	}{
+		{"inside", 2, false},
+		{"request", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seed := testutil.Seed(t)
+			s := newSimPair(t, mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, readConfig(RoCE, seed))
+			src := randomBytes(rand.New(rand.NewPCG(seed, 10)), 100<<10)
+			mr := s.eb.Register(src, AccessRemoteRead)
+			into := make([]byte, len(src))
+			p := s.qa.sb.Next()
+			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: into, Remote: mr.Remote(0)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ea.Step(s.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			pk := wire.Packet{}
+			s.qb.headers(&pk, 50000)
+			pk.BTH.Opcode, pk.BTH.PSN = wire.OpAcknowledge, uint32(p.Add(tc.k))
+			pk.AETH = wire.AETH{Syndrome: wire.NakRemoteAccessError}
+			s.qa.Handle(s.clk.Now(), &pk)
+			if tc.fail {
+				if !errors.Is(s.qa.Err(), ErrRemoteAccess) {
+					t.Fatalf("a NAK of the READ request left the QP with %v, want ErrRemoteAccess", s.qa.Err())
+				}
+				return
+			}
+			runUntil(t, s, 1)
+			if c := s.ca[0]; c.Err != nil || hash(into) != hash(src) {
+				t.Fatalf("READ after a spoofed NAK: %+v, bytes match %v", c, hash(into) == hash(src))
+			}
+			if st := s.qa.Stats(); st.RejectedNaks != 1 || st.NaksReceived != 0 {
+				t.Fatalf("rejected %d NAKs, took %d; want the spoofed one rejected", st.RejectedNaks, st.NaksReceived)
+			}
+		})
+	}
 }

@@ -320,6 +320,13 @@ func (r *sprayReceiver) message(h *wire.Data) (*reorder.Msg, error) {
 // posted delivers the messages that waited for a receive buffer.
 func (r *sprayReceiver) posted() { r.deliver() }
 
+// A spray READ response is a message of the QP's own send queue
+// (answerRead): nothing waits outside it.
+func (r *sprayReceiver) responding() bool { return false }
+func (r *sprayReceiver) pollResponse(clock.Time, []byte) (int, uint16, bool, error) {
+	return 0, 0, false, nil
+}
+
 // deliver completes, in order, the messages the assembler finished. With
 // posted buffers, a SEND waits at the head until its buffer is posted.
 func (r *sprayReceiver) deliver() {

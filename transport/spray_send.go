@@ -37,6 +37,12 @@ type spraySender struct {
 
 func (s *spraySender) takes(op wire.Opcode) bool { return op == wire.OpSprayAck }
 
+// A spray READ request is one packet and one PSN; its response is a
+// message of the responder's own send queue and PSN sequence.
+func (s *spraySender) readPSNs(uint32) uint32                  { return 1 }
+func (s *spraySender) span(*sendMsg, uint32) uint32            { return 1 }
+func (s *spraySender) covered(*sendMsg, uint32) (uint16, bool) { return 0, false }
+
 // encode sets the spray data header of the packet of message m at off.
 func (s *spraySender) encode(now clock.Time, pk *wire.Packet, m *sendMsg, off uint32, _, last bool, p psn.PSN) {
 	q := s.q
