@@ -16,6 +16,7 @@ type classicReceiver struct {
 	exp    psn.PSN // next expected PSN
 	nakSeq bool    // a sequence NAK was sent for exp: no second one until exp arrives
 	nakDue bool    // a sequence NAK is due
+	rnrDue bool    // exp was refused for lack of room: an RNR NAK is due
 	cmsg   classicMsg
 	msn    uint32
 	// resp holds the READs being answered, in PSN order (read_classic.go).
@@ -107,14 +108,13 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 	}
 	first := op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm ||
 		op == wire.OpWriteFirst || op == wire.OpWriteOnly || op == wire.OpWriteOnlyImm
-	if first && q.recvFull() {
-		q.stats.NoBuffer++ // no room to complete another message: the sender will time out and resend
-		return
-	}
-	if first && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
-		// No receive buffer posted (IBA's receiver not ready): dropped,
-		// and the sender's timer brings it again.
+	if first && q.recvFull() || first && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
+		// No room to complete another message, or no receive buffer
+		// posted: dropped and answered with an RNR NAK (IBA's receiver
+		// not ready); the sender's timer brings it again
+		// (TestSlowReaderOutlastsRetries).
 		q.stats.NoBuffer++
+		r.rnrDue, q.ackNow = true, true
 		return
 	}
 	if syn := r.place(op, pk); syn != 0 {
@@ -249,8 +249,12 @@ func (r *classicReceiver) fillAck(_ clock.Time, pk *wire.Packet) bool {
 	case r.nakDue:
 		pk.AETH.Syndrome = wire.NakPSNSequenceError
 		pk.BTH.PSN = uint32(r.exp)
+	case r.rnrDue:
+		pk.AETH.Syndrome = wire.SyndromeRNR | rnrTimer
+		pk.BTH.PSN = uint32(r.exp)
+		r.q.stats.RNRNaksSent++
 	}
 	return r.nakDue || r.rxErr != 0
 }
 
-func (r *classicReceiver) ackSent() { r.nakDue = false }
+func (r *classicReceiver) ackSent() { r.nakDue, r.rnrDue = false, false }

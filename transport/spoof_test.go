@@ -296,6 +296,7 @@ func TestSpoofClassicAck(t *testing.T) {
 		{"nak-remote-access", wire.NakRemoteAccessError, true},
 		{"nak-invalid-request", wire.NakInvalidRequest, true},
 		{"nak-remote-operational", wire.NakRemoteOperational, true},
+		{"rnr", wire.SyndromeRNR, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newSpoofRun(t, RoCE)
@@ -309,24 +310,27 @@ func TestSpoofClassicAck(t *testing.T) {
 			if tc.nak {
 				got = st.RejectedNaks
 			}
-			if got != 1 || st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 {
-				t.Fatalf("rejected %d ACKs, %d NAKs, took %d NAKs; want the spoofed one rejected", st.RejectedAcks, st.RejectedNaks, st.NaksReceived)
+			if got != 1 || st.RejectedAcks+st.RejectedNaks != 1 || st.NaksReceived != 0 || st.RNRNaksReceived != 0 {
+				t.Fatalf("rejected %d ACKs, %d NAKs, took %d NAKs, %d RNR NAKs; want the spoofed one rejected", st.RejectedAcks, st.RejectedNaks, st.NaksReceived, st.RNRNaksReceived)
 			}
 		})
 	}
 }
 
-// TestSpoofClassicNakOld: a fatal NAK naming a PSN already acknowledged
-// (before the oldest outstanding) is no outstanding request: dropped.
+// TestSpoofClassicNakOld: a fatal or RNR NAK naming a PSN already
+// acknowledged (before the oldest outstanding) is no outstanding request:
+// dropped.
 func TestSpoofClassicNakOld(t *testing.T) {
 	r := newSpoofRun(t, RoCE)
 	r.midway(t, 60)
 	p := r.qa.sb.Oldest().Add(^uint32(0)) // the PSN before the oldest outstanding
-	r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpAcknowledge, PSN: uint32(p)},
-		AETH: wire.AETH{Syndrome: wire.NakRemoteAccessError}}, nil)
+	for _, syn := range []uint8{wire.NakRemoteAccessError, wire.SyndromeRNR} {
+		r.inject(t, true, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpAcknowledge, PSN: uint32(p)},
+			AETH: wire.AETH{Syndrome: syn}}, nil)
+	}
 	r.finish(t)
-	if st := r.qa.Stats(); st.RejectedNaks != 1 {
-		t.Fatalf("rejected %d NAKs, want the spoofed one", st.RejectedNaks)
+	if st := r.qa.Stats(); st.RejectedNaks != 2 {
+		t.Fatalf("rejected %d NAKs, want the two spoofed ones", st.RejectedNaks)
 	}
 }
 
