@@ -23,10 +23,12 @@ type LinkConfig struct {
 	// returns it in the calling thread's network namespace. IP is
 	// required; Index too for LinkXDP and LinkRaw.
 	Interface Interface
-	// MTU is the IP MTU the link must carry. 0: Interface.MTU. The
-	// frames it implies are MTU+14 bytes for UDP and MTU+18 (room for a
-	// VLAN tag) for raw and AF_XDP sockets; AF_XDP is multi-buffer only
-	// when that exceeds one UMEM chunk.
+	// MTU is the IP MTU the link must carry. 0: DefaultMTU, or
+	// Interface.MTU when smaller; when Interface.MTU is 0 too, each
+	// link's own default. The frames it implies are MTU+14 bytes for UDP,
+	// MTU+18 (room for a VLAN tag) for raw sockets, and for AF_XDP MTU+18
+	// when that exceeds one UMEM chunk (multi-buffer), else xdp's default
+	// (the device's MTU+18 when that exceeds a chunk, one chunk otherwise).
 	MTU int
 	// FrameSize, when not 0, is the largest frame, Ethernet header
 	// included, that the link carries (its Info().FrameSize), instead of
@@ -64,8 +66,8 @@ func OpenLink(cfg LinkConfig) (link.Link, LinkKind, string, error) {
 	if !ifc.IP.IsValid() {
 		return nil, cfg.Kind, "", fmt.Errorf("%w: LinkConfig.Interface has no IP address (LookupInterface fills it)", ErrOptions)
 	}
-	if cfg.MTU == 0 {
-		cfg.MTU = ifc.MTU
+	if cfg.MTU == 0 && ifc.MTU > 0 {
+		cfg.MTU = min(DefaultMTU, ifc.MTU)
 	}
 	var (
 		l   link.Link
