@@ -210,7 +210,8 @@ func (c *Conn) QP() *transport.Conn { return c.qp }
 func (c *Conn) Stats(ctx context.Context) (transport.QPStats, error) { return c.qp.Stats(ctx) }
 
 // call runs fn with a context that also ends when the connection is torn
-// down, and explains its error. It refuses new work once the teardown began.
+// down. It refuses new work once the teardown began. The transport's
+// errors explain themselves (transport.QPError).
 func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
 	if err := c.Err(); err != nil {
 		return err
@@ -222,7 +223,7 @@ func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
 	if ctx.Err() == nil && c.life.Err() != nil {
 		return context.Cause(c.life)
 	}
-	return c.explain(ctx, err)
+	return err
 }
 
 // withLife runs fn with a context that also ends at the teardown.

@@ -490,6 +490,10 @@ func TestExplainUnreachable(t *testing.T) {
 			t.Fatalf("error %q does not say %q", err, want)
 		}
 	}
+	var qe *transport.QPError
+	if !errors.As(err, &qe) || qe.QP.AcksReceived != 0 || qe.QP.Timeouts == 0 || strings.Count(err.Error(), "ACKs received") != 1 {
+		t.Fatalf("error %q: want one *transport.QPError with the counters", err)
+	}
 }
 
 // TestConnectCloseCycles connects and closes many times, from alternating

@@ -23,6 +23,19 @@
 // host run on 127.0.0.1 and 127.0.0.2. NewEndpoint takes a link the caller
 // opened instead (link/mem in tests).
 //
+// Open is three calls that a program may make itself: LookupInterface
+// (name or address to Interface), OpenLink (a LinkConfig to a link) and
+// NewEndpoint (a link to an Endpoint with its connection manager), or
+// transport.NewEndpoint for a bare transport endpoint. OpenLink is the one
+// place where links are built: the benchmarks (package bench) and the
+// spray command call it too. Options holds what an application sets;
+// LinkConfig, a separate struct, adds what only a harness needs: fixed
+// UDP source ports (Entropies) and peer port, an exact FrameSize, the
+// steering program's Allow list. Both work in the calling thread's
+// network namespace; to open a link in another one (a testbed host), lock
+// the OS thread, enter the namespace, call LookupInterface and OpenLink,
+// and return.
+//
 // # Connections
 //
 // The connection manager, in the spirit of rdma_cm, runs over TCP: the
@@ -53,9 +66,10 @@
 // process ends breaks the channel: its Conns fail at once with ErrPeerGone.
 // A peer whose host disappears fails the QP as the transport does,
 // transport.ErrPeerUnreachable after its retransmission timeouts; errors
-// of a QP whose peer never answers carry its counters (ACKs received,
-// packets sent, timeouts) and what to check. A restarted peer is dialled
-// again like a new one.
+// of a QP whose peer never answers are a *transport.QPError, which carries
+// its counters (ACKs received, packets sent, timeouts, the frames this
+// endpoint dropped) and what to check. A restarted peer is dialled again
+// like a new one.
 //
 // # Errors
 //

@@ -137,3 +137,30 @@ func ExampleConn_Write() {
 	fmt.Printf("%s\n", <-done)
 	// Output: written in place
 }
+
+// Build a stack by hand, as the benchmarks do: resolve the interface, open
+// the link with settings Options does not offer (here fixed UDP source
+// ports), and start a transport endpoint on it. In another network
+// namespace, lock the OS thread and enter it around the first two calls.
+func ExampleOpenLink() {
+	ifc, err := spray.LookupInterface("", netip.MustParseAddr("127.0.82.1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, kind, why, err := spray.OpenLink(spray.LinkConfig{
+		Kind:      spray.LinkUDP,
+		Interface: ifc,
+		MTU:       1500,
+		Entropies: []uint16{40001, 40002},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ep, err := transport.NewEndpoint(l, transport.Config{}) // owns l from here
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ep.Close()
+	fmt.Println(kind, "-", why, "- frames of", ep.LinkInfo().FrameSize, "bytes")
+	// Output: udp - asked for - frames of 1514 bytes
+}

@@ -91,16 +91,16 @@ func TestOpenBadOptions(t *testing.T) {
 // TestResolve finds an interface's address by name and an address's
 // interface, loopback's /8 included.
 func TestResolve(t *testing.T) {
-	lo, err := resolve("lo", netip.Addr{})
-	if err != nil || !lo.loopback || lo.ip != netip.MustParseAddr("127.0.0.1") || lo.index == 0 {
-		t.Fatalf("resolve(lo) = %+v, %v", lo, err)
+	lo, err := LookupInterface("lo", netip.Addr{})
+	if err != nil || !lo.Loopback || lo.IP != netip.MustParseAddr("127.0.0.1") || lo.Index == 0 {
+		t.Fatalf("LookupInterface(lo) = %+v, %v", lo, err)
 	}
 	in := netip.MustParseAddr("127.3.4.5")
-	got, err := resolve("", in)
-	if err != nil || got.name != lo.name || got.ip != in {
-		t.Fatalf("resolve(%v) = %+v, %v; want lo with that address", in, got, err)
+	got, err := LookupInterface("", in)
+	if err != nil || got.Name != lo.Name || got.IP != in {
+		t.Fatalf("LookupInterface(%v) = %+v, %v; want lo with that address", in, got, err)
 	}
-	if _, err := resolve("lo", netip.MustParseAddr("192.0.2.1")); !errors.Is(err, ErrOptions) {
+	if _, err := LookupInterface("lo", netip.MustParseAddr("192.0.2.1")); !errors.Is(err, ErrOptions) {
 		t.Fatalf("an address the named interface lacks: %v", err)
 	}
 }

@@ -11,27 +11,34 @@ import (
 )
 
 // openXDP opens the AF_XDP link of the interface: a socket on every RX
-// queue (or the first Options.Queues), each registered in the steering
+// queue (or the first cfg.Queues), each registered in the steering
 // program, attached in native mode or, failing that, generic mode.
 // Closing the link detaches the program.
-func openXDP(ifc ifaceInfo, opts Options) (link.Link, error) {
-	if opts.Port != 0 && opts.Port != 4791 {
-		return nil, fmt.Errorf("%w: AF_XDP takes port 4791 only (Port %d)", ErrOptions, opts.Port)
+func openXDP(cfg LinkConfig) (link.Link, error) {
+	if cfg.Port != 0 && cfg.Port != 4791 {
+		return nil, fmt.Errorf("%w: AF_XDP takes port 4791 only (Port %d)", ErrOptions, cfg.Port)
 	}
-	sock := xdp.Config{Logf: opts.Logf}
-	if frame := opts.MTU + 18; frame > xdp.DefaultFrameSize-256 {
-		sock.MaxFrame = frame // multi-buffer above one UMEM chunk
+	ifc := cfg.Interface
+	var sock xdp.Config
+	switch {
+	case cfg.FrameSize != 0:
+		sock.MaxFrame = min(cfg.FrameSize, xdp.MaxFrameLimit)
+	case cfg.MTU+18 > xdp.DefaultFrameSize-256:
+		sock.MaxFrame = cfg.MTU + 18 // multi-buffer above one UMEM chunk
 	}
 	l, err := xdp.OpenLink(xdp.LinkConfig{
-		Ifindex: ifc.index, MAC: ifc.mac, IP: ifc.ip,
-		Queues: opts.Queues,
+		Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP,
+		Queues: cfg.Queues,
 		Socket: sock,
-		Steer:  ebpf.SteerConfig{Local: []netip.Addr{ifc.ip}},
+		Steer:  ebpf.SteerConfig{Local: []netip.Addr{ifc.IP}, Allow: cfg.Allow},
 		Attach: ebpf.Auto,
-		Logf:   opts.Logf,
+		Logf:   cfg.Logf,
 	})
 	if errors.Is(err, xdp.ErrInvalidConfig) {
 		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
-	return l, err
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }

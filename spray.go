@@ -14,8 +14,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sprayfabric/spray/link"
-	"github.com/sprayfabric/spray/link/raw"
-	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -158,64 +156,35 @@ type Endpoint struct {
 }
 
 // Open resolves the interface and address, opens the best link on it and
-// starts a transport endpoint. ctx bounds the opening only.
+// starts a transport endpoint: it is LookupInterface, OpenLink and
+// NewEndpoint in one call. ctx bounds the opening only.
 func Open(ctx context.Context, opts Options) (*Endpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ifc, err := resolve(opts.Interface, opts.Addr)
+	ifc, err := LookupInterface(opts.Interface, opts.Addr)
 	if err != nil {
 		return nil, err
 	}
 	mtu := opts.MTU
 	if mtu == 0 {
-		mtu = min(DefaultMTU, ifc.mtu)
+		mtu = min(DefaultMTU, ifc.MTU)
 	}
-	if mtu < 576 || mtu > 65535-14 || (ifc.mtu > 0 && mtu > ifc.mtu) {
-		return nil, fmt.Errorf("%w: MTU %d (the interface %s has %d)", ErrOptions, mtu, ifc.name, ifc.mtu)
+	if mtu < 576 || mtu > 65535-14 || (ifc.MTU > 0 && mtu > ifc.MTU) {
+		return nil, fmt.Errorf("%w: MTU %d (the interface %s has %d)", ErrOptions, mtu, ifc.Name, ifc.MTU)
 	}
 	opts.MTU = mtu
-	kind := opts.Link
-	var l link.Link
-	var reason string
-	switch kind {
-	case LinkAuto:
-		if ifc.loopback {
-			kind, reason = LinkUDP, "loopback interface"
-			break
-		}
-		x, err := openXDP(ifc, opts)
-		if err == nil {
-			l, kind, reason = x, LinkXDP, "AF_XDP available"
-			break
-		}
-		kind, reason = LinkUDP, "AF_XDP unavailable: "+firstLast(err.Error())
-	case LinkXDP:
-		if l, err = openXDP(ifc, opts); err != nil {
-			return nil, fmt.Errorf("spray: AF_XDP on %s: %w (needs root, or CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_PERFMON and CAP_IPC_LOCK; or LinkUDP)", ifc.name, err)
-		}
-		reason = "asked for"
-	case LinkRaw:
-		if l, err = raw.Open(raw.Config{Ifindex: ifc.index, MAC: ifc.mac, IP: ifc.ip, FrameSize: mtu + 18, Port: opts.Port}); err != nil {
-			return nil, fmt.Errorf("spray: raw socket on %s: %w (needs CAP_NET_RAW)", ifc.name, err)
-		}
-		reason = "asked for"
-	case LinkUDP:
-		reason = "asked for"
-	default:
-		return nil, fmt.Errorf("%w: unknown link kind %d", ErrOptions, kind)
+	l, kind, reason, err := OpenLink(LinkConfig{Kind: opts.Link, Interface: ifc, MTU: mtu, Queues: opts.Queues,
+		Port: opts.Port, PeerPort: opts.Port, Logf: opts.Logf})
+	if err != nil {
+		return nil, err
 	}
-	if kind == LinkUDP {
-		if l, err = udp.Open(udp.Config{Local: ifc.ip, Port: opts.Port, PeerPort: opts.Port, FrameSize: mtu + 14}); err != nil {
-			return nil, fmt.Errorf("spray: UDP on %s: %w", ifc.ip, err)
-		}
-	}
-	opts.Interface, opts.Addr = ifc.name, ifc.ip
+	opts.Interface, opts.Addr = ifc.Name, ifc.IP
 	ep, err := newEndpoint(l, opts, kind, reason)
 	if err != nil {
 		return nil, err
 	}
-	ep.opts.logf("spray: %s on %s (%s): %s link, %s", ep.Endpoint.LinkInfo().Name, ifc.name, ifc.ip, kind, reason)
+	ep.opts.logf("spray: %s on %s (%s): %s link, %s", ep.Endpoint.LinkInfo().Name, ifc.Name, ifc.IP, kind, reason)
 	return ep, nil
 }
 

@@ -8,10 +8,10 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/collective"
 	"github.com/sprayfabric/spray/collective/collectivetest"
 	"github.com/sprayfabric/spray/link"
-	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -167,11 +167,12 @@ func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof, sc strin
 		a := base
 		a[3] = byte(r + 1)
 		ports := multipath.Entropies(cfg.Seed+uint64(r), tc.Entropies)
-		ul, err := udp.Open(udp.Config{Local: netip.AddrFrom4(a), Entropies: ports, FrameSize: tc.MTU})
+		ul, _, _, err := spray.OpenLink(spray.LinkConfig{Kind: spray.LinkUDP, Interface: spray.Interface{IP: netip.AddrFrom4(a), Loopback: true},
+			Entropies: ports, FrameSize: tc.MTU})
 		if err != nil {
 			return fail(err)
 		}
-		var l link.Link = ul
+		l := ul
 		if loss > 0 {
 			l = &lossyLink{Link: ul, p: loss, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(r))), dropped: dropped}
 		}

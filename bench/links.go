@@ -7,10 +7,8 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/sprayfabric/spray/ebpf"
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/link"
-	"github.com/sprayfabric/spray/link/raw"
-	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/xdp"
 )
 
@@ -48,38 +46,40 @@ type LinkSpec struct {
 	Logf func(format string, args ...any)
 }
 
-// OpenLink opens a link in the calling thread's network namespace. For
-// KindXDP it is xdp.OpenLink: the steering program attached to the
-// interface (native mode, generic as a fallback) and one AF_XDP socket
-// per RX queue registered in it; closing the link detaches it.
+// OpenLink opens a link in the calling thread's network namespace with
+// spray.OpenLink, the constructor spray.Open uses: for KindXDP the
+// steering program attached to the interface (native mode, generic as a
+// fallback) and one AF_XDP socket per RX queue registered in it; closing
+// the link detaches it.
 func OpenLink(spec LinkSpec) (link.Link, error) {
+	var kind spray.LinkKind
 	switch spec.Kind {
 	case KindUDP:
-		return udp.Open(udp.Config{Local: spec.IP, Entropies: spec.Ports, FrameSize: spec.FrameSize, Port: spec.Port, PeerPort: spec.PeerPort})
+		kind = spray.LinkUDP
 	case KindRaw:
-		return raw.Open(raw.Config{Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, FrameSize: spec.FrameSize})
+		kind = spray.LinkRaw
 	case KindXDP:
-		return openXDP(spec)
+		kind = spray.LinkXDP
+	default:
+		return nil, fmt.Errorf("bench: unknown link kind %q (want xdp, raw, udp or tcp)", spec.Kind)
 	}
-	return nil, fmt.Errorf("bench: unknown link kind %q (want xdp, raw, udp or tcp)", spec.Kind)
+	l, _, _, err := spray.OpenLink(spray.LinkConfig{
+		Kind:      kind,
+		Interface: spray.Interface{Index: spec.Ifindex, MAC: spec.MAC, IP: spec.IP},
+		FrameSize: spec.FrameSize,
+		Queues:    spec.Queues,
+		Port:      spec.Port,
+		PeerPort:  spec.PeerPort,
+		Entropies: spec.Ports,
+		Allow:     spec.Allow,
+		Logf:      spec.Logf,
+	})
+	return l, err
 }
 
 // XDPLink is an AF_XDP link on every queue of a device with the steering
-// program that feeds it.
+// program that feeds it: what OpenLink returns for KindXDP.
 type XDPLink = xdp.Link
-
-// openXDP opens an AF_XDP link on spec's device: one socket per RX queue
-// (spec.Queues of them, 0 for every queue), multi-buffer when
-// spec.FrameSize (or the device's MTU) exceeds one UMEM chunk.
-func openXDP(spec LinkSpec) (*XDPLink, error) {
-	cfg := xdp.LinkConfig{
-		Ifindex: spec.Ifindex, MAC: spec.MAC, IP: spec.IP, Queues: spec.Queues,
-		Steer: ebpf.SteerConfig{Allow: spec.Allow},
-		Logf:  spec.Logf,
-	}
-	cfg.Socket.MaxFrame = min(spec.FrameSize, xdp.MaxFrameLimit) // 0: the device's MTU
-	return xdp.OpenLink(cfg)
-}
 
 // tcpPair connects a TCP client in one place to a server in another; the
 // listen and dial functions run where their sockets must be made (inside a

@@ -308,4 +308,10 @@
 // ErrPeerUnreachable, ErrQPFailed, ErrQueueFull, ErrNotConnected,
 // ErrInvalidRequest, ErrLocalLength, ErrFlushed, ErrRecvQueueFull, and
 // net.ErrClosed for a closed Endpoint or a destroyed Conn (ErrDestroyed).
+// A blocking Conn call whose peer stopped answering, or whose context
+// ended while the peer had acknowledged nothing (or, for Recv, while
+// nothing arrived and the endpoint dropped frames), returns a *QPError: it
+// wraps that error (errors.Is still matches ErrPeerUnreachable or
+// context.DeadlineExceeded), carries the QP's and the endpoint's counters,
+// and its text says what to check.
 package transport

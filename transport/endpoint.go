@@ -509,7 +509,7 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	}
 	select {
 	case comp := <-ch:
-		return comp.Err
+		return c.explain(comp.Err, false)
 	case <-ctx.Done():
 		// A completion that arrived as ctx ended wins: select picks at
 		// random among ready cases, and a connection torn down right
@@ -517,11 +517,11 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 		// must not report the request as cut short.
 		select {
 		case comp := <-ch:
-			return comp.Err
+			return c.explain(comp.Err, false)
 		default:
 		}
 		c.s.submit(func() { delete(c.s.waiters, id) })
-		return ctx.Err()
+		return c.explain(ctx.Err(), false)
 	}
 }
 
@@ -602,9 +602,9 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 		if comp.ID&internalID != 0 {
 			c.p.out.Add(-1)
 		}
-		return message(comp), comp.Err
+		return message(comp), c.explain(comp.Err, true)
 	case <-ctx.Done():
-		return Message{}, ctx.Err()
+		return Message{}, c.explain(ctx.Err(), true)
 	case <-c.ep.done:
 		return Message{}, c.ep.closedErr()
 	case <-c.gone:

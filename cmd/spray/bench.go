@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/collective"
@@ -507,19 +508,24 @@ func (f *benchFlags) localAddr(ctx context.Context) (netip.Addr, error) {
 	return p.Src, nil
 }
 
-// openEndpoint opens a link of kind on the interface that holds local and
-// starts an endpoint on it.
+// openEndpoint opens a link of kind on the interface that holds local
+// (spray.LookupInterface, spray.OpenLink) and starts an endpoint on it.
 func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind string, logger *log.Logger) (*transport.Endpoint, error) {
-	ifc, err := interfaceOf(local)
+	k, err := spray.ParseLinkKind(kind)
+	if err == nil && k == spray.LinkAuto {
+		err = errors.New("want xdp, raw or udp")
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: --link %s: %w", kind, err)
+	}
+	ifc, err := spray.LookupInterface("", local)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w (pass --ip)", err)
 	}
 	// Jumbo frames at most (loopback's MTU is 64 KiB).
 	frame := min(ifc.MTU, 9000) + 14
-	spec := bench.LinkSpec{Kind: kind, Ifindex: ifc.Index, IP: local, FrameSize: frame, Logf: logger.Printf,
-		Ports: multipath.Entropies(f.seed^0x706f727473+uint64(f.rank), max(f.paths, 8))}
-	copy(spec.MAC[:], ifc.HardwareAddr)
-	l, err := bench.OpenLink(spec)
+	l, _, _, err := spray.OpenLink(spray.LinkConfig{Kind: k, Interface: ifc, FrameSize: frame, Logf: logger.Printf,
+		Entropies: multipath.Entropies(f.seed^0x706f727473+uint64(f.rank), max(f.paths, 8))})
 	if err != nil {
 		return nil, fmt.Errorf("bench: opening a %s link on %s (%v): %w", kind, ifc.Name, local, err)
 	}
@@ -533,38 +539,6 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 		return nil, err
 	}
 	return ep, nil
-}
-
-// interfaceOf returns the interface that has the address ip or, failing
-// that, one whose subnet holds it (127.0.0.2 on lo's 127.0.0.0/8).
-func interfaceOf(ip netip.Addr) (*net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	var subnet *net.Interface
-	for _, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			n, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-			if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
-				return &ifc, nil
-			}
-			if subnet == nil && n.Contains(ip.AsSlice()) {
-				subnet = &ifc
-			}
-		}
-	}
-	if subnet != nil {
-		return subnet, nil
-	}
-	return nil, fmt.Errorf("bench: no interface has the address %v (pass --ip)", ip)
 }
 
 // runTestbed builds a leaf-spine fabric and runs one process per host,
