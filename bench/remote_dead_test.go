@@ -26,6 +26,15 @@ import (
 // takes milliseconds; the bound leaves room for a loaded 2-core machine.
 const peerGoneBound = 3 * time.Second
 
+// The retransmission bounds of the perf runs of TestRemotePerfPeerDies:
+// death is learnt from the control connection; the QPs of the live runs
+// must outlast a loaded machine's scheduling stalls, which the default
+// budget (7 timeouts from 1 ms, about 0.2 s) did not.
+const (
+	loadedMinRTO     = 5 * time.Millisecond
+	loadedMaxRetries = 50
+)
+
 // logLines collects log lines for a test to wait on.
 type logLines struct {
 	mu    sync.Mutex
@@ -134,7 +143,7 @@ func TestRemotePerfPeerDies(t *testing.T) {
 	dial := func(ctx context.Context, kind string, total int64) (PerfResult, error) {
 		var res PerfResult
 		err := p.A.Do(func() (err error) {
-			res, err = DialPerf(ctx, addr, RemoteRun{Kind: kind, Transport: transport.Config{Seed: 7},
+			res, err = DialPerf(ctx, addr, RemoteRun{Kind: kind, Transport: transport.Config{Seed: 7, MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries},
 				Perf: PerfConfig{Total: total, MsgSize: 256 << 10, Pings: 10, Seed: 7}})
 			return err
 		})
@@ -148,7 +157,7 @@ func TestRemotePerfPeerDies(t *testing.T) {
 		ln := listen()
 		served := make(chan error, 1)
 		go func() {
-			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap}) })
+			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}}) })
 		}()
 		cctx, kill := context.WithCancel(context.Background())
 		clientDone := make(chan error, 1)
@@ -201,7 +210,7 @@ func TestRemotePerfPeerDies(t *testing.T) {
 		sctx, stopServer = context.WithCancel(context.Background())
 		ln = listen()
 		go func() {
-			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap}) })
+			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}}) })
 		}()
 		go func() { _, err := dial(context.Background(), kind, 256<<20); clientDone <- err }()
 		midTransfer(kind, 2000)
