@@ -129,7 +129,9 @@ type Config struct {
 	// MinRTO, MaxRTO and MaxRetries bound retransmission timeouts: the QP
 	// fails with ErrPeerUnreachable after MaxRetries consecutive timeouts
 	// with no progress. Zero values take the retransmit package's defaults
-	// (1 ms, 100 ms, 7). MinRTO and MaxRTO bound the Spray profile's
+	// (1 ms, 100 ms), and MaxRetries DefaultSprayMaxRetries in the Spray
+	// profile, 7 (IBA's largest retry count) in the RoCE profile. MinRTO
+	// and MaxRTO bound the Spray profile's
 	// adaptive timer; the RoCE profile's timer is LocalAckTimeout's, fixed,
 	// unless LocalAckTimeout is negative.
 	MinRTO, MaxRTO time.Duration
@@ -261,6 +263,15 @@ func (c Config) OnINTFabric(hops int) Config {
 	return c
 }
 
+// DefaultSprayMaxRetries is the Spray profile's MaxRetries: at the default
+// timers (1 ms doubling to 100 ms) a peer silent for about 2 s fails the
+// QP. A user-space endpoint on a shared host can be descheduled for
+// hundreds of milliseconds, and declaring a live peer dead costs a job
+// more than noticing a dead one later (NCCL's IB timeout is seconds);
+// a peer that is alive but not reading says so with RNR NAKs instead.
+// Guarded by TestDefaultRetries.
+const DefaultSprayMaxRetries = 26
+
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("transport: invalid config")
 
@@ -323,6 +334,9 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.SendQueue < 1 || c.SendQueue > 1<<20 {
 		return c, fmt.Errorf("%w: SendQueue %d not in [1, 1<<20]", ErrConfig, c.SendQueue)
+	}
+	if c.MaxRetries == 0 && c.Profile == Spray {
+		c.MaxRetries = DefaultSprayMaxRetries
 	}
 	if c.AckEvery == 0 {
 		c.AckEvery = 2

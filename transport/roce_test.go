@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/psn"
@@ -171,5 +173,42 @@ func TestLocalAckTimeoutConfig(t *testing.T) {
 	}
 	if _, err := (Config{Profile: RoCE, LocalAckTimeout: MaxLocalAckTimeout + 1}).withDefaults(1514); err == nil {
 		t.Fatal("LocalAckTimeout 30 accepted")
+	}
+}
+
+// TestDefaultRetries: with the default timers, a QP whose peer never
+// answers fails with ErrPeerUnreachable after about 2 s of silence in the
+// Spray profile (DefaultSprayMaxRetries timeouts from 1 ms doubling to
+// 100 ms) and after 8 Local ACK Timeouts of 67.1 ms in the RoCE profile.
+func TestDefaultRetries(t *testing.T) {
+	for _, tc := range []struct {
+		prof     Profile
+		min, max time.Duration
+	}{
+		{Spray, 1900 * time.Millisecond, 2200 * time.Millisecond},
+		{RoCE, 8 * AckTimeout(DefaultLocalAckTimeout), 9 * AckTimeout(DefaultLocalAckTimeout)},
+	} {
+		t.Run(tc.prof.String(), func(t *testing.T) {
+			s := newSimPair(t, mem.Config{Loss: 1}, Config{Profile: tc.prof})
+			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: make([]byte, 100)}); err != nil {
+				t.Fatal(err)
+			}
+			var failed error
+			done := func() bool {
+				for _, c := range s.ca {
+					failed = c.Err
+				}
+				return failed != nil
+			}
+			// The failure leaves nothing in flight: run may stop there
+			// with "deadlock" before it looks at the completions again.
+			if err := s.run(clock.Time(0).Add(time.Minute), done); err != nil && !done() {
+				t.Fatal(err)
+			}
+			at := time.Duration(s.clk.Now())
+			if !errors.Is(failed, ErrPeerUnreachable) || at < tc.min || at > tc.max {
+				t.Fatalf("failed at %v with %v; want ErrPeerUnreachable between %v and %v", at, failed, tc.min, tc.max)
+			}
+		})
 	}
 }
