@@ -137,9 +137,17 @@ type port struct {
 	qBytes int // queued bytes, the one on the wire included
 	busy   bool
 	freePs int64 // when the wire is free, in picoseconds
-	paused bool  // stopped by the peer's PAUSE
-	pausAt clock.Time
-	down   bool
+	// Topo.Shaper: a switch port is a token bucket of bucketPs (its
+	// bytes' time at the rate) that is full again at fullPs, and tailPs
+	// is that time once every queued frame has left; a host port sends
+	// at once (instant).
+	shaper         bool
+	instant        bool
+	bucketPs       int64
+	fullPs, tailPs int64
+	paused         bool // stopped by the peer's PAUSE
+	pausAt         clock.Time
+	down           bool
 	// faults at this egress
 	loss          float64
 	geP, geR, geL float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
@@ -211,6 +219,21 @@ func serPs(n int, rate uint64) int64 {
 	return int64((bits*1e12 + rate - 1) / rate)
 }
 
+// shaperPs returns the picoseconds of tokens that n frame bytes take
+// from a shaper of rate bit/s: tc counts the frame from its Ethernet
+// header, without preamble, FCS or gap.
+func shaperPs(n int, rate uint64) int64 {
+	return int64((uint64(n)*8*1e12 + rate - 1) / rate)
+}
+
+// shaperWait returns how long a frame of size bytes that joins shaper
+// port p's queue now waits for its tokens, in picoseconds: the time of
+// the frames ahead of it less what the bucket holds.
+func (n *Net) shaperWait(p *port, size int) int64 {
+	now := int64(n.now) * 1000
+	return max(max(p.tailPs, now)+shaperPs(size, p.rate)-p.bucketPs-now, 0)
+}
+
 // New builds the fabric that cfg describes, with its hosts running no
 // transport yet (see Host.Attach).
 func New(cfg FabricConfig) (*Net, error) {
@@ -272,6 +295,16 @@ func (n *Net) link(a int32, aHost bool, b int32, rate uint64, delay time.Duratio
 		p.headroom = n.cfg.PFC.Headroom
 		if p.headroom == 0 {
 			p.headroom = int(2*int64(delay)*int64(rate/8)/1e9) + 2*n.mtuWire
+		}
+		if n.topo.Shaper {
+			p.instant = host
+			p.shaper = !host
+			b := n.topo.ShaperBucket
+			if b == 0 {
+				// The testbed's TBF: 100 µs at the rate, at least two frames.
+				b = max(int(rate/8/10000), 2*n.topo.MTU)
+			}
+			p.bucketPs = shaperPs(b, rate)
 		}
 		return p
 	}
@@ -351,6 +384,9 @@ func (n *Net) build() {
 			hr += n.ports[p].headroom
 		}
 		s.buf = t.BufferBytes
+		if s.buf == 0 && t.PortBuffer > 0 {
+			s.buf = t.PortBuffer * len(s.ports)
+		}
 		if s.buf == 0 {
 			s.buf = max(int(cap/1e9*5000), 32*n.mtuWire*len(s.ports))
 		}
@@ -424,6 +460,9 @@ func (n *Net) enqueue(pi, id int32) {
 	}
 	p.q = append(p.q, id)
 	p.qBytes += len(n.pkts[id].buf)
+	if p.shaper {
+		p.tailPs = max(p.tailPs, int64(n.now)*1000) + shaperPs(len(n.pkts[id].buf), p.rate)
+	}
 	if p.qBytes > p.stats.MaxQueue {
 		p.stats.MaxQueue = p.qBytes
 	}
@@ -445,7 +484,19 @@ func (n *Net) startTx(pi int32) {
 	// whole and the wire is free, to the picosecond: no rounding builds
 	// up along a path or a train of frames.
 	start := max(p.freePs, n.pkts[id].readyPs, int64(n.now)*1000-999)
-	p.freePs = start + serPs(len(n.pkts[id].buf), p.rate)
+	switch size := len(n.pkts[id].buf); {
+	case p.shaper:
+		// A token bucket (TBF): the frame leaves once the bucket holds
+		// its bytes, and crosses the link in no time but its delay.
+		cost := shaperPs(size, p.rate)
+		start = max(start, p.fullPs-max(p.bucketPs-cost, 0))
+		p.fullPs = max(p.fullPs, start) + cost
+		p.freePs = start
+	case p.instant:
+		p.freePs = start
+	default:
+		p.freePs = start + serPs(size, p.rate)
+	}
 	if n.Trace != nil && !p.host {
 		n.Trace(int(p.node), int(p.local), n.pkts[id].buf)
 	}
@@ -563,6 +614,12 @@ func (n *Net) arrive(pi, id int32) {
 			p.stats.PauseSent++
 			n.schedule(n.now+p.delay, evPause, p.peer, 1)
 		}
+	} else if pb := n.topo.PortBuffer; pb > 0 {
+		if e.qBytes+size > pb {
+			e.stats.Drops.Queue++
+			n.freePacket(id)
+			return
+		}
 	} else if s.used+size > s.buf || float64(e.qBytes+size) > n.cfg.Alpha*float64(s.buf-s.used) {
 		e.stats.Drops.Queue++
 		n.freePacket(id)
@@ -571,7 +628,14 @@ func (n *Net) arrive(pi, id int32) {
 	n.account(s)
 	s.used += size
 	s.maxUsed = max(s.maxUsed, s.used)
-	if n.ecnMark(e, pk.buf) {
+	// The queue the frame meets: the bytes ahead of it; at a shaper, as
+	// the testbed's programs measure it, the time it waits for its tokens
+	// at the port's rate, less its own bytes.
+	ahead := e.qBytes
+	if e.shaper {
+		ahead = int(float64(n.shaperWait(e, size))*float64(e.rate)/8e12) - size
+	}
+	if n.ecnMark(e, ahead, pk.buf) {
 		e.stats.ECNMarked++
 	}
 	e.txCount += uint32(size)
@@ -581,7 +645,7 @@ func (n *Net) arrive(pi, id int32) {
 		// own (what its queue delay times the rate gives there), TxBytes
 		// the port's counter with this frame.
 		h := wire.Hop{Switch: s.id, Port: e.local, RateMbps: uint32(e.rate / 1e6), TS: uint64(n.now),
-			QLen: uint32(min(e.qBytes+size, 1<<32-1)), TxBytes: e.txCount}
+			QLen: uint32(min(max(ahead+size, 0), 1<<32-1)), TxBytes: e.txCount}
 		if ok, _ := wire.StampHop(pk.buf, h); ok {
 			e.stats.INTStamped++
 		}
@@ -635,14 +699,14 @@ func (n *Net) usable(u, dst int32) bool {
 	return true
 }
 
-// ecnMark marks frame f CE by RED on egress port e's queue, as it is
-// before f joins it, and reports whether it did.
-func (n *Net) ecnMark(e *port, f []byte) bool {
-	if e.ecn.Off || e.qBytes <= e.ecn.KMin {
+// ecnMark marks frame f CE by RED on the q bytes ahead of it in egress
+// port e's queue, and reports whether it did.
+func (n *Net) ecnMark(e *port, q int, f []byte) bool {
+	if e.ecn.Off || q <= e.ecn.KMin {
 		return false
 	}
-	if e.qBytes < e.ecn.KMax {
-		pr := e.ecn.PMax * float64(e.qBytes-e.ecn.KMin) / float64(e.ecn.KMax-e.ecn.KMin)
+	if q < e.ecn.KMax {
+		pr := e.ecn.PMax * float64(q-e.ecn.KMin) / float64(e.ecn.KMax-e.ecn.KMin)
 		if e.rng.Float64() >= pr {
 			return false
 		}
