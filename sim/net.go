@@ -23,6 +23,15 @@ type FabricConfig struct {
 	// queue's bytes; the zero value means DefaultECN for the port's rate,
 	// ECN.Off disables marking.
 	ECN ECNConfig
+	// ECNDelay, when its KMax is set, gives every port the thresholds of
+	// ECN in time instead: KMin and KMax are these delays at the port's
+	// rate (as the testbed's programs mark, by queue delay).
+	ECNDelay ECNDelayConfig
+	// EdgeUnmeasured makes the switch ports that face hosts mark no ECN
+	// and report no queue in INT (QLen 0; TS and TxBytes as usual), as on
+	// the netns testbed, whose programs measure a port's queue at the
+	// next hop's ingress and run on no host.
+	EdgeUnmeasured bool
 	// PFC makes the fabric lossless (one lossless class: every frame).
 	PFC PFCConfig
 	// NoINT stops the switches from stamping INT hop records.
@@ -47,6 +56,14 @@ type ECNConfig struct {
 	KMin, KMax int
 	PMax       float64
 	Off        bool
+}
+
+// ECNDelayConfig is RED-style marking by the time a frame waits in the
+// queue: no mark at or below KMin, a probability rising linearly to PMax
+// at KMax, every ECT frame above KMax.
+type ECNDelayConfig struct {
+	KMin, KMax time.Duration
+	PMax       float64
 }
 
 // DefaultECN returns the ECN thresholds for a port of rate bit/s: the
@@ -260,6 +277,9 @@ func New(cfg FabricConfig) (*Net, error) {
 	if cfg.Alpha < 0 || cfg.PFC.Alpha < 0 || cfg.NICFrames < 1 || cfg.HostRxFrames < 1 {
 		return nil, fmt.Errorf("%w: negative alpha or queue", ErrConfig)
 	}
+	if d := cfg.ECNDelay; d.KMin < 0 || d.KMax < 0 || (d.KMax > 0 && d.KMax < d.KMin) || d.PMax < 0 || d.PMax > 1 {
+		return nil, fmt.Errorf("%w: ECN by delay %v to %v, pmax %v", ErrConfig, d.KMin, d.KMax, d.PMax)
+	}
 	n := &Net{cfg: cfg, topo: t, mtuWire: t.MTU + wireOverhead}
 	n.build()
 	return n, nil
@@ -289,7 +309,10 @@ func (n *Net) link(a int32, aHost bool, b int32, rate uint64, delay time.Duratio
 		s := splitmix(n.cfg.Seed ^ uint64(len(n.ports)+7)*0xBF58476D1CE4E5B9)
 		p := port{node: node, host: host, peer: peer, rate: rate, delay: clock.Time(delay), rng: rand.New(rand.NewPCG(s, s^0x5EED))}
 		p.ecn = n.cfg.ECN
-		if p.ecn == (ECNConfig{}) {
+		if d := n.cfg.ECNDelay; d.KMax > 0 {
+			b := func(t time.Duration) int { return int(float64(t) * float64(rate) / 8e9) }
+			p.ecn = ECNConfig{KMin: b(d.KMin), KMax: b(d.KMax), PMax: d.PMax}
+		} else if p.ecn == (ECNConfig{}) {
 			p.ecn = DefaultECN(rate, n.topo.MTU)
 		}
 		p.headroom = n.cfg.PFC.Headroom
@@ -628,12 +651,16 @@ func (n *Net) arrive(pi, id int32) {
 	n.account(s)
 	s.used += size
 	s.maxUsed = max(s.maxUsed, s.used)
-	// The queue the frame meets: the bytes ahead of it; at a shaper, as
-	// the testbed's programs measure it, the time it waits for its tokens
-	// at the port's rate, less its own bytes.
-	ahead := e.qBytes
+	// The queue the frame meets: the bytes ahead of it (ECN) and with its
+	// own (INT QLen); at a shaper, as the testbed's programs measure both,
+	// the time it waits for its tokens at the port's rate.
+	ahead, qlen := e.qBytes, e.qBytes+size
 	if e.shaper {
-		ahead = int(float64(n.shaperWait(e, size))*float64(e.rate)/8e12) - size
+		qlen = int(float64(n.shaperWait(e, size)) * float64(e.rate) / 8e12)
+		ahead = qlen
+	}
+	if n.cfg.EdgeUnmeasured && n.ports[e.peer].host {
+		ahead, qlen = 0, 0
 	}
 	if n.ecnMark(e, ahead, pk.buf) {
 		e.stats.ECNMarked++
@@ -645,7 +672,7 @@ func (n *Net) arrive(pi, id int32) {
 		// own (what its queue delay times the rate gives there), TxBytes
 		// the port's counter with this frame.
 		h := wire.Hop{Switch: s.id, Port: e.local, RateMbps: uint32(e.rate / 1e6), TS: uint64(n.now),
-			QLen: uint32(min(max(ahead+size, 0), 1<<32-1)), TxBytes: e.txCount}
+			QLen: uint32(min(qlen, 1<<32-1)), TxBytes: e.txCount}
 		if ok, _ := wire.StampHop(pk.buf, h); ok {
 			e.stats.INTStamped++
 		}

@@ -487,3 +487,63 @@ func TestPortBuffer(t *testing.T) {
 		t.Fatalf("switch buffer %d, want 5 ports x 30 KB", b)
 	}
 }
+
+// TestECNDelay: thresholds given in time are each port's delay at its
+// rate, so a port twice as fast marks at twice the bytes, as the
+// testbed's programs mark by queue delay.
+func TestECNDelay(t *testing.T) {
+	n := newNet(t, "leafspine:1x2x1,rate=100mbit,hostrate=200mbit,mtu=3514", func(c *FabricConfig) {
+		c.ECNDelay = ECNDelayConfig{KMin: 560 * time.Microsecond, KMax: 2240 * time.Microsecond, PMax: 0.2}
+	})
+	for _, p := range n.ports {
+		want := ECNConfig{KMin: 7000, KMax: 28000, PMax: 0.2}
+		if p.rate == 200e6 {
+			want = ECNConfig{KMin: 14000, KMax: 56000, PMax: 0.2}
+		}
+		if p.ecn != want {
+			t.Errorf("port at %d bit/s: ECN %+v, want %+v", p.rate, p.ecn, want)
+		}
+	}
+	if _, err := New(FabricConfig{Topo: n.topo, ECNDelay: ECNDelayConfig{KMin: 2, KMax: 1}}); err == nil {
+		t.Error("KMax below KMin accepted")
+	}
+}
+
+// TestEdgeUnmeasured: with EdgeUnmeasured, a queue at a switch port that
+// faces a host marks no ECN and reads 0 in INT, as on the testbed (no
+// programs on hosts); without it the same incast marks and reports it.
+func TestEdgeUnmeasured(t *testing.T) {
+	for _, blind := range []bool{false, true} {
+		n := newNet(t, "leafspine:3x1x1,rate=100mbit,hostrate=100mbit,mtu=3514,shaper=tbf", func(c *FabricConfig) {
+			c.NICFrames = 100
+			c.EdgeUnmeasured = blind
+		})
+		var maxQ uint32
+		ce := 0
+		n.OnDeliver = func(h int, f []byte, now clock.Time) {
+			var p wire.Packet
+			if err := wire.Decode(f, &p); err != nil || len(p.INT) == 0 {
+				t.Fatalf("frame without INT: %v", err)
+			}
+			maxQ = max(maxQ, wire.HopAt(p.INT, 0).QLen)
+			if f[15]&3 == 3 {
+				ce++
+			}
+		}
+		for range 20 {
+			for src := 1; src < 3; src++ {
+				f := intFrame(t, src, 0, 3514)
+				f[15] |= 2 // ECT(0)
+				binary.BigEndian.PutUint16(f[24:], ipChecksum(f[14:34]))
+				n.Host(src).Send(f)
+			}
+		}
+		n.Run(clock.Never, nil)
+		if blind && (maxQ != 0 || ce != 0) {
+			t.Errorf("unmeasured edge: QLen up to %d, %d CE marks; want none", maxQ, ce)
+		}
+		if !blind && (maxQ < 10*3514 || ce == 0) {
+			t.Errorf("measured edge: QLen up to %d, %d CE marks; want a queue of 10+ frames and marks", maxQ, ce)
+		}
+	}
+}
