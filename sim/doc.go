@@ -58,7 +58,12 @@
 // forwarding alone (TestShaperTBF); INT QLen and ECN use the time a frame
 // waits for its tokens, as the testbed's programs measure it
 // (TestShaperINT). Topo.PortBuffer gives each egress queue its own bytes
-// and tail drop, a TBF's limit (TestPortBuffer). PFC's headroom assumes
+// and tail drop, a TBF's limit (TestPortBuffer). FabricConfig.ECNDelay
+// sets ECN's thresholds in time, as the testbed's programs mark
+// (TestECNDelay), and EdgeUnmeasured leaves the ports that face hosts
+// without ECN marks or INT queue lengths, as the testbed, whose programs
+// measure a queue at the next hop's ingress and run on no host
+// (TestEdgeUnmeasured). PFC's headroom assumes
 // links that serialize: hosts that send at once overrun it, so PFC on a
 // Shaper fabric is not lossless (the testbed has no PFC).
 //

@@ -994,6 +994,24 @@ func (n *Net) Stats() FabricStats {
 	return f
 }
 
+// topBytes returns the bytes each switch of the top tier sent (the
+// switches without uplinks), in switch order.
+func (n *Net) topBytes() []uint64 {
+	var b []uint64
+	for i := range n.switches {
+		s := &n.switches[i]
+		if len(s.up) > 0 {
+			continue
+		}
+		var sum uint64
+		for _, p := range s.ports {
+			sum += n.ports[p].stats.TxBytes
+		}
+		b = append(b, sum)
+	}
+	return b
+}
+
 // BufferShare returns the share of its buffer that the fullest switch
 // holds now.
 func (n *Net) BufferShare() float64 {

@@ -138,10 +138,14 @@ type Row struct {
 	Drops       Drops  `json:"drops"`
 	// PFC: PAUSE frames sent, per minute of simulated time, and paused
 	// time summed over ports and of the port paused longest.
-	PauseFrames    uint64          `json:"pause_frames"`
-	PausesPerMin   float64         `json:"pauses_per_min"`
-	PausedTime     time.Duration   `json:"paused_ns"`
-	MaxPortPaused  time.Duration   `json:"max_port_paused_ns"`
+	PauseFrames   uint64        `json:"pause_frames"`
+	PausesPerMin  float64       `json:"pauses_per_min"`
+	PausedTime    time.Duration `json:"paused_ns"`
+	MaxPortPaused time.Duration `json:"max_port_paused_ns"`
+	// SpineBytes are the bytes each top-tier switch (a leaf-spine's
+	// spine, a fat-tree's core) sent, in switch order: how evenly ECMP
+	// or spraying spread the load.
+	SpineBytes     []uint64        `json:"spine_bytes,omitempty"`
 	BufferMax      float64         `json:"buffer_max"`
 	BufferMean     float64         `json:"buffer_mean"`
 	Events         uint64          `json:"events"`
@@ -567,6 +571,7 @@ func (r *runner) run(row Row) Row {
 	}
 	row.PausedTime, row.MaxPortPaused = fst.PausedTime, fst.MaxPausedTime
 	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
+	row.SpineBytes = n.topBytes()
 	row.Events = n.nevents
 	row.PacketBuffers = n.Packets()
 	row.Occupancy, row.OccupancyEvery = occ, time.Duration(every)
