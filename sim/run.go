@@ -132,10 +132,12 @@ type Row struct {
 	AlgBW      float64         `json:"algbw_gbps"`
 	// Transport counters, summed over every QP.
 	Retransmits uint64 `json:"retransmits"`
-	Duplicates  uint64 `json:"duplicates"`
-	Timeouts    uint64 `json:"timeouts"`
-	ECNMarks    uint64 `json:"ecn_marks"`
-	Drops       Drops  `json:"drops"`
+	// TLPs counts the tail loss probes among the retransmits.
+	TLPs       uint64 `json:"tlps"`
+	Duplicates uint64 `json:"duplicates"`
+	Timeouts   uint64 `json:"timeouts"`
+	ECNMarks   uint64 `json:"ecn_marks"`
+	Drops      Drops  `json:"drops"`
 	// PFC: PAUSE frames sent, per minute of simulated time, and paused
 	// time summed over ports and of the port paused longest.
 	PauseFrames   uint64        `json:"pause_frames"`
@@ -561,6 +563,7 @@ func (r *runner) run(row Row) Row {
 			row.Duplicates += st.Duplicates
 			row.Timeouts += st.Timeouts
 			row.ECNMarks += st.ECNMarked
+			row.TLPs += q.RetransmitStats().TLPs
 		}
 	}
 	fst := n.Stats()

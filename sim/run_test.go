@@ -58,6 +58,9 @@ func TestRunVerify(t *testing.T) {
 			lost += r.Drops.Loss
 			retx += r.Retransmits
 		}
+		if r.TLPs > r.Retransmits || (r.Profile == ProfileRoCE && r.TLPs != 0) {
+			t.Errorf("%s/%s: %d tail loss probes among %d retransmits (roce probes none)", r.Scenario, r.Profile, r.TLPs, r.Retransmits)
+		}
 		if r.Mean <= 0 || r.P99 < r.P50 || r.Makespan < r.Max {
 			t.Errorf("%s/%s: inconsistent times %+v", r.Scenario, r.Profile, r)
 		}

@@ -187,7 +187,7 @@ func (c compareSim) run(out io.Writer) error {
 			scName = bench.ScenarioSpineFail
 		}
 		row := bench.CompareRow{Profile: r.Profile, Scenario: scName, Bytes: c.size / int64(n) * int64(n), Ranks: n,
-			Retransmits: r.Retransmits, Timeouts: r.Timeouts, Duplicates: r.Duplicates, ECNMarks: r.ECNMarks,
+			Retransmits: r.Retransmits, TLPs: r.TLPs, Timeouts: r.Timeouts, Duplicates: r.Duplicates, ECNMarks: r.ECNMarks,
 			Drops: bench.Drops{Loss: r.Drops.Loss, Burst: r.Drops.Burst, Blackhole: r.Drops.Blackhole, Queue: r.Drops.Queue, Host: r.Drops.Host},
 			Err:   r.Err, SpineBytes: r.SpineBytes}
 		// As the testbed reports it: the most any spine carried over the
