@@ -69,12 +69,12 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 // testbed's software, which the simulated links take instead of
 // propagation: a frame's crossing of a veth and its forwarding by the
 // next namespace, and a host's transport turnaround beyond it. Measured
-// on the default testbed (2 cores, load 11-15): ICMP round trips of
+// on the default testbed (2 cores, load 6 to 15): ICMP round trips of
 // 49-82 µs between two hosts of a leaf and 76-133 µs across the spines,
-// whose four more link crossings take 7-13 µs each; the smallest round
-// trip that a spray QP timed during the all-to-all was 71 µs, the links'
-// alone, so that the transport adds no fixed delay of its own (its
-// median, milliseconds under load, is queueing and scheduling).
+// whose four more link crossings take 7-14 µs each; the smallest round
+// trip that a spray QP timed during the all-to-all was 64-71 µs, the
+// links' alone, so that the transport adds no fixed delay of its own
+// (its median, 2 ms, is queueing and scheduling).
 const (
 	testbedHopDelay  = 10 * time.Microsecond
 	testbedHostDelay = 0
