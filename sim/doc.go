@@ -49,6 +49,24 @@
 // XOFF transition (no refresh frames are modelled), and the time each port
 // stood paused.
 //
+// Topo.Shaper models the netns testbed's switches instead (package
+// testbed: a TBF qdisc on each veth end of a switch port): a frame leaves
+// a port once its token bucket holds the frame's bytes, crosses the link
+// in no time but its delay, and the hosts' links towards their leaf are
+// not shaped. A hop that is not the bottleneck then adds no serialization,
+// as on the testbed, where an idle path's round trip is the software's
+// forwarding alone (TestShaperTBF); INT QLen and ECN use the time a frame
+// waits for its tokens, as the testbed's programs measure it
+// (TestShaperINT). Topo.PortBuffer gives each egress queue its own bytes
+// and tail drop, a TBF's limit (TestPortBuffer). FabricConfig.ECNDelay
+// sets ECN's thresholds in time, as the testbed's programs mark
+// (TestECNDelay), and EdgeUnmeasured leaves the ports that face hosts
+// without ECN marks or INT queue lengths, as the testbed, whose programs
+// measure a queue at the next hop's ingress and run on no host
+// (TestEdgeUnmeasured). PFC's headroom assumes
+// links that serialize: hosts that send at once overrun it, so PFC on a
+// Shaper fabric is not lossless (the testbed has no PFC).
+//
 // Faults: SetLinkDown (both directions blackholed; the switches at its
 // ends route around it at once, the others after a reconvergence delay),
 // SetLoss (random loss per frame) and SetBurstLoss (Gilbert-Elliott).

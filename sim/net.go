@@ -23,6 +23,15 @@ type FabricConfig struct {
 	// queue's bytes; the zero value means DefaultECN for the port's rate,
 	// ECN.Off disables marking.
 	ECN ECNConfig
+	// ECNDelay, when its KMax is set, gives every port the thresholds of
+	// ECN in time instead: KMin and KMax are these delays at the port's
+	// rate (as the testbed's programs mark, by queue delay).
+	ECNDelay ECNDelayConfig
+	// EdgeUnmeasured makes the switch ports that face hosts mark no ECN
+	// and report no queue in INT (QLen 0; TS and TxBytes as usual), as on
+	// the netns testbed, whose programs measure a port's queue at the
+	// next hop's ingress and run on no host.
+	EdgeUnmeasured bool
 	// PFC makes the fabric lossless (one lossless class: every frame).
 	PFC PFCConfig
 	// NoINT stops the switches from stamping INT hop records.
@@ -47,6 +56,14 @@ type ECNConfig struct {
 	KMin, KMax int
 	PMax       float64
 	Off        bool
+}
+
+// ECNDelayConfig is RED-style marking by the time a frame waits in the
+// queue: no mark at or below KMin, a probability rising linearly to PMax
+// at KMax, every ECT frame above KMax.
+type ECNDelayConfig struct {
+	KMin, KMax time.Duration
+	PMax       float64
 }
 
 // DefaultECN returns the ECN thresholds for a port of rate bit/s: the
@@ -137,9 +154,17 @@ type port struct {
 	qBytes int // queued bytes, the one on the wire included
 	busy   bool
 	freePs int64 // when the wire is free, in picoseconds
-	paused bool  // stopped by the peer's PAUSE
-	pausAt clock.Time
-	down   bool
+	// Topo.Shaper: a switch port is a token bucket of bucketPs (its
+	// bytes' time at the rate) that is full again at fullPs, and tailPs
+	// is that time once every queued frame has left; a host port sends
+	// at once (instant).
+	shaper         bool
+	instant        bool
+	bucketPs       int64
+	fullPs, tailPs int64
+	paused         bool // stopped by the peer's PAUSE
+	pausAt         clock.Time
+	down           bool
 	// faults at this egress
 	loss          float64
 	geP, geR, geL float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
@@ -211,6 +236,21 @@ func serPs(n int, rate uint64) int64 {
 	return int64((bits*1e12 + rate - 1) / rate)
 }
 
+// shaperPs returns the picoseconds of tokens that n frame bytes take
+// from a shaper of rate bit/s: tc counts the frame from its Ethernet
+// header, without preamble, FCS or gap.
+func shaperPs(n int, rate uint64) int64 {
+	return int64((uint64(n)*8*1e12 + rate - 1) / rate)
+}
+
+// shaperWait returns how long a frame of size bytes that joins shaper
+// port p's queue now waits for its tokens, in picoseconds: the time of
+// the frames ahead of it less what the bucket holds.
+func (n *Net) shaperWait(p *port, size int) int64 {
+	now := int64(n.now) * 1000
+	return max(max(p.tailPs, now)+shaperPs(size, p.rate)-p.bucketPs-now, 0)
+}
+
 // New builds the fabric that cfg describes, with its hosts running no
 // transport yet (see Host.Attach).
 func New(cfg FabricConfig) (*Net, error) {
@@ -236,6 +276,9 @@ func New(cfg FabricConfig) (*Net, error) {
 	}
 	if cfg.Alpha < 0 || cfg.PFC.Alpha < 0 || cfg.NICFrames < 1 || cfg.HostRxFrames < 1 {
 		return nil, fmt.Errorf("%w: negative alpha or queue", ErrConfig)
+	}
+	if d := cfg.ECNDelay; d.KMin < 0 || d.KMax < 0 || (d.KMax > 0 && d.KMax < d.KMin) || d.PMax < 0 || d.PMax > 1 {
+		return nil, fmt.Errorf("%w: ECN by delay %v to %v, pmax %v", ErrConfig, d.KMin, d.KMax, d.PMax)
 	}
 	n := &Net{cfg: cfg, topo: t, mtuWire: t.MTU + wireOverhead}
 	n.build()
@@ -266,12 +309,25 @@ func (n *Net) link(a int32, aHost bool, b int32, rate uint64, delay time.Duratio
 		s := splitmix(n.cfg.Seed ^ uint64(len(n.ports)+7)*0xBF58476D1CE4E5B9)
 		p := port{node: node, host: host, peer: peer, rate: rate, delay: clock.Time(delay), rng: rand.New(rand.NewPCG(s, s^0x5EED))}
 		p.ecn = n.cfg.ECN
-		if p.ecn == (ECNConfig{}) {
+		if d := n.cfg.ECNDelay; d.KMax > 0 {
+			b := func(t time.Duration) int { return int(float64(t) * float64(rate) / 8e9) }
+			p.ecn = ECNConfig{KMin: b(d.KMin), KMax: b(d.KMax), PMax: d.PMax}
+		} else if p.ecn == (ECNConfig{}) {
 			p.ecn = DefaultECN(rate, n.topo.MTU)
 		}
 		p.headroom = n.cfg.PFC.Headroom
 		if p.headroom == 0 {
 			p.headroom = int(2*int64(delay)*int64(rate/8)/1e9) + 2*n.mtuWire
+		}
+		if n.topo.Shaper {
+			p.instant = host
+			p.shaper = !host
+			b := n.topo.ShaperBucket
+			if b == 0 {
+				// The testbed's TBF: 100 µs at the rate, at least two frames.
+				b = max(int(rate/8/10000), 2*n.topo.MTU)
+			}
+			p.bucketPs = shaperPs(b, rate)
 		}
 		return p
 	}
@@ -351,6 +407,9 @@ func (n *Net) build() {
 			hr += n.ports[p].headroom
 		}
 		s.buf = t.BufferBytes
+		if s.buf == 0 && t.PortBuffer > 0 {
+			s.buf = t.PortBuffer * len(s.ports)
+		}
 		if s.buf == 0 {
 			s.buf = max(int(cap/1e9*5000), 32*n.mtuWire*len(s.ports))
 		}
@@ -424,6 +483,9 @@ func (n *Net) enqueue(pi, id int32) {
 	}
 	p.q = append(p.q, id)
 	p.qBytes += len(n.pkts[id].buf)
+	if p.shaper {
+		p.tailPs = max(p.tailPs, int64(n.now)*1000) + shaperPs(len(n.pkts[id].buf), p.rate)
+	}
 	if p.qBytes > p.stats.MaxQueue {
 		p.stats.MaxQueue = p.qBytes
 	}
@@ -445,7 +507,19 @@ func (n *Net) startTx(pi int32) {
 	// whole and the wire is free, to the picosecond: no rounding builds
 	// up along a path or a train of frames.
 	start := max(p.freePs, n.pkts[id].readyPs, int64(n.now)*1000-999)
-	p.freePs = start + serPs(len(n.pkts[id].buf), p.rate)
+	switch size := len(n.pkts[id].buf); {
+	case p.shaper:
+		// A token bucket (TBF): the frame leaves once the bucket holds
+		// its bytes, and crosses the link in no time but its delay.
+		cost := shaperPs(size, p.rate)
+		start = max(start, p.fullPs-max(p.bucketPs-cost, 0))
+		p.fullPs = max(p.fullPs, start) + cost
+		p.freePs = start
+	case p.instant:
+		p.freePs = start
+	default:
+		p.freePs = start + serPs(size, p.rate)
+	}
 	if n.Trace != nil && !p.host {
 		n.Trace(int(p.node), int(p.local), n.pkts[id].buf)
 	}
@@ -563,6 +637,12 @@ func (n *Net) arrive(pi, id int32) {
 			p.stats.PauseSent++
 			n.schedule(n.now+p.delay, evPause, p.peer, 1)
 		}
+	} else if pb := n.topo.PortBuffer; pb > 0 {
+		if e.qBytes+size > pb {
+			e.stats.Drops.Queue++
+			n.freePacket(id)
+			return
+		}
 	} else if s.used+size > s.buf || float64(e.qBytes+size) > n.cfg.Alpha*float64(s.buf-s.used) {
 		e.stats.Drops.Queue++
 		n.freePacket(id)
@@ -571,7 +651,18 @@ func (n *Net) arrive(pi, id int32) {
 	n.account(s)
 	s.used += size
 	s.maxUsed = max(s.maxUsed, s.used)
-	if n.ecnMark(e, pk.buf) {
+	// The queue the frame meets: the bytes ahead of it (ECN) and with its
+	// own (INT QLen); at a shaper, as the testbed's programs measure both,
+	// the time it waits for its tokens at the port's rate.
+	ahead, qlen := e.qBytes, e.qBytes+size
+	if e.shaper {
+		qlen = int(float64(n.shaperWait(e, size)) * float64(e.rate) / 8e12)
+		ahead = qlen
+	}
+	if n.cfg.EdgeUnmeasured && n.ports[e.peer].host {
+		ahead, qlen = 0, 0
+	}
+	if n.ecnMark(e, ahead, pk.buf) {
 		e.stats.ECNMarked++
 	}
 	e.txCount += uint32(size)
@@ -581,7 +672,7 @@ func (n *Net) arrive(pi, id int32) {
 		// own (what its queue delay times the rate gives there), TxBytes
 		// the port's counter with this frame.
 		h := wire.Hop{Switch: s.id, Port: e.local, RateMbps: uint32(e.rate / 1e6), TS: uint64(n.now),
-			QLen: uint32(min(e.qBytes+size, 1<<32-1)), TxBytes: e.txCount}
+			QLen: uint32(min(qlen, 1<<32-1)), TxBytes: e.txCount}
 		if ok, _ := wire.StampHop(pk.buf, h); ok {
 			e.stats.INTStamped++
 		}
@@ -635,14 +726,14 @@ func (n *Net) usable(u, dst int32) bool {
 	return true
 }
 
-// ecnMark marks frame f CE by RED on egress port e's queue, as it is
-// before f joins it, and reports whether it did.
-func (n *Net) ecnMark(e *port, f []byte) bool {
-	if e.ecn.Off || e.qBytes <= e.ecn.KMin {
+// ecnMark marks frame f CE by RED on the q bytes ahead of it in egress
+// port e's queue, and reports whether it did.
+func (n *Net) ecnMark(e *port, q int, f []byte) bool {
+	if e.ecn.Off || q <= e.ecn.KMin {
 		return false
 	}
-	if e.qBytes < e.ecn.KMax {
-		pr := e.ecn.PMax * float64(e.qBytes-e.ecn.KMin) / float64(e.ecn.KMax-e.ecn.KMin)
+	if q < e.ecn.KMax {
+		pr := e.ecn.PMax * float64(q-e.ecn.KMin) / float64(e.ecn.KMax-e.ecn.KMin)
 		if e.rng.Float64() >= pr {
 			return false
 		}
@@ -901,6 +992,24 @@ func (n *Net) Stats() FabricStats {
 		}
 	}
 	return f
+}
+
+// topBytes returns the bytes each switch of the top tier sent (the
+// switches without uplinks), in switch order.
+func (n *Net) topBytes() []uint64 {
+	var b []uint64
+	for i := range n.switches {
+		s := &n.switches[i]
+		if len(s.up) > 0 {
+			continue
+		}
+		var sum uint64
+		for _, p := range s.ports {
+			sum += n.ports[p].stats.TxBytes
+		}
+		b = append(b, sum)
+	}
+	return b
 }
 
 // BufferShare returns the share of its buffer that the fullest switch

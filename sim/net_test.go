@@ -3,10 +3,12 @@ package sim
 import (
 	"encoding/binary"
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // udpFrame returns an IPv4/UDP frame of size bytes from host src to host
@@ -155,8 +157,7 @@ func TestECNProbability(t *testing.T) {
 		const trials = 20000
 		for range trials {
 			f := udpFrame(0, 1, 1, 200, true)
-			e.qBytes = c.q
-			if n.ecnMark(e, f) {
+			if n.ecnMark(e, c.q, f) {
 				marks++
 				h := f[14:34]
 				if binary.BigEndian.Uint16(h[10:]) != ipChecksum(h) || h[1]&3 != 3 {
@@ -170,8 +171,7 @@ func TestECNProbability(t *testing.T) {
 		}
 	}
 	f := udpFrame(0, 1, 1, 200, false)
-	e.qBytes = 90000
-	if n.ecnMark(e, f) {
+	if n.ecnMark(e, 90000, f) {
 		t.Error("marked a frame that is not ECN-capable")
 	}
 }
@@ -349,5 +349,201 @@ func TestFatTreeRoutes(t *testing.T) {
 	n.Run(clock.Never, nil)
 	if len(seen) != 16*15 {
 		t.Fatalf("%d of %d pairs delivered", len(seen), 16*15)
+	}
+}
+
+// TestShaperTBF: on a Shaper fabric (the netns testbed's TBF ports over
+// veths) a frame on an idle path arrives after the links' delays alone,
+// without serialization; a train of frames leaves a shaper a bucket at
+// once and then one frame per frame time at the rate, by the frame's
+// bytes without preamble, FCS or gap, as tc counts them.
+func TestShaperTBF(t *testing.T) {
+	const size = 3514
+	topo := "leafspine:1x2x1,rate=100mbit,hostrate=200mbit,mtu=3514,delay=10us,hostdelay=20us,shaper=tbf"
+	n := newNet(t, topo, func(c *FabricConfig) { c.NICFrames = 100 })
+	var at []clock.Time
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { at = append(at, now) }
+	if !n.Host(0).Send(udpFrame(0, 1, 5, size, false)) {
+		t.Fatal("send refused")
+	}
+	n.Run(clock.Never, nil)
+	if want := clock.Time(2*20e3 + 2*10e3); len(at) != 1 || at[0] != want {
+		t.Fatalf("one frame arrived at %v, want [%v]: delays only", at, want)
+	}
+
+	n = newNet(t, topo, func(c *FabricConfig) { c.NICFrames = 100 })
+	at = nil
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { at = append(at, now) }
+	const frames = 10
+	for range frames {
+		if !n.Host(0).Send(udpFrame(0, 1, 5, size, false)) {
+			t.Fatal("send refused")
+		}
+	}
+	n.Run(clock.Never, nil)
+	if len(at) != frames {
+		t.Fatalf("%d frames arrived, want %d", len(at), frames)
+	}
+	// The bucket holds two frames (100 µs at 100 Mbit/s is less): the
+	// first two leave the leaf at once, then one per frame time; the
+	// spine's port, at the same rate, passes them as they come.
+	ft := shaperPs(size, 100e6)
+	for i, got := range at {
+		dep := int64(max(i-1, 0)) * ft
+		want := clock.Time((dep+999)/1000) + 2*20e3 + 2*10e3
+		if got != want {
+			t.Errorf("frame %d arrived at %v, want %v", i, got, want)
+		}
+	}
+	// The train took its bytes at the rate, to within a frame: the bucket.
+	if span, rate := time.Duration(at[frames-1]-at[0]), time.Duration((frames-2)*ft/1000); span != rate {
+		t.Errorf("train spanned %v, want %v", span, rate)
+	}
+}
+
+// TestShaperINT: at a shaper, INT QLen is the time a frame waits for its
+// tokens times the rate (as the testbed's programs fill it): 0 for the
+// frames the bucket passes at once, then the bytes ahead of it and its own.
+func TestShaperINT(t *testing.T) {
+	const size = 3514
+	n := newNet(t, "leafspine:1x2x1,rate=100mbit,hostrate=200mbit,mtu=3514,shaper=tbf", func(c *FabricConfig) { c.NICFrames = 100 })
+	var qlen []uint32
+	n.OnDeliver = func(h int, f []byte, now clock.Time) {
+		var p wire.Packet
+		if err := wire.Decode(f, &p); err != nil || len(p.INT) == 0 {
+			t.Fatalf("frame without INT: %v", err)
+		}
+		qlen = append(qlen, wire.HopAt(p.INT, 0).QLen) // the leaf's uplink
+	}
+	for range 5 {
+		n.Host(0).Send(intFrame(t, 0, 1, size))
+	}
+	n.Run(clock.Never, nil)
+	want := []uint32{0, 0, size, 2 * size, 3 * size}
+	if len(qlen) != len(want) {
+		t.Fatalf("%d frames, want %d", len(qlen), len(want))
+	}
+	for i := range want {
+		// Tokens accrue during the µs the frames take to arrive: a few
+		// bytes less than the frames ahead.
+		if d := int(want[i]) - int(qlen[i]); d < 0 || d > 64 {
+			t.Errorf("frame %d: QLen %d, want %d", i, qlen[i], want[i])
+		}
+	}
+}
+
+// intFrame returns a spray data frame of size bytes from host src to dst
+// with room for 3 INT hop records.
+func intFrame(t *testing.T, src, dst, size int) []byte {
+	t.Helper()
+	var p wire.Packet
+	p.Eth.Dst, _ = HostAddr(dst)
+	var sip, dip netip.Addr
+	p.Eth.Src, sip = HostAddr(src)
+	_, dip = HostAddr(dst)
+	p.IP.Src, p.IP.Dst = sip, dip
+	p.UDP = wire.UDP{Src: 1000, Dst: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: wire.OpSprayData, PSN: 1}
+	p.Data = wire.Data{Kind: wire.KindWrite, Flags: wire.FlagINT, INTMax: 3}
+	hl := wire.HeaderLen(&p)
+	payload := make([]byte, size-hl-4)
+	p.Data.MsgLen = uint32(len(payload))
+	buf := make([]byte, wire.FrameLen(&p, len(payload)))
+	n, err := wire.Encode(buf, &p, payload)
+	if err != nil || n != size {
+		t.Fatalf("encode: %d bytes, %v (want %d)", n, err, size)
+	}
+	return buf[:n]
+}
+
+// TestPortBuffer: with PortBuffer each egress queue holds its own bytes
+// and drops at its limit (tail drop, a TBF's), whatever the other queues
+// of the switch hold.
+func TestPortBuffer(t *testing.T) {
+	n := newNet(t, "leafspine:4x1x1,rate=10gbit,hostrate=10gbit,portbuffer=30k", func(c *FabricConfig) { c.NICFrames = 200 })
+	got := map[int]int{}
+	n.OnDeliver = func(h int, f []byte, now clock.Time) { got[h]++ }
+	for src := 1; src < 4; src++ {
+		for range 100 {
+			n.Host(src).Send(udpFrame(src, 0, 9, 1000, false))
+		}
+	}
+	// One frame to another port: its queue is empty, it gets through.
+	if !n.Host(1).Send(udpFrame(1, 2, 9, 1000, false)) {
+		t.Fatal("send refused")
+	}
+	n.Run(clock.Never, nil)
+	ps := n.PortStats(0, 0)
+	if ps.Drops.Queue == 0 || uint64(got[0])+ps.Drops.Queue != 300 {
+		t.Fatalf("host 0: %d delivered, %d dropped, want drops and 300 in all", got[0], ps.Drops.Queue)
+	}
+	if ps.MaxQueue > 30<<10 {
+		t.Fatalf("queue reached %d bytes, above its 30 KB", ps.MaxQueue)
+	}
+	if got[2] != 1 {
+		t.Fatalf("host 2 got %d frames, want 1", got[2])
+	}
+	if b := n.SwitchBuffer(0); b != 5*30<<10 {
+		t.Fatalf("switch buffer %d, want 5 ports x 30 KB", b)
+	}
+}
+
+// TestECNDelay: thresholds given in time are each port's delay at its
+// rate, so a port twice as fast marks at twice the bytes, as the
+// testbed's programs mark by queue delay.
+func TestECNDelay(t *testing.T) {
+	n := newNet(t, "leafspine:1x2x1,rate=100mbit,hostrate=200mbit,mtu=3514", func(c *FabricConfig) {
+		c.ECNDelay = ECNDelayConfig{KMin: 560 * time.Microsecond, KMax: 2240 * time.Microsecond, PMax: 0.2}
+	})
+	for _, p := range n.ports {
+		want := ECNConfig{KMin: 7000, KMax: 28000, PMax: 0.2}
+		if p.rate == 200e6 {
+			want = ECNConfig{KMin: 14000, KMax: 56000, PMax: 0.2}
+		}
+		if p.ecn != want {
+			t.Errorf("port at %d bit/s: ECN %+v, want %+v", p.rate, p.ecn, want)
+		}
+	}
+	if _, err := New(FabricConfig{Topo: n.topo, ECNDelay: ECNDelayConfig{KMin: 2, KMax: 1}}); err == nil {
+		t.Error("KMax below KMin accepted")
+	}
+}
+
+// TestEdgeUnmeasured: with EdgeUnmeasured, a queue at a switch port that
+// faces a host marks no ECN and reads 0 in INT, as on the testbed (no
+// programs on hosts); without it the same incast marks and reports it.
+func TestEdgeUnmeasured(t *testing.T) {
+	for _, blind := range []bool{false, true} {
+		n := newNet(t, "leafspine:3x1x1,rate=100mbit,hostrate=100mbit,mtu=3514,shaper=tbf", func(c *FabricConfig) {
+			c.NICFrames = 100
+			c.EdgeUnmeasured = blind
+		})
+		var maxQ uint32
+		ce := 0
+		n.OnDeliver = func(h int, f []byte, now clock.Time) {
+			var p wire.Packet
+			if err := wire.Decode(f, &p); err != nil || len(p.INT) == 0 {
+				t.Fatalf("frame without INT: %v", err)
+			}
+			maxQ = max(maxQ, wire.HopAt(p.INT, 0).QLen)
+			if f[15]&3 == 3 {
+				ce++
+			}
+		}
+		for range 20 {
+			for src := 1; src < 3; src++ {
+				f := intFrame(t, src, 0, 3514)
+				f[15] |= 2 // ECT(0)
+				binary.BigEndian.PutUint16(f[24:], ipChecksum(f[14:34]))
+				n.Host(src).Send(f)
+			}
+		}
+		n.Run(clock.Never, nil)
+		if blind && (maxQ != 0 || ce != 0) {
+			t.Errorf("unmeasured edge: QLen up to %d, %d CE marks; want none", maxQ, ce)
+		}
+		if !blind && (maxQ < 10*3514 || ce == 0) {
+			t.Errorf("measured edge: QLen up to %d, %d CE marks; want a queue of 10+ frames and marks", maxQ, ce)
+		}
 	}
 }

@@ -28,7 +28,7 @@ func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup\ttimeouts\tECN\tdrops\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
+	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup/tlp\ttimeouts\tECN\tdrops\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
 	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t\t\t\tloss/bh/q/host\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 	var notes []string
@@ -42,9 +42,9 @@ func WriteTable(w io.Writer, res Result) {
 		if r.PFC {
 			pfc = "on"
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d\t%d\t%d\t%d/%d/%d/%d\t%.0f\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%.0f\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
 			r.Scenario, r.Profile, mark, pfc, r.Done, r.Flows, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999), r.AlgBW,
-			r.Retransmits, r.Duplicates, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
+			r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
 			r.PausesPerMin, ms(r.PausedTime), ms(r.MaxPortPaused), 100*r.BufferMax, 100*r.BufferMean)
 	}
 	tw.Flush()

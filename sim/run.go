@@ -132,16 +132,22 @@ type Row struct {
 	AlgBW      float64         `json:"algbw_gbps"`
 	// Transport counters, summed over every QP.
 	Retransmits uint64 `json:"retransmits"`
-	Duplicates  uint64 `json:"duplicates"`
-	Timeouts    uint64 `json:"timeouts"`
-	ECNMarks    uint64 `json:"ecn_marks"`
-	Drops       Drops  `json:"drops"`
+	// TLPs counts the tail loss probes among the retransmits.
+	TLPs       uint64 `json:"tlps"`
+	Duplicates uint64 `json:"duplicates"`
+	Timeouts   uint64 `json:"timeouts"`
+	ECNMarks   uint64 `json:"ecn_marks"`
+	Drops      Drops  `json:"drops"`
 	// PFC: PAUSE frames sent, per minute of simulated time, and paused
 	// time summed over ports and of the port paused longest.
-	PauseFrames    uint64          `json:"pause_frames"`
-	PausesPerMin   float64         `json:"pauses_per_min"`
-	PausedTime     time.Duration   `json:"paused_ns"`
-	MaxPortPaused  time.Duration   `json:"max_port_paused_ns"`
+	PauseFrames   uint64        `json:"pause_frames"`
+	PausesPerMin  float64       `json:"pauses_per_min"`
+	PausedTime    time.Duration `json:"paused_ns"`
+	MaxPortPaused time.Duration `json:"max_port_paused_ns"`
+	// SpineBytes are the bytes each top-tier switch (a leaf-spine's
+	// spine, a fat-tree's core) sent, in switch order: how evenly ECMP
+	// or spraying spread the load.
+	SpineBytes     []uint64        `json:"spine_bytes,omitempty"`
 	BufferMax      float64         `json:"buffer_max"`
 	BufferMean     float64         `json:"buffer_mean"`
 	Events         uint64          `json:"events"`
@@ -249,7 +255,8 @@ func Run(cfg Config) (Result, error) {
 }
 
 // baseRTT is the unloaded round trip of the longest path: a full frame
-// out and a small ACK back, over every link of it.
+// out and a small ACK back, over every link of it. On a Shaper fabric an
+// idle port's bucket passes the frame at once: the delays alone.
 func baseRTT(t Topo) time.Duration {
 	type hop struct {
 		rate  uint64
@@ -261,7 +268,10 @@ func baseRTT(t Topo) time.Duration {
 	}
 	var ps int64
 	for _, h := range hops {
-		ps += serPs(t.MTU, h.rate) + serPs(100, h.rate) + 2*int64(h.delay)*1000
+		ps += 2 * int64(h.delay) * 1000
+		if !t.Shaper {
+			ps += serPs(t.MTU, h.rate) + serPs(100, h.rate)
+		}
 	}
 	return time.Duration(ps / 1000)
 }
@@ -553,6 +563,7 @@ func (r *runner) run(row Row) Row {
 			row.Duplicates += st.Duplicates
 			row.Timeouts += st.Timeouts
 			row.ECNMarks += st.ECNMarked
+			row.TLPs += q.RetransmitStats().TLPs
 		}
 	}
 	fst := n.Stats()
@@ -563,6 +574,7 @@ func (r *runner) run(row Row) Row {
 	}
 	row.PausedTime, row.MaxPortPaused = fst.PausedTime, fst.MaxPausedTime
 	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
+	row.SpineBytes = n.topBytes()
 	row.Events = n.nevents
 	row.PacketBuffers = n.Packets()
 	row.Occupancy, row.OccupancyEvery = occ, time.Duration(every)

@@ -58,6 +58,9 @@ func TestRunVerify(t *testing.T) {
 			lost += r.Drops.Loss
 			retx += r.Retransmits
 		}
+		if r.TLPs > r.Retransmits || (r.Profile == ProfileRoCE && r.TLPs != 0) {
+			t.Errorf("%s/%s: %d tail loss probes among %d retransmits (roce probes none)", r.Scenario, r.Profile, r.TLPs, r.Retransmits)
+		}
 		if r.Mean <= 0 || r.P99 < r.P50 || r.Makespan < r.Max {
 			t.Errorf("%s/%s: inconsistent times %+v", r.Scenario, r.Profile, r)
 		}
@@ -119,7 +122,8 @@ func TestINTReachesHPCC(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	for _, s := range []string{"leafspine:2x2", "leafspine:0x2x2", "fattree:3", "ring:4", "leafspine:2x2x2,rate=fast", "leafspine:2x2x2,foo=1"} {
+	for _, s := range []string{"leafspine:2x2", "leafspine:0x2x2", "fattree:3", "ring:4", "leafspine:2x2x2,rate=fast", "leafspine:2x2x2,foo=1",
+		"leafspine:2x2x2,portbuffer=100", "leafspine:2x2x2,shaper=100", "leafspine:2x2x2,shaper=slow"} {
 		if _, err := ParseTopo(s); err == nil {
 			t.Errorf("ParseTopo(%q): no error", s)
 		}
@@ -131,6 +135,31 @@ func TestParseErrors(t *testing.T) {
 	}
 	if _, err := Run(Config{Topo: mustTopo(t, "leafspine:2x2x2"), Workload: mustWork(t, "permutation:1k", 4), Profiles: []string{"tcp"}}); err == nil || !strings.Contains(err.Error(), "profile") {
 		t.Errorf("unknown profile: %v", err)
+	}
+}
+
+// TestParseTopoShaper: the testbed options survive String and ParseTopo,
+// and the TBF bucket defaults to the testbed's.
+func TestParseTopoShaper(t *testing.T) {
+	for _, s := range []string{"leafspine:2x2x2,rate=100mbit,mtu=3514,portbuffer=56224,shaper=tbf", "leafspine:2x2x2,mtu=1514,shaper=8192"} {
+		tp := mustTopo(t, s)
+		if back := mustTopo(t, tp.String()); back != tp {
+			t.Errorf("%q: String gave %q, which parses to %+v", s, tp.String(), back)
+		}
+	}
+	tp := mustTopo(t, "leafspine:2x2x2,rate=100mbit,hostrate=200mbit,mtu=3514,portbuffer=56224,shaper=tbf")
+	if !tp.Shaper || tp.PortBuffer != 56224 || tp.ShaperBucket != 0 {
+		t.Fatalf("parsed %+v", tp)
+	}
+	n, err := New(FabricConfig{Topo: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range n.ports {
+		// The testbed's TBF: max(100 µs at the rate, two frames) = 7028 B.
+		if p.shaper != !p.host || p.instant != p.host || (p.shaper && p.bucketPs != shaperPs(7028, p.rate)) {
+			t.Fatalf("port at %d bit/s, host %v: shaper %v instant %v bucket %d ps", p.rate, p.host, p.shaper, p.instant, p.bucketPs)
+		}
 	}
 }
 

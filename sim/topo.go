@@ -51,6 +51,30 @@ type Topo struct {
 	BufferBytes int
 	// MTU is the largest frame, Ethernet header included; 0 means 1514.
 	MTU int
+	// Shaper models the switches of the netns testbed (package testbed)
+	// instead of switch ASICs: every switch port is a token-bucket shaper
+	// (a TBF qdisc) on a link that takes no time to cross but its delay
+	// (a veth copies a frame): a frame leaves once the port's bucket
+	// holds its bytes (the Ethernet frame, no preamble, FCS or gap, as tc
+	// counts them), the bucket refills at the port's rate up to
+	// ShaperBucket bytes, and the frame reaches the peer after the link's
+	// delay, without serialization. The hosts' own links are not shaped
+	// (the testbed shapes switch egress only): a host's frames leave at
+	// once. INT QLen and ECN marks then use the time a frame waits for its
+	// tokens, at the port's rate, as the testbed's programs measure it.
+	// False: every link serializes at its rate and switches store and
+	// forward, as ASICs and NICs do.
+	Shaper bool
+	// ShaperBucket is a Shaper port's bucket in bytes; 0 means 100 µs at
+	// the port's rate, at least two frames (what the testbed's TBF gets).
+	ShaperBucket int
+	// PortBuffer, when above 0, gives every switch egress queue its own
+	// PortBuffer bytes, and a frame that finds its queue full is dropped
+	// (tail drop, a TBF's limit), instead of the queues sharing
+	// BufferBytes under a dynamic threshold; BufferBytes (0: PortBuffer
+	// times the ports) then only bounds PFC and scales the occupancy
+	// figures.
+	PortBuffer int
 }
 
 // DefaultRate is Topo.Rate's default, in bit/s.
@@ -117,8 +141,14 @@ func (t Topo) withDefaults() (Topo, error) {
 	if t.MTU < 576 || t.MTU > 9014 {
 		return t, fmt.Errorf("%w: MTU %d: want 576 to 9014", ErrConfig, t.MTU)
 	}
-	if t.BufferBytes < 0 {
-		return t, fmt.Errorf("%w: buffer %d", ErrConfig, t.BufferBytes)
+	if t.BufferBytes < 0 || t.PortBuffer < 0 || t.ShaperBucket < 0 {
+		return t, fmt.Errorf("%w: buffer %d, port buffer %d, shaper bucket %d", ErrConfig, t.BufferBytes, t.PortBuffer, t.ShaperBucket)
+	}
+	if t.PortBuffer > 0 && t.PortBuffer < t.MTU {
+		return t, fmt.Errorf("%w: port buffer %d below a frame (%d)", ErrConfig, t.PortBuffer, t.MTU)
+	}
+	if t.ShaperBucket > 0 && (!t.Shaper || t.ShaperBucket < t.MTU) {
+		return t, fmt.Errorf("%w: shaper bucket %d: want shaper on and at least a frame (%d)", ErrConfig, t.ShaperBucket, t.MTU)
 	}
 	return t, nil
 }
@@ -180,6 +210,15 @@ func (t Topo) String() string {
 	if t.MTU != 0 {
 		fmt.Fprintf(&b, ",mtu=%d", t.MTU)
 	}
+	if t.PortBuffer != 0 {
+		fmt.Fprintf(&b, ",portbuffer=%d", t.PortBuffer)
+	}
+	switch {
+	case t.ShaperBucket != 0:
+		fmt.Fprintf(&b, ",shaper=%d", t.ShaperBucket)
+	case t.Shaper:
+		b.WriteString(",shaper=tbf")
+	}
 	return b.String()
 }
 
@@ -199,8 +238,10 @@ func rateString(r uint64) string {
 // x spines, as testbed.ParseLeafSpine) or "fattree:K[,opt=v...]", with
 // options rate, hostrate, corerate (rates as testbed.ParseRate: 100gbit),
 // delay, hostdelay, coredelay (Go durations: 1us), buffer (bytes, with k
-// or m for KiB or MiB: a switch's shared buffer), mtu, and for a fat-tree
-// hosts (per edge switch). Example: "leafspine:16x8x4,rate=100gbit".
+// or m for KiB or MiB: a switch's shared buffer), portbuffer (bytes: each
+// egress queue's own), shaper (tbf, or a bucket in bytes: Topo.Shaper),
+// mtu, and for a fat-tree hosts (per edge switch). Example:
+// "leafspine:16x8x4,rate=100gbit".
 func ParseTopo(s string) (Topo, error) {
 	var t Topo
 	kind, rest, ok := strings.Cut(s, ":")
@@ -255,6 +296,13 @@ func ParseTopo(s string) (Topo, error) {
 			t.CoreDelay, err = parseDelay(v)
 		case "buffer":
 			t.BufferBytes, err = parseBytes(v)
+		case "portbuffer":
+			t.PortBuffer, err = parseBytes(v)
+		case "shaper":
+			t.Shaper = true
+			if v != "tbf" {
+				t.ShaperBucket, err = parseBytes(v)
+			}
 		case "mtu":
 			t.MTU, err = strconv.Atoi(v)
 		case "hosts":

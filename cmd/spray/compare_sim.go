@@ -29,11 +29,16 @@ type compareSim struct {
 	why               string
 }
 
-// simTopo maps a testbed's leaf-spine onto the simulator: the same
-// counts, rates and MTU; each switch's shared buffer is the testbed's
-// per-port queue times its ports.
+// simTopo maps a testbed's leaf-spine onto the simulator as the testbed
+// builds it (testbed.NewLeafSpine): the same counts, rates and MTU; every
+// switch port a token-bucket shaper with the testbed's TBF bucket (100 µs
+// at the rate, at least two frames) and its own queue of the TBF's limit,
+// tail drop; links that take no time to cross (veths) but their delay;
+// hosts' links unshaped towards their leaf; and the per-hop and per-host
+// delays of software forwarding (testbedHopDelay, testbedHostDelay).
 func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
-	t := sim.Topo{Kind: sim.LeafSpine, HostsPerLeaf: tb.Hosts, Leaves: tb.Leaves, Spines: tb.Spines, Rate: tb.RateBps, HostRate: tb.HostRateBps}
+	t := sim.Topo{Kind: sim.LeafSpine, HostsPerLeaf: tb.Hosts, Leaves: tb.Leaves, Spines: tb.Spines, Rate: tb.RateBps, HostRate: tb.HostRateBps,
+		Shaper: true, Delay: testbedHopDelay, HostDelay: testbedHopDelay + testbedHostDelay}
 	var err error
 	if tb.Rate != "" {
 		if t.Rate, err = testbed.ParseRate(tb.Rate); err != nil {
@@ -53,13 +58,27 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 		mtu = 1500
 	}
 	t.MTU = mtu + 14
-	perPort := tb.BufferBytes
-	if perPort == 0 { // the testbed's default: 1 ms at the rate, at least 16 frames
-		perPort = max(int(t.Rate/8/1000), 16*t.MTU)
+	t.PortBuffer = tb.BufferBytes
+	if t.PortBuffer == 0 { // the testbed's default: 1 ms at the rate, at least 16 frames
+		t.PortBuffer = max(int(t.Rate/8/1000), 16*t.MTU)
 	}
-	t.BufferBytes = perPort * (tb.Hosts + tb.Spines)
 	return t, nil
 }
+
+// testbedHopDelay and testbedHostDelay are the delays of the netns
+// testbed's software, which the simulated links take instead of
+// propagation: a frame's crossing of a veth and its forwarding by the
+// next namespace, and a host's transport turnaround beyond it. Measured
+// on the default testbed (2 cores, load 6 to 15): ICMP round trips of
+// 49-82 µs between two hosts of a leaf and 76-133 µs across the spines,
+// whose four more link crossings take 7-14 µs each; the smallest round
+// trip that a spray QP timed during the all-to-all was 64-71 µs, the
+// links' alone, so that the transport adds no fixed delay of its own
+// (its median, 2 ms, is queueing and scheduling).
+const (
+	testbedHopDelay  = 10 * time.Microsecond
+	testbedHostDelay = 0
+)
 
 func (c compareSim) run(out io.Writer) error {
 	t, err := simTopo(c.tb)
@@ -97,7 +116,7 @@ func (c compareSim) run(out io.Writer) error {
 	// The transport settings spray compare gives a testbed's QPs: a
 	// smallest retransmission timeout of four buffer drains (at least 5
 	// ms), and for spray an ACK every 4 packets or as many frame times.
-	drain := time.Duration(float64(t.BufferBytes/(c.tb.Hosts+c.tb.Spines)) * 8 / float64(t.Rate) * 1e9)
+	drain := time.Duration(float64(t.PortBuffer) * 8 / float64(t.Rate) * 1e9)
 	// Congestion control as compare calibrates it for a software fabric:
 	// spray's "auto" and roce's "dcqcn" at the hosts' rate, for a base
 	// RTT of 200µs.
@@ -117,7 +136,16 @@ func (c compareSim) run(out io.Writer) error {
 		}
 		tc.CC = mk
 	}
-	scfg := sim.Config{Topo: t, Workload: w, Profiles: profs, Scenarios: scen, Seed: c.seed, Transport: adjust,
+	// ECN as the testbed's programs mark for roce (bench's compare): by
+	// queue delay, from two to eight frame times at the spine rate; and
+	// as they measure queues, at the next hop's ingress, so that the
+	// leaves' ports towards hosts (which run no programs) mark nothing
+	// and report no queue in INT.
+	ft := time.Duration(float64(t.MTU) * 8 / float64(t.Rate) * 1e9)
+	fab := sim.FabricConfig{ECNDelay: sim.ECNDelayConfig{KMin: 2 * ft, KMax: 8 * ft, PMax: 0.2}, EdgeUnmeasured: true}
+	// A run may take as long as compare's --run-timeout gives a testbed
+	// run by default, in simulated time.
+	scfg := sim.Config{Topo: t, Workload: w, Profiles: profs, Scenarios: scen, Seed: c.seed, Transport: adjust, Fabric: fab, Limit: time.Minute,
 		Progress: func(p sim.Progress) {
 			fmt.Fprintf(os.Stderr, "spray: sim %s/%s: simulated %v, wall %v\n", p.Scenario, p.Profile, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second))
 		}}
@@ -159,9 +187,18 @@ func (c compareSim) run(out io.Writer) error {
 			scName = bench.ScenarioSpineFail
 		}
 		row := bench.CompareRow{Profile: r.Profile, Scenario: scName, Bytes: c.size / int64(n) * int64(n), Ranks: n,
-			Retransmits: r.Retransmits, Timeouts: r.Timeouts, Duplicates: r.Duplicates, ECNMarks: r.ECNMarks,
+			Retransmits: r.Retransmits, TLPs: r.TLPs, Timeouts: r.Timeouts, Duplicates: r.Duplicates, ECNMarks: r.ECNMarks,
 			Drops: bench.Drops{Loss: r.Drops.Loss, Burst: r.Drops.Burst, Blackhole: r.Drops.Blackhole, Queue: r.Drops.Queue, Host: r.Drops.Host},
-			Err:   r.Err}
+			Err:   r.Err, SpineBytes: r.SpineBytes}
+		// As the testbed reports it: the most any spine carried over the
+		// mean (warm-up iterations included here).
+		var sum, most uint64
+		for _, b := range r.SpineBytes {
+			sum, most = sum+b, max(most, b)
+		}
+		if sum > 0 {
+			row.Imbalance = float64(most) * float64(len(r.SpineBytes)) / float64(sum)
+		}
 		if len(r.Iterations) > c.warmup {
 			row.Samples = slices.Clone(r.Iterations[c.warmup:])
 			s := bench.Summarize(slices.Clone(row.Samples))

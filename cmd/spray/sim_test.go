@@ -7,6 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sprayfabric/spray/bench"
+	"github.com/sprayfabric/spray/sim"
+	"github.com/sprayfabric/spray/testbed"
 )
 
 // TestSimCommand runs spray sim at a small size: the JSON has a row per
@@ -94,5 +98,25 @@ func TestCompareSim(t *testing.T) {
 		if r.Iters != 3 || r.Mean <= 0 {
 			t.Errorf("%s/%s: %d iterations, mean %d ns", r.Scenario, r.Profile, r.Iters, r.Mean)
 		}
+	}
+}
+
+// TestSimTopoMapsTestbed: compare --sim builds the testbed's fabric:
+// shaper ports with the testbed's queue per port, its rates and MTU, and
+// the software's delays on the links.
+func TestSimTopoMapsTestbed(t *testing.T) {
+	tb, err := testbed.ParseLeafSpine(bench.DefaultCompareTestbed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := simTopo(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sim.Topo{Kind: sim.LeafSpine, HostsPerLeaf: 2, Leaves: 2, Spines: 2, Rate: 100e6, HostRate: 200e6, MTU: 3514,
+		Shaper: true, PortBuffer: 16 * 3514, Delay: testbedHopDelay, HostDelay: testbedHopDelay + testbedHostDelay}
+	// The testbed's queue per port: 1 ms at the rate, at least 16 frames.
+	if tp != want {
+		t.Fatalf("simTopo(%s) = %+v, want %+v", bench.DefaultCompareTestbed, tp, want)
 	}
 }
