@@ -289,6 +289,7 @@ type qpConn struct {
 	comps    chan transport.Completion
 	inflight int
 	next     uint64
+	last     transport.Message // returned by the last Recv, released by the next
 }
 
 const qpConnDepth = 32
@@ -322,8 +323,12 @@ func (q *qpConn) Send(ctx context.Context, msg []byte) error {
 
 func (q *qpConn) Flush(ctx context.Context) error { return q.reap(ctx, 0) }
 
+// Recv returns the next message, valid until the next Recv (which gives
+// it back to the transport's buffer pool).
 func (q *qpConn) Recv(ctx context.Context) ([]byte, error) {
+	q.last.Release()
 	m, err := q.c.Recv(ctx)
+	q.last = m
 	return m.Data, err
 }
 
