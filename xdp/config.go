@@ -12,7 +12,7 @@ import (
 var (
 	// ErrNotSupported: the kernel, the platform or the driver lacks a
 	// feature this socket needs (AF_XDP itself, need_wakeup, zero-copy when
-	// Mode is ZeroCopy, busy polling).
+	// Mode is ZeroCopy, busy polling, an RSS hash for Link.RSSTable).
 	ErrNotSupported = errors.New("xdp: not supported")
 	// ErrInvalidConfig: a Config field is out of range.
 	ErrInvalidConfig = errors.New("xdp: invalid config")

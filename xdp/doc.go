@@ -27,6 +27,19 @@
 // while the Link is open is noticed within LinkConfig.CheckEvery and makes
 // Wait and Recv return ErrQueuesChanged.
 //
+// Link.RSS returns the device's RSS hash key and indirection table
+// (ETHTOOL_GRSSH, what `ethtool -x` shows), with the entries numbered as
+// Queues is, so that Link implements transport.RSSReader: an endpoint with
+// an engine per queue then tells its peers which UDP source ports reach
+// each QP's own engine (Endpoint.Steering, CreateQPSteered). A device
+// without RSS (veth, the testbeds) has none (RSSTable's error wraps
+// ErrNotSupported), and frames that arrive on another engine's queue reach
+// their QP over the transport's hand-over rings. Steering assumes the NIC
+// hashes UDP ports as well as addresses (`ethtool -n DEV rx-flow-hash
+// udp4` shows "L4 bytes 0 & 1" and "2 & 3"; `ethtool -N DEV rx-flow-hash
+// udp4 sdfn` sets it); with addresses only, every entropy of a QP lands on
+// one queue and its engine's hand-overs carry the rest.
+//
 // Socket and Open remain for callers that manage the program and the
 // queues themselves:
 //
