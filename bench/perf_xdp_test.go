@@ -22,7 +22,7 @@ type stepper interface {
 
 // xdpEngines opens AF_XDP links on both ends of p and an engine (queues
 // 1) or one per queue on each, stepped by the caller.
-func xdpEngines(b *testing.B, p *testbed.Pair, queues int) (sa, sb stepper, engs []*transport.Engine) {
+func xdpEngines(b *testing.B, p *testbed.Pair, queues int) (sa, sb stepper, engs []*transport.Engine, links []*XDPLink) {
 	b.Helper()
 	for i, h := range []*testbed.Host{p.A, p.B} {
 		var l link.Link
@@ -33,6 +33,7 @@ func xdpEngines(b *testing.B, p *testbed.Pair, queues int) (sa, sb stepper, engs
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
+		links = append(links, l.(*XDPLink))
 		cfg := transport.Config{Seed: uint64(i + 1), MTU: h.MTU + 14}
 		var s stepper
 		if queues > 1 {
@@ -54,7 +55,7 @@ func xdpEngines(b *testing.B, p *testbed.Pair, queues int) (sa, sb stepper, engs
 			sb = s
 		}
 	}
-	return sa, sb, engs
+	return sa, sb, engs, links
 }
 
 // BenchmarkXDPTransfer moves 1 MiB RDMA WRITEs from one namespace to the
@@ -64,7 +65,9 @@ func xdpEngines(b *testing.B, p *testbed.Pair, queues int) (sa, sb stepper, engs
 // without the Endpoint's goroutines. It reports allocations per op (zero
 // is the rule: nothing on that path allocates) and, with two queues, the
 // frames handed over between engines per op (every frame, both ways: the
-// QPs sit on different queues). Root only.
+// QPs sit on different queues), and the share of the receiver's
+// multi-buffer frames that its link copied rather than handing them out
+// in place. Root only.
 func BenchmarkXDPTransfer(b *testing.B) {
 	testutil.SkipIfNotRoot(b)
 	for _, queues := range []int{1, 2} {
@@ -76,7 +79,7 @@ func BenchmarkXDPTransfer(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { p.Close() })
-			sa, sb, engs := xdpEngines(b, p, queues)
+			sa, sb, engs, links := xdpEngines(b, p, queues)
 			x, err := sa.CreateQP()
 			if err != nil {
 				b.Fatal(err)
@@ -150,6 +153,12 @@ func BenchmarkXDPTransfer(b *testing.B) {
 				st.HandedOver += s.HandedOver
 			}
 			b.ReportMetric(float64(st.HandedOver)/float64(b.N), "handovers/op")
+			var multi, copied uint64
+			for _, q := range links[1].QueueStats() {
+				multi += q.RxMultiBuffer
+				copied += q.RxReassembled
+			}
+			b.ReportMetric(float64(copied)/float64(max(multi, 1)), "copied/jumbo")
 		})
 	}
 }

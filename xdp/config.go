@@ -129,6 +129,9 @@ type Config struct {
 	tag uint64
 	// quiet leaves the copy-mode fallback to the Link to log, once.
 	quiet bool
+	// alignedRx keeps a multi-buffer socket's RX entries chunk-aligned
+	// (no frames in place): set after a zero-copy bind, or by tests.
+	alignedRx bool
 }
 
 // withDefaults returns cfg with its zero values replaced by defaults, or an
