@@ -23,6 +23,7 @@ type SprayConn struct {
 	inflight int
 	next     uint64
 	comps    [64]transport.Completion
+	last     transport.Message // returned by the last Recv, released by the next
 }
 
 func (s *SprayConn) reap(ctx context.Context, until int) error {
@@ -61,9 +62,13 @@ func (s *SprayConn) Send(ctx context.Context, msg []byte) error {
 // Flush waits for every posted message to complete.
 func (s *SprayConn) Flush(ctx context.Context) error { return s.reap(ctx, 0) }
 
-// Recv returns the next message.
+// Recv returns the next message, valid until the next Recv: it gives the
+// previous one back to the transport's buffer pool, so that a receive loop
+// allocates nothing per message, as TCPConn reuses its buffer.
 func (s *SprayConn) Recv(ctx context.Context) ([]byte, error) {
+	s.last.Release()
 	m, err := s.C.Recv(ctx)
+	s.last = m
 	return m.Data, err
 }
 

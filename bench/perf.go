@@ -81,6 +81,13 @@ type PerfResult struct {
 	Retransmits uint64  `json:"retransmits"`
 	SHA256      string  `json:"sha256"`
 	Integrity   bool    `json:"integrity_ok"`
+	// CPUSeconds is the CPU time (user plus system) the whole process used
+	// during the bulk phase, and CPUSecPerGB that over the gigabytes (1e9
+	// bytes) moved: with client and server in one process (a testbed, or
+	// link/mem), both ends' cost, the kernel's included; in client mode,
+	// the client's alone. Zero where the platform does not say.
+	CPUSeconds  float64 `json:"cpu_seconds,omitempty"`
+	CPUSecPerGB float64 `json:"cpu_sec_per_gb,omitempty"`
 	// QPs has one entry per QP of a run with PerfConfig.QPs > 1; the
 	// fields above then sum them (Bytes, Messages, Retransmits) or cover
 	// them all (Seconds from the first start to the last end, GoodputGbps
@@ -153,7 +160,7 @@ func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error)
 	if err := c.Send(ctx, hdr); err != nil {
 		return PerfResult{}, fmt.Errorf("bench: sending header: %w", err)
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	var sent int64
 	for i := int64(0); sent < cfg.Total; i++ {
 		n := int(min(int64(cfg.MsgSize), cfg.Total-sent))
@@ -169,7 +176,7 @@ func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error)
 	if err != nil {
 		return PerfResult{}, fmt.Errorf("bench: waiting for the server's report: %w", err)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	var rep perfReport
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		return PerfResult{}, fmt.Errorf("bench: bad report from server: %w", err)
@@ -180,6 +187,7 @@ func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error)
 		MsgsPerSec:  float64(msgs) / elapsed.Seconds(),
 		SHA256:      rep.SHA256,
 	}
+	res.setCPU(cpu)
 	res.Integrity = rep.Bytes == cfg.Total && rep.SHA256 == hex.EncodeToString(want.Sum(nil))
 	if !res.Integrity {
 		return res, ErrIntegrity
@@ -205,6 +213,15 @@ func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error)
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// setCPU records cpu, the process's CPU time over the bulk phase.
+func (r *PerfResult) setCPU(cpu time.Duration) {
+	if cpu <= 0 || r.Bytes <= 0 {
+		return
+	}
+	r.CPUSeconds = cpu.Seconds()
+	r.CPUSecPerGB = cpu.Seconds() / (float64(r.Bytes) / 1e9)
+}
 
 // PerfServer runs the server half of one perf run over c: it receives and
 // hashes the bulk data, reports, then echoes the pings.
@@ -272,6 +289,7 @@ type qpConn struct {
 	comps    chan transport.Completion
 	inflight int
 	next     uint64
+	last     transport.Message // returned by the last Recv, released by the next
 }
 
 const qpConnDepth = 32
@@ -305,8 +323,12 @@ func (q *qpConn) Send(ctx context.Context, msg []byte) error {
 
 func (q *qpConn) Flush(ctx context.Context) error { return q.reap(ctx, 0) }
 
+// Recv returns the next message, valid until the next Recv (which gives
+// it back to the transport's buffer pool).
 func (q *qpConn) Recv(ctx context.Context) ([]byte, error) {
+	q.last.Release()
 	m, err := q.c.Recv(ctx)
+	q.last = m
 	return m.Data, err
 }
 
@@ -385,7 +407,7 @@ func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6
 	per := make([]PerfResult, n)
 	errs := make([]error, n)
 	var clients sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for i := range n {
 		serve(i)
 		clients.Add(1)
@@ -398,7 +420,7 @@ func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6
 	}
 	clients.Wait()
 	servers.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	if cause := context.Cause(wctx); cause != nil {
 		return res, cause
 	}
@@ -423,6 +445,7 @@ func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6
 	res.GoodputGbps = float64(res.Bytes) * 8 / elapsed.Seconds() / 1e9
 	res.MsgsPerSec = float64(res.Messages) / elapsed.Seconds()
 	res.SHA256 = per[0].SHA256
+	res.setCPU(cpu)
 	if pc.Pings > 0 {
 		serve(0)
 		ping := pc

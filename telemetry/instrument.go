@@ -87,8 +87,10 @@ func instrument(mp metric.MeterProvider, hp *histProducer, ep *transport.Endpoin
 // global meter provider), under the name "LINK@IP" from its link's Info
 // ("xdp:veth0/q0@10.0.0.1"; the link's name alone when it holds the IP,
 // as link/udp's "udp:10.0.0.1:4791" does), with "#2", "#3", ... appended while an
-// endpoint of the same name is still open. The series of each endpoint go
-// away when it closes. Errors go to otel.Handle.
+// endpoint of the same name is still open. An endpoint whose link reports
+// per-queue counters (QueueStatsReader: an AF_XDP link) also gets the
+// link's per-queue series (InstrumentLink) under the same name. The series
+// of each endpoint go away when it closes. Errors go to otel.Handle.
 func OnEndpoint(mp metric.MeterProvider) func(*transport.Endpoint) {
 	var mu sync.Mutex
 	live := map[string]bool{}
@@ -112,8 +114,18 @@ func OnEndpoint(mp metric.MeterProvider) func(*transport.Endpoint) {
 		if _, err := InstrumentWith(p, ep, name); err != nil {
 			otel.Handle(err)
 		}
+		stopLink := func() {}
+		if qr, ok := ep.Link().(QueueStatsReader); ok {
+			stop, err := InstrumentLink(p, qr, name)
+			if err != nil {
+				otel.Handle(err)
+			} else {
+				stopLink = stop
+			}
+		}
 		go func() {
 			<-ep.Done()
+			stopLink()
 			mu.Lock()
 			delete(live, name)
 			mu.Unlock()

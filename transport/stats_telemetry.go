@@ -288,6 +288,11 @@ func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
 // LinkInfo returns the description of the endpoint's link.
 func (ep *Endpoint) LinkInfo() link.Info { return ep.link.Info() }
 
+// Link returns the link the endpoint was started on, for its counters
+// (telemetry.InstrumentLink). Its engines own it: do not call its
+// link.Link methods.
+func (ep *Endpoint) Link() link.Link { return ep.link }
+
 // Done returns a channel that is closed when the endpoint's engine has
 // stopped: after Close, or when the link failed (see Err).
 func (ep *Endpoint) Done() <-chan struct{} { return ep.done }

@@ -12,7 +12,7 @@ import (
 var (
 	// ErrNotSupported: the kernel, the platform or the driver lacks a
 	// feature this socket needs (AF_XDP itself, need_wakeup, zero-copy when
-	// Mode is ZeroCopy, busy polling).
+	// Mode is ZeroCopy, busy polling, an RSS hash for Link.RSSTable).
 	ErrNotSupported = errors.New("xdp: not supported")
 	// ErrInvalidConfig: a Config field is out of range.
 	ErrInvalidConfig = errors.New("xdp: invalid config")
@@ -129,6 +129,9 @@ type Config struct {
 	tag uint64
 	// quiet leaves the copy-mode fallback to the Link to log, once.
 	quiet bool
+	// alignedRx keeps a multi-buffer socket's RX entries chunk-aligned
+	// (no frames in place): set after a zero-copy bind, or by tests.
+	alignedRx bool
 }
 
 // withDefaults returns cfg with its zero values replaced by defaults, or an

@@ -37,7 +37,19 @@ const (
 	idQueueShift = 48
 	idAddrMask   = 1<<idQueueShift - 1
 	idJumbo      = 1 << 47
+	// idInPlace marks a multi-buffer frame handed out in place: its
+	// pieces lie back to back in consecutive RX entries (see
+	// core.inPlace); the low 32 bits are the first entry's address and
+	// idPiecesShift's five bits the number of entries.
+	idInPlace     = 1 << 46
+	idPiecesShift = 40
+	idPiecesMask  = 0x1f
 )
+
+// unalignedOffsetShift is XSK_UNALIGNED_BUF_OFFSET_SHIFT: in an unaligned
+// UMEM, an RX descriptor's address carries the data's offset from the
+// buffer's address in its bits from 48 up.
+const unalignedOffsetShift = 48
 
 // pktContd is XDP_PKT_CONTD: on an RX or TX descriptor, the frame goes on
 // in the next descriptor (multi-buffer).
@@ -85,7 +97,7 @@ type counters struct {
 	txKicks, rxKicks, waits              atomic.Uint64
 	txDropped, txDeviceDrops             atomic.Uint64
 	rxBadDescs, badReleases, badComps    atomic.Uint64
-	rxOversize, rxJumbo                  atomic.Uint64
+	rxOversize, rxJumbo, rxCopied        atomic.Uint64
 	rxHeld, txFree, txHeld, txInFlight   atomic.Int64
 }
 
@@ -109,22 +121,41 @@ type core struct {
 	// tag is ORed into every frame ID the socket hands out (see idJumbo).
 	tag uint64
 
-	// Multi-buffer receive: frames that span several chunks are copied
-	// into one of the jumbo buffers (each maxLen long) and handed out from
-	// there; their chunks go back to the fill ring at once.
+	// Multi-buffer receive: frames that span several chunks and cannot be
+	// handed out in place (inPlace) are copied into one of the jumbo
+	// buffers (each maxLen long) and handed out from there; their chunks
+	// go back to the fill ring at once, or with inPlace when the frame is
+	// released.
 	sg      bool
 	jumbo   []byte
 	jfree   []uint32
 	jheld   []bool
 	jHeld   int
 	maxFrag int // the most descriptors one frame may take (maxFrags)
+	// jent and jentN hold, with inPlace, the RX entries of the frame in
+	// each reassembly buffer (maxFrags per buffer) until it is released.
+	jent  []uint32
+	jentN []uint8
+
+	// inPlace (a multi-buffer socket over an unaligned UMEM, copy mode)
+	// puts RX entry i at address i*rxStride, rxStride being a chunk less
+	// the kernel's headroom: the kernel writes a piece of a frame from
+	// 256 bytes into its entry, so the pieces of a frame in consecutive
+	// entries lie back to back and the frame is handed out where it lies.
+	// An entry's headroom overlaps the end of the previous entry's data,
+	// which the kernel never writes in copy mode (it writes the headroom
+	// only for XDP metadata, which the steering program does not set).
+	// Otherwise rxStride is frameSize. TestLinkJumbo checks the bytes and
+	// that frames are handed out in place.
+	inPlace  bool
+	rxStride uint64
 
 	state   []frameState
 	fill    addrRing
 	comp    addrRing
 	rx      descRing
 	tx      descRing
-	rxStash []uint32 // frame indices, capacity rxFrames
+	rxStash stash    // free RX frames waiting for the fill ring, oldest first
 	txFree  []uint32 // frame indices, capacity txFrames
 
 	needWakeup bool
@@ -138,6 +169,24 @@ type core struct {
 	txShort bool
 
 	ctr counters
+}
+
+// stash is a FIFO of RX frame indices, its capacity the RX pool's size.
+type stash struct {
+	buf     []uint32
+	head, n uint32
+}
+
+func (q *stash) push(i uint32) {
+	q.buf[(q.head+q.n)%uint32(len(q.buf))] = i
+	q.n++
+}
+
+func (q *stash) pop() uint32 {
+	i := q.buf[q.head]
+	q.head = (q.head + 1) % uint32(len(q.buf))
+	q.n--
+	return i
 }
 
 // txSlotChunks is the number of UMEM chunks of frameSize bytes one TX frame
@@ -167,11 +216,15 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 	if !c.sg {
 		c.txSlot = 1
 	}
+	c.rxStride = c.frameSize
+	if c.inPlace {
+		c.rxStride = c.frameSize - headroom
+	}
 	c.rxFrames = uint32(rxFrames)
 	c.nFrames = uint32(rxFrames) + uint32(txFrames)*c.txSlot
 	c.state = make([]frameState, c.nFrames)
 	c.pending = make([]uint8, c.nFrames)
-	c.rxStash = make([]uint32, 0, rxFrames)
+	c.rxStash.buf = make([]uint32, rxFrames)
 	c.txFree = make([]uint32, 0, txFrames)
 	for i := c.nFrames; i > c.rxFrames; i -= c.txSlot { // lowest address on top
 		c.state[i-c.txSlot] = stTxFree
@@ -184,14 +237,16 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 		c.maxFrag = maxFrags
 		c.jumbo = make([]byte, jumboBuffers*maxFrame)
 		c.jheld = make([]bool, jumboBuffers)
+		c.jent = make([]uint32, jumboBuffers*maxFrags)
+		c.jentN = make([]uint8, jumboBuffers)
 		c.jfree = make([]uint32, 0, jumboBuffers)
 		for j := jumboBuffers; j > 0; j-- {
 			c.jfree = append(c.jfree, uint32(j-1))
 		}
 	}
-	for i := c.rxFrames; i > 0; i-- {
-		c.state[i-1] = stRxStash
-		c.rxStash = append(c.rxStash, i-1)
+	for i := range c.rxFrames {
+		c.state[i] = stRxStash
+		c.rxStash.push(i)
 	}
 	c.refill()
 	c.ctr.txFree.Store(int64(len(c.txFree)))
@@ -204,10 +259,35 @@ func (c *core) rxIndex(addr uint64) (uint32, bool) {
 	return uint32(i), i < uint64(c.rxFrames)
 }
 
+// rxDesc returns the RX entry that an RX descriptor names and the UMEM
+// address of its data, checking that the data lies within the entry.
+func (c *core) rxDesc(d desc) (idx uint32, data uint64, ok bool) {
+	if !c.inPlace {
+		idx, ok = c.rxIndex(d.Addr)
+		return idx, d.Addr, ok && d.Addr&(c.frameSize-1)+uint64(d.Len) <= c.frameSize
+	}
+	base, off := d.Addr&(1<<unalignedOffsetShift-1), d.Addr>>unalignedOffsetShift
+	i := base / c.rxStride
+	if base%c.rxStride != 0 || i >= uint64(c.rxFrames) || off+uint64(d.Len) > c.frameSize {
+		return 0, 0, false
+	}
+	return uint32(i), base + off, true
+}
+
+// rxAddr is the address of RX entry idx, for the fill ring.
+func (c *core) rxAddr(idx uint32) uint64 { return uint64(idx) * c.rxStride }
+
 // rxID returns the RX chunk index of a frame ID the socket handed out.
 func (c *core) rxID(id uint64) (uint32, bool) {
 	if id&^idAddrMask != c.tag {
 		return 0, false
+	}
+	if c.inPlace {
+		a := id & idAddrMask
+		if a%c.rxStride != 0 || a/c.rxStride >= uint64(c.rxFrames) {
+			return 0, false
+		}
+		return uint32(a / c.rxStride), true
 	}
 	return c.rxIndex(id & idAddrMask)
 }
@@ -242,7 +322,6 @@ func (c *core) recv(fs []link.Frame) int {
 		return 0
 	}
 	got, bytes, bad := 0, 0, 0
-	mask := uint64(c.frameSize - 1)
 	for used := uint32(0); used < n && got < len(fs); {
 		d := c.rx.descs[c.rx.local&c.rx.mask]
 		if c.sg && d.Options&pktContd != 0 {
@@ -259,14 +338,18 @@ func (c *core) recv(fs []link.Frame) int {
 		}
 		c.rx.local++
 		used++
-		idx, ok := c.rxIndex(d.Addr)
-		if !ok || c.state[idx] != stRxKernel || d.Len == 0 || d.Addr&mask+uint64(d.Len) > c.frameSize {
+		idx, data, ok := c.rxDesc(d)
+		if !ok || c.state[idx] != stRxKernel || d.Len == 0 {
 			bad++
 			continue
 		}
 		c.state[idx] = stRxUser
-		end := d.Addr + uint64(d.Len)
-		fs[got] = link.Frame{Buf: c.umem[d.Addr:end:end], ID: c.tag | d.Addr}
+		end := data + uint64(d.Len)
+		id := c.tag | data
+		if c.inPlace {
+			id = c.tag | c.rxAddr(idx)
+		}
+		fs[got] = link.Frame{Buf: c.umem[data:end:end], ID: id}
 		got++
 		bytes += int(d.Len)
 		c.rxHeld++
@@ -278,7 +361,7 @@ func (c *core) recv(fs []link.Frame) int {
 	if bad > 0 {
 		c.ctr.rxBadDescs.Add(uint64(bad))
 	}
-	if len(c.rxStash) > 0 {
+	if c.rxStash.n > 0 {
 		c.refill()
 	}
 	return got
@@ -306,47 +389,145 @@ func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
 			return 0, false
 		}
 	}
+	if c.inPlace && last.Options&pktContd == 0 && k <= uint32(c.maxFrag) {
+		if c.recvInPlace(f, k) {
+			return k, true
+		}
+	}
 	if len(c.jfree) == 0 {
 		return 0, false
 	}
 	j := c.jfree[len(c.jfree)-1]
 	buf := c.jumbo[int(j)*c.maxLen : (int(j)+1)*c.maxLen]
-	mask := uint64(c.frameSize - 1)
 	n, ok := 0, k <= uint32(c.maxFrag)
+	var used [maxFrags]uint32
+	nu := 0
 	for range k {
 		d := c.rx.descs[c.rx.local&c.rx.mask]
 		c.rx.local++
-		idx, valid := c.rxIndex(d.Addr)
-		if !valid || c.state[idx] != stRxKernel || d.Addr&mask+uint64(d.Len) > c.frameSize {
+		idx, data, valid := c.rxDesc(d)
+		if !valid || c.state[idx] != stRxKernel {
 			c.ctr.rxBadDescs.Add(1)
 			ok = false
 			continue
 		}
 		if ok && n+int(d.Len) <= len(buf) {
-			n += copy(buf[n:], c.umem[d.Addr:d.Addr+uint64(d.Len)])
+			n += copy(buf[n:], c.umem[data:data+uint64(d.Len)])
 		} else {
 			ok = false
 		}
-		c.state[idx] = stRxStash
-		c.rxStash = append(c.rxStash, idx)
+		if nu < len(used) {
+			c.state[idx] = stRxUser
+			used[nu] = idx
+			nu++
+		} else {
+			c.state[idx] = stRxStash
+			c.rxStash.push(idx)
+		}
 	}
-	if !ok || n < ethHeaderLen {
+	ok = ok && n >= ethHeaderLen
+	// With frames in place, the copied frame's chunks go back to the
+	// kernel when it is released, in their turn among the frames around
+	// it: given back early, they would jump the queue of free entries and
+	// break the order that keeps later frames' pieces back to back.
+	hold := ok && c.inPlace
+	for _, idx := range used[:nu] {
+		if !hold {
+			c.state[idx] = stRxStash
+			c.rxStash.push(idx)
+		}
+	}
+	if !ok {
 		c.ctr.rxOversize.Add(1)
 		return k, false
+	}
+	if hold {
+		copy(c.jent[int(j)*maxFrags:], used[:nu])
+		c.jentN[j] = uint8(nu)
+		c.rxHeld += nu
 	}
 	c.jfree = c.jfree[:len(c.jfree)-1]
 	c.jheld[j] = true
 	c.jHeld++
 	c.ctr.rxJumbo.Add(1)
+	c.ctr.rxCopied.Add(1)
 	*f = link.Frame{Buf: buf[:n:n], ID: c.tag | idJumbo | uint64(j)}
 	return k, true
 }
 
+// recvInPlace hands out, where it lies, the frame of the k descriptors at
+// the consumer index when its pieces are back to back (in consecutive RX
+// entries, each full but the last) and valid, and reports whether it did;
+// otherwise it consumes nothing, and recvMulti copies the frame.
+func (c *core) recvInPlace(f *link.Frame, k uint32) bool {
+	var first, start, end uint64
+	for i := range k {
+		d := c.rx.descs[(c.rx.local+i)&c.rx.mask]
+		idx, data, ok := c.rxDesc(d)
+		if !ok || c.state[idx] != stRxKernel || d.Len == 0 {
+			return false
+		}
+		if i == 0 {
+			first, start = uint64(idx), data
+		} else if uint64(idx) != first+uint64(i) || data != end {
+			return false
+		}
+		end = data + uint64(d.Len)
+	}
+	n := end - start
+	if n > uint64(c.maxLen) || n < ethHeaderLen {
+		return false // recvMulti drops it and counts
+	}
+	for i := range k {
+		c.state[uint32(first)+i] = stRxUser
+	}
+	c.rx.local += k
+	c.rxHeld += int(k)
+	c.ctr.rxJumbo.Add(1)
+	*f = link.Frame{Buf: c.umem[start:end:end], ID: c.tag | idInPlace | uint64(k)<<idPiecesShift | c.rxAddr(uint32(first))}
+	return true
+}
+
 // release implements link.Link.Release.
 func (c *core) release(fs []link.Frame) {
-	room := c.fill.free(uint32(len(fs) + len(c.rxStash)))
+	c.fill.free(uint32(len(fs)) + c.rxStash.n) // one load of the kernel's index
 	put, bad := uint32(0), 0
+	give := func(idx uint32) {
+		c.rxHeld--
+		// Behind the stash, if any: the kernel gets free frames in the
+		// order they were freed (see inPlace).
+		if c.rxStash.n == 0 && c.fill.free(1) > 0 {
+			c.fill.descs[c.fill.local&c.fill.mask] = c.rxAddr(idx)
+			c.fill.local++
+			c.state[idx] = stRxKernel
+			put++
+		} else {
+			c.state[idx] = stRxStash
+			c.rxStash.push(idx)
+		}
+	}
 	for _, f := range fs {
+		if f.ID&idInPlace != 0 && c.inPlace {
+			k := uint32(f.ID>>idPiecesShift) & idPiecesMask
+			idx, ok := c.rxID(f.ID &^ (idInPlace | idPiecesMask<<idPiecesShift))
+			if !ok || k < 2 || idx+k > c.rxFrames {
+				bad++
+				continue
+			}
+			for i := range k {
+				if c.state[idx+i] != stRxUser {
+					ok = false
+				}
+			}
+			if !ok {
+				bad++
+				continue
+			}
+			for i := range k {
+				give(idx + i)
+			}
+			continue
+		}
 		if f.ID&idJumbo != 0 && c.sg {
 			j := f.ID &^ idJumbo &^ c.tag
 			if f.ID&^idAddrMask != c.tag || j >= uint64(len(c.jheld)) || !c.jheld[j] {
@@ -356,6 +537,12 @@ func (c *core) release(fs []link.Frame) {
 			c.jheld[j] = false
 			c.jHeld--
 			c.jfree = append(c.jfree, uint32(j))
+			if c.inPlace {
+				for _, idx := range c.jent[int(j)*maxFrags : int(j)*maxFrags+int(c.jentN[j])] {
+					give(idx)
+				}
+				c.jentN[j] = 0
+			}
 			continue
 		}
 		idx, ok := c.rxID(f.ID)
@@ -363,16 +550,7 @@ func (c *core) release(fs []link.Frame) {
 			bad++
 			continue
 		}
-		c.rxHeld--
-		if put < room {
-			c.fill.descs[c.fill.local&c.fill.mask] = uint64(idx) << c.frameShift
-			c.fill.local++
-			c.state[idx] = stRxKernel
-			put++
-		} else {
-			c.state[idx] = stRxStash
-			c.rxStash = append(c.rxStash, idx)
-		}
+		give(idx)
 	}
 	if bad > 0 {
 		c.ctr.badReleases.Add(uint64(bad))
@@ -381,7 +559,7 @@ func (c *core) release(fs []link.Frame) {
 	if put > 0 {
 		c.ctr.fills.Add(uint64(put))
 	}
-	if len(c.rxStash) > 0 && put < room {
+	if c.rxStash.n > 0 && c.fill.free(1) > 0 {
 		c.refill() // publishes
 	} else if put > 0 {
 		c.fill.publishProd()
@@ -391,15 +569,16 @@ func (c *core) release(fs []link.Frame) {
 
 // refill moves stashed RX frames to the fill ring as far as it has room.
 func (c *core) refill() {
-	room := c.fill.free(uint32(len(c.rxStash)))
-	n := min(room, uint32(len(c.rxStash)))
+	room := c.fill.free(c.rxStash.n)
+	n := min(room, c.rxStash.n)
 	if n == 0 {
 		return
 	}
+	// Oldest first, so that entries stashed in address order reach the
+	// kernel in that order (inPlace needs consecutive entries).
 	for range n {
-		idx := c.rxStash[len(c.rxStash)-1]
-		c.rxStash = c.rxStash[:len(c.rxStash)-1]
-		c.fill.descs[c.fill.local&c.fill.mask] = uint64(idx) << c.frameShift
+		idx := c.rxStash.pop()
+		c.fill.descs[c.fill.local&c.fill.mask] = c.rxAddr(idx)
 		c.fill.local++
 		c.state[idx] = stRxKernel
 	}
@@ -621,7 +800,7 @@ func (c *core) stats(st *Stats) {
 	st.TxWakeups, st.RxWakeups, st.Waits = r.txKicks.Load(), r.rxKicks.Load(), r.waits.Load()
 	st.TxDeviceDrops = r.txDeviceDrops.Load()
 	st.RxBadDescs, st.BadReleases, st.BadCompletions = r.rxBadDescs.Load(), r.badReleases.Load(), r.badComps.Load()
-	st.RxOversize, st.RxMultiBuffer = r.rxOversize.Load(), r.rxJumbo.Load()
+	st.RxOversize, st.RxMultiBuffer, st.RxReassembled = r.rxOversize.Load(), r.rxJumbo.Load(), r.rxCopied.Load()
 	st.RxHeld = int(r.rxHeld.Load())
 	st.RxFree = int(c.rxFrames) - st.RxHeld
 	st.TxFree = int(r.txFree.Load())

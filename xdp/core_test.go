@@ -40,8 +40,8 @@ func checkPools(t testing.TB, c *core, rxFrames, txFrames int) Stats {
 	if n[stRxUser] != st.RxHeld || n[stTxUser] != st.TxHeld || n[stTxFree] != st.TxFree || n[stTxKernel] != st.TxInFlight {
 		t.Fatalf("frame states %v disagree with stats %+v", n, st)
 	}
-	if n[stRxStash] != len(c.rxStash) {
-		t.Fatalf("stash holds %d, %d frames in stash state", len(c.rxStash), n[stRxStash])
+	if n[stRxStash] != int(c.rxStash.n) {
+		t.Fatalf("stash holds %d, %d frames in stash state", c.rxStash.n, n[stRxStash])
 	}
 	return st
 }

@@ -27,6 +27,19 @@
 // while the Link is open is noticed within LinkConfig.CheckEvery and makes
 // Wait and Recv return ErrQueuesChanged.
 //
+// Link.RSS returns the device's RSS hash key and indirection table
+// (ETHTOOL_GRSSH, what `ethtool -x` shows), with the entries numbered as
+// Queues is, so that Link implements transport.RSSReader: an endpoint with
+// an engine per queue then tells its peers which UDP source ports reach
+// each QP's own engine (Endpoint.Steering, CreateQPSteered). A device
+// without RSS (veth, the testbeds) has none (RSSTable's error wraps
+// ErrNotSupported), and frames that arrive on another engine's queue reach
+// their QP over the transport's hand-over rings. Steering assumes the NIC
+// hashes UDP ports as well as addresses (`ethtool -n DEV rx-flow-hash
+// udp4` shows "L4 bytes 0 & 1" and "2 & 3"; `ethtool -N DEV rx-flow-hash
+// udp4 sdfn` sets it); with addresses only, every entropy of a QP lands on
+// one queue and its engine's hand-overs carry the rest.
+//
 // Socket and Open remain for callers that manage the program and the
 // queues themselves:
 //
@@ -56,10 +69,21 @@
 // A UMEM chunk is a page at most (Config.FrameSize, 4 KiB), less 256 bytes
 // of headroom. Config.MaxFrame above that makes a multi-buffer socket
 // (XDP_USE_SG, Linux 6.6): the kernel delivers a long frame in several
-// chunks, described by descriptors chained with XDP_PKT_CONTD, and the
-// socket copies them into one of a bounded set of reassembly buffers
-// (Stats.RxMultiBuffer), since the link hands out each frame as one slice;
-// their chunks go back to the fill ring at once. A TX frame spans adjacent
+// chunks, described by descriptors chained with XDP_PKT_CONTD
+// (Stats.RxMultiBuffer), and the link hands out each frame as one slice.
+// In copy mode (veth, and every driver without zero-copy) the socket
+// registers an unaligned UMEM (XDP_UMEM_UNALIGNED_CHUNK_FLAG) whose RX
+// entries start a chunk less 256 bytes apart: the kernel copies the
+// pieces of a frame from 256 bytes into consecutive entries, so they lie
+// back to back and the frame is handed out where it lies, without a copy
+// in user space. An entry's headroom overlaps the end of the previous
+// entry's data, which the kernel does not write (the steering program sets
+// no metadata). The socket gives free entries back to the kernel in the
+// order it consumed them, so that they stay consecutive; a frame whose
+// pieces are not (one that straddles the end of the pool, say) is copied
+// into one of a bounded set of reassembly buffers (Stats.RxReassembled).
+// A socket that binds in zero-copy mode, where a driver's DMA may not
+// cross pages, uses aligned chunks and copies every multi-buffer frame. A TX frame spans adjacent
 // chunks, so the caller encodes it in place as usual, and Send splits it
 // into chained descriptors. The steering program is loaded with the
 // xdp.frags flag, which a device with an MTU above a page needs. Without
@@ -80,8 +104,9 @@
 // flight, or a frame the caller releases twice is counted in Stats and
 // skipped rather than corrupting a pool. Recv hands out slices of the UMEM
 // (Frame.ID is the UMEM address, with the socket's queue in its high bits
-// when it belongs to a Link); nothing is copied in user space but
-// multi-buffer frames. The steady-state data path allocates nothing.
+// when it belongs to a Link); nothing is copied in user space but the
+// multi-buffer frames that cannot be handed out in place. The
+// steady-state data path allocates nothing (bench's BenchmarkXDPTransfer).
 //
 // The four rings are single-producer single-consumer queues whose indices
 // are shared with the kernel: the socket reads the kernel's index with an

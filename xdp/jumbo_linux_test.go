@@ -181,7 +181,15 @@ func TestLinkJumbo(t *testing.T) {
 	}
 	sa, sb := la.QueueStats()[0], lb.QueueStats()[0]
 	if sb.RxMultiBuffer != count || sa.TxFrames != count || sa.TxDropped != 0 {
-		t.Errorf("receiver reassembled %d, sender sent %d, dropped %d; want %d, %d, 0", sb.RxMultiBuffer, sa.TxFrames, sa.TxDropped, count, count)
+		t.Errorf("receiver got %d multi-buffer frames, sender sent %d, dropped %d; want %d, %d, 0", sb.RxMultiBuffer, sa.TxFrames, sa.TxDropped, count, count)
+	}
+	// In copy mode the pieces of a frame land back to back in consecutive
+	// RX entries, and the frame is handed out in place: only a frame that
+	// straddles the end of the pool's entries, or entries given back out
+	// of order, is copied.
+	t.Logf("%d of %d frames copied into a reassembly buffer", sb.RxReassembled, count)
+	if sb.RxReassembled > count/10 {
+		t.Errorf("%d of %d frames reassembled by a copy, want most in place", sb.RxReassembled, count)
 	}
 	// Every TX slot comes back once its three completions are in.
 	// Wait reaps completions.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/rss"
 )
 
 // LinkConfig configures OpenLink. Ifindex is required; every other zero
@@ -97,8 +98,18 @@ type Link struct {
 	devQueues int
 	every     time.Duration
 	nextCheck time.Time
+	// rss is the device's RSS configuration as of the last read (open,
+	// then every CheckEvery), for RSS from any goroutine.
+	rss atomic.Pointer[rssState]
 
 	sys linkSys
+}
+
+// rssState is a read of the device's RSS configuration: the table with
+// its entries translated to indices into Queues, or why there is none.
+type rssState struct {
+	tab rss.Table
+	err error
 }
 
 var (
@@ -113,6 +124,55 @@ func (l *Link) Info() link.Info { return l.info }
 // Queues returns the link's sockets, one per served queue in queue order
 // (link.Multi). They belong to the Link: Close closes them.
 func (l *Link) Queues() []link.Link { return l.ql }
+
+// RSS returns the device's RSS hash key and indirection table (what
+// `ethtool -x` shows), with every table entry translated from a device
+// queue to the index in Queues of the socket that serves it, and to
+// len(Queues) for a queue that the link leaves to the kernel: entry i then
+// names the engine that receives the frames whose hash picks it. Link thus
+// implements transport.RSSReader: an endpoint with an engine per queue
+// offers Endpoint.Steering, and a peer's CreateQPSteered picks entropies
+// that the device delivers to the QP's own engine. The table is empty when
+// the device has no RSS (veth, so every testbed) or cannot be read, which
+// the transport takes for a hash it does not know: frames that land on
+// another engine's queue reach their QP over the hand-over rings. RSSTable
+// says why it is empty. The link reads the table at open and again every
+// LinkConfig.CheckEvery while an engine waits on it (`ethtool -X` changes
+// it). Safe from any goroutine.
+func (l *Link) RSS() rss.Table {
+	t, _ := l.RSSTable()
+	return t
+}
+
+// RSSTable is RSS, with an error instead of an empty table: one wrapping
+// ErrNotSupported and rss.ErrNoRSS for a device without RSS, or the
+// ethtool ioctl's error.
+func (l *Link) RSSTable() (rss.Table, error) {
+	st := l.rss.Load()
+	if st == nil {
+		return rss.Table{}, fmt.Errorf("xdp: %s: RSS configuration not read: %w", l.info.Name, ErrNotSupported)
+	}
+	if st.err != nil {
+		return rss.Table{}, st.err
+	}
+	return rss.Table{Key: append([]byte(nil), st.tab.Key...), Indir: append([]uint32(nil), st.tab.Indir...)}, nil
+}
+
+// servedTable returns t with its entries translated from device queues to
+// indices into served, and to len(served) for a queue not in it.
+func servedTable(t rss.Table, served []int) rss.Table {
+	out := rss.Table{Key: append([]byte(nil), t.Key...), Indir: make([]uint32, len(t.Indir))}
+	for i, q := range t.Indir {
+		out.Indir[i] = uint32(len(served))
+		for j, s := range served {
+			if uint32(s) == q {
+				out.Indir[i] = uint32(j)
+				break
+			}
+		}
+	}
+	return out
+}
 
 // Sockets returns the same sockets as Queues, as *Socket.
 func (l *Link) Sockets() []*Socket { return l.qs }

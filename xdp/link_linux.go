@@ -17,6 +17,7 @@ import (
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/poll"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/rss"
 )
 
 // defaultCheckEvery is LinkConfig.CheckEvery's default.
@@ -175,6 +176,7 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 	}
 	l.info = l.qs[0].Info()
 	l.info.Name = linkName(ifc.Name, l.served)
+	l.readRSS()
 	l.nextCheck = time.Now().Add(l.every)
 	return l, nil
 }
@@ -200,6 +202,7 @@ func (l *Link) Wait(timeout time.Duration) error {
 			if err := l.checkQueues(); err != nil {
 				return err
 			}
+			l.readRSS()
 		}
 	}
 	pollout, stuck := false, false
@@ -269,6 +272,22 @@ func (l *Link) checkQueues() error {
 	l.queueErr.Store(&err)
 	l.logf("%v", err)
 	return err
+}
+
+// readRSS reads the device's RSS configuration through the control
+// socket (in the device's namespace) for RSS.
+func (l *Link) readRSS() {
+	t, err := rss.DeviceFD(l.sys.ctl, l.sys.dev)
+	st := &rssState{}
+	switch {
+	case errors.Is(err, rss.ErrNoRSS):
+		st.err = fmt.Errorf("xdp: %s has no RSS hash to read (ETHTOOL_GRSSH): %w (%w)", l.sys.dev, ErrNotSupported, err)
+	case err != nil:
+		st.err = fmt.Errorf("xdp: %s: %w", l.sys.dev, err)
+	default:
+		st.tab = servedTable(t, l.served)
+	}
+	l.rss.Store(st)
 }
 
 func (y *linkSys) wake() {

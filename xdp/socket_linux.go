@@ -107,10 +107,18 @@ func open(cfg Config) (_ *Socket, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdp: mmap UMEM of %d bytes: %w", size, err)
 	}
+	// A multi-buffer socket that may end up in copy mode lays its RX
+	// entries out for frames in place (core.inPlace), which needs an
+	// unaligned UMEM; in zero-copy mode, where a driver's DMA may not
+	// cross pages, it opens again with aligned chunks.
+	inPlace := cfg.multiBuffer() && cfg.Mode != ZeroCopy && !cfg.alignedRx
 	reg := unix.XDPUmemReg{
 		Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.sys.umem)))),
 		Len:  uint64(size),
 		Size: uint32(cfg.FrameSize),
+	}
+	if inPlace {
+		reg.Flags = unix.XDP_UMEM_UNALIGNED_CHUNK_FLAG
 	}
 	if err := setsockopt(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		return nil, fmt.Errorf("xdp: register UMEM: %w", err)
@@ -155,6 +163,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.tx = newDescRing(s.sys.rings[3], layouts[3], size32, true)
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
+	c.inPlace = inPlace
 	c.sys = &s.sys
 	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame)
 	c.tag = cfg.tag
@@ -182,6 +191,11 @@ func open(cfg Config) (_ *Socket, err error) {
 	}
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)}
 	if err := unix.Bind(fd, sa); err != nil {
+		if inPlace && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			s.sys.close()
+			cfg.alignedRx = true
+			return open(cfg)
+		}
 		where := fmt.Sprintf("xdp: bind ifindex %d queue %d (%v)", cfg.Ifindex, cfg.Queue, cfg.Mode)
 		if cfg.Mode == ZeroCopy && errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, fmt.Errorf("%s: zero-copy: %w (%w)", where, ErrNotSupported, err)
@@ -202,6 +216,11 @@ func open(cfg Config) (_ *Socket, err error) {
 		}
 	} else if cfg.Mode == ZeroCopy {
 		s.mode = ZeroCopy
+	}
+	if inPlace && s.mode == ZeroCopy {
+		s.sys.close()
+		cfg.alignedRx = true
+		return open(cfg)
 	}
 	name := fmt.Sprintf("if%d", cfg.Ifindex)
 	if ifc, err := net.InterfaceByIndex(cfg.Ifindex); err == nil {

@@ -51,9 +51,12 @@ type Stats struct {
 	// frame longer than one UMEM chunk that reaches a socket without
 	// multi-buffer is dropped by the kernel: KernelRxDropped.)
 	RxOversize uint64
-	// RxMultiBuffer counts frames received in several UMEM chunks and
-	// handed out from a reassembly buffer (multi-buffer sockets only).
-	RxMultiBuffer uint64
+	// RxMultiBuffer counts frames received in several UMEM chunks
+	// (multi-buffer sockets only), RxReassembled those among them that
+	// the socket copied into a reassembly buffer because their pieces did
+	// not lie back to back in the UMEM; the others were handed out in
+	// place (see the package doc).
+	RxMultiBuffer, RxReassembled uint64
 	// BadCompletions counts completion entries that did not name a frame in
 	// flight; they are ignored. Zero on a healthy kernel.
 	BadCompletions uint64

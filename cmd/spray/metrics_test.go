@@ -99,6 +99,13 @@ func TestPerfMetrics(t *testing.T) {
 // url.
 func endpointLabels(t *testing.T, url, name string) []string {
 	t.Helper()
+	return labelValues(t, url, name, "endpoint")
+}
+
+// labelValues returns the values of label in every series of family name
+// in a scrape of url.
+func labelValues(t *testing.T, url, name, label string) []string {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +120,7 @@ func endpointLabels(t *testing.T, url, name string) []string {
 	if f := fams[name]; f != nil {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "endpoint" {
+				if l.GetName() == label {
 					out = append(out, l.GetValue())
 				}
 			}

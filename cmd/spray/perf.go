@@ -54,8 +54,8 @@ flags:
 
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
-	metrics, fault                                          string
-	size, pings, mtu, paths, window, qps, queues            int
+	metrics, fault, cpuProfile                              string
+	size, pings, mtu, paths, window, qps, queues, engines   int
 	busyPoll                                                busyPollFlag
 	total, windowBytes                                      sizeFlag
 	restore                                                 time.Duration
@@ -92,6 +92,8 @@ func runPerf(args []string) error {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed for payloads and the fabric; given explicitly, also for the transport's QP numbers, PSNs and keys (otherwise unpredictable)")
 	fs.IntVar(&f.qps, "qps", 1, "QPs carrying the bulk data at once, --total/N bytes each (spray links; tcp runs one connection); goodput summed and per QP")
 	fs.IntVar(&f.queues, "queues", 1, "mem link: receive queues per port, spread by RSS, one engine per queue")
+	fs.IntVar(&f.engines, "engines", 0, "engines per endpoint on a multi-queue link: 0 one per queue, 1 one for the whole link")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (client, server and every engine) to this file")
 	fs.Var(&f.busyPoll, "busy-poll", "engines poll without sleeping for this long after their last work (--busy-poll alone: 50µs)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print results as JSON, one object per line")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -124,6 +126,9 @@ func runPerf(args []string) error {
 	if f.qps < 1 || f.qps > 4096 {
 		return usagef("perf: --qps %d: want 1 to 4096", f.qps)
 	}
+	if f.engines < 0 || f.engines > 64 {
+		return usagef("perf: --engines %d: want 0 to 64", f.engines)
+	}
 	if f.queues < 1 || f.queues > 64 {
 		return usagef("perf: --queues %d: want 1 to 64", f.queues)
 	}
@@ -147,7 +152,8 @@ func runPerf(args []string) error {
 		tseed = f.seed
 	}
 	tcfg := transport.Config{Profile: prof, Seed: tseed, MTU: f.mtu, Entropies: f.paths, Window: f.window,
-		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE, BusyPoll: time.Duration(f.busyPoll)}
+		ECN: f.ccName == "dcqcn" || f.ccName == "" && prof == transport.RoCE, BusyPoll: time.Duration(f.busyPoll),
+		Engines: f.engines}
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
@@ -170,6 +176,13 @@ func runPerf(args []string) error {
 		wrap = func(l link.Link) link.Link { return pcap.Wrap(l, capture) }
 	}
 	logger := log.New(os.Stderr, "spray: ", 0)
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	stopMetrics, err := serveMetrics(f.metrics, &tcfg, logger.Printf)
 	if err != nil {
 		return err
@@ -350,14 +363,14 @@ func (b *busyPollFlag) Set(s string) error {
 
 func printPerf(w io.Writer, results []bench.PerfResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "link\tprofile\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tsha256\t")
+	fmt.Fprintln(tw, "link\tprofile\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
 	for _, r := range results {
 		verdict := "ok"
 		if !r.Integrity {
 			verdict = "MISMATCH"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%s\t\n", r.Link, r.Profile, r.MsgSize, r.Bytes,
-			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, r.MsgSize, r.Bytes,
+			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, verdict)
 	}
 	tw.Flush()
 }

@@ -27,6 +27,17 @@ func Device(ifname string) (Table, error) {
 		return Table{}, fmt.Errorf("rss: socket: %w", err)
 	}
 	defer syscall.Close(fd)
+	return DeviceFD(fd, ifname)
+}
+
+// DeviceFD is Device through fd, a socket of the caller's (any family),
+// whose network namespace is the one where ifname is looked up: a link
+// opened in another namespace keeps one to read its device later from any
+// thread.
+func DeviceFD(fd int, ifname string) (Table, error) {
+	if len(ifname) == 0 || len(ifname) >= 16 {
+		return Table{}, fmt.Errorf("rss: bad interface name %q", ifname)
+	}
 	// First ask for the sizes, then for the table and key.
 	hdr := make([]byte, rxfhHdrLen)
 	binary.NativeEndian.PutUint32(hdr, ethtoolGRSSH)
