@@ -59,6 +59,7 @@
 //	spray_qp_losses_total             loss declarations (SACK/RACK, NAK, timeout)
 //	spray_qp_timeouts_total           retransmission timeouts
 //	spray_qp_acks_total{direction}    sent, received; also spray_qp_naks_total,
+//	                                  spray_qp_rnr_naks_total (receiver not ready),
 //	                                  spray_qp_cnps_total, spray_qp_messages_total
 //	spray_qp_drops_total{reason}      duplicate, out_of_window, out_of_order,
 //	                                  no_buffer, remote_access, bad

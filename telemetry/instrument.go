@@ -148,7 +148,7 @@ type instruments struct {
 	txPkts, txBytes, rxPkts, rxBytes         metric.Int64ObservableCounter
 	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
 	drops, ecn, cnps, msgs, intAcks, mbursts metric.Int64ObservableCounter
-	mburstAcks                               metric.Int64ObservableCounter
+	mburstAcks, rnrNaks                      metric.Int64ObservableCounter
 	rttSmooth, rttMin, qdelay, qdelayMax     metric.Float64ObservableGauge
 	held, heldMax                            metric.Int64ObservableGauge
 	// path
@@ -196,6 +196,7 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.timeouts, "spray.qp.timeouts", "{event}", "Retransmission timeouts.")
 	counter(&in.acks, "spray.qp.acks", "{packet}", "Acknowledgements, by direction (sent, received).")
 	counter(&in.naks, "spray.qp.naks", "{packet}", "Negative acknowledgements, by direction (sent, received).")
+	counter(&in.rnrNaks, "spray.qp.rnr_naks", "{packet}", "Receiver-not-ready NAKs (data refused for lack of room), by direction (sent, received).")
 	counter(&in.drops, "spray.qp.drops", "{packet}", "Data packets the receiver dropped or refused, by reason.")
 	counter(&in.ecn, "spray.qp.ecn_marked", "{packet}", "CE-marked data packets received.")
 	counter(&in.cnps, "spray.qp.cnps", "{packet}", "RoCEv2 congestion notifications, by direction (sent, received).")
@@ -285,6 +286,8 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 		i64(in.acks, s.AcksReceived, with(ep, qp, recv))
 		i64(in.naks, s.NaksSent, with(ep, qp, sent))
 		i64(in.naks, s.NaksReceived, with(ep, qp, recv))
+		i64(in.rnrNaks, s.RNRNaksSent, with(ep, qp, sent))
+		i64(in.rnrNaks, s.RNRNaksReceived, with(ep, qp, recv))
 		i64(in.cnps, s.CNPsSent, with(ep, qp, sent))
 		i64(in.cnps, s.CNPsReceived, with(ep, qp, recv))
 		i64(in.msgs, s.MessagesSent, with(ep, qp, sent))

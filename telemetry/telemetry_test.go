@@ -190,7 +190,7 @@ var allSeries = []string{
 	"spray_engine_handovers_total", "spray_engine_handover_drops_total",
 	"spray_qp_tx_packets_total", "spray_qp_tx_bytes_total", "spray_qp_rx_packets_total", "spray_qp_rx_bytes_total",
 	"spray_qp_retransmits_total", "spray_qp_losses_total", "spray_qp_timeouts_total",
-	"spray_qp_acks_total", "spray_qp_naks_total", "spray_qp_cnps_total", "spray_qp_messages_total",
+	"spray_qp_acks_total", "spray_qp_naks_total", "spray_qp_rnr_naks_total", "spray_qp_cnps_total", "spray_qp_messages_total",
 	"spray_qp_drops_total", "spray_qp_ecn_marked_total",
 	"spray_qp_rtt_smoothed_seconds", "spray_qp_rtt_min_seconds",
 	"spray_qp_int_acks_total", "spray_qp_int_queue_delay_seconds", "spray_qp_int_queue_delay_max_seconds",
