@@ -157,7 +157,9 @@ func TestRemotePerfPeerDies(t *testing.T) {
 		ln := listen()
 		served := make(chan error, 1)
 		go func() {
-			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}}) })
+			served <- p.B.Do(func() error {
+				return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}})
+			})
 		}()
 		cctx, kill := context.WithCancel(context.Background())
 		clientDone := make(chan error, 1)
@@ -210,7 +212,9 @@ func TestRemotePerfPeerDies(t *testing.T) {
 		sctx, stopServer = context.WithCancel(context.Background())
 		ln = listen()
 		go func() {
-			served <- p.B.Do(func() error { return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}}) })
+			served <- p.B.Do(func() error {
+				return ServePerf(sctx, ln, RemoteRun{Logf: logs.logf, Wrap: wrap, Transport: transport.Config{MinRTO: loadedMinRTO, MaxRetries: loadedMaxRetries}})
+			})
 		}()
 		go func() { _, err := dial(context.Background(), kind, 256<<20); clientDone <- err }()
 		midTransfer(kind, 2000)
