@@ -15,7 +15,7 @@ import (
 // when the same paths carry only ping-pongs. The loaded bound is on the
 // largest delay reported, at least one full frame's time at the link's
 // rate: the smoothed one follows how well the controller keeps the queue
-// short, which it does better on a quiet machine (24 µs there).
+// short, which it does best on a quiet machine.
 func TestINTQueueDelay(t *testing.T) {
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -96,10 +96,10 @@ type SprayConfig struct {
 }
 
 // Retransmission bounds of Spray's endpoints when its config leaves
-// them zero. With the transport's 100 ms MaxRTO, 100 retries declare a
-// peer dead after about 10 s of silence: ranks starved by a loaded
-// 2-core machine under the race detector went silent for more than the
-// 1.7 s that 20 allowed, with no frame lost (TestCollectives).
+// them zero. 100 retries declare a peer dead after about 10 s of silence
+// (at the transport's 100 ms MaxRTO): ranks of one process starved by a
+// loaded machine under the race detector are slow, not dead
+// (TestCollectives).
 const (
 	RTOFloor   = 5 * time.Millisecond
 	MaxRetries = 100
