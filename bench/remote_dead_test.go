@@ -28,8 +28,8 @@ const peerGoneBound = 3 * time.Second
 
 // The retransmission bounds of the perf runs of TestRemotePerfPeerDies:
 // death is learnt from the control connection; the QPs of the live runs
-// must outlast a loaded machine's scheduling stalls: about 5 s of
-// silence, which the roce profile's default budget (7 timeouts) is not.
+// must outlast a loaded machine's scheduling stalls (about 5 s of
+// silence before a QP fails).
 const (
 	loadedMinRTO     = 5 * time.Millisecond
 	loadedMaxRetries = 50
