@@ -68,13 +68,10 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 // testbedHopDelay and testbedHostDelay are the delays of the netns
 // testbed's software, which the simulated links take instead of
 // propagation: a frame's crossing of a veth and its forwarding by the
-// next namespace, and a host's transport turnaround beyond it. Measured
-// on the default testbed (2 cores, load 6 to 15): ICMP round trips of
-// 49-82 µs between two hosts of a leaf and 76-133 µs across the spines,
-// whose four more link crossings take 7-14 µs each; the smallest round
-// trip that a spray QP timed during the all-to-all was 64-71 µs, the
-// links' alone, so that the transport adds no fixed delay of its own
-// (its median, 2 ms, is queueing and scheduling).
+// next namespace, and a host's transport turnaround beyond it: each link
+// crossing as measured on the default testbed with ICMP, and no host
+// delay, since the smallest RTT a spray QP times there is the links'
+// alone (docs/results.md, "Against the netns testbed").
 const (
 	testbedHopDelay  = 10 * time.Microsecond
 	testbedHostDelay = 0
