@@ -39,6 +39,13 @@ func endpointPair(t *testing.T, mc mem.Config, cfg Config) (*mem.Fabric, *Endpoi
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	ca, cb := connectQPs(ctx, t, ea, eb)
+	return fab, ea, eb, ca, cb
+}
+
+// connectQPs creates a QP on each endpoint and connects them to each other.
+func connectQPs(ctx context.Context, t *testing.T, ea, eb *Endpoint) (*Conn, *Conn) {
+	t.Helper()
 	ca, err := ea.CreateQP(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +60,7 @@ func endpointPair(t *testing.T, mc mem.Config, cfg Config) (*mem.Fabric, *Endpoi
 	if err := cb.Connect(ctx, ca.Info()); err != nil {
 		t.Fatal(err)
 	}
-	return fab, ea, eb, ca, cb
+	return ca, cb
 }
 
 // waitGoroutines waits until the goroutine count falls back to base, and

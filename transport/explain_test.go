@@ -56,20 +56,7 @@ func TestQPErrorICRC(t *testing.T) {
 	defer eb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ca, err := ea.CreateQP(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := eb.CreateQP(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Connect(ctx, cb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := cb.Connect(ctx, ca.Info()); err != nil {
-		t.Fatal(err)
-	}
+	ca, cb := connectQPs(ctx, t, ea, eb)
 
 	err = ca.Send(ctx, make([]byte, 5000))
 	var qe *QPError

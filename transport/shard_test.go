@@ -280,20 +280,7 @@ func TestEndpointSharded(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*nqp)
 	for i := range nqp {
-		ca, err := ea.CreateQP(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cb, err := eb.CreateQP(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ca.Connect(ctx, cb.Info()); err != nil {
-			t.Fatal(err)
-		}
-		if err := cb.Connect(ctx, ca.Info()); err != nil {
-			t.Fatal(err)
-		}
+		ca, cb := connectQPs(ctx, t, ea, eb)
 		data := randomMessages(rng, msgs, 256<<10)
 		wg.Add(2)
 		go func() {
