@@ -90,6 +90,20 @@ type Link interface {
 	Close() error
 }
 
+// WaitSplitter is implemented by links whose Wait can be taken in two
+// steps, so that a driver can let another goroutine move frames while it
+// sleeps: PrepareWait does what Wait does before it blocks (it may touch
+// the rings, like Recv and Send) and returns the timeout to block for
+// (it may shorten timeout) and whether something is ready already (then
+// there is nothing to block for); Block then blocks like Wait without
+// touching the rings, so that Recv, Release, Alloc and Send may run on
+// another goroutine meanwhile (one at a time, as ever). A driver calls
+// PrepareWait, then Block, under the same rule as Wait.
+type WaitSplitter interface {
+	PrepareWait(timeout time.Duration) (time.Duration, bool, error)
+	Block(timeout time.Duration) error
+}
+
 // ErrClosed is returned by a link's methods after Close. It wraps
 // net.ErrClosed so that errors.Is(err, net.ErrClosed) holds too.
 var ErrClosed = fmt.Errorf("link: %w", net.ErrClosed)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -33,6 +34,7 @@ type linkSys struct {
 	ts       unix.Timespec
 	drainBuf [8]byte
 	dev      string
+	pollout  atomic.Bool // Block waits in ppoll for completions too
 }
 
 // OpenLink opens an AF_XDP link on the device cfg.Ifindex in the calling
@@ -188,19 +190,30 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 // when it changed, Wait and Recv return an error wrapping
 // ErrQueuesChanged from then on.
 func (l *Link) Wait(timeout time.Duration) error {
+	timeout, ready, err := l.PrepareWait(timeout)
+	if ready || err != nil {
+		return err
+	}
+	return l.Block(timeout)
+}
+
+// PrepareWait does what Wait does before it sleeps (the queue count
+// check, the TX kicks, the look for frames) and chooses what Block waits
+// for (link.WaitSplitter).
+func (l *Link) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
-		return link.ErrClosed
+		return timeout, false, link.ErrClosed
 	}
 	if p := l.queueErr.Load(); p != nil {
-		return *p
+		return timeout, false, *p
 	}
 	if l.every > 0 {
 		if now := time.Now(); now.After(l.nextCheck) {
 			l.nextCheck = now.Add(l.every)
 			if err := l.checkQueues(); err != nil {
-				return err
+				return timeout, false, err
 			}
 			l.readRSS()
 		}
@@ -209,10 +222,10 @@ func (l *Link) Wait(timeout time.Duration) error {
 	for i, s := range l.qs {
 		ready, ev, st, err := s.prepareWait()
 		if err != nil {
-			return err
+			return timeout, false, err
 		}
 		if ready {
-			return nil
+			return timeout, true, nil
 		}
 		l.sys.pfd[i].Events = ev
 		pollout = pollout || ev&unix.POLLOUT != 0
@@ -224,7 +237,20 @@ func (l *Link) Wait(timeout time.Duration) error {
 	if l.every > 0 && (timeout < 0 || timeout > l.every) {
 		timeout = l.every
 	}
-	if !pollout {
+	l.sys.pollout.Store(pollout)
+	return timeout, false, nil
+}
+
+// Block sleeps as PrepareWait chose, touching no ring: Recv, Release,
+// Alloc and Send may run on another goroutine meanwhile
+// (link.WaitSplitter).
+func (l *Link) Block(timeout time.Duration) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	if !l.sys.pollout.Load() {
 		err := l.sys.waiter.Wait(timeout)
 		syscall.Syscall(unix.SYS_READ, uintptr(l.sys.efd), uintptr(unsafe.Pointer(&l.sys.drainBuf[0])), 8)
 		if l.closed.Load() {

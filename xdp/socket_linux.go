@@ -49,6 +49,8 @@ type sysSocket struct {
 	waitOnce sync.Once
 	// waking is waiter once made, for Wake on other goroutines.
 	waking atomic.Pointer[poll.Waiter]
+	// events is what Block polls for, as PrepareWait chose.
+	events atomic.Int32
 }
 
 // Open creates an AF_XDP socket and its UMEM, registers the UMEM, maps the
@@ -267,26 +269,38 @@ func (s *Socket) FD() int { return s.sys.fd }
 // sleeps in ppoll while it also waits for completions (POLLOUT). Spurious
 // returns happen. After Close it returns link.ErrClosed.
 func (s *Socket) Wait(timeout time.Duration) error {
+	timeout, ready, err := s.PrepareWait(timeout)
+	if ready || err != nil {
+		return err
+	}
+	return s.Block(timeout)
+}
+
+// PrepareWait does what Wait does before it sleeps: it kicks the kernel for
+// TX entries still queued, reports whether frames are waiting, and chooses
+// what Block waits for (link.WaitSplitter).
+func (s *Socket) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
+	ready, events, stuck, err := s.prepareWait()
+	if ready || err != nil {
+		return timeout, ready, err
+	}
+	if stuck && (timeout < 0 || timeout > stuckRetry) {
+		timeout = stuckRetry
+	}
+	s.sys.events.Store(int32(events))
+	return timeout, false, nil
+}
+
+// Block sleeps as PrepareWait chose, touching no ring: Recv, Release,
+// Alloc and Send may run on another goroutine meanwhile
+// (link.WaitSplitter).
+func (s *Socket) Block(timeout time.Duration) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return link.ErrClosed
 	}
-	c := &s.c
-	if err := c.flushTx(); err != nil {
-		return err
-	}
-	if c.ready() {
-		return nil
-	}
-	events := int16(unix.POLLIN)
-	if c.wantCompletions() {
-		events |= unix.POLLOUT
-	}
-	if c.tx.outstanding() > 0 && (timeout < 0 || timeout > stuckRetry) {
-		timeout = stuckRetry
-	}
-	c.ctr.waits.Add(1)
+	events := int16(s.sys.events.Load())
 	if events == unix.POLLIN {
 		// A wait for frames parks in the runtime poller rather than blocking
 		// the thread, the short ones too (see package internal/poll).

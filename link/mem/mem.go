@@ -879,6 +879,15 @@ func (p *Port) Wait(timeout time.Duration) error {
 	return sleep(f.clk, timeout, p.wake, p.done, p.timer)
 }
 
+// PrepareWait has nothing to do before Wait blocks: the fabric's lock
+// guards what Wait reads (link.WaitSplitter).
+func (p *Port) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
+	return timeout, false, nil
+}
+
+// Block is Wait (link.WaitSplitter).
+func (p *Port) Block(timeout time.Duration) error { return p.Wait(timeout) }
+
 // sleep waits for timeout (negative: no limit), wake or done.
 func sleep(clk clock.Clock, timeout time.Duration, wake, done chan struct{}, timer *time.Timer) error {
 	if timeout > 0 && timeout <= spinWait {

@@ -231,6 +231,15 @@ func (m *MultiPort) Wait(timeout time.Duration) error {
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
 func (m *MultiPort) Wake() { notify(m.wake) }
 
+// PrepareWait has nothing to do before Wait blocks: the fabric's lock
+// guards what Wait reads (link.WaitSplitter).
+func (m *MultiPort) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
+	return timeout, false, nil
+}
+
+// Block is Wait (link.WaitSplitter).
+func (m *MultiPort) Block(timeout time.Duration) error { return m.Wait(timeout) }
+
 // Close closes every queue. It is idempotent.
 func (m *MultiPort) Close() error {
 	f := m.fab

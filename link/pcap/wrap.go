@@ -17,13 +17,31 @@ import (
 // returns it from Flush and Close. Closing the returned link closes l, not
 // w, which may be shared by several links: close w after them.
 //
-// The returned link is as safe for concurrent use as l is (w is safe).
+// The returned link is as safe for concurrent use as l is (w is safe), and
+// implements link.WaitSplitter exactly when l does.
 func Wrap(l link.Link, w *Writer) link.Link {
 	c := &capture{l: l, w: w}
-	if s, ok := l.(link.StatsReader); ok {
+	s, stats := l.(link.StatsReader)
+	ws, split := l.(link.WaitSplitter)
+	switch {
+	case stats && split:
+		return &statsSplitCapture{statsCapture: &statsCapture{capture: c, s: s}, WaitSplitter: ws}
+	case stats:
 		return &statsCapture{capture: c, s: s}
+	case split:
+		return &splitCapture{capture: c, WaitSplitter: ws}
 	}
 	return c
+}
+
+type splitCapture struct {
+	*capture
+	link.WaitSplitter
+}
+
+type statsSplitCapture struct {
+	*statsCapture
+	link.WaitSplitter
 }
 
 type capture struct {

@@ -160,7 +160,38 @@ func TestWrap(t *testing.T) {
 	if sr.Stats().TxFrames != 2 {
 		t.Fatalf("Stats %+v", sr.Stats())
 	}
+
+	// A split wait passes through when the link has one, alone or with
+	// Stats; a transport would otherwise use the rings beside a Wait.
+	if _, ok := l.(link.WaitSplitter); ok {
+		t.Fatal("wrapper of a link without a split wait implements WaitSplitter")
+	}
+	for _, inner := range []link.Link{splitLoop{newLoop(2)}, statsSplitLoop{statsLoop{newLoop(2)}}} {
+		ws, ok := Wrap(inner, w).(link.WaitSplitter)
+		if !ok {
+			t.Fatalf("wrapper of %T does not implement WaitSplitter", inner)
+		}
+		if d, ready, err := ws.PrepareWait(time.Second); d != time.Millisecond || ready || err != nil {
+			t.Fatalf("PrepareWait through the wrapper of %T = %v, %v, %v", inner, d, ready, err)
+		}
+	}
 }
+
+// splitLoop is a loop whose wait splits; PrepareWait shortens the timeout
+// to 1 ms, for the test to see that the call went through.
+type splitLoop struct{ *loop }
+
+func (splitLoop) PrepareWait(time.Duration) (time.Duration, bool, error) {
+	return time.Millisecond, false, nil
+}
+func (splitLoop) Block(time.Duration) error { return nil }
+
+type statsSplitLoop struct{ statsLoop }
+
+func (statsSplitLoop) PrepareWait(time.Duration) (time.Duration, bool, error) {
+	return time.Millisecond, false, nil
+}
+func (statsSplitLoop) Block(time.Duration) error { return nil }
 
 // TestWrapAllocs: capturing a batch costs no allocation.
 func TestWrapAllocs(t *testing.T) {

@@ -240,6 +240,15 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 // precise).
 func (l *Link) Wait(timeout time.Duration) error { return l.c.Wait(timeout) }
 
+// PrepareWait and Block split Wait (link.WaitSplitter): Recv and Send may
+// run on another goroutine while Block blocks.
+func (l *Link) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
+	return l.c.PrepareWait(timeout)
+}
+
+// Block blocks like Wait after PrepareWait.
+func (l *Link) Block(timeout time.Duration) error { return l.c.Block(timeout) }
+
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
 func (l *Link) Wake() { l.c.Wake() }
 

@@ -462,6 +462,15 @@ func (c *Core) Wait(timeout time.Duration) error {
 	return nil
 }
 
+// PrepareWait has nothing to do before Wait blocks: Wait touches no
+// state that Recv and Send use (link.WaitSplitter).
+func (c *Core) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
+	return timeout, false, nil
+}
+
+// Block is Wait (link.WaitSplitter).
+func (c *Core) Block(timeout time.Duration) error { return c.Wait(timeout) }
+
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
 // Once Wait parks in the runtime poller, Wake goes through the poller's
 // deadline (poll.Waiter.Wake: no system call, and the waiter runs on the
