@@ -215,8 +215,9 @@ type Config struct {
 	// BusyPoll, when positive, makes an Endpoint's engines poll their links
 	// and hand-over rings without sleeping for that long after their last
 	// work, yielding the processor between polls (runtime.Gosched), before
-	// they sleep in the link's Wait: lower latency for a core spent
-	// spinning. 0 means never spin.
+	// they sleep in the link's Wait, and Conn.Recv poll its engine's link
+	// for that long before it sleeps (on a link.WaitSplitter): lower
+	// latency for a core spent spinning. 0 means never spin.
 	BusyPoll time.Duration
 	// Clock is the clock an Endpoint reads; nil means the system's monotonic
 	// clock. Engines and QPs never read it: they are handed the time.

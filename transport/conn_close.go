@@ -10,7 +10,7 @@ import (
 // connection manager drains a QP before it destroys it by waiting until
 // Pending is 0 or the QP failed.
 func (c *Conn) Pending(ctx context.Context) (n int, failed error, err error) {
-	err = c.s.do(ctx, func() error {
+	err = c.s.view(ctx, func() error {
 		n, failed = c.qp.Pending(), c.qp.Err()
 		return nil
 	})
@@ -76,7 +76,7 @@ func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 func (ep *Endpoint) QPs(ctx context.Context) (int, error) {
 	var n int
 	for _, s := range ep.shards {
-		if err := s.do(ctx, func() error { n += len(s.eng.qps); return nil }); err != nil {
+		if err := s.view(ctx, func() error { n += len(s.eng.qps); return nil }); err != nil {
 			return n, err
 		}
 	}

@@ -10,6 +10,6 @@ import (
 // QP.RetransmitStats): resends, spurious resends, probes and timeouts.
 func (c *Conn) RetransmitStats(ctx context.Context) (retransmit.Stats, error) {
 	var s retransmit.Stats
-	err := c.s.do(ctx, func() error { s = c.qp.RetransmitStats(); return nil })
+	err := c.s.view(ctx, func() error { s = c.qp.RetransmitStats(); return nil })
 	return s, err
 }

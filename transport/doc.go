@@ -65,9 +65,17 @@
 //
 // Config.CPUs pins engine i to a CPU (runtime.LockOSThread and
 // sched_setaffinity, Linux). Config.BusyPoll makes idle engines poll their
-// queues and rings for that long before they sleep: lower latency at the
-// cost of a core spinning (each poll yields the processor, so other
-// goroutines still run).
+// queues and rings for that long before they sleep, and Conn.Recv poll its
+// engine's link while it waits: lower latency at the cost of a core
+// spinning (each poll yields the processor, so other goroutines still
+// run).
+//
+// Calls run on the caller's goroutine under the state lock of the engine
+// that owns the QP, which the engine goroutine holds except while it
+// sleeps; on a link whose wait splits (link.WaitSplitter, every link of
+// this repository) a post also transmits on the caller's goroutine, so
+// that a message leaves without waiting for the engine goroutine to be
+// scheduled (BenchmarkPingPong).
 //
 // # Unpredictable numbers
 //

@@ -54,14 +54,18 @@ type epShard struct {
 	idx int
 
 	mu      sync.Mutex
-	cmds    []func()
 	closing bool
 	posting []*Conn // Conns with buffers from PostRecv to hand their QPs
 
-	// Touched by the engine goroutine only.
-	spare []*Conn // posting's other half
-
-	// Touched by the engine goroutine only.
+	// st guards the engine's state (its QPs, its link's rings) and the
+	// fields below. The engine goroutine holds it while it steps, and lets
+	// go of it only to block on the link; calls run under it on the
+	// caller's goroutine, so that a post costs no hand-over to the engine
+	// goroutine and back (BenchmarkPingPong).
+	st      sync.Mutex
+	split   link.WaitSplitter // the engine's link, when its Wait splits
+	stepErr error             // a link error met by a Step on a caller's goroutine
+	spare   []*Conn           // posting's other half
 	waiters map[uint64]chan Completion
 	conns   map[uint32]*Conn
 	nextID  uint64
@@ -115,6 +119,7 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 	ep.live = len(engs)
 	for i, e := range engs {
 		s := &epShard{ep: ep, eng: e, idx: i, waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{}}
+		s.split, _ = e.link.(link.WaitSplitter)
 		ep.shards = append(ep.shards, s)
 	}
 	for _, s := range ep.shards {
@@ -139,39 +144,41 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 // Engines returns the number of engines the endpoint runs.
 func (ep *Endpoint) Engines() int { return len(ep.shards) }
 
-// submit queues fn to run on the engine goroutine.
-func (s *epShard) submit(fn func()) bool {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return false
+// do runs fn on the engine's state, on the caller's goroutine, then wakes
+// the engine goroutine to act on what fn changed.
+func (s *epShard) do(ctx context.Context, fn func() error) error {
+	ran, err := s.locked(ctx, fn)
+	if ran {
+		s.eng.link.Wake()
 	}
-	s.cmds = append(s.cmds, fn)
-	s.mu.Unlock()
-	s.eng.link.Wake()
-	return true
+	return err
 }
 
-// do runs fn on the engine goroutine and returns its error.
-func (s *epShard) do(ctx context.Context, fn func() error) error {
-	ep := s.ep
-	res := make(chan error, 1)
-	if !s.submit(func() { res <- fn() }) {
-		return ep.closedErr()
+// view runs fn like do without waking the engine goroutine: for fns that
+// only read.
+func (s *epShard) view(ctx context.Context, fn func() error) error {
+	_, err := s.locked(ctx, fn)
+	return err
+}
+
+// locked runs fn under st unless ctx is done or the engine stopped, and
+// reports whether it ran.
+func (s *epShard) locked(ctx context.Context, fn func() error) (ran bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	select {
-	case err := <-res:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-ep.done:
-		select {
-		case err := <-res:
-			return err
-		default:
-			return ep.closedErr()
-		}
+	s.st.Lock()
+	defer s.st.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return false, s.ep.closedErr()
 	}
+	// Buffers from PostRecv first: a call made after PostRecv returned
+	// (Post, Connect, Destroy) must find the buffer posted.
+	s.takePosts()
+	return true, fn()
 }
 
 func (ep *Endpoint) closedErr() error {
@@ -201,39 +208,16 @@ func (s *epShard) run(ready chan<- error) {
 	ready <- nil
 	var lastWork clock.Time
 	for {
-		s.mu.Lock()
-		cmds, closing := s.cmds, s.closing
-		s.cmds = nil
-		s.mu.Unlock()
-		// Buffers from PostRecv first: a call made after PostRecv
-		// returned (Post, Connect) must find the buffer posted.
-		posted := s.takePosts()
-		for _, fn := range cmds {
-			fn()
-		}
-		if closing {
+		timeout, next, serr := s.turn(&lastWork)
+		switch next {
+		case turnStop:
+			err = serr
 			return
-		}
-		now := ep.clk.Now()
-		var work bool
-		work, err = e.Step(now)
-		if err != nil {
-			return
-		}
-		s.dispatch()
-		if work || len(cmds) > 0 || posted {
-			lastWork = now
+		case turnAgain:
 			continue
-		}
-		if bp := ep.cfg.BusyPoll; bp > 0 && ep.clk.Now().Sub(lastWork) < bp {
+		case turnSpin:
 			runtime.Gosched()
 			continue
-		}
-		timeout := time.Duration(-1)
-		if d := e.NextDeadline(); d != clock.Never {
-			if timeout = d.Sub(ep.clk.Now()); timeout <= 0 {
-				continue
-			}
 		}
 		if e.sh != nil {
 			// Announce the sleep before the last look at the hand-over
@@ -251,12 +235,128 @@ func (s *epShard) run(ready chan<- error) {
 		// completions) holds this thread's P, and a woken application
 		// goroutine would then need another thread.
 		runtime.Gosched()
-		err = e.link.Wait(timeout)
+		if s.split != nil {
+			err = s.split.Block(timeout)
+		} else {
+			err = e.link.Wait(timeout)
+		}
 		e.sleeping.Store(false)
 		if err != nil {
 			return
 		}
 	}
+}
+
+// What an engine goroutine does after a turn.
+const (
+	turnSleep = iota // wait on the link for the timeout
+	turnAgain        // step again at once
+	turnSpin         // busy polling: yield, then step again
+	turnStop         // stop, with the error if any
+)
+
+// turn steps the engine once under st and says what to do next; to sleep,
+// it prepares the link's wait and returns the timeout (-1: until woken).
+func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, err error) {
+	ep, e := s.ep, s.eng
+	s.st.Lock()
+	defer s.st.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return 0, turnStop, nil
+	}
+	if s.stepErr != nil {
+		return 0, turnStop, s.stepErr
+	}
+	posted := s.takePosts()
+	now := ep.clk.Now()
+	work, err := e.Step(now)
+	if err != nil {
+		return 0, turnStop, err
+	}
+	s.dispatch()
+	if work || posted {
+		*lastWork = now
+		return 0, turnAgain, nil
+	}
+	if bp := ep.cfg.BusyPoll; bp > 0 && ep.clk.Now().Sub(*lastWork) < bp {
+		return 0, turnSpin, nil
+	}
+	timeout = -1
+	if d := e.NextDeadline(); d != clock.Never {
+		if timeout = d.Sub(ep.clk.Now()); timeout <= 0 {
+			return 0, turnAgain, nil
+		}
+	}
+	if s.split != nil {
+		t, ready, err := s.split.PrepareWait(timeout)
+		if err != nil {
+			return 0, turnStop, err
+		}
+		if ready {
+			return 0, turnAgain, nil
+		}
+		timeout = t
+	}
+	return timeout, turnSleep, nil
+}
+
+// spins reports whether a caller that waits on this engine polls its link
+// first: with Config.BusyPoll, on a link whose Wait splits.
+func (s *epShard) spins() bool { return s.ep.cfg.BusyPoll > 0 && s.split != nil }
+
+// poll steps the engine once on the caller's goroutine, unless another
+// goroutine is stepping it, so that a frame that arrives is handled
+// without waiting for the engine goroutine to be scheduled. It reports
+// false once the engine stopped.
+func (s *epShard) poll() bool {
+	if !s.st.TryLock() {
+		return true
+	}
+	defer s.st.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing || s.stepErr != nil {
+		return false
+	}
+	s.takePosts()
+	work, err := s.eng.Step(s.ep.clk.Now())
+	if err != nil {
+		s.stepErr = err // the engine goroutine stops on it
+		s.eng.link.Wake()
+		return false
+	}
+	s.dispatch()
+	if work {
+		// The engine goroutine sleeps until its old deadline: what this
+		// step sent may need an earlier one.
+		s.eng.link.Wake()
+	}
+	return true
+}
+
+// send runs fn like do and then, on a link whose Wait splits
+// (link.WaitSplitter), steps the engine on the caller's goroutine, so that
+// what fn posted leaves without waiting for the engine goroutine to be
+// scheduled (BenchmarkPingPong).
+func (s *epShard) send(ctx context.Context, fn func() error) error {
+	ran, err := s.locked(ctx, func() error {
+		if err := fn(); err != nil || s.split == nil {
+			return err
+		}
+		if _, serr := s.eng.Step(s.ep.clk.Now()); serr != nil {
+			s.stepErr = serr // the engine goroutine stops on it
+		}
+		s.dispatch()
+		return nil
+	})
+	if ran {
+		s.eng.link.Wake()
+	}
+	return err
 }
 
 // dispatch hands completions to their waiters, the CQ and the receivers.
@@ -289,7 +389,13 @@ func (s *epShard) dispatch() {
 				continue
 			}
 			if len(c.recv) == cap(c.recv) {
-				break
+				// Recv wakes the engine when it makes room; announce
+				// it before the last look, as Recv takes before it
+				// looks at the flag.
+				c.full.Store(true)
+				if len(c.recv) == cap(c.recv) {
+					break
+				}
 			}
 			q.popRecv()
 			if comp.Err != nil {
@@ -306,9 +412,9 @@ func (s *epShard) dispatch() {
 // them would touch a dead engine.
 func (s *epShard) shutdown(err error) {
 	ep := s.ep
+	s.st.Lock()
 	s.mu.Lock()
 	s.closing = true
-	s.cmds = nil
 	s.mu.Unlock()
 	ep.mu.Lock()
 	if err != nil && !errors.Is(err, net.ErrClosed) && ep.err == nil {
@@ -321,6 +427,7 @@ func (s *epShard) shutdown(err error) {
 		w <- Completion{ID: id, Err: ErrClosed}
 	}
 	s.waiters = nil
+	s.st.Unlock()
 	ep.stop()
 	if last {
 		ep.cq.close()
@@ -409,7 +516,7 @@ func (ep *Endpoint) Stats(ctx context.Context) (EngineStats, error) {
 func (ep *Endpoint) EngineStats(ctx context.Context) ([]EngineStats, error) {
 	st := make([]EngineStats, len(ep.shards))
 	for i, s := range ep.shards {
-		if err := s.do(ctx, func() error { st[i] = s.eng.Stats(); return nil }); err != nil {
+		if err := s.view(ctx, func() error { st[i] = s.eng.Stats(); return nil }); err != nil {
 			return nil, err
 		}
 	}
@@ -423,7 +530,7 @@ func (ep *Endpoint) CreateQP(ctx context.Context) (*Conn, error) {
 }
 
 // createQP creates a QP on the next engine in turn with the entropies
-// ports gives, on the engine goroutine.
+// ports gives.
 func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) (*Conn, error) {
 	s := ep.shards[int(ep.next.Add(1)-1)%len(ep.shards)]
 	var c *Conn
@@ -450,6 +557,7 @@ type Conn struct {
 	info QPInfo
 	recv chan Completion
 	gone chan struct{} // closed by Destroy
+	full atomic.Bool   // the engine holds messages recv had no room for
 	p    connPosts     // buffers from PostRecv: recvbuf_conn.go
 }
 
@@ -464,14 +572,14 @@ func (c *Conn) Connect(ctx context.Context, remote QPInfo) error {
 // Stats returns the QP's counters.
 func (c *Conn) Stats(ctx context.Context) (QPStats, error) {
 	var s QPStats
-	err := c.s.do(ctx, func() error { s = c.qp.Stats(); return nil })
+	err := c.s.view(ctx, func() error { s = c.qp.Stats(); return nil })
 	return s, err
 }
 
 // PathStats returns the QP's per-path counters (see QP.PathStats).
 func (c *Conn) PathStats(ctx context.Context) ([]multipath.PathStats, error) {
 	var s []multipath.PathStats
-	err := c.s.do(ctx, func() error { s = c.qp.PathStats(); return nil })
+	err := c.s.view(ctx, func() error { s = c.qp.PathStats(); return nil })
 	return s, err
 }
 
@@ -486,7 +594,7 @@ func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 	if wr.Op == OpPostRecv && wr.ID == 0 {
 		return fmt.Errorf("%w: a receive buffer posted with Post needs a nonzero ID (or use PostRecv)", ErrInvalidRequest)
 	}
-	return c.s.do(ctx, func() error { return c.qp.Post(wr) })
+	return c.s.send(ctx, func() error { return c.qp.Post(wr) })
 }
 
 // exec posts wr and waits until it completes or ctx ends. If ctx ends first
@@ -494,7 +602,7 @@ func (c *Conn) Post(ctx context.Context, wr WorkRequest) error {
 func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 	ch := make(chan Completion, 1)
 	var id uint64
-	err := c.s.do(ctx, func() error {
+	err := c.s.send(ctx, func() error {
 		c.s.nextID++
 		id = c.s.nextID | internalID
 		wr.ID = id
@@ -520,7 +628,7 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 			return c.explain(comp.Err, false)
 		default:
 		}
-		c.s.submit(func() { delete(c.s.waiters, id) })
+		_ = c.s.view(context.Background(), func() error { delete(c.s.waiters, id); return nil })
 		return c.explain(ctx.Err(), false)
 	}
 }
@@ -596,13 +704,22 @@ var ErrDestroyed = fmt.Errorf("transport: QP destroyed: %w", net.ErrClosed)
 // to it (length 0): ErrLocalLength for the message that did not fit,
 // ErrFlushed when the QP failed.
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
+	if c.s.spins() {
+		for end := c.ep.clk.Now().Add(c.ep.cfg.BusyPoll); ; {
+			select {
+			case comp := <-c.recv:
+				return c.received(comp)
+			default:
+			}
+			if c.ep.clk.Now() >= end || ctx.Err() != nil || !c.s.poll() {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
 	select {
 	case comp := <-c.recv:
-		c.s.eng.link.Wake() // room for another message
-		if comp.ID&internalID != 0 {
-			c.p.out.Add(-1)
-		}
-		return message(comp), c.explain(comp.Err, true)
+		return c.received(comp)
 	case <-ctx.Done():
 		return Message{}, c.explain(ctx.Err(), true)
 	case <-c.ep.done:
@@ -615,6 +732,16 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 		}
 		return Message{}, ErrDestroyed
 	}
+}
+
+func (c *Conn) received(comp Completion) (Message, error) {
+	if c.full.Load() && c.full.Swap(false) {
+		c.s.eng.link.Wake() // messages wait for the room this made
+	}
+	if comp.ID&internalID != 0 {
+		c.p.out.Add(-1)
+	}
+	return message(comp), c.explain(comp.Err, true)
 }
 
 // CQ is a completion queue for work requests posted with Conn.Post. It is

@@ -128,7 +128,7 @@ func (c *Conn) explainErr(err error, recv bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), explainWait)
 	defer cancel()
 	e := &QPError{Err: err, Recv: recv && !unreachable}
-	if serr := c.s.do(ctx, func() error {
+	if serr := c.s.view(ctx, func() error {
 		e.QP = c.qp.Stats()
 		e.Remote = QPInfo{QPN: c.qp.rqpn, MAC: c.qp.rmac, IP: c.qp.rip}
 		return nil

@@ -264,14 +264,14 @@ func (e *Engine) appendQPs(dst *Snapshot) {
 }
 
 // Snapshot fills dst with the counters of the endpoint's engines and QPs
-// (see Engine.Snapshot). It waits for each engine goroutine in turn, like
+// (see Engine.Snapshot). It takes each engine's state lock in turn, like
 // Stats.
 func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
 	dst.Engine = EngineStats{}
 	dst.Engines = dst.Engines[:0]
 	dst.QPs = dst.QPs[:0]
 	for _, s := range ep.shards {
-		err := s.do(ctx, func() error {
+		err := s.view(ctx, func() error {
 			dst.Engine.add(s.eng.stats)
 			dst.Engines = append(dst.Engines, s.eng.stats)
 			s.eng.appendQPs(dst)
