@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
@@ -33,15 +32,7 @@ func (c *sendCounter) Send(fs []link.Frame) (int, error) {
 // answer arrives intact.
 func TestAnswerCarriesAck(t *testing.T) {
 	seed := testutil.Seed(t)
-	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pa, pb := memPorts(t, mem.Config{Seed: seed})
 	server := &sendCounter{Port: pb}
 	var _ link.WaitSplitter = server
 	ea, err := NewEndpoint(pa, Config{Seed: seed})

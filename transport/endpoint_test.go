@@ -20,15 +20,7 @@ func endpointPair(t *testing.T, mc mem.Config, cfg Config) (*mem.Fabric, *Endpoi
 	if cfg.Seed == 0 {
 		cfg.Seed = testutil.Seed(t)
 	}
-	fab := mem.NewFabric(mc, clock.NewSystem())
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fab, pa, pb := memPorts(t, mc)
 	ea, err := NewEndpoint(pa, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +33,22 @@ func endpointPair(t *testing.T, mc mem.Config, cfg Config) (*mem.Fabric, *Endpoi
 	ctx := context.Background()
 	ca, cb := connectQPs(ctx, t, ea, eb)
 	return fab, ea, eb, ca, cb
+}
+
+// memPorts returns a link/mem fabric on the system clock with ports A and
+// B on it.
+func memPorts(t *testing.T, mc mem.Config) (*mem.Fabric, *mem.Port, *mem.Port) {
+	t.Helper()
+	fab := mem.NewFabric(mc, clock.NewSystem())
+	pa, err := fab.NewPort(macA, ipA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := fab.NewPort(macB, ipB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fab, pa, pb
 }
 
 // connectQPs creates a QP on each endpoint and connects them to each other.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
@@ -33,15 +32,7 @@ func (l badICRCLink) Send(fs []link.Frame) (int, error) {
 // their base errors with errors.Is, and errors.As gives the counters.
 func TestQPErrorICRC(t *testing.T) {
 	seed := testutil.Seed(t)
-	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pa, pb := memPorts(t, mem.Config{Seed: seed})
 	cfg := Config{Seed: seed, MinRTO: time.Millisecond, MaxRTO: 20 * time.Millisecond, MaxRetries: 4}
 	ea, err := NewEndpoint(badICRCLink{pa}, cfg)
 	if err != nil {
