@@ -35,6 +35,8 @@ type linkSys struct {
 	drainBuf [8]byte
 	dev      string
 	pollout  atomic.Bool // Block waits in ppoll for completions too
+	inPpoll  atomic.Bool // Block sleeps in ppoll: wake writes the eventfd
+	efdDirty atomic.Bool // wake wrote the eventfd and nobody read it yet
 }
 
 // OpenLink opens an AF_XDP link on the device cfg.Ifindex in the calling
@@ -252,7 +254,7 @@ func (l *Link) Block(timeout time.Duration) error {
 	}
 	if !l.sys.pollout.Load() {
 		err := l.sys.waiter.Wait(timeout)
-		syscall.Syscall(unix.SYS_READ, uintptr(l.sys.efd), uintptr(unsafe.Pointer(&l.sys.drainBuf[0])), 8)
+		l.sys.drain()
 		if l.closed.Load() {
 			return link.ErrClosed
 		}
@@ -269,11 +271,19 @@ func (l *Link) Block(timeout time.Duration) error {
 		l.sys.ts = unix.NsecToTimespec(int64(timeout))
 		ts = uintptr(unsafe.Pointer(&l.sys.ts))
 	}
-	_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&l.sys.pfd[0])), uintptr(len(l.sys.pfd)), ts, 0, 0, 0)
-	if e != 0 && e != unix.EINTR {
-		return fmt.Errorf("xdp: ppoll: %w", e)
+	// Announce the ppoll before the last look for a Wake: a Wake after
+	// the look sees the flag and writes the eventfd.
+	l.sys.inPpoll.Store(true)
+	if !l.sys.waiter.Woken() {
+		_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&l.sys.pfd[0])), uintptr(len(l.sys.pfd)), ts, 0, 0, 0)
+		if e != 0 && e != unix.EINTR {
+			l.sys.inPpoll.Store(false)
+			return fmt.Errorf("xdp: ppoll: %w", e)
+		}
+		l.sys.waiter.Woken()
 	}
-	syscall.Syscall(unix.SYS_READ, uintptr(l.sys.efd), uintptr(unsafe.Pointer(&l.sys.drainBuf[0])), 8)
+	l.sys.inPpoll.Store(false)
+	l.sys.drain()
 	if l.closed.Load() {
 		return link.ErrClosed
 	}
@@ -316,12 +326,23 @@ func (l *Link) readRSS() {
 	l.rss.Store(st)
 }
 
+// wake ends a Block: through the runtime poller's deadline when it parks
+// there (no system call), and through the eventfd only when it sleeps in
+// ppoll or has no Waiter.
 func (y *linkSys) wake() {
 	if y.waiter != nil {
 		y.waiter.Wake()
 	}
-	if y.efd >= 0 {
+	if y.efd >= 0 && (y.waiter == nil || y.inPpoll.Load()) {
 		syscall.Syscall(unix.SYS_WRITE, uintptr(y.efd), uintptr(unsafe.Pointer(&eventfdOne[0])), 8)
+		y.efdDirty.Store(true) // after the write: a drain between them only delays it a turn
+	}
+}
+
+// drain empties the eventfd if wake wrote it.
+func (y *linkSys) drain() {
+	if y.efdDirty.Swap(false) {
+		syscall.Syscall(unix.SYS_READ, uintptr(y.efd), uintptr(unsafe.Pointer(&y.drainBuf[0])), 8)
 	}
 }
 

@@ -51,6 +51,9 @@ type sysSocket struct {
 	waking atomic.Pointer[poll.Waiter]
 	// events is what Block polls for, as PrepareWait chose.
 	events atomic.Int32
+	// inPpoll: Block sleeps in ppoll, so wake writes the eventfd;
+	// efdDirty: wake wrote it and nobody read it yet.
+	inPpoll, efdDirty atomic.Bool
 }
 
 // Open creates an AF_XDP socket and its UMEM, registers the UMEM, maps the
@@ -312,7 +315,7 @@ func (s *Socket) Block(timeout time.Duration) error {
 		})
 		if w := s.sys.waiter; w != nil {
 			err := w.Wait(timeout)
-			syscall.Syscall(unix.SYS_READ, uintptr(s.sys.efd), uintptr(unsafe.Pointer(&s.sys.drainBuf[0])), 8)
+			s.sys.drain()
 			if s.closed.Load() {
 				return link.ErrClosed
 			}
@@ -330,13 +333,22 @@ func (s *Socket) Block(timeout time.Duration) error {
 		s.sys.ts = unix.NsecToTimespec(int64(timeout))
 		ts = uintptr(unsafe.Pointer(&s.sys.ts))
 	}
-	_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.sys.pfd[0])), 2, ts, 0, 0, 0)
-	if e != 0 && e != unix.EINTR {
-		return fmt.Errorf("xdp: ppoll: %w", e)
+	// Announce the ppoll before the last look for a Wake through the
+	// Waiter: a Wake after the look sees the flag and writes the eventfd.
+	s.sys.inPpoll.Store(true)
+	w := s.sys.waiter
+	if w == nil || !w.Woken() {
+		_, _, e := syscall.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.sys.pfd[0])), 2, ts, 0, 0, 0)
+		if e != 0 && e != unix.EINTR {
+			s.sys.inPpoll.Store(false)
+			return fmt.Errorf("xdp: ppoll: %w", e)
+		}
+		if w != nil {
+			w.Woken()
+		}
 	}
-	if s.sys.pfd[1].Revents&unix.POLLIN != 0 {
-		syscall.Syscall(unix.SYS_READ, uintptr(s.sys.efd), uintptr(unsafe.Pointer(&s.sys.drainBuf[0])), 8)
-	}
+	s.sys.inPpoll.Store(false)
+	s.sys.drain()
 	if s.closed.Load() {
 		return link.ErrClosed
 	}
@@ -398,11 +410,20 @@ func (s *Socket) Close() error {
 }
 
 func (y *sysSocket) wake() {
-	if w := y.waking.Load(); w != nil {
+	w := y.waking.Load()
+	if w != nil {
 		w.Wake() // a Wait parked in the runtime poller
 	}
-	if y.efd >= 0 { // a Wait in ppoll
+	if y.efd >= 0 && (w == nil || y.inPpoll.Load()) { // a Wait in ppoll
 		syscall.Syscall(unix.SYS_WRITE, uintptr(y.efd), uintptr(unsafe.Pointer(&eventfdOne[0])), 8)
+		y.efdDirty.Store(true) // after the write: a drain between them only delays it a turn
+	}
+}
+
+// drain empties the eventfd if wake wrote it.
+func (y *sysSocket) drain() {
+	if y.efdDirty.Swap(false) {
+		syscall.Syscall(unix.SYS_READ, uintptr(y.efd), uintptr(unsafe.Pointer(&y.drainBuf[0])), 8)
 	}
 }
 

@@ -105,6 +105,18 @@ func New(fds ...int) (*Waiter, error) {
 	return w, nil
 }
 
+// Woken reports whether Wake was called since Wait last returned, and
+// forgets it: for a caller that sleeps another way (ppoll on an eventfd
+// that Wake then writes) and must not miss a Wake that came first. Call it
+// from Wait's goroutine, after announcing that other sleep.
+func (w *Waiter) Woken() bool {
+	if n := w.wakes.Load(); n != w.seen {
+		w.seen = n
+		return true
+	}
+	return false
+}
+
 // Wait returns when a descriptor is readable or timeout passes (negative:
 // no limit; 0: just look). Spurious returns are allowed. Once Close has
 // begun it returns an error (the os package's "use of closed file").

@@ -146,3 +146,35 @@ func TestWakeEndsWait(t *testing.T) {
 		}
 	}
 }
+
+// TestWokenTakesTheWake: a Wake is seen once, by Woken or by the next
+// Wait: Woken reports it and forgets it, so that the Wait after it sleeps.
+func TestWokenTakesTheWake(t *testing.T) {
+	w := newWaiter(t, eventfd(t))
+	defer w.Close()
+	if w.Woken() {
+		t.Fatal("Woken before any Wake")
+	}
+	w.Wake()
+	if !w.Woken() {
+		t.Fatal("Woken missed a Wake")
+	}
+	if w.Woken() {
+		t.Fatal("Woken reported one Wake twice")
+	}
+	done := waitAsync(w, -1)
+	select {
+	case <-done:
+		t.Fatal("Wait returned for a Wake that Woken took")
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.Wake()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wake did not end the pending Wait")
+	}
+}

@@ -175,6 +175,7 @@ type Core struct {
 	waiter   *poll.Waiter
 	waitOnce sync.Once
 	waking   atomic.Pointer[poll.Waiter] // waiter once made, for Wake
+	efdDirty atomic.Bool                 // Wake wrote efd and no Wait read it yet
 	one      [8]byte
 	junk     [8]byte
 
@@ -433,7 +434,9 @@ func (c *Core) Wait(timeout time.Duration) error {
 	})
 	if c.waiter != nil {
 		err := c.waiter.Wait(timeout)
-		_, _ = unix.Read(c.efd, c.junk[:])
+		if c.efdDirty.Swap(false) { // a Wake from before the Waiter
+			_, _ = unix.Read(c.efd, c.junk[:])
+		}
 		if c.closed.Load() {
 			return link.ErrClosed
 		}
@@ -486,6 +489,7 @@ func (c *Core) Wake() {
 		return
 	}
 	_, _ = unix.Write(c.efd, c.one[:])
+	c.efdDirty.Store(true) // after the write: a drain between them only delays it a turn
 }
 
 // Close wakes a pending Wait, waits for the methods in progress, calls
