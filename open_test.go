@@ -16,7 +16,7 @@ import (
 // connection between them moves messages intact.
 func TestOpenLoopback(t *testing.T) {
 	r := testutil.Rand(t)
-	b, c := byte(1+r.IntN(250)), byte(1+r.IntN(250))
+	b, c := testutil.LoopbackNet(r)
 	addrA, addrB := netip.AddrFrom4([4]byte{127, b, c, 1}), netip.AddrFrom4([4]byte{127, b, c, 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

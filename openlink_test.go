@@ -22,7 +22,8 @@ import (
 // LinkAuto on loopback picks UDP and says why.
 func TestOpenLinkUDP(t *testing.T) {
 	r := testutil.Rand(t)
-	ip := netip.AddrFrom4([4]byte{127, byte(1 + r.IntN(250)), byte(1 + r.IntN(250)), 9})
+	b, c := testutil.LoopbackNet(r)
+	ip := netip.AddrFrom4([4]byte{127, b, c, 9})
 	base := uint16(20000 + r.IntN(30000))
 	ents := []uint16{base + 1, base + 2, base + 3}
 	ifc := spray.Interface{IP: ip, Loopback: true, MTU: 65536}

@@ -23,13 +23,14 @@ import (
 // TestProcesses runs a world of separate processes (this test binary
 // re-executed, one per rank) that meet through the bootstrap at rank 0's
 // address and then run AllReduce and AllToAll over TCP and over spray on
-// link/udp sockets (rank r at 127.0.0.r+1). Each process checks its
+// link/udp sockets (rank r at 127.b.c.r+1, testutil.LoopbackNet). Each process checks its
 // results against the serial reference, computed from the shared seed.
 func TestProcesses(t *testing.T) {
 	if os.Getenv("COLLECTIVE_RANK") != "" {
 		t.Skip("inside a rank process")
 	}
 	seed := testutil.Seed(t)
+	nb, nc := testutil.LoopbackNet(testutil.Rand(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,8 @@ func TestProcesses(t *testing.T) {
 	for r := range n {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRankProcess$", "-test.v")
 		cmd.Env = append(os.Environ(), "COLLECTIVE_RANK="+strconv.Itoa(r), "COLLECTIVE_SIZE="+strconv.Itoa(n),
-			"COLLECTIVE_ADDR="+addr, "COLLECTIVE_SEED="+strconv.FormatUint(seed, 10))
+			"COLLECTIVE_ADDR="+addr, "COLLECTIVE_SEED="+strconv.FormatUint(seed, 10),
+			"COLLECTIVE_NET="+strconv.Itoa(int(nb))+"."+strconv.Itoa(int(nc)))
 		cmds[r] = cmd
 	}
 	outs := make([]chan []byte, n)
@@ -88,7 +90,10 @@ func TestRankProcess(t *testing.T) {
 	}
 	defer tc.Close()
 
-	ip := netip.AddrFrom4([4]byte{127, 0, 0, byte(rank + 1)})
+	ip, err := netip.ParseAddr("127." + os.Getenv("COLLECTIVE_NET") + "." + strconv.Itoa(rank+1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ents []uint16
 	for i := range 8 {
 		ents = append(ents, uint16(50000+100*rank+i))

@@ -146,6 +146,15 @@ func Rand(tb testing.TB) *rand.Rand {
 	return rand.New(rand.NewPCG(s, s^0x9E3779B97F4A7C15))
 }
 
+// LoopbackNet returns b and c of a 127.b.c.0/24 loopback network for a test
+// to bind in, drawn from r and moved by the process ID: the seed alone gives
+// a test the same network in every run, so two test processes at once (two
+// suites on one machine) would bind the same addresses and ports.
+func LoopbackNet(r *rand.Rand) (b, c byte) {
+	pid := os.Getpid()
+	return byte(1 + (r.IntN(250)+pid)%250), byte(1 + (r.IntN(250)+pid/250)%250)
+}
+
 // SkipIfNotRoot skips the test with a clear reason when not run as root.
 func SkipIfNotRoot(tb testing.TB) {
 	tb.Helper()

@@ -19,9 +19,9 @@ import (
 )
 
 // loopbackPair returns two distinct loopback addresses that no other test
-// (or engineer) on this machine is likely to be using.
+// (or engineer) on this machine is likely to be using (testutil.LoopbackNet).
 func loopbackPair(r *rand.Rand) (netip.Addr, netip.Addr) {
-	b, c := byte(1+r.IntN(250)), byte(1+r.IntN(250))
+	b, c := testutil.LoopbackNet(r)
 	return netip.AddrFrom4([4]byte{127, b, c, 1}), netip.AddrFrom4([4]byte{127, b, c, 2})
 }
 
