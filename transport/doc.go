@@ -75,10 +75,7 @@
 // sleeps; on a link whose wait splits (link.WaitSplitter, every link of
 // this repository) a post also transmits on the caller's goroutine, so
 // that a message leaves without waiting for the engine goroutine to be
-// scheduled (BenchmarkPingPong). An engine that has just handed the
-// application a message yields before it transmits, so that an answer
-// posted at once leaves in one batch with the ACKs the engine owes
-// (TestAnswerCarriesAck).
+// scheduled (BenchmarkPingPong).
 //
 // # Unpredictable numbers
 //

@@ -272,35 +272,12 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	}
 	posted := s.takePosts()
 	now := ep.clk.Now()
-	work, err := e.stepIn(now)
-	if err != nil {
-		return 0, turnStop, err
-	}
-	if s.dispatch() && s.split != nil {
-		// Let the application answer what it received before the engine
-		// transmits: its post then steps the engine on its goroutine, and
-		// the ACKs the engine owes leave in the same batch as the answer
-		// (one system call, one wake of the peer) instead of before it.
-		s.st.Unlock()
-		runtime.Gosched()
-		s.st.Lock()
-		s.mu.Lock()
-		closing = s.closing
-		s.mu.Unlock()
-		if closing {
-			return 0, turnStop, nil
-		}
-		if s.stepErr != nil {
-			return 0, turnStop, s.stepErr
-		}
-		now = ep.clk.Now()
-	}
-	sent, err := e.output(now)
+	work, err := e.Step(now)
 	if err != nil {
 		return 0, turnStop, err
 	}
 	s.dispatch()
-	if work || sent || posted {
+	if work || posted {
 		*lastWork = now
 		return 0, turnAgain, nil
 	}
@@ -382,9 +359,8 @@ func (s *epShard) send(ctx context.Context, fn func() error) error {
 	return err
 }
 
-// dispatch hands completions to their waiters, the CQ and the receivers,
-// and reports whether it handed over a received message.
-func (s *epShard) dispatch() (received bool) {
+// dispatch hands completions to their waiters, the CQ and the receivers.
+func (s *epShard) dispatch() {
 	for _, c := range s.conns {
 		q := c.qp
 		for len(q.comps) > 0 {
@@ -410,7 +386,6 @@ func (s *epShard) dispatch() (received bool) {
 				// goes to the CQ.
 				q.popRecv()
 				s.ep.cq.push(comp)
-				received = true
 				continue
 			}
 			if len(c.recv) == cap(c.recv) {
@@ -427,10 +402,8 @@ func (s *epShard) dispatch() (received bool) {
 				c.noteRecvErr()
 			}
 			c.recv <- comp
-			received = true
 		}
 	}
-	return received
 }
 
 // shutdown ends one engine: it fails the engine's waiters, stops the other

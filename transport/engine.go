@@ -218,16 +218,6 @@ func (e *Engine) Deregister(mr *MR) error { return e.mrs.deregister(mr) }
 // transmit what is due. It reports whether it did anything; when it did not,
 // the driver may wait until NextDeadline or the next frame.
 func (e *Engine) Step(now clock.Time) (bool, error) {
-	work, err := e.stepIn(now)
-	if err != nil {
-		return false, err
-	}
-	sent, err := e.output(now)
-	return work || sent, err
-}
-
-// stepIn is Step's first half: receive a batch and run expired timers.
-func (e *Engine) stepIn(now clock.Time) (bool, error) {
 	work := false
 	n, err := e.link.Recv(e.rx)
 	if err != nil {
@@ -256,7 +246,8 @@ func (e *Engine) stepIn(now clock.Time) (bool, error) {
 			q.HandleTimeout(now)
 		}
 	}
-	return work, nil
+	sent, err := e.output(now)
+	return work || sent, err
 }
 
 // input decodes a frame and hands it to its QP. The caller counts it in
