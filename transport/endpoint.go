@@ -169,9 +169,7 @@ func (s *epShard) locked(ctx context.Context, fn func() error) (ran bool, err er
 	}
 	s.st.Lock()
 	defer s.st.Unlock()
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
+	closing := s.isClosing()
 	if closing {
 		return false, s.ep.closedErr()
 	}
@@ -261,9 +259,7 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	ep, e := s.ep, s.eng
 	s.st.Lock()
 	defer s.st.Unlock()
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
+	closing := s.isClosing()
 	if closing {
 		return 0, turnStop, nil
 	}
@@ -303,6 +299,13 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	return timeout, turnSleep, nil
 }
 
+// isClosing reports whether the engine was told to stop.
+func (s *epShard) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
 // spins reports whether a caller that waits on this engine polls its link
 // first: with Config.BusyPoll, on a link whose Wait splits.
 func (s *epShard) spins() bool { return s.ep.cfg.BusyPoll > 0 && s.split != nil }
@@ -316,9 +319,7 @@ func (s *epShard) poll() bool {
 		return true
 	}
 	defer s.st.Unlock()
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
+	closing := s.isClosing()
 	if closing || s.stepErr != nil {
 		return false
 	}
