@@ -23,12 +23,12 @@ func TestBlockBesideRings(t *testing.T) {
 
 	const total = 4000
 	var (
-		mu     sync.Mutex
-		seen   [total]int
-		got    int
-		bad    int
-		stop   atomic.Bool
-		blocks atomic.Int64
+		mu       sync.Mutex
+		seen     [total]int
+		got      int
+		bad      int
+		stop     atomic.Bool
+		sleeping atomic.Bool // in Block, or about to enter it
 	)
 	rx := make([]link.Frame, 64)
 	take := func() { // under mu
@@ -65,8 +65,10 @@ func TestBlockBesideRings(t *testing.T) {
 				return
 			}
 			if !ready {
-				blocks.Add(1)
-				if err := sa.Block(timeout); err != nil {
+				sleeping.Store(true)
+				err := sa.Block(timeout)
+				sleeping.Store(false)
+				if err != nil {
 					done <- err
 					return
 				}
@@ -77,7 +79,22 @@ func TestBlockBesideRings(t *testing.T) {
 	fs := make([]link.Frame, 16)
 	back := 0
 	deadline := time.Now().Add(30 * time.Second)
+	// asleep waits until the other goroutine sleeps in Block: with nothing
+	// sent it must. The transfer pauses for it every 1000
+	// frames, so that frames move while it sleeps however the scheduler runs
+	// the two goroutines.
+	asleep := func() {
+		for !sleeping.Load() {
+			if time.Now().After(deadline) {
+				t.Fatal("the waiting goroutine never blocked")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 	for sent := 0; sent < total && time.Now().Before(deadline); {
+		if sent%1000 < len(fs) {
+			asleep()
+		}
 		k := sb.Alloc(fs[:min(len(fs), total-sent)])
 		for i := range k {
 			fs[i].Buf = fs[i].Buf[:buildFrame(fs[i].Buf, a.mac, b.mac, uint64(sent+i), 1)]
@@ -131,9 +148,6 @@ func TestBlockBesideRings(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("frame %d received %d times", seq, n)
 		}
-	}
-	if blocks.Load() == 0 {
-		t.Error("the waiting goroutine never blocked")
 	}
 	// Every frame a sent while the other goroutine slept reached b.
 	backGot := 0
