@@ -79,10 +79,10 @@ func TestBlockBesideRings(t *testing.T) {
 	fs := make([]link.Frame, 16)
 	back := 0
 	deadline := time.Now().Add(30 * time.Second)
-	// asleep waits until the other goroutine sleeps in Block: with nothing
-	// sent it must. The transfer pauses for it every 1000
-	// frames, so that frames move while it sleeps however the scheduler runs
-	// the two goroutines.
+	// asleep waits until the other goroutine sleeps in Block, which with
+	// nothing sent it must. The transfer pauses for it every 1000 frames, so
+	// that frames move beside a sleeping Block however the scheduler runs the
+	// two goroutines.
 	asleep := func() {
 		for !sleeping.Load() {
 			if time.Now().After(deadline) {
