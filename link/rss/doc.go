@@ -14,4 +14,9 @@
 // it needs CAP_NET_ADMIN for some drivers, and virtual devices (veth) often
 // have no RSS at all, in which case it returns an error wrapping
 // ErrNoRSS.
+//
+// Table.AppendBinary and ParseTable give a table a compact, bounded wire
+// encoding (a key of at most MaxKeyLen bytes, at most MaxEntries entries
+// of one or two bytes each), in which a receiver sends its configuration
+// to its peers: spray's connection manager and perf's hellos carry it.
 package rss
