@@ -306,14 +306,7 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	if len(set) == 0 {
 		set = multipath.Entropies(rng.Uint64(), cfg.Entropies)
 	}
-	switch set = set[:min(len(set), cfg.Entropies)]; cfg.Paths {
-	case PathsECMP:
-		q.paths = multipath.NewECMP(set[rng.IntN(len(set))])
-	case PathsAdaptive:
-		q.paths = multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{})
-	default:
-		q.paths = multipath.NewSpray(set, rng.Uint64())
-	}
+	q.paths = newPolicy(cfg, set, rng)
 	q.seg = payloadSize(cfg, lip.Is6())
 	q.ctrl = newController(cfg, q.seg)
 	q.pacer = cc.NewPacer(cfg.PacingBurst)
@@ -324,6 +317,19 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	q.recvq = make([]Completion, 2*cfg.MaxMessages)
 	q.pstats.init(q.paths.Paths())
 	return q, nil
+}
+
+// newPolicy returns the path policy of cfg.Paths over the first
+// cfg.Entropies entropies of set (non-empty).
+func newPolicy(cfg *Config, set []uint16, rng *rand.Rand) multipath.Policy {
+	switch set = set[:min(len(set), cfg.Entropies)]; cfg.Paths {
+	case PathsECMP:
+		return multipath.NewECMP(set[rng.IntN(len(set))])
+	case PathsAdaptive:
+		return multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{})
+	default:
+		return multipath.NewSpray(set, rng.Uint64())
+	}
 }
 
 // payloadSize is the payload of every full data packet: what is left of the
