@@ -146,9 +146,13 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		}
 	}()
 	tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	// Answer in the request's version when this side speaks it, so that a
+	// version-1 dialer reads every message as it always has.
+	top := ep.cmTop()
+	ver := top
 	reject := func(reason uint8, format string, args ...any) {
-		r := rejection{reason: reason, version: cmVersion, text: fmt.Sprintf(format, args...)}
-		tc.Write(appendMsg(nil, msgREJ, r.marshal()))
+		r := rejection{reason: reason, version: top, text: fmt.Sprintf(format, args...)}
+		tc.Write(appendMsgV(nil, ver, msgREJ, r.marshal()))
 	}
 	m, err := readMsg(tc)
 	switch {
@@ -157,14 +161,16 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		return
 	case err != nil:
 		return
-	case m.version != cmVersion:
+	case m.version < cmVersion1 || m.version > top:
 		reject(rejVersion, "version %d not supported", m.version)
 		return
-	case m.typ != msgREQ:
+	}
+	ver = m.version
+	if m.typ != msgREQ {
 		reject(rejBadRequest, "message type %d where a request was expected", m.typ)
 		return
 	}
-	req, err := parseReq(m.body)
+	req, err := parseReq(m.body, ver)
 	if err != nil {
 		reject(rejBadRequest, "%v", err)
 		return
@@ -187,7 +193,18 @@ func (ep *Endpoint) handle(tc net.Conn) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
-	qc, err := ep.CreateQP(ctx)
+	// A dialer that sent its steering gets a QP whose entropies its RSS
+	// delivers to its QP's engine (TestCMSteering).
+	var qc *transport.Conn
+	if req.steer != nil {
+		qc, err = ep.CreateQPSteered(ctx, *req.steer)
+		if errors.Is(err, transport.ErrInvalidRequest) {
+			reject(rejBadRequest, "%v", err)
+			return
+		}
+	} else {
+		qc, err = ep.CreateQP(ctx)
+	}
 	if err != nil {
 		reject(rejInternal, "creating a QP: %v", err)
 		return
@@ -198,7 +215,8 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		reject(rejBadRequest, "connecting to QP %#x at %s: %v", req.qp.QPN, req.qp.IP, err)
 		return
 	}
-	if _, err := tc.Write(appendMsg(nil, msgREP, appendQPInfo(nil, qc.Info()))); err != nil {
+	rep := connRep{qp: qc.Info(), steer: ep.steering(qc)}
+	if _, err := tc.Write(appendMsgV(nil, ver, msgREP, rep.marshalV(ver))); err != nil {
 		destroy()
 		return
 	}
@@ -207,7 +225,7 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		return
 	}
 	tc.SetDeadline(time.Time{})
-	c, err := ep.newConn(qc, tc, req.service, req.qp)
+	c, err := ep.newConn(qc, tc, ver, req.service, req.qp)
 	if err != nil {
 		destroy()
 		return
@@ -223,6 +241,9 @@ func (ep *Endpoint) handle(tc net.Conn) {
 // exchanges QP information with the peer and connects both sides. A
 // refused TCP connection returns ErrRefused at once; a rejection returns
 // ErrUnknownService, ErrVersion or ErrRejected with the peer's reason.
+// It speaks version 2 of the protocol, which steers both QPs' entropies
+// to the peer's queues, and dials again in version 1, without steering,
+// when the peer rejects version 2 (TestCMVersion1Peer).
 func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, error) {
 	if len(service) == 0 || len(service) > MaxService {
 		return nil, fmt.Errorf("%w: service name of %d bytes (1 to %d)", ErrOptions, len(service), MaxService)
@@ -235,13 +256,39 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 		ctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
 		defer cancel()
 	}
+	qc, err := ep.CreateQP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ver := ep.cmTop()
+	for {
+		c, retry, err := ep.dialOnce(ctx, qc, ver, addr, service)
+		if retry && ver > cmVersion1 {
+			ver = cmVersion1
+			continue
+		}
+		if err != nil {
+			qc.Destroy(context.Background())
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("spray: dial %s: %w", addr, ctx.Err())
+			}
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+// dialOnce runs one handshake in version ver on a new TCP connection
+// for qc. retry reports a rejection of ver by a listener that speaks
+// version 1 only: the caller may dial again in version 1.
+func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, addr, service string) (_ *Conn, retry bool, _ error) {
 	var d net.Dialer
 	tc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w: nothing listens at %s (the peer must call Listen(%q))", ErrRefused, addr, service)
+			return nil, false, fmt.Errorf("%w: nothing listens at %s (the peer must call Listen(%q))", ErrRefused, addr, service)
 		}
-		return nil, fmt.Errorf("spray: dial %s: %w", addr, err)
+		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	ok := false
 	defer func() {
@@ -253,55 +300,71 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 	tc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	qc, err := ep.CreateQP(ctx)
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*Conn, error) {
-		qc.Destroy(context.Background())
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("spray: dial %s: %w", addr, ctx.Err())
-		}
-		return nil, err
-	}
-	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service}
-	if _, err := tc.Write(appendMsg(nil, msgREQ, req.marshal())); err != nil {
-		return fail(fmt.Errorf("spray: dial %s: %w", addr, err))
+	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc)}
+	if _, err := tc.Write(appendMsgV(nil, ver, msgREQ, req.marshalV(ver))); err != nil {
+		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	m, err := readMsg(tc)
 	if err != nil {
-		return fail(fmt.Errorf("spray: dial %s: no reply: %w", addr, err))
+		return nil, false, fmt.Errorf("spray: dial %s: no reply: %w", addr, err)
 	}
-	var remote transport.QPInfo
 	switch {
 	case m.typ == msgREJ:
 		r, err := parseRej(m.body)
 		if err != nil {
-			return fail(fmt.Errorf("spray: dial %s: %w", addr, err))
+			return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 		}
-		return fail(fmt.Errorf("dial %s: %w", addr, r.err()))
-	case m.version != cmVersion:
-		return fail(fmt.Errorf("%w: the peer at %s answered in version %d", ErrVersion, addr, m.version))
+		retry = r.reason == rejVersion && r.version == cmVersion1 && ver > cmVersion1
+		return nil, retry, fmt.Errorf("dial %s: %w", addr, r.err())
+	case m.version != ver:
+		return nil, false, fmt.Errorf("%w: the peer at %s answered version %d in version %d", ErrVersion, addr, ver, m.version)
 	case m.typ != msgREP:
-		return fail(fmt.Errorf("spray: dial %s: %w: type %d where a reply was expected", addr, errBadMessage, m.typ))
+		return nil, false, fmt.Errorf("spray: dial %s: %w: type %d where a reply was expected", addr, errBadMessage, m.typ)
 	}
-	if remote, err = parseRep(m.body); err != nil {
-		return fail(fmt.Errorf("spray: dial %s: %w", addr, err))
+	rep, err := parseRep(m.body, ver)
+	if err != nil {
+		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
-	if err := qc.Connect(ctx, remote); err != nil {
-		return fail(err)
+	// The QP was created before the listener's steering was known: steer
+	// it now, before its first packet (TestCMSteering).
+	if rep.steer != nil {
+		if err := qc.Steer(ctx, *rep.steer); err != nil {
+			return nil, false, fmt.Errorf("spray: dial %s: the peer's steering: %w", addr, err)
+		}
 	}
-	if _, err := tc.Write(appendMsg(nil, msgRTU, nil)); err != nil {
-		return fail(fmt.Errorf("spray: dial %s: %w", addr, err))
+	if err := qc.Connect(ctx, rep.qp); err != nil {
+		return nil, false, err
+	}
+	if _, err := tc.Write(appendMsgV(nil, ver, msgRTU, nil)); err != nil {
+		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	if !stop() {
-		return fail(ctx.Err())
+		return nil, false, ctx.Err()
 	}
 	tc.SetDeadline(time.Time{})
-	c, err := ep.newConn(qc, tc, service, remote)
+	c, err := ep.newConn(qc, tc, ver, service, rep.qp)
 	if err != nil {
-		return fail(err)
+		return nil, false, err
 	}
 	ok = true
-	return c, nil
+	return c, false, nil
+}
+
+// steering returns the steering of qc's frames to send the peer, or nil
+// when the endpoint has none (one engine, a device without RSS).
+func (ep *Endpoint) steering(qc *transport.Conn) *transport.Steering {
+	st, ok := ep.Endpoint.Steering(qc)
+	if !ok {
+		return nil
+	}
+	return &st
+}
+
+// cmTop returns the highest version of the connection protocol this
+// endpoint speaks: cmVersion, unless a test made it a version-1 peer.
+func (ep *Endpoint) cmTop() uint8 {
+	if ep.cmv != 0 {
+		return ep.cmv
+	}
+	return cmVersion
 }

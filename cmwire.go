@@ -7,17 +7,27 @@ import (
 	"io"
 	"net/netip"
 
+	"github.com/sprayfabric/spray/link/rss"
 	"github.com/sprayfabric/spray/transport"
 )
 
 // The connection protocol (see the package doc): every message is an
 // 8-byte header, "SPCM", version, type, body length (big endian), then the
 // body. The header's layout is the same in every version, so that a peer
-// can always read a rejection.
+// can always read a rejection. Version 2 adds each side's steering (its
+// RSS key and table and the queue of the QP's engine) to REQ and REP; a
+// listener answers a request in the request's version (1 or 2), and a
+// dialer that a version-1 listener rejects dials again in version 1.
 const (
-	cmVersion = 1
-	cmHdrLen  = 8
-	cmMaxBody = 512
+	cmVersion  = 2
+	cmVersion1 = 1
+	cmHdrLen   = 8
+	// cmMaxBody bounds a version-1 body, cmMaxBody2 one of any later
+	// version: room for a steering block with the largest table.
+	cmMaxBody  = 512
+	cmMaxBody2 = cmMaxBody + 2 + maxSteering
+	// maxSteering is the longest steering block's content: queue, table.
+	maxSteering = 2 + rss.MaxEncodedLen
 	// MaxService is the longest service name, in bytes.
 	MaxService = 255
 )
@@ -53,9 +63,10 @@ type cmMsg struct {
 	body    []byte
 }
 
-// readMsg reads one message. A wrong magic or an oversized body is
-// errBadMessage; a version other than cmVersion is returned as read, with
-// its body, for the caller to reject.
+// readMsg reads one message. A wrong magic or an oversized body (beyond
+// cmMaxBody in version 1, cmMaxBody2 in any other) is errBadMessage; a
+// version this side does not speak is returned as read, with its body, for
+// the caller to reject.
 func readMsg(r io.Reader) (cmMsg, error) {
 	var h [cmHdrLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -65,7 +76,7 @@ func readMsg(r io.Reader) (cmMsg, error) {
 		return cmMsg{}, fmt.Errorf("%w: bad magic %x", errBadMessage, h[:4])
 	}
 	n := binary.BigEndian.Uint16(h[6:])
-	if n > cmMaxBody {
+	if limit := bodyLimit(h[4]); int(n) > limit {
 		return cmMsg{}, fmt.Errorf("%w: body of %d bytes", errBadMessage, n)
 	}
 	m := cmMsg{version: h[4], typ: h[5], body: make([]byte, n)}
@@ -78,18 +89,81 @@ func readMsg(r io.Reader) (cmMsg, error) {
 	return m, nil
 }
 
+// bodyLimit is the largest body of a message of version v.
+func bodyLimit(v uint8) int {
+	if v <= cmVersion1 {
+		return cmMaxBody
+	}
+	return cmMaxBody2
+}
+
+// appendMsg appends a message of this side's version.
 func appendMsg(b []byte, typ uint8, body []byte) []byte {
+	return appendMsgV(b, cmVersion, typ, body)
+}
+
+// appendMsgV appends a message of version v.
+func appendMsgV(b []byte, v, typ uint8, body []byte) []byte {
 	b = append(b, cmMagic[:]...)
-	b = append(b, cmVersion, typ)
+	b = append(b, v, typ)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(body)))
 	return append(b, body...)
 }
 
-// connReq is a connection request: the dialer's QP and the service.
+// connReq is a connection request: the dialer's QP, the service and, in
+// version 2, the dialer's steering (nil: none).
 type connReq struct {
 	profile transport.Profile
 	qp      transport.QPInfo
 	service string
+	steer   *transport.Steering
+}
+
+// connRep is a reply: the listener's QP and, in version 2, its steering.
+type connRep struct {
+	qp    transport.QPInfo
+	steer *transport.Steering
+}
+
+// appendSteering appends a version-2 steering block: its length (2 bytes,
+// 0 for none), then the queue (2 bytes) and the table (rss's encoding).
+// The address is the QP's, sent beside it. A steering the block cannot
+// carry (a queue beyond 16 bits, a table beyond rss's bounds) goes as
+// none: steering is an optimisation, never a reason to fail.
+func appendSteering(b []byte, st *transport.Steering) []byte {
+	start := len(b)
+	b = append(b, 0, 0)
+	if st == nil || st.Queue < 0 || st.Queue > 0xffff {
+		return b
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(st.Queue))
+	b, err := st.Table.AppendBinary(b)
+	if err != nil {
+		return append(b[:start], 0, 0)
+	}
+	binary.BigEndian.PutUint16(b[start:], uint16(len(b)-start-2))
+	return b
+}
+
+// parseSteering reads a steering block for the QP at ip and returns what
+// follows it.
+func parseSteering(b []byte, ip netip.Addr) (*transport.Steering, []byte, error) {
+	if len(b) < 2 {
+		return nil, nil, fmt.Errorf("%w: no steering block", errBadMessage)
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	if n == 0 {
+		return nil, b, nil
+	}
+	if n < 2 || n > maxSteering || len(b) < n {
+		return nil, nil, fmt.Errorf("%w: steering block of %d bytes", errBadMessage, n)
+	}
+	t, err := rss.ParseTable(b[2:n])
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: steering: %w", errBadMessage, err)
+	}
+	return &transport.Steering{IP: ip, Table: t, Queue: int(binary.BigEndian.Uint16(b))}, b[n:], nil
 }
 
 func appendQPInfo(b []byte, q transport.QPInfo) []byte {
@@ -124,14 +198,23 @@ func parseQPInfo(b []byte) (transport.QPInfo, []byte, error) {
 	return q, b[n:], nil
 }
 
-func (r connReq) marshal() []byte {
+// marshal encodes a request of this side's version.
+func (r connReq) marshal() []byte { return r.marshalV(cmVersion) }
+
+// marshalV encodes a request of version v: the steering in version 2 only.
+func (r connReq) marshalV(v uint8) []byte {
 	b := []byte{byte(r.profile)}
 	b = appendQPInfo(b, r.qp)
 	b = append(b, byte(len(r.service)))
-	return append(b, r.service...)
+	b = append(b, r.service...)
+	if v >= cmVersion {
+		b = appendSteering(b, r.steer)
+	}
+	return b
 }
 
-func parseReq(b []byte) (connReq, error) {
+// parseReq decodes a request body of version v.
+func parseReq(b []byte, v uint8) (connReq, error) {
 	var r connReq
 	if len(b) < 1 {
 		return r, fmt.Errorf("%w: empty request", errBadMessage)
@@ -142,19 +225,48 @@ func parseReq(b []byte) (connReq, error) {
 		return r, err
 	}
 	r.qp = q
-	if len(rest) < 1 || len(rest) != 1+int(rest[0]) {
+	if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
 		return r, fmt.Errorf("%w: service name", errBadMessage)
 	}
-	r.service = string(rest[1:])
+	r.service = string(rest[1 : 1+int(rest[0])])
+	rest = rest[1+int(rest[0]):]
+	if v >= cmVersion {
+		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
+			return r, err
+		}
+	}
+	if len(rest) != 0 {
+		return r, fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(rest))
+	}
 	return r, nil
 }
 
-func parseRep(b []byte) (transport.QPInfo, error) {
-	q, rest, err := parseQPInfo(b)
-	if err == nil && len(rest) != 0 {
-		err = fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(rest))
+// marshalV encodes a reply of version v: the steering in version 2 only.
+func (r connRep) marshalV(v uint8) []byte {
+	b := appendQPInfo(nil, r.qp)
+	if v >= cmVersion {
+		b = appendSteering(b, r.steer)
 	}
-	return q, err
+	return b
+}
+
+// parseRep decodes a reply body of version v.
+func parseRep(b []byte, v uint8) (connRep, error) {
+	var r connRep
+	q, rest, err := parseQPInfo(b)
+	if err != nil {
+		return r, err
+	}
+	r.qp = q
+	if v >= cmVersion {
+		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
+			return r, err
+		}
+	}
+	if len(rest) != 0 {
+		return r, fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(rest))
+	}
+	return r, nil
 }
 
 // rejection is a REJ body: reason, the rejecting side's version, text.

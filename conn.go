@@ -19,6 +19,7 @@ type Conn struct {
 	ep      *Endpoint
 	qp      *transport.Conn
 	tc      net.Conn
+	ver     uint8 // of the connection protocol, agreed in the handshake
 	service string
 	remote  transport.QPInfo
 
@@ -46,8 +47,8 @@ const (
 	byGone                   // channel broke: tear down at once
 )
 
-func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, service string, remote transport.QPInfo) (*Conn, error) {
-	c := &Conn{ep: ep, qp: qc, tc: tc, service: service, remote: remote,
+func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ver uint8, service string, remote transport.QPInfo) (*Conn, error) {
+	c := &Conn{ep: ep, qp: qc, tc: tc, ver: ver, service: service, remote: remote,
 		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	ep.mu.Lock()
@@ -68,7 +69,7 @@ func (c *Conn) read() {
 		m, err := readMsg(c.tc)
 		c.mu.Lock()
 		switch {
-		case err != nil || m.version != cmVersion:
+		case err != nil || m.version != c.ver:
 			c.eof = true
 		case m.typ == msgDREQ:
 			c.gotDREQ = true
@@ -105,7 +106,7 @@ func (c *Conn) start(k closeKind) {
 func (c *Conn) send(typ uint8) {
 	c.wmu.Lock()
 	c.tc.SetWriteDeadline(time.Now().Add(c.ep.opts.CloseTimeout))
-	c.tc.Write(appendMsg(nil, typ, nil))
+	c.tc.Write(appendMsgV(nil, c.ver, typ, nil))
 	c.wmu.Unlock()
 }
 

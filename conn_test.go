@@ -372,8 +372,9 @@ func TestBadRequests(t *testing.T) {
 	waitGoroutines(t, base)
 }
 
-// TestDialVersionMismatch: a listener that answers in another version is
-// reported as ErrVersion with both versions, and the dialer's QP is freed.
+// TestDialVersionMismatch: a listener that rejects this side's version
+// and speaks a later one only is reported as ErrVersion with its version,
+// without a retry, and the dialer's QP is freed.
 func TestDialVersionMismatch(t *testing.T) {
 	seed := testutil.Seed(t)
 	_, ea, _ := memPair(t, mem.Config{Seed: seed})
@@ -389,15 +390,13 @@ func TestDialVersionMismatch(t *testing.T) {
 		}
 		defer c.Close()
 		readMsg(c)
-		m := appendMsg(nil, msgREJ, rejection{reason: rejVersion, version: 2, text: "version 1 not supported"}.marshal())
-		m[4] = 2
-		c.Write(m)
+		c.Write(appendMsgV(nil, 3, msgREJ, rejection{reason: rejVersion, version: 3, text: "version 2 not supported"}.marshal()))
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err = ea.Dial(ctx, tl.Addr().String(), "x")
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("Dial: %v, want ErrVersion naming version 2", err)
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("Dial: %v, want ErrVersion naming version 3", err)
 	}
 	if qps(t, ea) != 0 {
 		t.Fatalf("QPs left: %d", qps(t, ea))

@@ -42,21 +42,46 @@
 // first Listen binds Options.CMAddr (default the endpoint's address, port
 // CMPort, 4791), and each connection keeps its TCP connection open as the
 // channel that tells the peer about the end of the QP. Every message is an
-// 8-byte header ("SPCM", version 1, type, body length, big endian) and at
-// most 512 bytes of body:
+// 8-byte header ("SPCM", version 2, type, body length, big endian) and a
+// body of at most 512 bytes in version 1, 8776 in version 2:
 //
-//	REQ   profile, QPN, first PSN, MAC, IP, service     dialer to listener
-//	REP   QPN, first PSN, MAC, IP                         listener: QP created and connected
-//	REJ   reason, version, text                           listener: refused (no REP)
-//	RTU   -                                               dialer: QP connected; Accept returns
-//	DREQ  -                                               either side: drained, closing
-//	DREP  -                                               the other: drained too, QP freed
+//	REQ   profile, QPN, first PSN, MAC, IP, service, steering   dialer to listener
+//	REP   QPN, first PSN, MAC, IP, steering                     listener: QP created and connected
+//	REJ   reason, version, text                                 listener: refused (no REP)
+//	RTU   -                                                     dialer: QP connected; Accept returns
+//	DREQ  -                                                     either side: drained, closing
+//	DREP  -                                                     the other: drained too, QP freed
 //
 // A request with another version, for a service without a Listener, for
 // another profile or that does not parse gets a REJ, and Dial an error
 // wrapping ErrVersion, ErrUnknownService or ErrRejected; a Dial to an
 // address where nothing listens fails at once with ErrRefused. Many
 // connections may join the same two endpoints, for one service or several.
+//
+// # Steering
+//
+// An endpoint with several engines (one per device queue) hands a frame
+// that arrives on another engine's queue over to the QP's engine, a copy
+// through a ring. The steering in REQ and REP avoids that: each side sends
+// its device's RSS hash key and indirection table and the queue of its
+// QP's engine (transport.Endpoint.Steering; encoded by rss.Table's
+// AppendBinary, at most a 64-byte key and 4096 entries), and the other
+// side picks the UDP source ports of its QP (its entropies) so that this
+// device's RSS hash delivers every frame to that queue, while the
+// fabric's ECMP hash still spreads them over its paths. The listener
+// creates its QP steered (transport.Endpoint.CreateQPSteered); the
+// dialer, whose QP exists before the reply, steers it when the reply
+// comes (transport.Conn.Steer). A side with one engine, or whose device
+// does not report RSS (veth, a link without transport.RSSReader), sends
+// an empty steering: frames towards it land anywhere and are handed over,
+// as without steering, and the other direction is steered all the same.
+//
+// Version 1 had no steering. A listener answers a request in the
+// request's version, so a version-1 dialer is served as before; a
+// version-1 listener rejects a version-2 request (REJ, version 1), and
+// Dial then dials again in version 1 on a new TCP connection with the same
+// QP: one more round trip, no steering in either direction. Later
+// messages of a connection (RTU, DREQ, DREP) are in the version agreed.
 //
 // Conn.Close drains the work posted on the QP, sends DREQ, waits for the
 // peer's DREP (the peer drains its own work first) and destroys the QP;

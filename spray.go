@@ -153,6 +153,11 @@ type Endpoint struct {
 	conns     map[*Conn]struct{}
 	hs        map[net.Conn]struct{} // channels in a handshake
 	wg        sync.WaitGroup        // the connection manager's goroutines
+
+	// cmv, when set (by tests, before Listen and Dial), is the highest
+	// version of the connection protocol the endpoint speaks: 1 makes
+	// it a version-1 peer (TestCMVersion1Peer, TestCMSteering).
+	cmv uint8
 }
 
 // Open resolves the interface and address, opens the best link on it and
