@@ -16,7 +16,13 @@
 // killed process: milliseconds), or stops answering TCP keepalives (a
 // vanished host: about 7 s); a QP that fails ends it too, and a client
 // that connects and says nothing is dropped after 10 s. Every read and
-// write of the control connection ends with the run's context.
+// write of the control connection ends with the run's context. The
+// hellos carry each side's steering (the RSS key and table of its device
+// and its QP's queue, when its link reports them, as AF_XDP on a NIC
+// with RSS does): the client creates its QP steered to the server's
+// queue, the server steers its QP to the client's, and neither side's
+// engines hand frames over. A peer whose hellos lack it still works, its
+// direction unsteered.
 //
 // RunCollective is the nccl-tests-style collective sweep behind `spray
 // bench <collective>` (size, count, type, time, algbw, busbw, #wrong,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/route"
+	"github.com/sprayfabric/spray/link/rss"
 	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/transport"
@@ -58,22 +59,64 @@ const (
 const maxUDPRuns = 32
 
 // hello is a control message. The client opens with Kind, Profile, MTU and
-// Seed; for a spray link the server answers with its QP and the UDP port
-// it receives on (Port, udp links), the client with its QP, the server
-// with Ready; the run follows, and the server ends it with Done. Err
-// refuses.
+// Seed; for a spray link the server answers with its QP, its steering and
+// the UDP port it receives on (Port, udp links), the client with its QP
+// (created steered to the server's queue) and its steering, the server
+// steers its QP and answers Ready; the run follows, and the server ends
+// it with Done. Err refuses. A side without steering (one engine, a
+// device without RSS) leaves Steer out, and a peer that predates it
+// ignores it: JSON drops unknown fields, so both kinds of peer work
+// together, unsteered (TestPerfHelloSteering).
 type hello struct {
 	Kind    string            `json:"kind,omitempty"`
 	Profile string            `json:"profile,omitempty"`
 	MTU     int               `json:"mtu,omitempty"`
 	Seed    uint64            `json:"seed,omitempty"`
 	QP      *transport.QPInfo `json:"qp,omitempty"`
+	Steer   *helloSteering    `json:"steer,omitempty"`
 	Port    uint16            `json:"port,omitempty"`
 	// ClientPort is the UDP port a udp client receives on (0: 4791).
 	ClientPort uint16 `json:"client_port,omitempty"`
 	Ready      bool   `json:"ready,omitempty"`
 	Done       bool   `json:"done,omitempty"`
 	Err        string `json:"error,omitempty"`
+}
+
+// helloSteering is the steering of the QP a hello carries: the queue of
+// its engine and the RSS table of its device, in rss.Table's encoding
+// (base64 in JSON); the address is the QP's.
+type helloSteering struct {
+	Queue int    `json:"queue"`
+	RSS   []byte `json:"rss"`
+}
+
+// helloSteeringOf returns the steering of qp's frames to send the peer, or
+// nil when ep has none or it does not encode.
+func helloSteeringOf(ep *transport.Endpoint, qp *transport.Conn) *helloSteering {
+	st, ok := ep.Steering(qp)
+	if !ok || st.Queue < 0 || st.Queue > rss.MaxQueue {
+		return nil
+	}
+	b, err := st.Table.MarshalBinary()
+	if err != nil {
+		return nil
+	}
+	return &helloSteering{Queue: st.Queue, RSS: b}
+}
+
+// steering decodes h for the QP described by qp; a nil h is no steering.
+func (h *helloSteering) steering(qp transport.QPInfo) (*transport.Steering, error) {
+	if h == nil {
+		return nil, nil
+	}
+	t, err := rss.ParseTable(h.RSS)
+	if err != nil {
+		return nil, fmt.Errorf("bench: the peer's steering: %w", err)
+	}
+	if h.Queue < 0 || h.Queue > rss.MaxQueue {
+		return nil, fmt.Errorf("bench: the peer's steering names queue %d", h.Queue)
+	}
+	return &transport.Steering{IP: qp.IP, Table: t, Queue: h.Queue}, nil
 }
 
 // control is one side's control connection: JSON messages, every blocking
@@ -104,6 +147,12 @@ func (k *control) recv(ctx context.Context, what string) (hello, error) {
 		return h, fmt.Errorf("bench: peer refused: %s", h.Err)
 	}
 	return h, nil
+}
+
+// refuse tells the peer why the run cannot go on and returns err.
+func (k *control) refuse(ctx context.Context, err error) error {
+	_ = k.send(ctx, hello{Err: err.Error()})
+	return err
 }
 
 func (k *control) send(ctx context.Context, h hello) error {
@@ -309,10 +358,7 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	run := s.run
 	logf(run, "perf client %v: link %s, profile %s", c.RemoteAddr(), h.Kind, h.Profile)
 	ta, isTCP := c.RemoteAddr().(*net.TCPAddr)
-	refuse := func(err error) error {
-		_ = k.send(ctx, hello{Err: err.Error()})
-		return err
-	}
+	refuse := func(err error) error { return k.refuse(ctx, err) }
 	switch h.Kind {
 	case KindTCP:
 		if err := k.send(ctx, hello{Kind: KindTCP}); err != nil {
@@ -346,29 +392,8 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 		return refuse(err)
 	}
 	defer ep.Close()
-	qp, err := ep.CreateQP(ctx)
+	qp, err := serverQP(ctx, k, ep, h.Kind, port, nextHop)
 	if err != nil {
-		return refuse(err)
-	}
-	info := qp.Info()
-	if err := k.send(ctx, hello{Kind: h.Kind, QP: &info, Port: port}); err != nil {
-		return err
-	}
-	ch, err := k.recv(ctx, "client's QP")
-	if err != nil {
-		return err
-	}
-	if ch.QP == nil {
-		return refuse(fmt.Errorf("bench: client sent no QP"))
-	}
-	remote := *ch.QP
-	remote.MAC = nextHop
-	// Connect before answering, so that the client's first packets find
-	// the QP ready.
-	if err := qp.Connect(ctx, remote); err != nil {
-		return refuse(err)
-	}
-	if err := k.send(ctx, hello{Ready: true}); err != nil {
 		return err
 	}
 	logf(run, "perf client %v: running", c.RemoteAddr())
@@ -378,6 +403,83 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 		return runErr(ctx, err)
 	}
 	return k.send(ctx, hello{Done: true})
+}
+
+// serverQP is the server's half of the QP exchange on k, after the
+// client's first hello: it creates a QP on ep, sends it with its steering
+// (and port, udp links), reads the client's QP, steers its own to the
+// client's queue when the client sent its steering, connects it (through
+// nextHop) and answers Ready.
+func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind string, port uint16, nextHop [6]byte) (*transport.Conn, error) {
+	qp, err := ep.CreateQP(ctx)
+	if err != nil {
+		return nil, k.refuse(ctx, err)
+	}
+	info := qp.Info()
+	if err := k.send(ctx, hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}); err != nil {
+		return nil, err
+	}
+	ch, err := k.recv(ctx, "client's QP")
+	if err != nil {
+		return nil, err
+	}
+	if ch.QP == nil {
+		return nil, k.refuse(ctx, fmt.Errorf("bench: client sent no QP"))
+	}
+	remote := *ch.QP
+	remote.MAC = nextHop
+	st, err := ch.Steer.steering(remote)
+	if err == nil && st != nil {
+		err = qp.Steer(ctx, *st)
+	}
+	if err != nil {
+		return nil, k.refuse(ctx, err)
+	}
+	// Connect before answering, so that the client's first packets find
+	// the QP ready.
+	if err := qp.Connect(ctx, remote); err != nil {
+		return nil, k.refuse(ctx, err)
+	}
+	if err := k.send(ctx, hello{Ready: true}); err != nil {
+		return nil, err
+	}
+	return qp, nil
+}
+
+// clientQP is the client's half of the QP exchange on k, given the
+// server's answer sh: it creates a QP on ep steered to the server's queue
+// when sh has the server's steering, connects it (through nextHop), sends
+// it with its own steering and waits for Ready.
+func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello, nextHop [6]byte) (*transport.Conn, error) {
+	if sh.QP == nil {
+		return nil, fmt.Errorf("bench: server sent no QP")
+	}
+	remote := *sh.QP
+	remote.MAC = nextHop
+	st, err := sh.Steer.steering(remote)
+	if err != nil {
+		return nil, err
+	}
+	var qp *transport.Conn
+	if st != nil {
+		qp, err = ep.CreateQPSteered(ctx, *st)
+	} else {
+		qp, err = ep.CreateQP(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := qp.Connect(ctx, remote); err != nil {
+		return nil, err
+	}
+	info := qp.Info()
+	if err := k.send(ctx, hello{QP: &info, Steer: helloSteeringOf(ep, qp)}); err != nil {
+		return nil, err
+	}
+	if _, err := k.recv(ctx, "server's ready"); err != nil {
+		return nil, err
+	}
+	return qp, nil
 }
 
 // clientPorts are the udp ports this process's perf clients hold, so
@@ -466,20 +568,8 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 		return PerfResult{}, err
 	}
 	defer ep.Close()
-	qp, err := ep.CreateQP(ctx)
+	qp, err := clientQP(ctx, k, ep, sh, nextHop)
 	if err != nil {
-		return PerfResult{}, err
-	}
-	remote := *sh.QP
-	remote.MAC = nextHop
-	if err := qp.Connect(ctx, remote); err != nil {
-		return PerfResult{}, err
-	}
-	info := qp.Info()
-	if err := k.send(ctx, hello{QP: &info}); err != nil {
-		return PerfResult{}, err
-	}
-	if _, err := k.recv(ctx, "server's ready"); err != nil {
 		return PerfResult{}, err
 	}
 	done, closeWatch := k.watch(cancel, "perf server")
