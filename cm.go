@@ -279,8 +279,8 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 }
 
 // dialOnce runs one handshake in version ver on a new TCP connection
-// for qc. retry reports a rejection of ver by a listener that speaks
-// version 1 only: the caller may dial again in version 1.
+// for qc. retry reports a rejection by a listener that speaks version 1
+// only: the caller may dial again in version 1.
 func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, addr, service string) (_ *Conn, retry bool, _ error) {
 	var d net.Dialer
 	tc, err := d.DialContext(ctx, "tcp", addr)
@@ -314,7 +314,11 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		if err != nil {
 			return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
 		}
-		retry = r.reason == rejVersion && r.version == cmVersion1 && ver > cmVersion1
+		// A version-1 listener refuses every later request before it
+		// reads it: as another version (rejVersion), or as malformed
+		// when the body exceeds version 1's bound (a large RSS table).
+		// Either way its REJ names version 1 (TestCMVersion1Peer).
+		retry = r.version == cmVersion1 && ver > cmVersion1
 		return nil, retry, fmt.Errorf("dial %s: %w", addr, r.err())
 	case m.version != ver:
 		return nil, false, fmt.Errorf("%w: the peer at %s answered version %d in version %d", ErrVersion, addr, ver, m.version)

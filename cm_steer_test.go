@@ -17,6 +17,7 @@ import (
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/link/rss"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -228,103 +229,36 @@ func bothWays(ctx context.Context, c *Conn, q *transport.Conn, r *rand.Rand) err
 
 // A version-1 peer, its side of the protocol written out by hand, works
 // with this side both ways. As listener, it rejects the version-2
-// request as version 1 does; Dial then asks again in version 1 on a new
-// TCP connection, and every later message of the connection (RTU, DREQ)
-// is in version 1. As dialer, its version-1 request gets a version-1
+// request as version 1 does (as another version, or as malformed when a
+// large RSS table makes the body exceed 512 bytes); Dial then asks again
+// in version 1 on a new TCP connection, and every later message of the
+// connection (RTU, DREQ) is in version 1. As dialer, its version-1 request gets a version-1
 // reply of exactly version 1's layout, and a DREQ a version-1 DREP.
 func TestCMVersion1Peer(t *testing.T) {
 	seed := testutil.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 2))
-	_, ea, eb := memPair(t, mem.Config{Seed: seed})
+	fab, ea, eb := memPair(t, mem.Config{Seed: seed})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	t.Run("listener", func(t *testing.T) {
-		tl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tl.Close()
-		type peer struct {
-			q   *transport.Conn
-			c   net.Conn
-			err error
-		}
-		got := make(chan peer, 1)
-		go func() {
-			p, err := func() (peer, error) {
-				c1, err := tl.Accept()
-				if err != nil {
-					return peer{}, err
-				}
-				defer c1.Close()
-				var h [8]byte
-				if _, err := io.ReadFull(c1, h[:]); err != nil || h[4] != cmVersion {
-					return peer{}, fmt.Errorf("first request: header %x, %v; want version 2", h, err)
-				}
-				text := "version 2 not supported"
-				c1.Write(v1Msg(msgREJ, append([]byte{rejVersion, 1, byte(len(text))}, text...)))
-				c2, err := tl.Accept()
-				if err != nil {
-					return peer{}, err
-				}
-				body, err := readV1(c2, msgREQ)
-				if err != nil {
-					return peer{c: c2}, err
-				}
-				// profile, QP info (19 bytes), service length, service
-				if len(body) != 1+19+1+len("svc") || body[0] != byte(ea.opts.Profile) || string(body[21:]) != "svc" {
-					return peer{c: c2}, fmt.Errorf("version-1 request %x", body)
-				}
-				remote, err := readV1QPInfo(body[1:20])
-				if err != nil {
-					return peer{c: c2}, err
-				}
-				q, err := eb.Endpoint.CreateQP(ctx)
-				if err != nil {
-					return peer{c: c2}, err
-				}
-				if err := q.Connect(ctx, remote); err != nil {
-					return peer{c: c2}, err
-				}
-				c2.Write(v1Msg(msgREP, v1QPInfo(q.Info())))
-				if _, err := readV1(c2, msgRTU); err != nil {
-					return peer{c: c2}, err
-				}
-				return peer{q: q, c: c2}, nil
-			}()
-			p.err = err
-			got <- p
-		}()
-		c, err := ea.Dial(ctx, tl.Addr().String(), "svc")
-		if err != nil {
-			t.Fatalf("Dial to a version-1 listener: %v", err)
-		}
-		p := <-got
-		if p.err != nil {
-			t.Fatal(p.err)
-		}
-		defer p.c.Close()
-		if err := bothWays(ctx, c, p.q, r); err != nil {
-			t.Fatal(err)
-		}
-		closed := make(chan error, 1)
-		go func() {
-			_, err := readV1(p.c, msgDREQ)
-			if err == nil {
-				p.q.Destroy(ctx)
-				_, err = p.c.Write(v1Msg(msgDREP, nil))
-			}
-			closed <- err
-		}()
-		c.Close()
-		if err := <-closed; err != nil {
-			t.Fatalf("close: %v", err)
-		}
-		if qps(t, ea) != 0 {
-			t.Fatalf("dialer QPs left: %d", qps(t, ea))
-		}
-	})
+	// A dialer with a large RSS table sends a request beyond version 1's
+	// bound, which a version-1 listener refuses as malformed, not as
+	// another version: Dial falls back all the same.
+	bigTab := rss.Spread(4, 1024, nil)
+	mp, err := fab.NewMultiPort([6]byte{2, 0, 0, 0, 0, 3}, netip.MustParseAddr("10.9.0.3"), 4, &bigTab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := NewEndpoint(mp, Options{CMAddr: "127.0.0.1:0", CloseTimeout: 10 * time.Second, Transport: transport.Config{Seed: seed + 2, MaxRetries: 50}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	for _, dialer := range []*Endpoint{ea, big} {
+		t.Run(fmt.Sprintf("listener, %d engines", dialer.Engines()), func(t *testing.T) {
+			v1Listener(t, ctx, dialer, eb, r)
+		})
+	}
 
 	t.Run("dialer", func(t *testing.T) {
 		ln, err := eb.Listen("svc")
@@ -390,4 +324,103 @@ func TestCMVersion1Peer(t *testing.T) {
 			dialTransfer(t, a, b, seed)
 		}
 	})
+}
+
+// v1Listener has dialer Dial a version-1 listener written out by hand,
+// whose QPs are on peer's transport endpoint, moves a message each way
+// and closes the connection.
+func v1Listener(t *testing.T, ctx context.Context, dialer, peer *Endpoint, r *rand.Rand) {
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	type result struct {
+		q   *transport.Conn
+		c   net.Conn
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		p, err := func() (result, error) {
+			// Version 1's listener: a header of another version is
+			// refused as such, unless its body exceeds 512 bytes, which
+			// is refused as malformed before the version is looked at;
+			// either REJ names version 1.
+			c1, err := tl.Accept()
+			if err != nil {
+				return result{}, err
+			}
+			defer c1.Close()
+			var h [8]byte
+			if _, err := io.ReadFull(c1, h[:]); err != nil || h[4] != cmVersion {
+				return result{}, fmt.Errorf("first request: header %x, %v; want version 2", h, err)
+			}
+			reason, text := uint8(rejVersion), "version 2 not supported"
+			if n := binary.BigEndian.Uint16(h[6:]); n > 512 {
+				reason, text = rejBadRequest, fmt.Sprintf("malformed connection message: body of %d bytes", n)
+			} else if _, err := io.ReadFull(c1, make([]byte, n)); err != nil {
+				return result{}, err
+			}
+			c1.Write(v1Msg(msgREJ, append([]byte{reason, 1, byte(len(text))}, text...)))
+			c2, err := tl.Accept()
+			if err != nil {
+				return result{}, err
+			}
+			body, err := readV1(c2, msgREQ)
+			if err != nil {
+				return result{c: c2}, err
+			}
+			// profile, QP info (19 bytes), service length, service
+			if len(body) != 1+19+1+len("svc") || body[0] != byte(dialer.opts.Profile) || string(body[21:]) != "svc" {
+				return result{c: c2}, fmt.Errorf("version-1 request %x", body)
+			}
+			remote, err := readV1QPInfo(body[1:20])
+			if err != nil {
+				return result{c: c2}, err
+			}
+			q, err := peer.Endpoint.CreateQP(ctx)
+			if err != nil {
+				return result{c: c2}, err
+			}
+			if err := q.Connect(ctx, remote); err != nil {
+				return result{c: c2}, err
+			}
+			c2.Write(v1Msg(msgREP, v1QPInfo(q.Info())))
+			if _, err := readV1(c2, msgRTU); err != nil {
+				return result{c: c2}, err
+			}
+			return result{q: q, c: c2}, nil
+		}()
+		p.err = err
+		got <- p
+	}()
+	c, err := dialer.Dial(ctx, tl.Addr().String(), "svc")
+	if err != nil {
+		t.Fatalf("Dial to a version-1 listener: %v", err)
+	}
+	p := <-got
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	defer p.c.Close()
+	if err := bothWays(ctx, c, p.q, r); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		_, err := readV1(p.c, msgDREQ)
+		if err == nil {
+			p.q.Destroy(ctx)
+			_, err = p.c.Write(v1Msg(msgDREP, nil))
+		}
+		closed <- err
+	}()
+	c.Close()
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if qps(t, dialer) != 0 {
+		t.Fatalf("dialer QPs left: %d", qps(t, dialer))
+	}
 }

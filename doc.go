@@ -78,9 +78,11 @@
 //
 // Version 1 had no steering. A listener answers a request in the
 // request's version, so a version-1 dialer is served as before; a
-// version-1 listener rejects a version-2 request (REJ, version 1), and
-// Dial then dials again in version 1 on a new TCP connection with the same
-// QP: one more round trip, no steering in either direction. Later
+// version-1 listener rejects a version-2 request with a REJ naming
+// version 1 (as another version, or as malformed when a large table makes
+// the body exceed 512 bytes), and Dial then dials again in version 1 on a
+// new TCP connection with the same QP: one more round trip, no steering
+// in either direction. Later
 // messages of a connection (RTU, DREQ, DREP) are in the version agreed.
 //
 // Conn.Close drains the work posted on the QP, sends DREQ, waits for the
