@@ -60,8 +60,10 @@
 // where a QP's frames should land (its address, its device's RSS key and
 // indirection table, its engine's queue), and the peer's
 // Endpoint.CreateQPSteered picks entropies that the receiver's Toeplitz
-// hash puts on that queue. Where the hash is unknown (veth, the testbeds),
-// the hand-over ring is the path.
+// hash puts on that queue; Conn.Steer does the same for a QP created
+// before its peer's steering was known. The root package's connection
+// manager exchanges steerings in its handshake. Where the hash is unknown
+// (veth, the testbeds), the hand-over ring is the path.
 //
 // Config.CPUs pins engine i to a CPU (runtime.LockOSThread and
 // sched_setaffinity, Linux). Config.BusyPoll makes idle engines poll their
