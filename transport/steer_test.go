@@ -227,10 +227,15 @@ func TestSteer(t *testing.T) {
 			t.Errorf("entropy %d lands on queue %d", p.Entropy, q)
 		}
 	}
+	// A frame sent before Steer can still arrive after the message
+	// completed only as a duplicate of one retransmitted (a spurious
+	// timeout on a loaded machine): the frames handed over from here on
+	// are none, or at most those retransmissions.
+	st0, _ := ca.Stats(ctx)
 	before := handedOver(t, ctx, eb)
 	sendChecked(t, ctx, ca, cb, msg[:1<<20])
-	if n := handedOver(t, ctx, eb) - before; n != 0 {
-		t.Fatalf("the receiver handed %d frames over after Steer", n)
+	if n := handedOver(t, ctx, eb) - before; n > st0.Retransmits {
+		t.Fatalf("the receiver handed %d frames over after Steer (%d retransmissions before)", n, st0.Retransmits)
 	}
 }
 
