@@ -31,6 +31,12 @@ type Frame struct {
 	// ID is the link's handle for the buffer (a UMEM address, a pool index).
 	// Callers pass it back unchanged.
 	ID uint64
+	// RxTime is when a received frame reached the host, in nanoseconds of
+	// the kernel's CLOCK_MONOTONIC (the clock of Go's monotonic readings),
+	// stamped before it waited in any queue of the link; 0 when the link
+	// does not know. The transport counts a packet's hold time, and so the
+	// endpoint delay its congestion control sees, from it.
+	RxTime int64
 }
 
 // Info describes a link.
