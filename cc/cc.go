@@ -18,8 +18,15 @@ type Sample struct {
 	// echoed transmit timestamp; it includes HoldTime. 0 means no sample.
 	RTT time.Duration
 	// HoldTime is how long the receiver held that packet before
-	// acknowledging it (endpoint delay, not fabric delay).
+	// acknowledging it, and the ACK waited at this host before the
+	// transport read it when the link stamps arrivals (endpoint delay, not
+	// fabric delay).
 	HoldTime time.Duration
+	// HostHold says the receiver's part of HoldTime counts from the
+	// packet's arrival at its host, not from when its transport read it:
+	// HoldTime then holds the time the packet waited for a descheduled
+	// receiver, which a controller can hold to an endpoint target.
+	HostHold bool
 	// ECNCount is the number of CE-marked data packets the receiver saw
 	// since its previous ACK.
 	ECNCount int

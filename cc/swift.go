@@ -34,6 +34,13 @@ type SwiftConfig struct {
 	// time is the receiver's delayed-ACK timer rather than host
 	// congestion, and that timer fires late).
 	EndpointTarget time.Duration
+	// HostEndpointTarget is the endpoint target of samples whose hold
+	// time counts from the packet's arrival at the receiving host
+	// (Sample.HostHold): the time packets wait in the host's receive ring
+	// while its transport is not scheduled, the host congestion the
+	// paper's endpoint window is for (ours: the paper's NIC timestamps
+	// give every sample that). 0 means EndpointTarget's rule.
+	HostEndpointTarget time.Duration
 	// AI is the additive increase in packets per RTT. 0 means 1.
 	AI float64
 	// Beta is the multiplicative decrease constant β. 0 means 0.8.
@@ -104,7 +111,8 @@ type SwiftConfig struct {
 // and Rate paces at cwnd packets per RTT. With INTFabricDelay, the fabric
 // delay of an ACK with INT records is the queueing its records report;
 // with RTTEndpointAllowance, the target of an ACK without them is higher
-// by that allowance.
+// by that allowance; with HostEndpointTarget, an ACK whose hold counts
+// from the packet's arrival at the host holds the endpoint window to it.
 //
 // Its zero value is not usable: use NewSwift. It is not safe for concurrent
 // use.
@@ -113,6 +121,7 @@ type Swift struct {
 	base, hopScale    float64 // ns
 	fsRange, fsA, fsB float64 // ns; flow-scaling curve fsA/sqrt(cwnd)+fsB
 	eTarget           float64 // ns
+	hostETarget       float64 // ns; 0: eTarget
 	ai, beta, maxMDF  float64
 	minCwnd, maxCwnd  float64
 	retxReset         int
@@ -141,17 +150,18 @@ var _ Controller = (*Swift)(nil)
 // NewSwift returns a Swift controller with both windows at InitCwnd.
 func NewSwift(cfg SwiftConfig) *Swift {
 	s := &Swift{
-		mss:       float64(cfg.PacketBytes),
-		base:      float64(cfg.BaseTarget),
-		hopScale:  float64(max(cfg.HopScale, 0)),
-		fsRange:   float64(cfg.FlowScaleRange),
-		eTarget:   float64(cfg.EndpointTarget),
-		ai:        cfg.AI,
-		beta:      cfg.Beta,
-		maxMDF:    cfg.MaxMDF,
-		minCwnd:   cfg.MinCwnd,
-		maxCwnd:   cfg.MaxCwnd,
-		retxReset: cfg.RetxResetThreshold,
+		mss:         float64(cfg.PacketBytes),
+		base:        float64(cfg.BaseTarget),
+		hopScale:    float64(max(cfg.HopScale, 0)),
+		fsRange:     float64(cfg.FlowScaleRange),
+		eTarget:     float64(cfg.EndpointTarget),
+		hostETarget: float64(max(cfg.HostEndpointTarget, 0)),
+		ai:          cfg.AI,
+		beta:        cfg.Beta,
+		maxMDF:      cfg.MaxMDF,
+		minCwnd:     cfg.MinCwnd,
+		maxCwnd:     cfg.MaxCwnd,
+		retxReset:   cfg.RetxResetThreshold,
 	}
 	def := func(v *float64, d float64) {
 		if !positive(*v) {
@@ -286,7 +296,11 @@ func (s *Swift) OnAck(a Sample) {
 	can := s.canDecrease(a.Now)
 	target := float64(s.TargetDelay(s.fcwnd, len(a.INT))) + allow
 	f, fcut := s.step(s.fcwnd, fabric, target, acked, can)
-	e, ecut := s.step(s.ecwnd, endpoint, s.eTarget, acked, can)
+	eTarget := s.eTarget
+	if a.HostHold && s.hostETarget > 0 {
+		eTarget = s.hostETarget
+	}
+	e, ecut := s.step(s.ecwnd, endpoint, eTarget, acked, can)
 	s.fcwnd, s.ecwnd = f, e
 	if fcut || ecut {
 		s.didDecrease(a.Now)

@@ -435,3 +435,33 @@ func TestSwiftRTTEndpointAllowance(t *testing.T) {
 		t.Fatalf("ByName's allowance %vns, want %v", got, SoftwareSwiftEndpointAllowance)
 	}
 }
+
+// TestSwiftHostEndpointTarget: a sample whose hold counts from the packet's
+// arrival at the host (HostHold) is held to HostEndpointTarget by the
+// endpoint window, even where EndpointTarget is off; the same hold without
+// HostHold (a delayed-ACK timer) is not, and a host hold under the target
+// grows the window.
+func TestSwiftHostEndpointTarget(t *testing.T) {
+	const host = 500 * time.Microsecond
+	cfg := SwiftConfig{InitCwnd: 100, EndpointTarget: -1, HostEndpointTarget: host}
+	rtt := 2 * host // the fabric part (RTT - hold) is far below any target below
+	s := NewSwift(cfg)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: rtt, HoldTime: rtt - time.Microsecond, HostHold: true})
+	if s.EndpointCwnd() >= 100 || s.FabricCwnd() < 100 {
+		t.Fatalf("host hold over its target: endpoint cwnd %v, fabric %v; want the endpoint window cut", s.EndpointCwnd(), s.FabricCwnd())
+	}
+	s = NewSwift(cfg)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: rtt, HoldTime: rtt - time.Microsecond})
+	if s.Cwnd() <= 100 || s.Decreases() != 0 {
+		t.Fatalf("the same hold without HostHold: cwnd %v after %d cuts, want growth", s.Cwnd(), s.Decreases())
+	}
+	s = NewSwift(cfg)
+	s.OnAck(Sample{Now: 1000, AckedBytes: 1400, RTT: rtt, HoldTime: host / 2, HostHold: true})
+	if s.EndpointCwnd() <= 100 {
+		t.Fatalf("host hold under its target: endpoint cwnd %v, want growth", s.EndpointCwnd())
+	}
+	mk, _ := ByName("swift", Params{})
+	if got := mk().(*Swift).hostETarget; got != float64(SoftwareSwiftHostTarget) {
+		t.Fatalf("ByName's host endpoint target %vns, want %v", got, SoftwareSwiftHostTarget)
+	}
+}

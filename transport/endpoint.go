@@ -115,6 +115,11 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 		ep.mrs, engs = eng.mrs, []*Engine{eng}
 	}
 	ep.cfg = engs[0].cfg
+	if f := rxClockFor(clk); f != nil {
+		for _, e := range engs {
+			e.SetRxClock(f)
+		}
+	}
 	ready := make(chan error, len(engs))
 	ep.live = len(engs)
 	for i, e := range engs {

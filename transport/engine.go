@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
@@ -83,6 +84,10 @@ type Engine struct {
 	shard    int
 	sleeping atomic.Bool // its driver is about to Wait or waiting
 	woken    []bool      // engines this Step handed frames to
+
+	// rxClock converts link.Frame.RxTime into the engine's time; nil:
+	// frames arrive when Step runs.
+	rxClock func(ns int64) clock.Time
 }
 
 // QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
@@ -228,10 +233,11 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 		for i := range n {
 			e.stats.RxFrames++
 			e.stats.RxBytes += uint64(len(e.rx[i].Buf))
-			if e.sh != nil && e.handOver(e.rx[i].Buf) {
+			at := e.arrival(now, e.rx[i].RxTime)
+			if e.sh != nil && e.handOver(e.rx[i].Buf, at) {
 				continue
 			}
-			e.input(now, e.rx[i].Buf)
+			e.input(now, at, e.rx[i].Buf)
 		}
 		e.link.Release(e.rx[:n])
 		if e.sh != nil {
@@ -250,9 +256,34 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 	return work || sent, err
 }
 
-// input decodes a frame and hands it to its QP. The caller counts it in
-// RxFrames: the engine whose link received it.
-func (e *Engine) input(now clock.Time, frame []byte) {
+// SetRxClock makes the engine take a received frame's arrival from its
+// link.Frame.RxTime, converted by f into the engine's time, instead of the
+// time of the Step that reads it: a packet's hold time, which its ACK
+// reports, then counts the time the frame waited in the link's queues for
+// the engine (TestHoldCountsRingWait). Endpoint sets it when it runs the
+// system clock.
+func (e *Engine) SetRxClock(f func(ns int64) clock.Time) { e.rxClock = f }
+
+// maxRxAge bounds how far before the Step reading it a frame's stamp may
+// lie; an older or a future stamp is a clock the engine does not share,
+// and the Step's time stands instead.
+const maxRxAge = time.Second
+
+// arrival returns when a frame stamped rx (link.Frame.RxTime) arrived, in
+// the engine's time, or now when the link did not stamp it.
+func (e *Engine) arrival(now clock.Time, rx int64) clock.Time {
+	if rx == 0 || e.rxClock == nil {
+		return now
+	}
+	if at := e.rxClock(rx); at <= now && now.Sub(at) < maxRxAge {
+		return at
+	}
+	return now
+}
+
+// input decodes a frame that arrived at at and hands it to its QP. The
+// caller counts it in RxFrames: the engine whose link received it.
+func (e *Engine) input(now, at clock.Time, frame []byte) {
 	if err := wire.Decode(frame, &e.pkt); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrTruncated), errors.Is(err, wire.ErrBadLength):
@@ -275,7 +306,7 @@ func (e *Engine) input(now clock.Time, frame []byte) {
 		e.stats.UnknownQP++
 		return
 	}
-	q.Handle(now, &e.pkt)
+	q.handle(now, at, &e.pkt)
 }
 
 // output transmits, round robin over QPs, everything due at now. Transmit

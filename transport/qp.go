@@ -268,6 +268,7 @@ type QP struct {
 	lastAckAt      clock.Time
 
 	lastNow    clock.Time // the latest time the QP was handed
+	rxAt       clock.Time // when the packet being handled reached the host
 	lastSendAt clock.Time // when the latest data packet left
 	pkt        wire.Packet
 	comps      []Completion
@@ -801,10 +802,17 @@ func (q *QP) encodeCNP(buf []byte) (int, error) {
 
 // Handle processes one decoded packet addressed to this QP, received at now.
 // The packet's slices must stay valid only during the call.
-func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
+func (q *QP) Handle(now clock.Time, pk *wire.Packet) { q.handle(now, now, pk) }
+
+// handle is Handle for a packet that reached the host at at, before now
+// when the link stamped its arrival (Engine.SetRxClock): a data packet's
+// hold time then counts from at, and an ACK's wait from at to now is
+// endpoint delay, not fabric delay.
+func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 	if q.state != stateReady {
 		return
 	}
+	q.rxAt = at
 	if pk.IP.Src != q.rip {
 		q.stats.BadPackets++
 		return

@@ -136,7 +136,7 @@ func (s *Shards) Stats() []EngineStats {
 // handOver passes frame to the engine that owns its destination QP, if
 // that is another engine, and reports whether it took the frame (passed
 // or dropped). Frames it cannot place are left to input, which counts them.
-func (e *Engine) handOver(frame []byte) bool {
+func (e *Engine) handOver(frame []byte, at clock.Time) bool {
 	qpn, ok := destQP(frame)
 	if !ok {
 		return false
@@ -145,7 +145,7 @@ func (e *Engine) handOver(frame []byte) bool {
 	if o == e.shard {
 		return false
 	}
-	if !e.sh.rings[e.shard][o].push(frame) {
+	if !e.sh.rings[e.shard][o].push(frame, at) {
 		e.stats.HandoverDrops++
 		return true
 	}
@@ -178,13 +178,13 @@ func (e *Engine) takeHandedIn(now clock.Time) bool {
 			continue
 		}
 		for range r.cap() {
-			b, ok := r.front()
+			b, at, ok := r.front()
 			if !ok {
 				break
 			}
 			any = true
 			e.stats.HandedIn++
-			e.input(now, b)
+			e.input(now, at, b)
 			r.pop()
 		}
 	}

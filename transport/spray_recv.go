@@ -56,6 +56,7 @@ type lastData struct {
 	psn     psn.PSN
 	tx      uint64
 	arrive  clock.Time
+	stamped bool // arrive is the host's arrival stamp, not the engine's time
 	entropy uint16
 	intLen  int
 	intBuf  [wire.MaxINTHops * wire.HopLen]byte
@@ -94,10 +95,11 @@ func (r *sprayReceiver) held() uint64 {
 func (r *sprayReceiver) onCE(clock.Time) { r.q.ackNow = true }
 
 func (r *sprayReceiver) note(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint64) {
-	r.last.psn, r.last.tx, r.last.arrive, r.last.entropy = p, tx, now, pk.UDP.Src
+	at, stamped := r.q.rxAt, r.q.rxAt < now
+	r.last.psn, r.last.tx, r.last.arrive, r.last.stamped, r.last.entropy = p, tx, at, stamped, pk.UDP.Src
 	r.lastSet = true
 	if len(pk.INT) > 0 {
-		r.echo.psn, r.echo.tx, r.echo.arrive, r.echo.entropy = p, tx, now, pk.UDP.Src
+		r.echo.psn, r.echo.tx, r.echo.arrive, r.echo.stamped, r.echo.entropy = p, tx, at, stamped, pk.UDP.Src
 		r.echo.intLen = copy(r.echo.intBuf[:], pk.INT)
 		r.echoSet = true
 	}
@@ -405,6 +407,9 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 	}
 	if hold := now.Sub(e.arrive); hold > 0 && hold < time.Second {
 		a.HoldNs = uint32(hold)
+		if e.stamped {
+			a.HoldNs |= wire.HoldFromArrival
+		}
 	}
 	a.SackBase = uint32(r.win.Sack(r.last.psn, a.Sack[:]))
 	// Trailing zero words say nothing: an ACK of packets that arrived in

@@ -245,14 +245,17 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	// The echoed timestamp gives the full round trip of the acknowledged
 	// packet (cc.Sample.RTT includes the receiver's hold time); paths are
 	// scored on the fabric part alone.
-	rtt, hold := res.RTT, time.Duration(a.HoldNs)
+	// The hold adds the ACK's own wait at this host, from its arrival
+	// stamp to now: both are endpoint delay (TestHoldCountsRingWait).
+	rtt, hold := res.RTT, time.Duration(a.HoldNs&wire.HoldMask)+now.Sub(q.rxAt)
 	if a.EchoTime != 0 {
 		if r := now.Sub(clock.Time(a.EchoTime)); r > 0 {
 			rtt = r
 		}
 	}
 	hops := decodeHops(pk.INT, s.hops[:0])
-	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
+	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold,
+		HostHold: a.HoldNs&wire.HoldFromArrival != 0, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
 	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it
 	if a.Entropy != 0 {
 		if len(hops) > 0 {

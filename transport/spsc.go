@@ -1,6 +1,10 @@
 package transport
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/sprayfabric/spray/clock"
+)
 
 // spscRing is a bounded lock-free single-producer single-consumer queue of
 // frames with preallocated slots: the producer copies a frame into the next
@@ -34,6 +38,7 @@ type spscRing struct {
 type spscSlot struct {
 	buf []byte // len == cap == slot size
 	n   int
+	at  clock.Time // when the frame arrived (Engine.arrival)
 }
 
 // newSPSCRing returns a ring of at least slots slots (rounded up to a power
@@ -51,9 +56,10 @@ func newSPSCRing(slots, slotSize int) *spscRing {
 	return r
 }
 
-// push copies frame into the next slot and reports whether it did: false
-// when the ring is full or frame is longer than a slot.
-func (r *spscRing) push(frame []byte) bool {
+// push copies frame, which arrived at at, into the next slot and reports
+// whether it did: false when the ring is full or frame is longer than a
+// slot.
+func (r *spscRing) push(frame []byte, at clock.Time) bool {
 	t := r.tail.Load()
 	if t-r.cachedHead > r.mask {
 		r.cachedHead = r.head.Load()
@@ -66,22 +72,23 @@ func (r *spscRing) push(frame []byte) bool {
 		return false
 	}
 	s.n = copy(s.buf, frame)
+	s.at = at
 	r.tail.Store(t + 1)
 	return true
 }
 
-// front returns the oldest frame, valid until pop, and false when the ring
-// is empty.
-func (r *spscRing) front() ([]byte, bool) {
+// front returns the oldest frame, valid until pop, and when it arrived;
+// false when the ring is empty.
+func (r *spscRing) front() ([]byte, clock.Time, bool) {
 	h := r.head.Load()
 	if h == r.cachedTail {
 		r.cachedTail = r.tail.Load()
 		if h == r.cachedTail {
-			return nil, false
+			return nil, 0, false
 		}
 	}
 	s := &r.slots[h&r.mask]
-	return s.buf[:s.n], true
+	return s.buf[:s.n], s.at, true
 }
 
 // pop frees the frame front returned.

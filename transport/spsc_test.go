@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"runtime"
 	"testing"
+
+	"github.com/sprayfabric/spray/clock"
 )
 
 func TestSPSCRing(t *testing.T) {
@@ -12,34 +14,34 @@ func TestSPSCRing(t *testing.T) {
 	if r.cap() != 8 {
 		t.Fatalf("cap %d, want 8", r.cap())
 	}
-	if _, ok := r.front(); ok {
+	if _, _, ok := r.front(); ok {
 		t.Fatal("empty ring has a front")
 	}
-	if r.push(make([]byte, 17)) {
+	if r.push(make([]byte, 17), 0) {
 		t.Fatal("a frame longer than a slot was accepted")
 	}
 	for i := range 8 {
-		if !r.push([]byte{byte(i), 1, 2}) {
+		if !r.push([]byte{byte(i), 1, 2}, clock.Time(100+i)) {
 			t.Fatalf("push %d refused below capacity", i)
 		}
 	}
-	if r.push([]byte{9}) {
+	if r.push([]byte{9}, 0) {
 		t.Fatal("push into a full ring accepted")
 	}
 	if r.len() != 8 {
 		t.Fatalf("len %d, want 8", r.len())
 	}
 	for i := range 8 {
-		b, ok := r.front()
-		if !ok || !bytes.Equal(b, []byte{byte(i), 1, 2}) {
-			t.Fatalf("front %d = %v, %v", i, b, ok)
+		b, at, ok := r.front()
+		if !ok || !bytes.Equal(b, []byte{byte(i), 1, 2}) || at != clock.Time(100+i) {
+			t.Fatalf("front %d = %v at %v, %v", i, b, at, ok)
 		}
 		r.pop()
-		if i == 0 && !r.push([]byte{8, 1, 2}) { // room again after one pop
+		if i == 0 && !r.push([]byte{8, 1, 2}, 108) { // room again after one pop
 			t.Fatal("push refused after a pop")
 		}
 	}
-	b, ok := r.front()
+	b, _, ok := r.front()
 	if !ok || b[0] != 8 {
 		t.Fatalf("wrapped frame = %v, %v", b, ok)
 	}
@@ -48,7 +50,7 @@ func TestSPSCRing(t *testing.T) {
 		t.Fatalf("len %d after draining", r.len())
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		r.push([]byte{1})
+		r.push([]byte{1}, 0)
 		r.front()
 		r.pop()
 	}); n != 0 {
@@ -71,7 +73,7 @@ func TestSPSCRingConcurrent(t *testing.T) {
 			for j := 8; j < len(buf); j++ {
 				buf[j] = byte(i) ^ byte(j)
 			}
-			if r.push(buf[:8+int(i%56)]) {
+			if r.push(buf[:8+int(i%56)], clock.Time(i)) {
 				n++
 			}
 			if i%1024 == 0 {
@@ -92,12 +94,15 @@ func TestSPSCRingConcurrent(t *testing.T) {
 			default:
 			}
 		}
-		b, ok := r.front()
+		b, at, ok := r.front()
 		if !ok {
 			runtime.Gosched()
 			continue
 		}
 		i := binary.BigEndian.Uint64(b)
+		if at != clock.Time(i) {
+			t.Fatalf("frame %d arrived at %v", i, at)
+		}
 		if len(b) != 8+int(i%56) {
 			t.Fatalf("frame %d has %d bytes", i, len(b))
 		}

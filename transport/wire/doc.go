@@ -156,7 +156,7 @@
 //	  8    4 SackBase: PSN of bit 0 of SACK word 0 (24 bits)
 //	 12    4 MsgID: message a NAK refers to
 //	 16    8 EchoTime: TxTime of the packet AckedPSN
-//	 24    4 HoldNs: receiver hold time, ns
+//	 24    4 HoldNs: receiver hold time, ns (bit 31: from host arrival)
 //	 28    2 ECNCount: CE-marked packets since the last ACK
 //	 30    2 Entropy: UDP source port of the packet AckedPSN
 //	 32    1 Syndrome: SyndromeAck or a NAK code (AETH encoding)

@@ -100,6 +100,12 @@ const (
 	FlagINT uint8 = 1 << 0
 )
 
+// Ack.HoldNs: the hold time in the low 31 bits (up to 2.1 s), and a flag.
+const (
+	HoldMask        uint32 = 1<<31 - 1
+	HoldFromArrival uint32 = 1 << 31
+)
+
 // Eth is an Ethernet II header, with at most one 802.1Q tag.
 type Eth struct {
 	Dst, Src [6]byte
@@ -189,7 +195,10 @@ type Ack struct {
 	MsgID uint32
 	// EchoTime is the TxTime of the packet AckedPSN.
 	EchoTime uint64
-	// HoldNs is how long the receiver held that packet before acknowledging.
+	// HoldNs is how long the receiver held that packet before acknowledging,
+	// in its low 31 bits (HoldMask); HoldFromArrival set means the hold
+	// counts from the packet's arrival at the receiving host (its link
+	// stamped it), the time it waited there for the transport included.
 	HoldNs uint32
 	// ECNCount is the number of CE-marked data packets since the last ACK.
 	ECNCount uint16
