@@ -124,7 +124,11 @@
 //     endpoint window off (EndpointTarget < 0): the transport's hold time
 //     is its delayed-ACK timer, which fires late when the engine sleeps,
 //     and cutting on it leaves one packet in flight whose ACK then waits
-//     for that timer.
+//     for that timer. The exception is an ACK whose hold counts from the
+//     packet's arrival at the host (Sample.HostHold; the AF_XDP link
+//     stamps arrivals): its hold is the host's queueing, and the endpoint
+//     window holds it to 1 ms (SoftwareSwiftHostTarget,
+//     SwiftConfig.HostEndpointTarget).
 //   - Swift's start and increase when Params.LineRate is known: an initial
 //     window of one BDP (line rate × BaseRTT, 1 to 16 packets, as HPCC's
 //     W_init) instead of 16 packets, and an additive increase of half the
@@ -156,10 +160,13 @@
 // Any other controller is a Config.CC (or a --cc flag) away; Fixed{} is the
 // unlimited, unpaced window.
 //
-// Without INT, host delays count as fabric delay: the receiver's hold time
-// starts when its engine reads the packet, not when the link received it,
-// so a CPU-bound receiver's backlog, and an engine that wakes late, add to
-// Sample.RTT - Sample.HoldTime; RTTEndpointAllowance allows for some of it.
+// Without INT and without arrival stamps, host delays count as fabric
+// delay: the receiver's hold time starts when its engine reads the packet,
+// not when the link received it, so a CPU-bound receiver's backlog, and an
+// engine that wakes late, add to Sample.RTT - Sample.HoldTime;
+// RTTEndpointAllowance allows for some of it. A link that stamps arrivals
+// (transport: link.Frame.RxTime) moves the time frames wait in its rings,
+// at the receiver and for the ACK at the sender, into Sample.HoldTime.
 // On a shaped fabric the profile's controller is what keeps the queues
 // short; the unlimited window overflows them. Figures for each controller
 // (incast, pair and leaf-spine runs) are in docs/results.md.
