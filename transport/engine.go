@@ -78,6 +78,8 @@ type Engine struct {
 	stats   EngineStats
 	rr      int
 	have    int // transmit buffers at the front of tx, lent by the link
+	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
+	stepBytes int
 
 	// Set when the engine is one of Shards.
 	sh       *Shards
@@ -252,6 +254,7 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 			q.HandleTimeout(now)
 		}
 	}
+	e.stepBytes = 0
 	sent, err := e.output(now)
 	return work || sent, err
 }
@@ -309,9 +312,19 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	q.handle(now, at, &e.pkt)
 }
 
-// output transmits, round robin over QPs, everything due at now. Transmit
-// buffers that the link lent and no packet used stay with the engine for the
-// next round.
+// maxStepBytes bounds what one Step transmits: the packets it encodes all
+// carry its time as their send time, and a longer burst would make the
+// last ones' RTT hold the time the first ones took to encode and send, a
+// sender delay that delay-based control reads as fabric queueing (a 1 MiB
+// window of jumbo frames takes a few hundred µs). 64 KiB is a TSO
+// segment's worth; the driver steps again at once, at a new time, while a
+// Step reports work (TestStepBoundsOutput).
+const maxStepBytes = 64 << 10
+
+// output transmits, round robin over QPs, what is due at now, up to
+// maxStepBytes (the link batch that crosses it goes whole). Transmit
+// buffers that the link lent and no packet used stay with the engine for
+// the next round.
 func (e *Engine) output(now clock.Time) (bool, error) {
 	if len(e.order) == 0 {
 		return false, nil
@@ -328,7 +341,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			return any, nil
 		}
 		filled := 0
-		for filled < e.have && idle < len(e.order) {
+		for filled < e.have && idle < len(e.order) && e.stepBytes < maxStepBytes {
 			q := e.order[e.rr%len(e.order)]
 			m, err := q.PollTransmit(now, e.tx[filled].Buf)
 			if err != nil {
@@ -343,6 +356,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			idle = 0
 			e.tx[filled].Buf = e.tx[filled].Buf[:m]
 			e.stats.TxBytes += uint64(m)
+			e.stepBytes += m
 			filled++
 			if turn++; turn == burst {
 				e.rr++
@@ -357,6 +371,9 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			if err != nil {
 				return any, err
 			}
+		}
+		if e.stepBytes >= maxStepBytes {
+			break
 		}
 	}
 	return any, nil
