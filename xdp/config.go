@@ -94,11 +94,11 @@ type Config struct {
 	FrameSize int
 	// MaxFrame is the largest frame, Ethernet header included, that the
 	// socket receives and sends (Info().FrameSize). 0: FrameSize-256, one
-	// chunk. Above that, up to MaxFrameLimit, the socket is multi-buffer:
-	// it binds with XDP_USE_SG (Linux 6.6), a received frame that spans
-	// several chunks is copied into a reassembly buffer before Recv hands
-	// it out, and a TX frame spans adjacent chunks sent as chained
-	// descriptors. The steering program must be loaded with the xdp.frags
+	// chunk (less StampLen when Stamped). Above that, up to MaxFrameLimit,
+	// the socket is multi-buffer: it binds with XDP_USE_SG (Linux 6.6), a
+	// received frame that spans several chunks is copied into a
+	// reassembly buffer before Recv hands it out, and a TX frame spans
+	// adjacent chunks sent as chained descriptors. The steering program must be loaded with the xdp.frags
 	// flag (package ebpf's is). Without multi-buffer the kernel drops
 	// longer frames and counts them (Stats.KernelRxDropped).
 	MaxFrame int
