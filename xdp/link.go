@@ -191,7 +191,9 @@ func (l *Link) Sockets() []*Socket { return l.qs }
 func (l *Link) Served() []int { return l.served }
 
 // Steering returns the steering program the link attached, for its
-// counters. It belongs to the Link: Close closes it.
+// counters. It belongs to the Link: Close closes it. An Update must keep
+// Stamp as the link set it (!LinkConfig.NoStamp), or the sockets would
+// read the first 8 bytes of every frame as a stamp, or a stamp as frame.
 func (l *Link) Steering() *ebpf.Steering { return l.steer }
 
 // Recv fills fs with frames received on any queue, taking from each in
