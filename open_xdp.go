@@ -23,8 +23,10 @@ func openXDP(cfg LinkConfig) (link.Link, error) {
 	switch {
 	case cfg.FrameSize != 0:
 		sock.MaxFrame = min(cfg.FrameSize, xdp.MaxFrameLimit)
-	case cfg.MTU+18 > xdp.DefaultFrameSize-256:
-		sock.MaxFrame = cfg.MTU + 18 // multi-buffer above one UMEM chunk
+	case cfg.MTU+18+xdp.StampLen > xdp.DefaultFrameSize-256:
+		// Multi-buffer when the frame and xdp.Link's arrival stamp
+		// exceed one UMEM chunk.
+		sock.MaxFrame = cfg.MTU + 18
 	}
 	l, err := xdp.OpenLink(xdp.LinkConfig{
 		Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP,

@@ -27,8 +27,10 @@ type LinkConfig struct {
 	// Interface.MTU when smaller; when Interface.MTU is 0 too, each
 	// link's own default. The frames it implies are MTU+14 bytes for UDP,
 	// MTU+18 (room for a VLAN tag) for raw sockets, and for AF_XDP MTU+18
-	// when that exceeds one UMEM chunk (multi-buffer), else xdp's default
-	// (the device's MTU+18 when that exceeds a chunk, one chunk otherwise).
+	// when that with the 8-byte arrival stamp exceeds one UMEM chunk
+	// (multi-buffer), else xdp's default (the device's MTU+18 when that
+	// exceeds a chunk, one chunk less the stamp otherwise). AF_XDP
+	// frames carry their arrival time (link.Frame.RxTime).
 	MTU int
 	// FrameSize, when not 0, is the largest frame, Ethernet header
 	// included, that the link carries (its Info().FrameSize), instead of

@@ -27,9 +27,21 @@
 //     Refused.
 //  10. The frame is redirected to the socket registered for its RX queue:
 //     Steered, or passes when there is none: NoSocket.
+//  11. With SteerConfig.Stamp, a redirected frame gets StampLen (8) bytes
+//     prepended, bpf_xdp_adjust_head, holding bpf_ktime_get_ns()
+//     (CLOCK_MONOTONIC in ns) as a little-endian uint64: the time it
+//     reached the host, before it waited in the socket's RX ring. A frame
+//     without headroom for it is dropped: NoRoom. Passed frames are never
+//     stamped.
 //
 // Passes not counted NoSocket count Passed, so that the counters add up to
-// the frames seen. The kernel would drop every frame dropped in 3, 5 and 7
+// the frames seen. The stamp costs a bpf_ktime_get_ns and a head adjust per
+// steered frame; package xdp strips it into link.Frame.RxTime, so that the
+// transport counts the time a frame waited on the host (its engine not
+// scheduled) as endpoint delay, not fabric delay. It is prepended rather
+// than written as XDP metadata because the kernel writes metadata into a
+// chunk's headroom, which package xdp's in-place receive layout lends to
+// the previous frame (TestSteerStamp, and TestLinkStamp in package xdp). The kernel would drop every frame dropped in 3, 5 and 7
 // anyway; the program takes nothing from other applications on the host.
 //
 // # Fabric

@@ -47,7 +47,9 @@ func (o outcome) String() string {
 
 // model is the slow, obvious statement of what steer.c decides, written from
 // the rules in doc.go. socket says whether a socket is registered for the
-// frame's queue.
+// frame's queue. Rule 11 (Stamp) changes no decision where the model is
+// compared, BPF_PROG_TEST_RUN, which always leaves headroom: NoRoom cannot
+// happen there; TestSteerStamp checks what the stamp does to the bytes.
 func model(frame []byte, cfg SteerConfig, socket bool) outcome {
 	port := cfg.Port
 	if port == 0 {

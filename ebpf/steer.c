@@ -19,6 +19,13 @@
 //  9. An allowlist is set and the source is not in it: drop, Refused.
 // 10. Redirect to steer_xsks[rx_queue_index]: Steered; no socket for the
 //     queue: pass, NoSocket.
+// 11. With stamp set, a redirected frame gets 8 bytes prepended
+//     (bpf_xdp_adjust_head) holding bpf_ktime_get_ns(), CLOCK_MONOTONIC
+//     in ns, as a little-endian u64 (native order of bpfel, the only
+//     target): the time it reached the host, before it waits in the
+//     AF_XDP RX ring. No headroom for it: drop, NoRoom (a socket that
+//     expects stamps must never read an unstamped frame). A passed frame
+//     is never stamped.
 //
 // Every pass that is not NoSocket counts Passed, so the counters add up to
 // the number of frames seen. Each check in 3, 5 and 7 is one the kernel makes
@@ -43,6 +50,7 @@
 #define IPV6_HLEN 40
 #define UDP_HLEN 8
 #define PROTO_UDP 17
+#define STAMP_LEN 8
 
 // Default sizes; the Go loader may change max_entries before loading.
 #define MAX_QUEUES 256
@@ -56,6 +64,7 @@ struct steer_counters {
 	__u64 malformed;
 	__u64 refused;
 	__u64 no_socket;
+	__u64 no_room;
 };
 
 // steer_config is the value of the one entry of steer_cfg.
@@ -63,6 +72,8 @@ struct steer_config {
 	__u16 port;        // UDP destination port, host byte order
 	__u8 match_local;  // non-zero: only destinations in steer_local
 	__u8 match_allow;  // non-zero: only sources in steer_allow
+	__u8 stamp;        // non-zero: prepend the arrival time (rule 11)
+	__u8 pad[3];       // zero
 };
 
 // steer_addr is the key of steer_local and steer_allow.
@@ -206,11 +217,29 @@ int steer(struct xdp_md *ctx)
 	}
 
 	long ret = bpf_redirect_map(&steer_xsks, ctx->rx_queue_index, XDP_PASS);
-	if (ret == XDP_REDIRECT)
-		cnt->steered++;
-	else
+	if (ret != XDP_REDIRECT) {
 		cnt->no_socket++;
-	return ret;
+		return ret;
+	}
+	// The redirect happens after the program returns, with the frame as it
+	// is then, so the stamp goes in after the lookup: a frame passed to the
+	// kernel (no socket) is never touched (TestSteerStamp).
+	if (cfg->stamp) {
+		__u64 now = bpf_ktime_get_ns();
+		if (bpf_xdp_adjust_head(ctx, -STAMP_LEN))
+			goto no_room;
+		data = (void *)(long)ctx->data;
+		end = (void *)(long)ctx->data_end;
+		if (data + STAMP_LEN > end)
+			goto no_room;
+		__builtin_memcpy(data, &now, STAMP_LEN);
+	}
+	cnt->steered++;
+	return XDP_REDIRECT;
+
+no_room:
+	cnt->no_room++;
+	return XDP_DROP;
 
 malformed:
 	cnt->malformed++;

@@ -12,6 +12,11 @@ import (
 // the RoCEv2 port.
 const DefaultPort = 4791
 
+// StampLen is the length of the arrival stamp that the steering program
+// prepends, with SteerConfig.Stamp, to every frame it steers to a socket:
+// bpf_ktime_get_ns() (CLOCK_MONOTONIC, ns) as a little-endian uint64.
+const StampLen = 8
+
 // Limits of the steering program's maps.
 const (
 	// DefaultQueues is the number of XSKMAP slots (RX queues 0..255) when
@@ -92,6 +97,15 @@ type SteerConfig struct {
 	// 0..Queues-1 that Register accepts; 0 means DefaultQueues. At most
 	// MaxQueues. Fixed at LoadSteering; Update ignores it.
 	Queues int
+	// Stamp prepends to every frame steered to a socket the time it
+	// reached the host: StampLen bytes of bpf_ktime_get_ns()
+	// (CLOCK_MONOTONIC in ns, the clock of Go's monotonic readings) as a
+	// little-endian uint64, written with bpf_xdp_adjust_head before the
+	// frame waits in the socket's RX ring. Frames passed to the kernel are
+	// never stamped. A frame without headroom for the stamp is dropped and
+	// counted NoRoom. The sockets must expect it (package xdp,
+	// Config.Stamped); xdp.OpenLink sets both.
+	Stamp bool
 }
 
 // Clone returns a copy of c that shares no memory with it.
@@ -120,6 +134,10 @@ type SteerCounters struct {
 	// NoSocket counts frames that would have been steered but found no
 	// socket registered for their RX queue; they pass to the kernel.
 	NoSocket uint64
+	// NoRoom counts frames dropped instead of steered because, with
+	// SteerConfig.Stamp, the stamp did not fit in front of them (no XDP
+	// headroom; veth, generic XDP and real drivers leave 256 bytes).
+	NoRoom uint64
 }
 
 // Sub returns c - o field by field: the counts between two snapshots.
@@ -130,13 +148,14 @@ func (c SteerCounters) Sub(o SteerCounters) SteerCounters {
 		Malformed: c.Malformed - o.Malformed,
 		Refused:   c.Refused - o.Refused,
 		NoSocket:  c.NoSocket - o.NoSocket,
+		NoRoom:    c.NoRoom - o.NoRoom,
 	}
 }
 
 // String formats the counters for logs.
 func (c SteerCounters) String() string {
-	return fmt.Sprintf("steered=%d passed=%d malformed=%d refused=%d nosocket=%d",
-		c.Steered, c.Passed, c.Malformed, c.Refused, c.NoSocket)
+	return fmt.Sprintf("steered=%d passed=%d malformed=%d refused=%d nosocket=%d noroom=%d",
+		c.Steered, c.Passed, c.Malformed, c.Refused, c.NoSocket, c.NoRoom)
 }
 
 // steerPlan is a validated SteerConfig: defaults applied, addresses
@@ -146,11 +165,12 @@ type steerPlan struct {
 	queues int
 	local  []netip.Addr
 	allow  []netip.Addr
+	stamp  bool
 }
 
 // plan validates c and applies its defaults.
 func (c SteerConfig) plan() (steerPlan, error) {
-	p := steerPlan{port: c.Port, queues: c.Queues}
+	p := steerPlan{port: c.Port, queues: c.Queues, stamp: c.Stamp}
 	if p.port == 0 {
 		p.port = DefaultPort
 	}

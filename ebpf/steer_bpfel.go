@@ -25,6 +25,8 @@ type steerSteerConfig struct {
 	Port       uint16
 	MatchLocal uint8
 	MatchAllow uint8
+	Stamp      uint8
+	Pad        [3]uint8
 }
 
 type steerSteerCounters struct {
@@ -34,6 +36,7 @@ type steerSteerCounters struct {
 	Malformed uint64
 	Refused   uint64
 	NoSocket  uint64
+	NoRoom    uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -63,8 +63,8 @@ func LoadSteering(cfg SteerConfig) (*Steering, error) {
 	return s, nil
 }
 
-// Update changes the port and the address lists of a loaded program while it
-// runs. Queues is ignored. New allowlist and local entries are added before
+// Update changes the port, the address lists and Stamp of a loaded program
+// while it runs. Queues is ignored. New allowlist and local entries are added before
 // the switch and stale ones removed after it, so that a frame from a peer in
 // both the old and the new allowlist is never refused.
 func (s *Steering) Update(cfg SteerConfig) error {
@@ -96,6 +96,9 @@ func (s *Steering) apply(p steerPlan) error {
 	}
 	if len(p.allow) > 0 {
 		c.MatchAllow = 1
+	}
+	if p.stamp {
+		c.Stamp = 1
 	}
 	if err := s.objs.SteerCfg.Update(uint32(0), &c, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: write config: %w", err)
@@ -279,6 +282,7 @@ func (s *Steering) Counters() (SteerCounters, error) {
 		sum.Malformed += c.Malformed
 		sum.Refused += c.Refused
 		sum.NoSocket += c.NoSocket
+		sum.NoRoom += c.NoRoom
 	}
 	return sum, nil
 }

@@ -3,6 +3,7 @@
 package ebpf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -358,11 +359,13 @@ func randomConfig(r *rand.Rand) SteerConfig {
 		}
 		return as
 	}
-	return SteerConfig{Port: []uint16{0, 9999}[r.IntN(2)], Local: pick(), Allow: pick()}
+	return SteerConfig{Port: []uint16{0, 9999}[r.IntN(2)], Local: pick(), Allow: pick(), Stamp: r.IntN(2) == 0}
 }
 
 // TestAgainstModel runs random frames under random configurations through
-// the kernel program and the Go model and compares what they do.
+// the kernel program and the Go model and compares what they do. No socket
+// is registered, so no frame is stamped: with Stamp or without, every frame
+// leaves the program unchanged.
 func TestAgainstModel(t *testing.T) {
 	r := testutil.Rand(t)
 	s := loadTest(t, SteerConfig{})
@@ -375,8 +378,12 @@ func TestAgainstModel(t *testing.T) {
 		for range 100 {
 			frame := randomFrame(r)
 			want := model(frame, cfg, false)
-			if got := runFrame(t, s, frame); got != want {
+			got, out := runOut(t, s, frame)
+			if got != want {
 				t.Fatalf("config %+v, frame %x: program %v %+v, model %v", cfg, frame, got, got.counter, want)
+			}
+			if !bytes.Equal(out, frame) {
+				t.Fatalf("config %+v, frame %x: the program changed it to %x", cfg, frame, out)
 			}
 			seen[want]++
 		}

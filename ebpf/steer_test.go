@@ -88,12 +88,12 @@ func TestAddrKey(t *testing.T) {
 }
 
 func TestCountersAndModes(t *testing.T) {
-	a := SteerCounters{Steered: 10, Passed: 20, Malformed: 3, Refused: 4, NoSocket: 5}
-	b := SteerCounters{Steered: 1, Passed: 2, Malformed: 3, Refused: 0, NoSocket: 5}
-	if got := a.Sub(b); got != (SteerCounters{Steered: 9, Passed: 18, Refused: 4}) {
+	a := SteerCounters{Steered: 10, Passed: 20, Malformed: 3, Refused: 4, NoSocket: 5, NoRoom: 6}
+	b := SteerCounters{Steered: 1, Passed: 2, Malformed: 3, Refused: 0, NoSocket: 5, NoRoom: 4}
+	if got := a.Sub(b); got != (SteerCounters{Steered: 9, Passed: 18, Refused: 4, NoRoom: 2}) {
 		t.Errorf("Sub = %+v", got)
 	}
-	if got := a.String(); got != "steered=10 passed=20 malformed=3 refused=4 nosocket=5" {
+	if got := a.String(); got != "steered=10 passed=20 malformed=3 refused=4 nosocket=5 noroom=6" {
 		t.Errorf("String = %q", got)
 	}
 	for m, want := range map[AttachMode]string{Auto: "auto", Native: "native", Generic: "generic", 9: "AttachMode(9)"} {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/sprayfabric/spray/ebpf"
 )
 
 // Errors returned by this package. Errors from the kernel wrap both the
@@ -70,6 +72,10 @@ const (
 // (XDP_PACKET_HEADROOM); a frame can be at most FrameSize-headroom long.
 const headroom = 256
 
+// StampLen is the length of the arrival stamp in front of the frames of a
+// Stamped socket (ebpf.StampLen).
+const StampLen = ebpf.StampLen
+
 // Config configures one AF_XDP socket, bound to one queue of one device.
 // Its zero value is not usable (Ifindex must be set); every other field has
 // a default for its zero value. Open does not modify the Config it is given.
@@ -88,14 +94,26 @@ type Config struct {
 	FrameSize int
 	// MaxFrame is the largest frame, Ethernet header included, that the
 	// socket receives and sends (Info().FrameSize). 0: FrameSize-256, one
-	// chunk. Above that, up to MaxFrameLimit, the socket is multi-buffer:
-	// it binds with XDP_USE_SG (Linux 6.6), a received frame that spans
-	// several chunks is copied into a reassembly buffer before Recv hands
-	// it out, and a TX frame spans adjacent chunks sent as chained
-	// descriptors. The steering program must be loaded with the xdp.frags
+	// chunk (less StampLen when Stamped). Above that, up to MaxFrameLimit,
+	// the socket is multi-buffer: it binds with XDP_USE_SG (Linux 6.6), a
+	// received frame that spans several chunks is copied into a
+	// reassembly buffer before Recv hands it out, and a TX frame spans
+	// adjacent chunks sent as chained descriptors. The steering program must be loaded with the xdp.frags
 	// flag (package ebpf's is). Without multi-buffer the kernel drops
 	// longer frames and counts them (Stats.KernelRxDropped).
 	MaxFrame int
+	// Stamped says that every frame arrives with the steering program's
+	// arrival stamp in front (ebpf.SteerConfig.Stamp: StampLen bytes of
+	// CLOCK_MONOTONIC ns): the socket strips it into Frame.RxTime and
+	// hands out the Ethernet frame behind it. A received frame is then
+	// StampLen bytes longer in the UMEM: MaxFrame of 0 means one chunk
+	// less the stamp (FrameSize-256-StampLen), and the socket is
+	// multi-buffer when MaxFrame+StampLen exceeds FrameSize-256; Info's
+	// FrameSize stays MaxFrame, what is sent. A frame too short for a
+	// stamp and an Ethernet header is dropped and counted (RxBadDescs, or
+	// RxOversize for a multi-buffer frame). OpenLink sets it, and the
+	// program's Stamp, unless LinkConfig.NoStamp.
+	Stamped bool
 	// RxFrames and TxFrames size the receive and transmit pools (default
 	// 4096 each). They are separate: a peer that floods the receiver can
 	// never starve transmission, and the other way around. The UMEM holds
@@ -166,7 +184,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: %v", ErrInvalidConfig, cfg.Mode)
 	}
 	if cfg.MaxFrame == 0 {
-		cfg.MaxFrame = cfg.FrameSize - headroom
+		cfg.MaxFrame = cfg.FrameSize - headroom - cfg.stampLen()
 	}
 	if n := cfg.chunks(); n > maxFrames {
 		return cfg, fmt.Errorf("%w: %d UMEM chunks for RxFrames %d, TxFrames %d of MaxFrame %d (at most %d)", ErrInvalidConfig, n, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame, maxFrames)
@@ -174,9 +192,20 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// stampLen is the length of the arrival stamp in front of received frames.
+func (cfg Config) stampLen() int {
+	if cfg.Stamped {
+		return StampLen
+	}
+	return 0
+}
+
 // multiBuffer reports whether a socket of cfg (defaults applied) binds with
-// XDP_USE_SG.
-func (cfg Config) multiBuffer() bool { return cfg.MaxFrame > cfg.FrameSize-headroom }
+// XDP_USE_SG: when its longest received frame, stamp included, exceeds a
+// chunk's room.
+func (cfg Config) multiBuffer() bool {
+	return cfg.MaxFrame+cfg.stampLen() > cfg.FrameSize-headroom
+}
 
 // chunks is the number of UMEM chunks of a socket of cfg (defaults applied).
 func (cfg Config) chunks() int {

@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"encoding/binary"
 	"errors"
 	"sync/atomic"
 	"unsafe"
@@ -110,8 +111,15 @@ type core struct {
 	frameShift uint
 	frameSize  uint64 // one UMEM chunk
 	maxLen     int    // longest frame: MaxFrame
-	rxFrames   uint32 // RX chunks, at the start of the UMEM
-	nFrames    uint32 // RX chunks plus TX slots times txSlot
+	// stamp is the length of the arrival stamp in front of every received
+	// frame: ebpf.StampLen on a Stamped socket, else 0. recv strips it into
+	// Frame.RxTime; rxMax, the longest received frame with its stamp
+	// (maxLen+stamp), bounds reassembly and frames in place, so that a
+	// stamped frame of MaxFrame bytes is accepted (TestStampedRecv).
+	stamp    int
+	rxMax    int
+	rxFrames uint32 // RX chunks, at the start of the UMEM
+	nFrames  uint32 // RX chunks plus TX slots times txSlot
 	// txSlot is the number of adjacent chunks one TX frame spans (1
 	// without multi-buffer); a TX frame is named by its first chunk.
 	txSlot uint32
@@ -144,7 +152,9 @@ type core struct {
 	// entries lie back to back and the frame is handed out where it lies.
 	// An entry's headroom overlaps the end of the previous entry's data,
 	// which the kernel never writes in copy mode (it writes the headroom
-	// only for XDP metadata, which the steering program does not set).
+	// only for XDP metadata, which the steering program does not set: its
+	// arrival stamp is prepended with bpf_xdp_adjust_head, so it is frame
+	// data, written from the entry's usual offset).
 	// Otherwise rxStride is frameSize. TestLinkJumbo checks the bytes and
 	// that frames are handed out in place.
 	inPlace  bool
@@ -196,10 +206,11 @@ func txSlotChunks(frameSize, maxFrame int) int {
 }
 
 // init sets up the pools over umem and the rings, and puts as many RX frames
-// on the fill ring as fit. The rings must be mapped and empty. maxFrame is
-// the longest frame; above frameSize-headroom the socket is multi-buffer
-// (bound with XDP_USE_SG). umem must hold rxFrames +
-// txFrames*txSlotChunks(frameSize, maxFrame) chunks.
+// on the fill ring as fit. The rings must be mapped and empty; c.stamp set.
+// maxFrame is the longest frame; when it, with the stamp, exceeds
+// frameSize-headroom the socket is multi-buffer (bound with XDP_USE_SG).
+// umem must hold rxFrames + txFrames*txSlotChunks(frameSize, maxFrame)
+// chunks.
 func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 	c.umem = umem
 	c.base = uintptr(unsafe.Pointer(unsafe.SliceData(umem)))
@@ -208,10 +219,11 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 		c.frameShift++
 	}
 	if maxFrame <= 0 {
-		maxFrame = frameSize - headroom
+		maxFrame = frameSize - headroom - c.stamp
 	}
 	c.maxLen = maxFrame
-	c.sg = maxFrame > frameSize-headroom
+	c.rxMax = maxFrame + c.stamp
+	c.sg = c.rxMax > frameSize-headroom
 	c.txSlot = uint32(txSlotChunks(frameSize, maxFrame))
 	if !c.sg {
 		c.txSlot = 1
@@ -235,7 +247,7 @@ func (c *core) init(umem []byte, frameSize, rxFrames, txFrames, maxFrame int) {
 	}
 	if c.sg {
 		c.maxFrag = maxFrags
-		c.jumbo = make([]byte, jumboBuffers*maxFrame)
+		c.jumbo = make([]byte, jumboBuffers*c.rxMax)
 		c.jheld = make([]bool, jumboBuffers)
 		c.jent = make([]uint32, jumboBuffers*maxFrags)
 		c.jentN = make([]uint8, jumboBuffers)
@@ -311,6 +323,16 @@ func (c *core) txID(id uint64) (uint32, bool) {
 	return c.txIndex(id & idAddrMask)
 }
 
+// rxTime returns the arrival stamp at the start of b, a received frame of at
+// least c.stamp bytes: CLOCK_MONOTONIC ns, little endian as the steering
+// program writes it (TestLinkStamp); 0 on a socket without stamps.
+func (c *core) rxTime(b []byte) int64 {
+	if c.stamp == 0 {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint64(b))
+}
+
 // recv implements link.Link.Recv.
 func (c *core) recv(fs []link.Frame) int {
 	n := c.rx.avail(c.rx.size)
@@ -343,15 +365,25 @@ func (c *core) recv(fs []link.Frame) int {
 			bad++
 			continue
 		}
+		if c.stamp > 0 && d.Len < uint32(c.stamp+ethHeaderLen) {
+			// Too short to hold a stamp and an Ethernet header: the
+			// kernel used the chunk, so it goes back to the stash;
+			// counted, never sliced (TestStampedRecv).
+			c.state[idx] = stRxStash
+			c.rxStash.push(idx)
+			bad++
+			continue
+		}
 		c.state[idx] = stRxUser
 		end := data + uint64(d.Len)
 		id := c.tag | data
 		if c.inPlace {
 			id = c.tag | c.rxAddr(idx)
 		}
-		fs[got] = link.Frame{Buf: c.umem[data:end:end], ID: id}
+		fr := c.umem[data:end:end]
+		fs[got] = link.Frame{Buf: fr[c.stamp:], ID: id, RxTime: c.rxTime(fr)}
+		bytes += len(fs[got].Buf)
 		got++
-		bytes += int(d.Len)
 		c.rxHeld++
 	}
 	c.rx.publishCons()
@@ -373,8 +405,9 @@ func (c *core) recv(fs []link.Frame) int {
 // and returns the chunks to the stash. It returns the number of
 // descriptors it consumed (0: the frame's last descriptor is not there
 // yet, or no reassembly buffer is free) and whether *f holds a frame: a
-// frame longer than maxLen, with more than maxFrag pieces, or with a
-// descriptor that names no chunk the kernel owns is dropped and counted.
+// frame longer than rxMax or shorter than the stamp and an Ethernet header,
+// with more than maxFrag pieces, or with a descriptor that names no chunk
+// the kernel owns is dropped and counted.
 func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
 	k := uint32(1)
 	for k < avail && c.rx.descs[(c.rx.local+k-1)&c.rx.mask].Options&pktContd != 0 {
@@ -398,7 +431,7 @@ func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
 		return 0, false
 	}
 	j := c.jfree[len(c.jfree)-1]
-	buf := c.jumbo[int(j)*c.maxLen : (int(j)+1)*c.maxLen]
+	buf := c.jumbo[int(j)*c.rxMax : (int(j)+1)*c.rxMax]
 	n, ok := 0, k <= uint32(c.maxFrag)
 	var used [maxFrags]uint32
 	nu := 0
@@ -425,7 +458,7 @@ func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
 			c.rxStash.push(idx)
 		}
 	}
-	ok = ok && n >= ethHeaderLen
+	ok = ok && n >= c.stamp+ethHeaderLen
 	// With frames in place, the copied frame's chunks go back to the
 	// kernel when it is released, in their turn among the frames around
 	// it: given back early, they would jump the queue of free entries and
@@ -451,7 +484,7 @@ func (c *core) recvMulti(f *link.Frame, avail uint32) (uint32, bool) {
 	c.jHeld++
 	c.ctr.rxJumbo.Add(1)
 	c.ctr.rxCopied.Add(1)
-	*f = link.Frame{Buf: buf[:n:n], ID: c.tag | idJumbo | uint64(j)}
+	*f = link.Frame{Buf: buf[c.stamp:n:n], ID: c.tag | idJumbo | uint64(j), RxTime: c.rxTime(buf)}
 	return k, true
 }
 
@@ -475,7 +508,7 @@ func (c *core) recvInPlace(f *link.Frame, k uint32) bool {
 		end = data + uint64(d.Len)
 	}
 	n := end - start
-	if n > uint64(c.maxLen) || n < ethHeaderLen {
+	if n > uint64(c.rxMax) || n < uint64(c.stamp+ethHeaderLen) {
 		return false // recvMulti drops it and counts
 	}
 	for i := range k {
@@ -484,7 +517,8 @@ func (c *core) recvInPlace(f *link.Frame, k uint32) bool {
 	c.rx.local += k
 	c.rxHeld += int(k)
 	c.ctr.rxJumbo.Add(1)
-	*f = link.Frame{Buf: c.umem[start:end:end], ID: c.tag | idInPlace | uint64(k)<<idPiecesShift | c.rxAddr(uint32(first))}
+	fr := c.umem[start:end:end]
+	*f = link.Frame{Buf: fr[c.stamp:], ID: c.tag | idInPlace | uint64(k)<<idPiecesShift | c.rxAddr(uint32(first)), RxTime: c.rxTime(fr)}
 	return true
 }
 

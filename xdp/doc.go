@@ -90,6 +90,25 @@
 // multi-buffer, a frame longer than a chunk is dropped by the kernel and
 // counted (Stats.KernelRxDropped, in RxDropped).
 //
+// # Arrival stamp
+//
+// Every frame a Link receives carries the time it reached the host in
+// Frame.RxTime (CLOCK_MONOTONIC ns, the clock of Go's monotonic readings),
+// so that the transport counts the time a frame waited in the RX ring, its
+// engine not scheduled, as endpoint delay rather than fabric delay. The
+// steering program takes the time with bpf_ktime_get_ns before the frame
+// enters the ring and prepends it, 8 bytes little endian, with
+// bpf_xdp_adjust_head (ebpf.SteerConfig.Stamp); the socket
+// (Config.Stamped) strips it, so Frame.Buf holds the Ethernet frame alone.
+// The cost is a bpf_ktime_get_ns and a head adjust per frame, and 8 bytes
+// of each UMEM chunk: a stamped socket's default MaxFrame is a chunk less
+// the headroom and the stamp, and it is multi-buffer when MaxFrame and the
+// stamp exceed a chunk. The stamp is frame data, not XDP metadata, which
+// the kernel would write into a chunk's headroom (see Jumbo frames).
+// LinkConfig.NoStamp turns it off; RxTime is then 0. A Socket opened by
+// Open is stamped only with Config.Stamped, and then needs a program that
+// stamps (TestLinkStamp, TestStampedRecv).
+//
 // # Design
 //
 // Open maps one UMEM of RxFrames+TxFrames chunks (more for multi-buffer TX

@@ -39,10 +39,16 @@ func newFake(frameSize, rxFrames, txFrames, ringSize int) (*core, *fakeKernel) {
 // newFakeSG is newFake for a socket of maxFrame bytes: multi-buffer when
 // it exceeds one chunk.
 func newFakeSG(frameSize, rxFrames, txFrames, ringSize, maxFrame int) (*core, *fakeKernel) {
+	return newFakeStamped(frameSize, rxFrames, txFrames, ringSize, maxFrame, 0)
+}
+
+// newFakeStamped is newFakeSG for a socket whose frames arrive with a
+// stamp of stamp bytes in front (Config.Stamped).
+func newFakeStamped(frameSize, rxFrames, txFrames, ringSize, maxFrame, stamp int) (*core, *fakeKernel) {
 	k := &fakeKernel{size: uint32(ringSize), txBudget: 32}
 	// prod at byte 0, cons at 64, flags at 128, descriptors from 192.
 	k.lay = ringLayout{prod: 0, cons: 64, flags: 128, desc: 192}
-	c := &core{sys: k, needWakeup: true}
+	c := &core{sys: k, needWakeup: true, stamp: stamp}
 	k.c = c
 	for i := range k.mem {
 		k.mem[i] = make([]uint64, 192/8+2*ringSize)
@@ -54,7 +60,7 @@ func newFakeSG(frameSize, rxFrames, txFrames, ringSize, maxFrame int) (*core, *f
 	// The kernel asks for TX wakeups, as in copy mode.
 	atomic.StoreUint32(c.tx.flags, ringNeedWakeup)
 	chunks := rxFrames + txFrames
-	if maxFrame > frameSize-headroom {
+	if maxFrame+stamp > frameSize-headroom {
 		chunks = rxFrames + txFrames*txSlotChunks(frameSize, maxFrame)
 	}
 	k.umem = make([]byte, chunks*frameSize)

@@ -211,7 +211,9 @@ func TestLinkJumboWithoutMultiBuffer(t *testing.T) {
 	if got := la.Info().FrameSize; got != 9018 {
 		t.Fatalf("default FrameSize on MTU 9000: %d, want 9018", got)
 	}
-	lb := p.open(t, 1, xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 4096 - 256, RxFrames: 256, TxFrames: 256, RingSize: 256}})
+	// The largest single-chunk MaxFrame: a chunk less the headroom and
+	// the arrival stamp.
+	lb := p.open(t, 1, xdp.LinkConfig{Socket: xdp.Config{MaxFrame: 4096 - 256 - xdp.StampLen, RxFrames: 256, TxFrames: 256, RingSize: 256}})
 	fs := make([]link.Frame, 2)
 	if la.Alloc(fs) != 2 {
 		t.Fatal("no TX frames")

@@ -38,18 +38,28 @@ type LinkConfig struct {
 	Partial bool
 	// Socket is the template of every queue's socket: FrameSize, MaxFrame,
 	// RxFrames, TxFrames, RingSize, Mode, NoNeedWakeup, BusyPoll. Its
-	// Ifindex, Queue, MAC, IP and Logf are set by OpenLink. MaxFrame of 0
-	// means the device's MTU plus 18 (Ethernet header and a VLAN tag, at
-	// most MaxFrameLimit) when that exceeds one UMEM chunk, so that a
-	// jumbo-frame device gets multi-buffer sockets, and one chunk
-	// otherwise. RxFrames and
+	// Ifindex, Queue, MAC, IP, Logf and Stamped are set by OpenLink.
+	// MaxFrame of 0 means the device's MTU plus 18 (Ethernet header and a
+	// VLAN tag, at most MaxFrameLimit) when that, with the stamp, exceeds
+	// one UMEM chunk, so that a jumbo-frame device gets multi-buffer
+	// sockets, and one chunk otherwise. RxFrames and
 	// TxFrames of 0 mean DefaultFrames on a link of up to two queues and
 	// 2*DefaultFrames/Queues (at least 512) on more, so that the locked
 	// memory of a many-queue NIC stays near that of two queues.
 	Socket Config
 	// Steer configures the steering program (port, allowlist). Its Local
-	// defaults to IP; its Queues to the device's queue count.
+	// defaults to IP; its Queues to the device's queue count. Its Stamp,
+	// and Socket.Stamped, are set by OpenLink: !NoStamp.
 	Steer ebpf.SteerConfig
+	// NoStamp turns the arrival stamp off. By default the steering
+	// program prepends to every frame it steers the time it reached the
+	// host (ebpf.SteerConfig.Stamp) and the sockets strip it into
+	// Frame.RxTime (Config.Stamped), so that the transport can tell the
+	// time a frame waited in the RX ring, while its engine was not
+	// scheduled, from the time it spent in the fabric. It costs a
+	// bpf_ktime_get_ns and a head adjust per frame. With NoStamp,
+	// RxTime is 0.
+	NoStamp bool
 	// Attach is how the steering program is attached (default ebpf.Auto:
 	// native, generic as a fallback).
 	Attach ebpf.AttachMode
@@ -181,7 +191,9 @@ func (l *Link) Sockets() []*Socket { return l.qs }
 func (l *Link) Served() []int { return l.served }
 
 // Steering returns the steering program the link attached, for its
-// counters. It belongs to the Link: Close closes it.
+// counters. It belongs to the Link: Close closes it. An Update must keep
+// Stamp as the link set it (!LinkConfig.NoStamp), or the sockets would
+// read the first 8 bytes of every frame as a stamp, or a stamp as frame.
 func (l *Link) Steering() *ebpf.Steering { return l.steer }
 
 // Recv fills fs with frames received on any queue, taking from each in

@@ -43,9 +43,10 @@ type linkSys struct {
 // thread's network namespace (to open one in another namespace, lock the OS
 // thread and enter it first): it reads the device's RX queue count
 // (ETHTOOL_GCHANNELS), loads the steering program of package ebpf (with
-// the xdp.frags flag, so jumbo frames pass), attaches it (cfg.Attach:
-// native, generic as a fallback), opens one Socket per queue (copy mode
-// on drivers without zero-copy, veth among them) and registers each in the
+// the xdp.frags flag, so jumbo frames pass, stamping arrival times unless
+// cfg.NoStamp), attaches it (cfg.Attach: native, generic as a fallback),
+// opens one Socket per queue (copy mode on drivers without zero-copy, veth
+// among them; Stamped unless cfg.NoStamp) and registers each in the
 // program's XSKMAP at its queue index.
 //
 // It fails with an error wrapping ErrBusy when another XDP program is
@@ -105,6 +106,10 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 	if scfg.Queues == 0 {
 		scfg.Queues = max(dev, n)
 	}
+	// The program stamps exactly when the sockets expect it: a socket
+	// reading a stamp that is not there would lose 8 bytes of every frame
+	// (TestLinkStamp, TestLinkNoStamp).
+	scfg.Stamp = !cfg.NoStamp
 	if l.steer, err = ebpf.LoadSteering(scfg); err != nil {
 		return nil, err
 	}
@@ -117,12 +122,13 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 
 	sc := cfg.Socket
 	sc.Ifindex, sc.MAC, sc.IP, sc.Logf, sc.quiet = cfg.Ifindex, cfg.MAC, cfg.IP, logf, true
+	sc.Stamped = !cfg.NoStamp
 	if sc.MaxFrame == 0 {
 		chunk := sc.FrameSize
 		if chunk == 0 {
 			chunk = DefaultFrameSize
 		}
-		if frame := ifc.MTU + 18; frame > chunk-headroom {
+		if frame := ifc.MTU + 18; frame+sc.stampLen() > chunk-headroom {
 			sc.MaxFrame = min(frame, MaxFrameLimit)
 		}
 	}

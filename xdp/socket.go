@@ -36,8 +36,9 @@ var (
 	_ link.Link = (*Socket)(nil)
 )
 
-// Info describes the socket. FrameSize is Config.FrameSize minus the 256
-// bytes of headroom that the kernel keeps in front of received frames.
+// Info describes the socket. FrameSize is Config.MaxFrame: by default
+// Config.FrameSize minus the 256 bytes of headroom that the kernel keeps in
+// front of received frames (and minus StampLen on a Stamped socket).
 func (s *Socket) Info() link.Info { return s.info }
 
 // Queue returns the device queue the socket is bound to.
@@ -47,8 +48,10 @@ func (s *Socket) Queue() int { return s.cfg.Queue }
 func (s *Socket) Mode() Mode { return s.mode }
 
 // Recv fills fs with received frames and returns how many. Frame.Buf is a
-// slice of the UMEM holding the frame, Frame.ID its UMEM address. It never
-// blocks.
+// slice of the UMEM holding the frame, Frame.ID its UMEM address. On a
+// Stamped socket Frame.RxTime is the frame's arrival time (CLOCK_MONOTONIC
+// ns, from the steering program's stamp, which Buf does not include); 0
+// otherwise. It never blocks.
 func (s *Socket) Recv(fs []link.Frame) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

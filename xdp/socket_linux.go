@@ -169,6 +169,7 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
 	c.inPlace = inPlace
+	c.stamp = cfg.stampLen()
 	c.sys = &s.sys
 	c.init(s.sys.umem, cfg.FrameSize, cfg.RxFrames, cfg.TxFrames, cfg.MaxFrame)
 	c.tag = cfg.tag

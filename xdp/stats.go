@@ -41,13 +41,16 @@ type Stats struct {
 	TxDeviceDrops uint64
 	// RxBadDescs counts RX descriptors that did not name a frame the kernel
 	// owned (an address outside the RX pool, a frame delivered twice); they
-	// are skipped. Zero on a healthy kernel.
+	// are skipped. On a Stamped socket it also counts single-chunk frames
+	// too short for the stamp and an Ethernet header, dropped. Zero on a
+	// healthy kernel.
 	RxBadDescs uint64
 	// BadReleases counts frames passed to Release that were not held from
 	// Recv (double release, a foreign ID); they are ignored.
 	BadReleases uint64
 	// RxOversize counts multi-buffer frames dropped by the socket: longer
-	// than Config.MaxFrame, or with a piece the kernel did not own. (A
+	// than Config.MaxFrame (behind the stamp, on a Stamped socket), shorter
+	// than an Ethernet header, or with a piece the kernel did not own. (A
 	// frame longer than one UMEM chunk that reaches a socket without
 	// multi-buffer is dropped by the kernel: KernelRxDropped.)
 	RxOversize uint64
