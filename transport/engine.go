@@ -225,6 +225,18 @@ func (e *Engine) Deregister(mr *MR) error { return e.mrs.deregister(mr) }
 // transmit what is due. It reports whether it did anything; when it did not,
 // the driver may wait until NextDeadline or the next frame.
 func (e *Engine) Step(now clock.Time) (bool, error) {
+	work, err := e.receive(now)
+	if err != nil {
+		return work, err
+	}
+	sent, err := e.transmit(now)
+	return work || sent, err
+}
+
+// receive is the first half of Step: a batch received and the expired
+// timers run. The endpoint hands out what it completed before transmit, so
+// that a waiting application runs while the ACKs it caused are sent.
+func (e *Engine) receive(now clock.Time) (bool, error) {
 	work := false
 	n, err := e.link.Recv(e.rx)
 	if err != nil {
@@ -254,9 +266,14 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 			q.HandleTimeout(now)
 		}
 	}
+	return work, nil
+}
+
+// transmit is the second half of Step: what is due at now, up to
+// maxStepBytes.
+func (e *Engine) transmit(now clock.Time) (bool, error) {
 	e.stepBytes = 0
-	sent, err := e.output(now)
-	return work || sent, err
+	return e.output(now)
 }
 
 // SetRxClock makes the engine take a received frame's arrival from its
