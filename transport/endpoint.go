@@ -305,11 +305,11 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 
 // step runs the engine's Step at now under st and dispatches what it
 // completed. With busy polling, what the received batch completed is
-// dispatched before the engine transmits: the application spins on its
-// Recv and answers while the ACKs the batch owes are sent (ping-pong p50
-// 37 -> 28 µs on the pair testbed). Without it, the woken application
-// would find st held by that transmission and park on it again (42 -> 54
-// µs): Step runs whole, then dispatch.
+// dispatched before the engine transmits, since the application spins on
+// its Recv and answers while the ACKs the batch owes are sent. Without
+// it, a woken application would find st held by that transmission and
+// park on it again, so Step runs whole, then dispatch
+// (TestEndpointBusyPollPingPong; docs/results.md#jumbo-stamps).
 func (s *epShard) step(now clock.Time) (bool, error) {
 	e := s.eng
 	if s.ep.cfg.BusyPoll <= 0 {
