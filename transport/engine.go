@@ -234,8 +234,8 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 }
 
 // receive is the first half of Step: a batch received and the expired
-// timers run. The endpoint hands out what it completed before transmit, so
-// that a waiting application runs while the ACKs it caused are sent.
+// timers run. A busy-polling endpoint hands out what it completed before
+// transmit, and a polling Recv runs receive alone (epShard.step, poll).
 func (e *Engine) receive(now clock.Time) (bool, error) {
 	work := false
 	n, err := e.link.Recv(e.rx)
@@ -332,10 +332,9 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 // maxStepBytes bounds what one Step transmits: the packets it encodes all
 // carry its time as their send time, and a longer burst would make the
 // last ones' RTT hold the time the first ones took to encode and send, a
-// sender delay that delay-based control reads as fabric queueing (a 1 MiB
-// window of jumbo frames takes a few hundred µs). 64 KiB is a TSO
-// segment's worth; the driver steps again at once, at a new time, while a
-// Step reports work (TestStepBoundsOutput).
+// sender delay that delay-based control reads as fabric queueing. 64 KiB
+// is a TSO segment's worth; the driver steps again at once, at a new time,
+// while a Step reports work (TestStepBoundsOutput).
 const maxStepBytes = 64 << 10
 
 // output transmits, round robin over QPs, what is due at now, up to

@@ -156,7 +156,8 @@ type QPStats struct {
 
 	// RTTSamples counts round-trip samples: acknowledgements that timed a
 	// packet (Spray: every ACK, by its echoed timestamp less the time the
-	// receiver held the packet before acknowledging it; RoCE: those the
+	// receiver held the packet before acknowledging it and, on a link that
+	// stamps arrivals, the time the ACK waited here; RoCE: those the
 	// scoreboard timed, the receiver's acknowledgement delay included).
 	// SRTT is their smoothed value (EWMA, gain 1/8), MinRTT the smallest;
 	// both 0 before the first sample.

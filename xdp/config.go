@@ -98,9 +98,10 @@ type Config struct {
 	// the socket is multi-buffer: it binds with XDP_USE_SG (Linux 6.6), a
 	// received frame that spans several chunks is copied into a
 	// reassembly buffer before Recv hands it out, and a TX frame spans
-	// adjacent chunks sent as chained descriptors. The steering program must be loaded with the xdp.frags
-	// flag (package ebpf's is). Without multi-buffer the kernel drops
-	// longer frames and counts them (Stats.KernelRxDropped).
+	// adjacent chunks sent as chained descriptors. The steering program
+	// must be loaded with the xdp.frags flag (package ebpf's is). Without
+	// multi-buffer the kernel drops longer frames and counts them
+	// (Stats.KernelRxDropped).
 	MaxFrame int
 	// Stamped says that every frame arrives with the steering program's
 	// arrival stamp in front (ebpf.SteerConfig.Stamp: StampLen bytes of
