@@ -82,8 +82,8 @@
 // version 1 (as another version, or as malformed when a large table makes
 // the body exceed 512 bytes), and Dial then dials again in version 1 on a
 // new TCP connection with the same QP: one more round trip, no steering
-// in either direction. Later
-// messages of a connection (RTU, DREQ, DREP) are in the version agreed.
+// in either direction. Later messages of a connection (RTU, DREQ, DREP)
+// are in the version agreed.
 //
 // Conn.Close drains the work posted on the QP, sends DREQ, waits for the
 // peer's DREP (the peer drains its own work first) and destroys the QP;
