@@ -48,6 +48,13 @@ func tshark(t *testing.T) string {
 	if !bytes.Contains(out, []byte("with Lua")) {
 		t.Skip("this tshark was built without Lua: skipping the Wireshark dissector tests")
 	}
+	// A tshark run as root ignores -X lua_script when its init.lua sets
+	// run_user_scripts_when_superuser = false (Debian's sets it true).
+	got := runTshark(t, path, filepath.Join("testdata", capOpcodes), "-c", "1", "-T", "fields", "-e", "spraywire.opcode")
+	if len(bytes.TrimSpace(got)) == 0 {
+		t.Fatalf("tshark did not run %s: as root, set run_user_scripts_when_superuser = true in "+
+			"/usr/share/wireshark/init.lua or run the tests as another user", script)
+	}
 	return path
 }
 

@@ -31,8 +31,9 @@
 -- how to dissect it) and, if a flag announces it, one bit in
 -- DATA_FLAGS_KNOWN; a new header after the spray ACK header is one entry in
 -- `ack_exts`. A header that covers every opcode (a security header before
--- the payload, a tag before the ICRC) goes in dissect_spray, between the
--- extension headers and the payload, where `trailer_len` is accounted for.
+-- the payload, a tag before the ICRC) goes in spray.dissector, between the
+-- extension headers and the payload; a trailer moves ctx.limit (the end of
+-- payload and pad) back by its length.
 -- wireshark/dissector_test.go decodes the captures in wireshark/testdata
 -- with tshark and compares every field with spray's own decoder.
 
