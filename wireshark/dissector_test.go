@@ -398,7 +398,7 @@ func TestDissector(t *testing.T) {
 			// The detailed dissection, for names the dissector does not know.
 			for _, line := range strings.Split(string(runTshark(t, bin, path, "-V", "-O", "spraywire")), "\n") {
 				l := strings.ToLower(line)
-				for _, bad := range []string{"unknown", "vendor specific", "malformed", "expert info (error", "expert info (warn"} {
+				for _, bad := range []string{"unknown", "vendor specific", "malformed", "expert info (error", "expert info (warn", "lua error"} {
 					if strings.Contains(l, bad) {
 						t.Errorf("%s: the detailed dissection says %q", name, strings.TrimSpace(line))
 					}
