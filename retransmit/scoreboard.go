@@ -136,8 +136,14 @@ const (
 	fRackLost       // the latest loss declaration was RACK's
 )
 
-// pathSlots is the size of the per-entropy RACK table.
-const pathSlots = 256
+// pathSlots is the most slots of the per-entropy RACK table. The table
+// starts empty and doubles (from minPathSlots) whenever an entropy finds no
+// slot within pathProbe of its own, so that it holds about as many slots as
+// the QP uses entropies; only a table of pathSlots evicts.
+const (
+	pathSlots    = 256
+	minPathSlots = 16
+)
 
 // pathRack is RACK's state for one entropy: the most recently sent packet
 // delivered on it, and that packet's RTT.
@@ -158,8 +164,12 @@ const pathProbe = 8
 
 // path returns the RACK state of entropy, or nil when none is kept.
 func (s *Scoreboard) path(entropy uint16) *pathRack {
+	n := uint16(len(s.paths))
+	if n == 0 {
+		return nil
+	}
 	for k := range uint16(pathProbe) {
-		r := &s.paths[(entropy+k)%pathSlots]
+		r := &s.paths[(entropy+k)%n]
 		if !r.ok {
 			return nil
 		}
@@ -172,15 +182,34 @@ func (s *Scoreboard) path(entropy uint16) *pathRack {
 
 // pathSlot returns the slot for entropy's RACK state: its own, the first
 // free one within pathProbe slots, or, when they are all taken by other
-// entropies, its home slot (whose entropy loses its state).
+// entropies, the same in a table twice as large; in a table of pathSlots,
+// its home slot (whose entropy loses its state).
 func (s *Scoreboard) pathSlot(entropy uint16) *pathRack {
-	for k := range uint16(pathProbe) {
-		r := &s.paths[(entropy+k)%pathSlots]
-		if !r.ok || r.entropy == entropy {
-			return r
+	for {
+		n := uint16(len(s.paths))
+		for k := range uint16(min(pathProbe, n)) {
+			r := &s.paths[(entropy+k)%n]
+			if !r.ok || r.entropy == entropy {
+				return r
+			}
+		}
+		if n >= pathSlots {
+			return &s.paths[entropy%n]
+		}
+		s.growPaths()
+	}
+}
+
+// growPaths doubles the per-entropy RACK table and places every entropy's
+// state again.
+func (s *Scoreboard) growPaths() {
+	old := s.paths
+	s.paths = make([]pathRack, max(minPathSlots, 2*len(old)))
+	for _, r := range old {
+		if r.ok {
+			*s.pathSlot(r.entropy) = r
 		}
 	}
-	return &s.paths[entropy%pathSlots]
 }
 
 // entry is one ring slot: the state of one outstanding PSN.
@@ -195,10 +224,16 @@ type entry struct {
 // Scoreboard is the sender's state for one queue pair. Its zero value is
 // not usable: use New. It is not safe for concurrent use: one engine loop
 // owns it.
+//
+// Its ring of outstanding PSNs grows with them: it starts empty, doubles
+// (from 64 slots) when a new packet finds it full, up to Capacity rounded
+// up to a power of two, and Trim gives it back once nothing is
+// outstanding. An idle scoreboard holds no ring (TestRingGrowsAndTrims).
 type Scoreboard struct {
-	cfg  Config
-	ring []entry
-	mask uint32
+	cfg     Config
+	ring    []entry
+	mask    uint32
+	maxRing int // the ring's largest size: Capacity rounded up to a power of two
 
 	// queue has one bit per ring slot: queued for resend. qHint is at or
 	// before the lowest queued PSN when nQueued > 0.
@@ -229,8 +264,8 @@ type Scoreboard struct {
 	inRecov  bool
 	recovEnd psn.PSN
 
-	// paths is per-entropy RACK state, direct-mapped by entropy (an
-	// entropy that maps onto an occupied slot evicts its owner).
+	// paths is per-entropy RACK state, an open-addressed table by entropy
+	// that grows with the entropies in use (pathSlot).
 	paths []pathRack
 
 	tlpActive bool
@@ -245,7 +280,7 @@ type Scoreboard struct {
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24
-// bits). It allocates all its memory here.
+// bits). Its ring and per-entropy table are allocated as packets need them.
 func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -258,18 +293,51 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	first = psn.New(uint32(first))
 	return &Scoreboard{
 		cfg:     cfg,
-		ring:    make([]entry, size),
-		mask:    uint32(size - 1),
-		queue:   make([]uint64, size/64),
+		maxRing: size,
 		una:     first,
 		next:    first,
 		rtoAt:   clock.Never,
 		ptoAt:   clock.Never,
 		reoAt:   clock.Never,
 		reoMult: 1,
-		paths:   make([]pathRack, pathSlots),
 	}, nil
 }
+
+// minRing is the ring's first size: one word of the resend bitmap.
+const minRing = 64
+
+// grow doubles the ring (from minRing), keeping every outstanding PSN's
+// entry and resend bit.
+func (s *Scoreboard) grow() {
+	old, oldMask := s.ring, s.mask
+	size := max(minRing, 2*len(old))
+	s.ring = make([]entry, size)
+	s.mask = uint32(size - 1)
+	s.queue = make([]uint64, size/64)
+	for p := s.una; p != s.next; p = p.Next() {
+		e := old[uint32(p)&oldMask]
+		*s.slot(p) = e
+		if e.flags&fQueued != 0 {
+			i := uint32(p) & s.mask
+			s.queue[i>>6] |= 1 << (i & 63)
+		}
+	}
+}
+
+// Trim gives the ring back when no packet is outstanding, so that an idle
+// scoreboard holds only its fixed state and its per-entropy table; the
+// next packet sent allocates it again. It reports whether it had a ring
+// to give back.
+func (s *Scoreboard) Trim() bool {
+	if s.ring == nil || s.una != s.next || s.nQueued > 0 {
+		return false
+	}
+	s.ring, s.queue, s.mask = nil, nil, 0
+	return true
+}
+
+// Trimmable reports whether Trim would give memory back.
+func (s *Scoreboard) Trimmable() bool { return s.ring != nil && s.una == s.next && s.nQueued == 0 }
 
 func (s *Scoreboard) slot(p psn.PSN) *entry { return &s.ring[uint32(p)&s.mask] }
 
@@ -382,6 +450,9 @@ func (s *Scoreboard) OnSend(now clock.Time, p psn.PSN, bytes int, tag uint64, en
 	if p == s.next {
 		if s.Full() {
 			return fmt.Errorf("%w: %d packets outstanding", ErrFull, s.Outstanding())
+		}
+		if s.Outstanding() >= len(s.ring) {
+			s.grow()
 		}
 		*s.slot(p) = entry{sentAt: now, tag: tag, bytes: int32(bytes), entropy: entropy}
 		s.next = s.next.Next()

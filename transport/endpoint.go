@@ -425,12 +425,12 @@ func (s *epShard) dispatch() {
 				s.ep.cq.push(comp)
 				continue
 			}
-			if len(c.recv) == cap(c.recv) {
+			if c.rx.len() >= s.eng.cfg.MaxMessages {
 				// Recv wakes the engine when it makes room; announce
 				// it before the last look, as Recv takes before it
 				// looks at the flag.
 				c.full.Store(true)
-				if len(c.recv) == cap(c.recv) {
+				if c.rx.len() >= s.eng.cfg.MaxMessages {
 					break
 				}
 			}
@@ -438,7 +438,7 @@ func (s *epShard) dispatch() {
 			if comp.Err != nil {
 				c.noteRecvErr()
 			}
-			c.recv <- comp
+			c.rx.push(comp)
 		}
 	}
 }
@@ -576,9 +576,9 @@ func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) 
 		if err != nil {
 			return err
 		}
-		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages), gone: make(chan struct{})}
-		c.p.bufs = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
-		c.p.spare = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
+		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), gone: make(chan struct{})}
+		c.rx.ready = make(chan struct{}, 1)
+		q.owner = c
 		s.conns[q.qpn] = c
 		return nil
 	})
@@ -592,10 +592,87 @@ type Conn struct {
 	s    *epShard // the engine that owns qp
 	qp   *QP
 	info QPInfo
-	recv chan Completion
+	rx   connRecv      // messages for Recv, at most MaxMessages
 	gone chan struct{} // closed by Destroy
-	full atomic.Bool   // the engine holds messages recv had no room for
+	full atomic.Bool   // the engine holds messages rx had no room for
 	p    connPosts     // buffers from PostRecv: recvbuf_conn.go
+}
+
+// connRecv is the queue of messages the engine hands a Conn's Recv: a
+// ring that grows with them (doubling from 4) and is given back when the
+// QP trims, so that an idle Conn holds none, and a channel that wakes a
+// Recv waiting for the first. Safe for concurrent use.
+type connRecv struct {
+	mu      sync.Mutex
+	ring    []Completion
+	head, n int
+	ready   chan struct{} // holds a token while a message may wait
+}
+
+// push queues c and wakes a waiting Recv.
+func (r *connRecv) push(c Completion) {
+	r.mu.Lock()
+	if r.n == len(r.ring) {
+		ring := make([]Completion, max(4, 2*len(r.ring)))
+		for i := range r.n {
+			ring[i] = r.ring[(r.head+i)%len(r.ring)]
+		}
+		r.ring, r.head = ring, 0
+	}
+	r.ring[(r.head+r.n)%len(r.ring)] = c
+	r.n++
+	r.mu.Unlock()
+	r.wake()
+}
+
+// pop takes the oldest message, and passes the wake-up on to another
+// waiting Recv when more wait.
+func (r *connRecv) pop() (Completion, bool) {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return Completion{}, false
+	}
+	c := r.ring[r.head]
+	r.ring[r.head] = Completion{}
+	r.head = (r.head + 1) % len(r.ring)
+	r.n--
+	more := r.n > 0
+	r.mu.Unlock()
+	if more {
+		r.wake()
+	}
+	return c, true
+}
+
+func (r *connRecv) wake() {
+	select {
+	case r.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (r *connRecv) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// trimBuffers gives back the Conn's receive ring and posted-buffer slices
+// when they are empty; the QP calls it when it trims (engine goroutine,
+// under st).
+func (c *Conn) trimBuffers() {
+	c.rx.mu.Lock()
+	if c.rx.n == 0 {
+		c.rx.ring, c.rx.head = nil, 0
+	}
+	c.rx.mu.Unlock()
+	c.p.mu.Lock()
+	if len(c.p.bufs) == 0 {
+		c.p.bufs = nil
+	}
+	c.p.mu.Unlock()
+	c.p.spare = nil
 }
 
 // Info returns what the peer needs to Connect to this QP.
@@ -743,10 +820,8 @@ var ErrDestroyed = fmt.Errorf("transport: QP destroyed: %w", net.ErrClosed)
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	if c.s.spins() {
 		for end := c.ep.clk.Now().Add(c.ep.cfg.BusyPoll); ; {
-			select {
-			case comp := <-c.recv:
+			if comp, ok := c.rx.pop(); ok {
 				return c.received(comp)
-			default:
 			}
 			if c.ep.clk.Now() >= end || ctx.Err() != nil || !c.s.poll() {
 				break
@@ -754,20 +829,22 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 			runtime.Gosched()
 		}
 	}
-	select {
-	case comp := <-c.recv:
-		return c.received(comp)
-	case <-ctx.Done():
-		return Message{}, c.explain(ctx.Err(), true)
-	case <-c.ep.done:
-		return Message{}, c.ep.closedErr()
-	case <-c.gone:
-		select {
-		case comp := <-c.recv:
-			return message(comp), comp.Err
-		default:
+	for {
+		if comp, ok := c.rx.pop(); ok {
+			return c.received(comp)
 		}
-		return Message{}, ErrDestroyed
+		select {
+		case <-c.rx.ready:
+		case <-ctx.Done():
+			return Message{}, c.explain(ctx.Err(), true)
+		case <-c.ep.done:
+			return Message{}, c.ep.closedErr()
+		case <-c.gone:
+			if comp, ok := c.rx.pop(); ok {
+				return message(comp), comp.Err
+			}
+			return Message{}, ErrDestroyed
+		}
 	}
 }
 
