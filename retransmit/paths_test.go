@@ -2,6 +2,7 @@ package retransmit
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/psn"
@@ -112,44 +113,111 @@ func TestRACKDeadPath(t *testing.T) {
 	}
 }
 
-// TestRTOSelectiveYoungSurvive: in SelectiveRepeat a timeout declares lost
-// the oldest packet and those sent more than RACK.rtt + reo_wnd ago, not a
-// whole window sent just now (RFC 8985 6.3); Go-Back-N resends all.
-func TestRTOSelectiveYoungSurvive(t *testing.T) {
+// TestRTOResendsOldestOnly: in SelectiveRepeat a timeout resends the
+// oldest packet alone, however long ago the others were sent, and the
+// resend's ACK decides: RACK then declares lost the packets sent before it.
+// Go-Back-N resends all.
+func TestRTOResendsOldestOnly(t *testing.T) {
 	for _, mode := range []Mode{SelectiveRepeat, GoBackN} {
 		s := mustNew(t, Config{Mode: mode}, 0)
 		sendOn(t, s, 0, 1)
 		sendOn(t, s, 10*us, 1)
-		young := sendOn(t, s, 950*us, 1)
-		if at := s.NextTimeout(); at != 1000*us && mode == GoBackN {
-			t.Fatalf("%v: RTO at %v", mode, at)
+		sendOn(t, s, 950*us, 1)
+		if at := s.NextTimeout(); at != clock.Time(DefaultInitialRTO) {
+			t.Fatalf("%v: first RTO at %v, want the initial RTO %v", mode, at, DefaultInitialRTO)
 		}
-		for now := s.NextTimeout(); ; now = s.NextTimeout() {
-			_, kind, err := s.OnTimeout(now, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if kind == RTO {
-				break
-			}
+		now := s.NextTimeout()
+		if _, kind, err := s.OnTimeout(now, nil); kind != RTO || err != nil {
+			t.Fatalf("%v: kind %v err %v", mode, kind, err)
 		}
-		var lost []psn.PSN
-		for {
-			p, _, ok := s.PopLost()
-			if !ok {
-				break
-			}
-			lost = append(lost, p)
-		}
-		want := []psn.PSN{0, 1}
+		lost := resendLost(t, s, now)
+		want := []psn.PSN{0}
 		if mode == GoBackN {
-			want = append(want, young)
+			want = []psn.PSN{0, 1, 2}
 		}
 		if !samePSNs(lost, want) {
-			t.Fatalf("%v: RTO queued %v, want %v", mode, lost, want)
+			t.Fatalf("%v: RTO resent %v, want %v", mode, lost, want)
+		}
+		mustCheck(t, s)
+		if mode == GoBackN {
+			continue
+		}
+		// The resend alone arrives: the others, sent before it, are lost.
+		s.OnAck(now+20*us, sackOf(0, 0, 0), nil)
+		if got := resendLost(t, s, now+20*us); !samePSNs(got, []psn.PSN{1, 2}) {
+			t.Fatalf("after the resend's ACK resent %v, want [1 2]", got)
+		}
+		if st := s.Stats(); st.SpuriousRTOs != 0 || st.Retransmitted != 3 {
+			t.Fatalf("stats %+v", st)
 		}
 		mustCheck(t, s)
 	}
+}
+
+// TestSpuriousRTOResponse: a queue longer than the timer, not a loss. The
+// originals' ACK comes after the timeout's resend left; the timeout is
+// counted spurious, one packet was resent, not the window, and SRTT takes
+// the originals' round trip so that the next timer allows for the queue.
+func TestSpuriousRTOResponse(t *testing.T) {
+	s := mustNew(t, Config{}, 0)
+	for range 8 {
+		sendOn(t, s, 0, 1)
+	}
+	now := s.NextTimeout()
+	s.OnTimeout(now, nil)
+	if got := resendLost(t, s, now); !samePSNs(got, []psn.PSN{0}) {
+		t.Fatalf("resent %v, want [0]", got)
+	}
+	// The originals arrive 5ms after they were sent; the ACK echoes PSN
+	// 0's original send time.
+	at := clock.Time(5 * time.Millisecond)
+	a := sackOf(8, 0)
+	a.AckedSentAt = 1 // the original's stamp, before the resend's
+	s.OnAck(at, a, nil)
+	st := s.Stats()
+	if st.SpuriousRTOs != 1 || st.Retransmitted != 1 || s.Outstanding() != 0 {
+		t.Fatalf("stats %+v outstanding %d", st, s.Outstanding())
+	}
+	if s.SRTT() < 5*time.Millisecond || s.RTO() < 2*5*time.Millisecond {
+		t.Fatalf("SRTT %v RTO %v after a 5ms round trip", s.SRTT(), s.RTO())
+	}
+	mustCheck(t, s)
+}
+
+// TestSpuriousProbeBacksOff: a probe whose original is acknowledged first
+// doubles the probe timeout; no probe is armed before the first RTT sample.
+func TestSpuriousProbeBacksOff(t *testing.T) {
+	s := mustNew(t, Config{MinRTO: 10 * time.Millisecond}, 0)
+	sendOn(t, s, 0, 1)
+	if at := s.NextTimeout(); at != clock.Time(10*time.Millisecond) {
+		t.Fatalf("before any sample the next timeout is %v, want the RTO", at)
+	}
+	s.OnAck(100*us, sackOf(1, 0, 0), nil) // RTT 100µs
+	p := sendOn(t, s, 100*us, 1)
+	sendOn(t, s, 100*us, 1)
+	pto := s.NextTimeout()
+	if pto != 400*us {
+		t.Fatalf("probe at %v, want SRTT + 4*RTTVAR = 300µs after the send", pto)
+	}
+	if _, kind, _ := s.OnTimeout(pto, nil); kind != Probe {
+		t.Fatalf("kind %v", kind)
+	}
+	resendLost(t, s, pto)
+	// Both originals arrive later (a queue); the ACK echoes the probed
+	// packet's original stamp.
+	a := sackOf(p.Add(2), p.Add(1))
+	a.AckedSentAt = 100 * us
+	s.OnAck(500*us, a, nil)
+	if st := s.Stats(); st.SpuriousTLPs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	sendOn(t, s, 500*us, 1)
+	sendOn(t, s, 500*us, 1)
+	rtt := max(s.srtt, s.rackRTT)
+	if got, base := s.NextTimeout().Sub(500*us), max(2*rtt, rtt+4*s.rttvar); got != 2*base {
+		t.Fatalf("probe %v after the send, want twice %v", got, base)
+	}
+	mustCheck(t, s)
 }
 
 // TestEchoedSendTimeSpurious: an ACK that echoes the send time of an

@@ -104,12 +104,17 @@ func (k TimeoutKind) String() string {
 type Stats struct {
 	// Sent counts new packets, Retransmitted resends (probes included).
 	Sent, Retransmitted uint64
-	// Acked counts packets acknowledged, Lost loss declarations.
-	Acked, Lost uint64
+	// Acked counts packets acknowledged, Lost loss declarations, of which
+	// LostRACK by RACK's reordering window and LostRTO by a retransmission
+	// timeout (the rest by a NAK).
+	Acked, Lost, LostRACK, LostRTO uint64
 	// SpuriousRetransmits counts packets declared lost (or probed) whose
 	// earlier transmission turned out to arrive: acknowledged before the
 	// resend was sent, or sooner after it than the minimum RTT.
 	SpuriousRetransmits uint64
+	// SpuriousRTOs counts retransmission timeouts whose resend turned out
+	// unneeded, SpuriousTLPs probes acknowledged by their original.
+	SpuriousRTOs, SpuriousTLPs uint64
 	// TLPs counts tail loss probes, RTOs retransmission timeouts.
 	TLPs, RTOs uint64
 	// BadAcks counts ACKs and NAKs dropped whole because they refer to
@@ -134,6 +139,8 @@ const (
 	fPending        // returned by PopLost, awaiting OnSend
 	fRetx           // sent more than once
 	fRackLost       // the latest loss declaration was RACK's
+	fRTO            // resent by a retransmission timeout
+	fProbe          // resent as a tail loss probe
 )
 
 // pathSlots is the size of the per-entropy RACK table.
@@ -235,6 +242,14 @@ type Scoreboard struct {
 
 	tlpActive bool
 	tlpEnd    psn.PSN
+	// ptoMult multiplies the probe timeout; a spurious probe doubles it
+	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
+	ptoMult, ptoLeft int
+
+	// rtoPSN was resent by the latest retransmission timeout; rtoOrig is
+	// when it had been sent before (for the spurious-timeout response).
+	rtoPSN  psn.PSN
+	rtoOrig clock.Time
 
 	nakActive   bool
 	nakExpected psn.PSN
@@ -267,6 +282,7 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		ptoAt:   clock.Never,
 		reoAt:   clock.Never,
 		reoMult: 1,
+		ptoMult: 1,
 		paths:   make([]pathRack, pathSlots),
 	}, nil
 }
@@ -323,20 +339,20 @@ func (s *Scoreboard) MinRTT() time.Duration {
 }
 
 // RTO returns the current retransmission timeout: Config.FixedRTO when it
-// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3, with RTTVAR =
-// InitialRTT/2 before the first sample) within [MinRTO, MaxRTO], doubled
+// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3; Config.InitialRTO
+// before the first sample, RFC 6298 2.1) within [MinRTO, MaxRTO], doubled
 // for each timeout since the last valid RTT sample (RFC 6298 5.5) and
 // capped at MaxRTO.
 func (s *Scoreboard) RTO() time.Duration {
 	if s.cfg.FixedRTO > 0 {
 		return s.cfg.FixedRTO
 	}
-	srtt, rttvar := s.srtt, s.rttvar
-	if !s.hasRTT {
-		srtt, rttvar = s.cfg.InitialRTT, s.cfg.InitialRTT/2
+	var rto time.Duration
+	if s.hasRTT {
+		rto = max(s.srtt+4*s.rttvar, s.cfg.MinRTO)
+	} else {
+		rto = max(s.cfg.InitialRTO, s.cfg.MinRTO)
 	}
-	rto := srtt + 4*rttvar
-	rto = max(rto, s.cfg.MinRTO)
 	for i := uint(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
 		rto *= 2
 	}
@@ -497,6 +513,9 @@ func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res
 		s.enqueue(p)
 	}
 	s.stats.Lost++
+	if byRACK {
+		s.stats.LostRACK++
+	}
 	if res != nil {
 		res.LostPkts++
 	}
@@ -533,6 +552,19 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	}
 	if e.flags&fLost != 0 || early {
 		s.spurious(e)
+		switch {
+		case e.flags&fRTO != 0 && p == s.rtoPSN:
+			s.spuriousRTO(now)
+		case e.flags&fProbe != 0:
+			s.spuriousProbe()
+		}
+	} else if e.flags&fProbe != 0 && e.flags&(fQueued|fPending) != 0 {
+		// Acknowledged before the probe left: the probe fired too soon.
+		s.spuriousProbe()
+	} else if e.flags&fProbe != 0 && retx && s.ptoLeft > 0 {
+		if s.ptoLeft--; s.ptoLeft == 0 {
+			s.ptoMult = 1
+		}
 	}
 	if e.flags&fQueued != 0 {
 		s.unqueue(p)
@@ -582,6 +614,29 @@ func (s *Scoreboard) spurious(e *entry) {
 		s.reoMult = min(s.reoMult+1, maxReoMult)
 		s.reoLeft = reoPersist
 	}
+}
+
+// spuriousRTO is the response to a retransmission timeout whose resend
+// turned out unneeded (RFC 4015 3.2, Eifel): the original took longer than
+// the timer allowed, a queue and not a loss, so SRTT and RTTVAR take its
+// round trip (TestSpuriousRTOResponse).
+func (s *Scoreboard) spuriousRTO(now clock.Time) {
+	s.stats.SpuriousRTOs++
+	r := min(max(now.Sub(s.rtoOrig), 1), MaxDuration)
+	if !s.hasRTT {
+		s.hasRTT, s.minRTT = true, r
+	}
+	s.srtt = max(s.srtt, r)
+	s.rttvar = max(s.rttvar, r/2)
+}
+
+// spuriousProbe doubles the probe timeout (at most maxPTOMult times its
+// base) for the next reoPersist probes: a probe that its own packet's ACK
+// overtook was sent while the packet sat in a queue (TestSpuriousProbeBacksOff).
+func (s *Scoreboard) spuriousProbe() {
+	s.stats.SpuriousTLPs++
+	s.ptoMult = min(2*s.ptoMult, maxPTOMult)
+	s.ptoLeft = reoPersist
 }
 
 // advance moves the oldest unacknowledged PSN past acknowledged ones.
@@ -816,10 +871,13 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
-// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, plus
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, or
+// SRTT + 4*RTTVAR when larger (RFC 9002 6.2.1), SRTT taken as at least the
+// latest RTT (RACK.rtt) so that the probe follows a queue that grows faster
+// than SRTT, times the spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
-// packet), no later than the retransmission
-// timer; only in SelectiveRepeat with TLP on, packets in flight, no probe
+// packet), no later than the retransmission timer; only in SelectiveRepeat
+// with TLP on, an RTT sample taken, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
 // armed timer; otherwise only an unarmed one is set.
 //
@@ -829,7 +887,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 // tail resend sooner than the RTO for the same number of resends
 // (BenchmarkSimRecovery reports RTOs and probes per transfer).
 func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
-	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive ||
+	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive || !s.hasRTT ||
 		s.nQueued > 0 || s.reoAt != clock.Never || s.inPkts == 0 {
 		s.ptoAt = clock.Never
 		return
@@ -837,7 +895,8 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := 2 * s.SRTT()
+	rtt := max(s.srtt, s.rackRTT)
+	pto := max(2*rtt, rtt+4*s.rttvar) * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -941,22 +1000,27 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
-		// RFC 8985 6.3: in SelectiveRepeat the oldest packet is lost (it was
-		// sent an RTO ago), the others only when RACK.rtt + reo_wnd has
-		// passed since they were sent: a timeout does not resend a whole
-		// window that is still on its way. Go-Back-N resends everything.
-		young := clock.Never
-		if s.cfg.Mode == SelectiveRepeat {
-			rtt := s.SRTT()
-			if s.rackOK {
-				rtt = s.rackRTT
-			}
-			young = now.Add(-(rtt + s.ReorderWindow()))
-		}
+		// In SelectiveRepeat the timeout resends the oldest packet alone
+		// (RFC 5682's F-RTO): a timeout says no ACK came for a while, which
+		// a queue longer than the timer explains as well as a loss, and
+		// the resend's ACK tells them apart: RACK then declares the others
+		// lost if they were, and an ACK of the original marks the timeout
+		// spurious (spuriousRTO). A whole window resent into a long queue
+		// only lengthens it (TestRTOResendsOldestOnly). Go-Back-N resends
+		// everything.
 		for p := s.una; p != s.next; p = p.Next() {
 			e := s.slot(p)
-			if p != s.una && e.sentAt.After(young) && e.flags&fLost == 0 {
+			if p != s.una && s.cfg.Mode == SelectiveRepeat && e.flags&fLost == 0 {
 				continue
+			}
+			if e.flags&(fAcked|fLost) == 0 {
+				s.stats.LostRTO++
+			}
+			if p == s.una && s.cfg.Mode == SelectiveRepeat {
+				if e.flags&fLost == 0 {
+					s.rtoPSN, s.rtoOrig = p, e.sentAt
+				}
+				e.flags |= fRTO
 			}
 			dst = s.markLost(p, e, false, dst, nil)
 			if e.flags&fPending != 0 {
@@ -983,6 +1047,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 			if e.flags&(fQueued|fPending) == 0 {
 				s.enqueue(p)
 			}
+			e.flags |= fProbe
 			break
 		}
 		s.stats.TLPs++

@@ -38,12 +38,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	s := mustNew(t, Config{}, 0)
 	got := s.Config()
-	want := Config{Capacity: DefaultCapacity, InitialRTT: DefaultInitialRTT, MinRTO: DefaultMinRTO,
+	want := Config{Capacity: DefaultCapacity, InitialRTT: DefaultInitialRTT, InitialRTO: DefaultInitialRTO, MinRTO: DefaultMinRTO,
 		MaxRTO: DefaultMaxRTO, MaxRetries: DefaultMaxRetries, AckEvery: 2}
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
-	if s.RTO() != DefaultMinRTO || s.SRTT() != DefaultInitialRTT || s.NextTimeout() != clock.Never {
+	if s.RTO() != DefaultInitialRTO || s.SRTT() != DefaultInitialRTT || s.NextTimeout() != clock.Never {
 		t.Errorf("fresh scoreboard: RTO %v SRTT %v next timeout %v", s.RTO(), s.SRTT(), s.NextTimeout())
 	}
 }
@@ -327,7 +327,8 @@ func TestProbeWaitsForDelayedAck(t *testing.T) {
 			last = clock.Time(200+i) * us
 			sendNew(t, s, last)
 		}
-		want := last.Add(2 * s.SRTT())
+		// One sample: RTTVAR is SRTT/2, so SRTT + 4*RTTVAR = 3*SRTT.
+		want := last.Add(3 * s.SRTT())
 		if c.held {
 			want = want.Add(delay)
 		}
@@ -354,7 +355,7 @@ func TestNoTLP(t *testing.T) {
 
 func TestRTOBackoffAndFailure(t *testing.T) {
 	forFirsts(t, func(t *testing.T, first psn.PSN) {
-		s := mustNew(t, Config{NoTLP: true, MinRTO: time.Millisecond, MaxRTO: 8 * time.Millisecond, MaxRetries: 5}, first)
+		s := mustNew(t, Config{NoTLP: true, InitialRTO: time.Millisecond, MinRTO: time.Millisecond, MaxRTO: 8 * time.Millisecond, MaxRetries: 5}, first)
 		sendNew(t, s, 0)
 		sendNew(t, s, 0)
 		now := clock.Time(0)
@@ -375,15 +376,15 @@ func TestRTOBackoffAndFailure(t *testing.T) {
 			if kind != RTO || err != nil {
 				t.Fatalf("timeout %d: kind %v err %v", i, kind, err)
 			}
-			if _, lost := split(ev); !samePSNs(lost, psns(first, 0, 1)) {
-				t.Fatalf("RTO %d lost %v, want both in PSN order", i, lost)
+			if _, lost := split(ev); !samePSNs(lost, psns(first, 0)) {
+				t.Fatalf("RTO %d lost %v, want the oldest alone", i, lost)
 			}
-			if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0, 1)) {
+			if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0)) {
 				t.Fatalf("resent %v", got)
 			}
 			mustCheck(t, s)
 		}
-		if st := s.Stats(); st.RTOs != 5 || st.Retransmitted != 10 {
+		if st := s.Stats(); st.RTOs != 5 || st.Retransmitted != 5 {
 			t.Fatalf("stats %+v", st)
 		}
 		if s.NextTimeout() != clock.Never {
@@ -472,6 +473,11 @@ func TestProgressResetsRetries(t *testing.T) {
 	if s.RTO() != backedOff {
 		t.Fatalf("RTO %v after an ACK of a resend, want it still backed off at %v", s.RTO(), backedOff)
 	}
+	// PSN 1, sent before the delivered resend, is lost by RACK.
+	now += 10 * us
+	if got := resendLost(t, s, now); !samePSNs(got, []psn.PSN{1}) {
+		t.Fatalf("after the resend's ACK resent %v, want [1]", got)
+	}
 	for i := range 3 {
 		if k := rto(); k != RTO {
 			t.Fatalf("RTO %d after progress: %v (retry count not reset)", i, k)
@@ -481,7 +487,7 @@ func TestProgressResetsRetries(t *testing.T) {
 		t.Fatalf("4th RTO without progress: %v", k)
 	}
 	// A fresh RTT sample ends the backoff.
-	s = mustNew(t, Config{NoTLP: true}, 0)
+	s = mustNew(t, Config{NoTLP: true, InitialRTO: DefaultMinRTO}, 0)
 	sendNew(t, s, 0)
 	s.OnTimeout(s.NextTimeout(), nil)
 	resendLost(t, s, 0)
