@@ -52,7 +52,7 @@ func (m Mode) String() string {
 const (
 	DefaultCapacity   = 4096
 	DefaultInitialRTT = 100 * time.Microsecond
-	DefaultInitialRTO = 4 * time.Millisecond
+	DefaultInitialRTO = 2 * time.Millisecond
 	DefaultMinRTO     = time.Millisecond
 	DefaultMaxRTO     = 100 * time.Millisecond
 	DefaultMaxRetries = 7
@@ -92,10 +92,10 @@ type Config struct {
 
 	// InitialRTO is the retransmission timeout before the first RTT sample
 	// (RFC 6298 2.1 takes 1s for the Internet). Zero means
-	// DefaultInitialRTO (4ms): about the time three full switch buffers of
-	// a 100 Gbit/s fabric take to drain, so that a transfer that starts
-	// beside many others into queues no sample has measured yet is not
-	// resent; a lost first packet costs that long once. The tail loss
+	// DefaultInitialRTO (2ms): longer than a full 15 MiB switch buffer
+	// takes to drain at 100 Gbit/s (1.3ms), so that a transfer that starts
+	// beside a hundred others, into queues no sample has measured yet, is
+	// not resent; a lost first packet costs that long once. The tail loss
 	// probe waits for the first sample too (RFC 8985 7.2: PTO is 1s
 	// without one).
 	InitialRTO time.Duration

@@ -246,10 +246,8 @@ type Scoreboard struct {
 	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
 	ptoMult, ptoLeft int
 
-	// rtoPSN was resent by the latest retransmission timeout; rtoOrig is
-	// when it had been sent before (for the spurious-timeout response).
-	rtoPSN  psn.PSN
-	rtoOrig clock.Time
+	// rtoPSN was resent by the latest retransmission timeout.
+	rtoPSN psn.PSN
 
 	nakActive   bool
 	nakExpected psn.PSN
@@ -554,7 +552,7 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 		s.spurious(e)
 		switch {
 		case e.flags&fRTO != 0 && p == s.rtoPSN:
-			s.spuriousRTO(now)
+			s.stats.SpuriousRTOs++
 		case e.flags&fProbe != 0:
 			s.spuriousProbe()
 		}
@@ -616,19 +614,9 @@ func (s *Scoreboard) spurious(e *entry) {
 	}
 }
 
-// spuriousRTO is the response to a retransmission timeout whose resend
-// turned out unneeded (RFC 4015 3.2, Eifel): the original took longer than
-// the timer allowed, a queue and not a loss, so SRTT and RTTVAR take its
-// round trip (TestSpuriousRTOResponse).
-func (s *Scoreboard) spuriousRTO(now clock.Time) {
-	s.stats.SpuriousRTOs++
-	r := min(max(now.Sub(s.rtoOrig), 1), MaxDuration)
-	if !s.hasRTT {
-		s.hasRTT, s.minRTT = true, r
-	}
-	s.srtt = max(s.srtt, r)
-	s.rttvar = max(s.rttvar, r/2)
-}
+// queueing says whether the round trip has grown to more than twice the
+// smallest one: the queue part of SRTT is longer than the path's own delay.
+func (s *Scoreboard) queueing() bool { return s.hasRTT && s.srtt > 2*s.minRTT }
 
 // spuriousProbe doubles the probe timeout (at most maxPTOMult times its
 // base) for the next reoPersist probes: a probe that its own packet's ACK
@@ -871,10 +859,8 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
-// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, or
-// SRTT + 4*RTTVAR when larger (RFC 9002 6.2.1), SRTT taken as at least the
-// latest RTT (RACK.rtt) so that the probe follows a queue that grows faster
-// than SRTT, times the spurious-probe multiplier (spuriousProbe), plus
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT
+// times the spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
 // with TLP on, an RTT sample taken, packets in flight, no probe
@@ -895,8 +881,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	rtt := max(s.srtt, s.rackRTT)
-	pto := max(2*rtt, rtt+4*s.rttvar) * time.Duration(s.ptoMult)
+	pto := 2 * s.SRTT() * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -1000,17 +985,30 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
-		// In SelectiveRepeat the timeout resends the oldest packet alone
-		// (RFC 5682's F-RTO): a timeout says no ACK came for a while, which
-		// a queue longer than the timer explains as well as a loss, and
-		// the resend's ACK tells them apart: RACK then declares the others
-		// lost if they were, and an ACK of the original marks the timeout
-		// spurious (spuriousRTO). A whole window resent into a long queue
-		// only lengthens it (TestRTOResendsOldestOnly). Go-Back-N resends
-		// everything.
+		// In SelectiveRepeat, when the round trip shows a queue (queueing),
+		// the first timeout since the last progress resends the oldest
+		// packet alone (RFC 5682's F-RTO): a queue longer than the timer
+		// explains the silence as well as a loss does, and the resend's ACK
+		// tells them apart: RACK then declares the others lost if they
+		// were, and an ACK of the original counts the timeout spurious. A
+		// whole window resent into a long queue only lengthens it
+		// (TestRTOResendsOldestOnly). Otherwise, and on a second timeout in
+		// a row, the packets sent more than RACK.rtt + reo_wnd ago are lost
+		// (RFC 8985 6.3), as a dead path needs. Go-Back-N resends all.
+		young := clock.Never
+		if s.cfg.Mode == SelectiveRepeat {
+			young = clock.Time(math.MinInt64)
+			if s.retries > 1 || !s.queueing() {
+				rtt := s.SRTT()
+				if s.rackOK {
+					rtt = s.rackRTT
+				}
+				young = now.Add(-(rtt + s.ReorderWindow()))
+			}
+		}
 		for p := s.una; p != s.next; p = p.Next() {
 			e := s.slot(p)
-			if p != s.una && s.cfg.Mode == SelectiveRepeat && e.flags&fLost == 0 {
+			if p != s.una && e.sentAt.After(young) && e.flags&fLost == 0 {
 				continue
 			}
 			if e.flags&(fAcked|fLost) == 0 {
@@ -1018,7 +1016,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 			}
 			if p == s.una && s.cfg.Mode == SelectiveRepeat {
 				if e.flags&fLost == 0 {
-					s.rtoPSN, s.rtoOrig = p, e.sentAt
+					s.rtoPSN = p
 				}
 				e.flags |= fRTO
 			}

@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "a8d6ed1badd4b49901d3456abc7e713f18c2e9f3ab6fba806d3093ebc7ea4d6c",
-		state:  "62f5d96c54694a595846ac6d2446e71a34f68c03abc58fabbd769d922cca6099",
+		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
+		state:  "ab9fdfbb9becf0a52b04e203d3f9272595ee82b9c375fde91fff2e14c34b00cd",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "5bed55cd2c45c3be06c7b0247bfa68d4a82dc6414b72c9aead21e1a972bae1da",
-		state:  "bc657424401d239ce6266474907f1d32c98f76250ac9f543447f4546875e8a01",
+		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
+		state:  "8dead1883c336ff687763fc574ff965deff1e633a57846f272709f7003917b3a",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -93,8 +93,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
-		frames: "46284a61775cfbb752c84b1205fbf6c6cdca0ad619a70f8c3348d2fbc911d76b",
-		state:  "21759c8d736e75d63c147bf566b01cbff32ce7c37c1a85da436d99c750af0f12",
+		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
+		state:  "8ac14d0e17c666b663dbca2b6118a61ba2f51900709808441c577bf7ffd56205",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "39859403b174fa6fcf9f8ad15e78bb28c581cbc0099f6f62fd66948d325113e2",
-		state:  "dc18fb9eee25e1394092cc13fc0070abca5f5d33bccaf438991196d3f240aff1",
+		frames: "1f6701eac9c3991c9022b32e99a2ac855ecc1a8e88e7d0435782d27ec23e2fe3",
+		state:  "a55071955c0075f12fc4b12eb69b3a6063a332e40d91e0a737002705b021649f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

@@ -178,7 +178,7 @@ func TestLocalAckTimeoutConfig(t *testing.T) {
 
 // TestDefaultRetries: with the default timers, a QP whose peer never
 // answers fails with ErrPeerUnreachable after about 2 s of silence in the
-// Spray profile (DefaultSprayMaxRetries timeouts from the initial 4 ms,
+// Spray profile (DefaultSprayMaxRetries timeouts from the initial 2 ms,
 // doubling to 100 ms) and after 8 Local ACK Timeouts of 67.1 ms in the RoCE profile.
 func TestDefaultRetries(t *testing.T) {
 	for _, tc := range []struct {
