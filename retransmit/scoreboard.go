@@ -104,12 +104,17 @@ func (k TimeoutKind) String() string {
 type Stats struct {
 	// Sent counts new packets, Retransmitted resends (probes included).
 	Sent, Retransmitted uint64
-	// Acked counts packets acknowledged, Lost loss declarations.
-	Acked, Lost uint64
+	// Acked counts packets acknowledged, Lost loss declarations, of which
+	// LostRACK by RACK's reordering window and LostRTO by a retransmission
+	// timeout (the rest by a NAK).
+	Acked, Lost, LostRACK, LostRTO uint64
 	// SpuriousRetransmits counts packets declared lost (or probed) whose
 	// earlier transmission turned out to arrive: acknowledged before the
 	// resend was sent, or sooner after it than the minimum RTT.
 	SpuriousRetransmits uint64
+	// SpuriousRTOs counts retransmission timeouts whose resend turned out
+	// unneeded, SpuriousTLPs probes acknowledged by their original.
+	SpuriousRTOs, SpuriousTLPs uint64
 	// TLPs counts tail loss probes, RTOs retransmission timeouts.
 	TLPs, RTOs uint64
 	// BadAcks counts ACKs and NAKs dropped whole because they refer to
@@ -134,6 +139,8 @@ const (
 	fPending        // returned by PopLost, awaiting OnSend
 	fRetx           // sent more than once
 	fRackLost       // the latest loss declaration was RACK's
+	fRTO            // resent by a retransmission timeout
+	fProbe          // resent as a tail loss probe
 )
 
 // pathSlots is the most slots of the per-entropy RACK table. The table
@@ -270,6 +277,12 @@ type Scoreboard struct {
 
 	tlpActive bool
 	tlpEnd    psn.PSN
+	// ptoMult multiplies the probe timeout; a spurious probe doubles it
+	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
+	ptoMult, ptoLeft int
+
+	// rtoPSN was resent by the latest retransmission timeout.
+	rtoPSN psn.PSN
 
 	nakActive   bool
 	nakExpected psn.PSN
@@ -300,6 +313,7 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		ptoAt:   clock.Never,
 		reoAt:   clock.Never,
 		reoMult: 1,
+		ptoMult: 1,
 	}, nil
 }
 
@@ -391,20 +405,20 @@ func (s *Scoreboard) MinRTT() time.Duration {
 }
 
 // RTO returns the current retransmission timeout: Config.FixedRTO when it
-// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3, with RTTVAR =
-// InitialRTT/2 before the first sample) within [MinRTO, MaxRTO], doubled
+// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3; Config.InitialRTO
+// before the first sample, RFC 6298 2.1) within [MinRTO, MaxRTO], doubled
 // for each timeout since the last valid RTT sample (RFC 6298 5.5) and
 // capped at MaxRTO.
 func (s *Scoreboard) RTO() time.Duration {
 	if s.cfg.FixedRTO > 0 {
 		return s.cfg.FixedRTO
 	}
-	srtt, rttvar := s.srtt, s.rttvar
-	if !s.hasRTT {
-		srtt, rttvar = s.cfg.InitialRTT, s.cfg.InitialRTT/2
+	var rto time.Duration
+	if s.hasRTT {
+		rto = max(s.srtt+4*s.rttvar, s.cfg.MinRTO)
+	} else {
+		rto = max(s.cfg.InitialRTO, s.cfg.MinRTO)
 	}
-	rto := srtt + 4*rttvar
-	rto = max(rto, s.cfg.MinRTO)
 	for i := uint(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
 		rto *= 2
 	}
@@ -568,6 +582,9 @@ func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res
 		s.enqueue(p)
 	}
 	s.stats.Lost++
+	if byRACK {
+		s.stats.LostRACK++
+	}
 	if res != nil {
 		res.LostPkts++
 	}
@@ -604,6 +621,19 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	}
 	if e.flags&fLost != 0 || early {
 		s.spurious(e)
+		switch {
+		case e.flags&fRTO != 0 && p == s.rtoPSN:
+			s.stats.SpuriousRTOs++
+		case e.flags&fProbe != 0:
+			s.spuriousProbe()
+		}
+	} else if e.flags&fProbe != 0 && e.flags&(fQueued|fPending) != 0 {
+		// Acknowledged before the probe left: the probe fired too soon.
+		s.spuriousProbe()
+	} else if e.flags&fProbe != 0 && retx && s.ptoLeft > 0 {
+		if s.ptoLeft--; s.ptoLeft == 0 {
+			s.ptoMult = 1
+		}
 	}
 	if e.flags&fQueued != 0 {
 		s.unqueue(p)
@@ -653,6 +683,19 @@ func (s *Scoreboard) spurious(e *entry) {
 		s.reoMult = min(s.reoMult+1, maxReoMult)
 		s.reoLeft = reoPersist
 	}
+}
+
+// queueing says whether the round trip has grown to more than twice the
+// smallest one: the queue part of SRTT is longer than the path's own delay.
+func (s *Scoreboard) queueing() bool { return s.hasRTT && s.srtt > 2*s.minRTT }
+
+// spuriousProbe doubles the probe timeout (at most maxPTOMult times its
+// base) for the next reoPersist probes: a probe that its own packet's ACK
+// overtook was sent while the packet sat in a queue (TestSpuriousProbeBacksOff).
+func (s *Scoreboard) spuriousProbe() {
+	s.stats.SpuriousTLPs++
+	s.ptoMult = min(2*s.ptoMult, maxPTOMult)
+	s.ptoLeft = reoPersist
 }
 
 // advance moves the oldest unacknowledged PSN past acknowledged ones.
@@ -887,10 +930,11 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
-// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, plus
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT
+// times the spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
-// packet), no later than the retransmission
-// timer; only in SelectiveRepeat with TLP on, packets in flight, no probe
+// packet), no later than the retransmission timer; only in SelectiveRepeat
+// with TLP on, an RTT sample taken, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
 // armed timer; otherwise only an unarmed one is set.
 //
@@ -900,7 +944,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 // tail resend sooner than the RTO for the same number of resends
 // (BenchmarkSimRecovery reports RTOs and probes per transfer).
 func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
-	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive ||
+	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive || !s.hasRTT ||
 		s.nQueued > 0 || s.reoAt != clock.Never || s.inPkts == 0 {
 		s.ptoAt = clock.Never
 		return
@@ -908,7 +952,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := 2 * s.SRTT()
+	pto := 2 * s.SRTT() * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -1012,22 +1056,40 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
-		// RFC 8985 6.3: in SelectiveRepeat the oldest packet is lost (it was
-		// sent an RTO ago), the others only when RACK.rtt + reo_wnd has
-		// passed since they were sent: a timeout does not resend a whole
-		// window that is still on its way. Go-Back-N resends everything.
+		// In SelectiveRepeat, when the round trip shows a queue (queueing),
+		// the first timeout since the last progress resends the oldest
+		// packet alone (RFC 5682's F-RTO): a queue longer than the timer
+		// explains the silence as well as a loss does, and the resend's ACK
+		// tells them apart: RACK then declares the others lost if they
+		// were, and an ACK of the original counts the timeout spurious. A
+		// whole window resent into a long queue only lengthens it
+		// (TestRTOResendsOldestOnly). Otherwise, and on a second timeout in
+		// a row, the packets sent more than RACK.rtt + reo_wnd ago are lost
+		// (RFC 8985 6.3), as a dead path needs. Go-Back-N resends all.
 		young := clock.Never
 		if s.cfg.Mode == SelectiveRepeat {
-			rtt := s.SRTT()
-			if s.rackOK {
-				rtt = s.rackRTT
+			young = clock.Time(math.MinInt64)
+			if s.retries > 1 || !s.queueing() {
+				rtt := s.SRTT()
+				if s.rackOK {
+					rtt = s.rackRTT
+				}
+				young = now.Add(-(rtt + s.ReorderWindow()))
 			}
-			young = now.Add(-(rtt + s.ReorderWindow()))
 		}
 		for p := s.una; p != s.next; p = p.Next() {
 			e := s.slot(p)
 			if p != s.una && e.sentAt.After(young) && e.flags&fLost == 0 {
 				continue
+			}
+			if e.flags&(fAcked|fLost) == 0 {
+				s.stats.LostRTO++
+			}
+			if p == s.una && s.cfg.Mode == SelectiveRepeat {
+				if e.flags&fLost == 0 {
+					s.rtoPSN = p
+				}
+				e.flags |= fRTO
 			}
 			dst = s.markLost(p, e, false, dst, nil)
 			if e.flags&fPending != 0 {
@@ -1054,6 +1116,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 			if e.flags&(fQueued|fPending) == 0 {
 				s.enqueue(p)
 			}
+			e.flags |= fProbe
 			break
 		}
 		s.stats.TLPs++

@@ -271,7 +271,8 @@ func (c Config) OnINTFabric(hops int) Config {
 }
 
 // DefaultSprayMaxRetries is the Spray profile's MaxRetries: at the default
-// timers (1 ms doubling to 100 ms) a peer silent for about 2 s fails the
+// timers (from 1 ms, or 2 ms before the first RTT sample, doubling to
+// 100 ms) a peer silent for about 2 s fails the
 // QP. A user-space endpoint on a shared host can be descheduled for
 // hundreds of milliseconds, and declaring a live peer dead costs a job
 // more than noticing a dead one later (NCCL's IB timeout is seconds);
