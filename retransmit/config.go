@@ -95,9 +95,8 @@ type Config struct {
 	// DefaultInitialRTO (2ms): longer than a full 15 MiB switch buffer
 	// takes to drain at 100 Gbit/s (1.3ms), so that a transfer that starts
 	// beside a hundred others, into queues no sample has measured yet, is
-	// not resent; a lost first packet costs that long once. The tail loss
-	// probe waits for the first sample too (RFC 8985 7.2: PTO is 1s
-	// without one).
+	// not resent; the tail loss probe (2*InitialRTT) still repairs a lost
+	// first packet sooner.
 	InitialRTO time.Duration
 
 	// MinRTO and MaxRTO bound the retransmission timeout. Zero means

@@ -934,7 +934,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 // times the spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
-// with TLP on, an RTT sample taken, packets in flight, no probe
+// with TLP on, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
 // armed timer; otherwise only an unarmed one is set.
 //
@@ -944,7 +944,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 // tail resend sooner than the RTO for the same number of resends
 // (BenchmarkSimRecovery reports RTOs and probes per transfer).
 func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
-	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive || !s.hasRTT ||
+	if s.cfg.Mode != SelectiveRepeat || s.cfg.NoTLP || s.tlpActive ||
 		s.nQueued > 0 || s.reoAt != clock.Never || s.inPkts == 0 {
 		s.ptoAt = clock.Never
 		return
