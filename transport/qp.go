@@ -275,6 +275,7 @@ type QP struct {
 	comps      []Completion
 	stats      QPStats
 	pstats     pathTable // per-path counters: stats_telemetry.go
+	sch        qpSched   // place in the engine's schedule: sched.go
 }
 
 func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
@@ -395,6 +396,7 @@ func (q *QP) Connect(r QPInfo) error {
 	}
 	q.rqpn, q.rmac, q.rip = r.QPN&psn.Mask, r.MAC, r.IP
 	q.state = stateReady
+	q.touch()
 	return nil
 }
 
@@ -416,6 +418,7 @@ func (q *QP) Post(wr WorkRequest) error {
 		return ErrQueueFull
 	}
 	q.push(wr)
+	q.touch()
 	return nil
 }
 
@@ -516,7 +519,8 @@ func (q *QP) popRecv() (Completion, bool) {
 	q.recvq[q.recvHead] = Completion{}
 	q.recvHead = (q.recvHead + 1) % len(q.recvq)
 	q.recvLen--
-	q.rcv.deliver()
+	q.rcv.deliver() // room for a held message, credit for the sender
+	q.touch()
 	return c, true
 }
 
@@ -580,6 +584,7 @@ func (q *QP) canSendNew() bool {
 
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now clock.Time) {
+	q.touch()
 	if q.state != stateReady {
 		return
 	}
@@ -803,7 +808,10 @@ func (q *QP) encodeCNP(buf []byte) (int, error) {
 
 // Handle processes one decoded packet addressed to this QP, received at now.
 // The packet's slices must stay valid only during the call.
-func (q *QP) Handle(now clock.Time, pk *wire.Packet) { q.handle(now, now, pk) }
+func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
+	q.handle(now, now, pk)
+	q.touch()
+}
 
 // handle is Handle for a packet that reached the host at at, before now
 // when the link stamped its arrival (Engine.SetRxClock): a data packet's
