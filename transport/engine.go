@@ -91,6 +91,7 @@ type Engine struct {
 	complSpare []*QP
 	order      []*QP
 	holes      int
+	stepNo     uint64 // steps begun (runTimers)
 	visits     uint64
 	// check, when set, runs after every Step: tests that verify the
 	// schedule against a pass over every QP (sched_test.go).
@@ -349,7 +350,6 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	e.visits++
 	q.handle(now, at, &e.pkt)
 	q.touch()
-	e.noteCompl(q)
 }
 
 // maxStepBytes bounds what one Step transmits: the packets it encodes all
@@ -375,6 +375,13 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 		}
 		if e.have == 0 {
 			e.stats.TxNoBuffer++
+			// Timers wait for no transmit buffer: a QP may fail or
+			// complete on one.
+			for i := e.readyHead; i < len(e.ready); i++ {
+				if q := e.ready[i]; q.sch.eng == e && q.sch.timed != e.stepNo {
+					e.checkTimers(q, now)
+				}
+			}
 			return any, nil
 		}
 		filled := 0
@@ -383,6 +390,9 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			if q.sch.eng != e { // destroyed
 				e.popReady()
 				continue
+			}
+			if q.sch.timed != e.stepNo {
+				e.checkTimers(q, now)
 			}
 			e.visits++
 			m, err := q.PollTransmit(now, e.tx[filled].Buf)

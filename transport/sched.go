@@ -10,17 +10,20 @@ import "github.com/sprayfabric/spray/clock"
 //     to send, an acknowledgement owed, a timer due. A QP joins it when it
 //     receives a packet, when a timer of its fires, and when the
 //     application changes it (Post, PostRecv, Connect, taking a received
-//     message: QP.touch). output polls the list round robin and a QP leaves
-//     it when PollTransmit has nothing more;
+//     message: QP.touch). output polls the list round robin, running a
+//     QP's expired timers before its first poll of a step, and a QP leaves
+//     the list when PollTransmit has nothing more;
 //   - otherwise, the timer heap, keyed on its NextTimeout as computed when
 //     it left the ready list (absent when that is clock.Never). Nothing but
 //     the engine's own calls and those that touch it change a QP's
 //     NextTimeout, so the key stays exact; an expired key puts the QP back
 //     on the ready list.
 //
-// A QP that may hold completions is also on the completion list, which
-// Completions and the endpoint's dispatch drain instead of visiting every
-// QP. TestStepVisitsActiveQPs guards the cost; the transport's transfer
+// A QP that may hold completions (it was touched, or PollTransmit left
+// some) is also on the completion list, which Completions and the
+// endpoint's dispatch drain instead of visiting every QP. No step passes
+// over a whole list but output's: with every QP busy (an all-to-all), a
+// step still costs what it moves. TestStepVisitsActiveQPs guards the cost; the transport's transfer
 // and golden tests that a QP with work is never passed over.
 
 // qpSched is a QP's place in its engine's schedule.
@@ -31,14 +34,23 @@ type qpSched struct {
 	heapIdx  int        // index in eng.timers, -1 when not there
 	order    int        // index in eng.order
 	deadline clock.Time // key in eng.timers
+	timed    uint64     // the engine's step in which its timers were last checked
 }
 
-// touch puts the QP on its engine's ready list: a call from outside the
-// engine changed it, and it may now have something to send, a new
-// deadline or completions.
+// touch puts the QP on its engine's ready and completion lists: a packet
+// or a call from outside the engine changed it, and it may now have
+// something to send, a new deadline or completions.
 func (q *QP) touch() {
-	if e := q.sch.eng; e != nil && !q.sch.ready {
+	e := q.sch.eng
+	if e == nil {
+		return
+	}
+	if !q.sch.ready {
 		e.makeReady(q)
+	}
+	if !q.sch.compl {
+		q.sch.compl = true
+		e.compl = append(e.compl, q)
 	}
 }
 
@@ -124,37 +136,33 @@ func (e *Engine) noteCompl(q *QP) {
 	}
 }
 
-// runTimers moves the QPs whose deadline passed to the ready list and runs
-// the expired timers of every QP on it.
+// runTimers starts a step: it moves the QPs whose deadline passed to the
+// ready list and runs their expired timers. The timers of the QPs already
+// on the list run when output reaches them, before their first poll of the
+// step (checkTimers): a step does not pass over the whole list twice.
 func (e *Engine) runTimers(now clock.Time) {
+	e.stepNo++
 	for len(e.timers) > 0 && e.timers[0].sch.deadline <= now {
 		q := e.timers[0]
 		e.heapRemove(0)
-		e.makeReady(q)
-	}
-	for i := e.readyHead; i < len(e.ready); i++ {
-		q := e.ready[i]
-		if q.sch.eng != e {
-			continue
-		}
-		e.visits++
-		if now >= q.NextTimeout() {
-			e.visits++
-			q.HandleTimeout(now)
-			e.noteCompl(q)
-		}
+		q.touch()
+		e.checkTimers(q, now)
 	}
 }
 
-// takeCompl returns the QPs that may hold completions, those of the ready
-// list included, and empties the completion list; give the slice back with
-// putCompl.
-func (e *Engine) takeCompl() []*QP {
-	for i := e.readyHead; i < len(e.ready); i++ {
-		if q := e.ready[i]; q.sch.eng == e {
-			e.noteCompl(q)
-		}
+// checkTimers runs q's expired timers, once per step.
+func (e *Engine) checkTimers(q *QP, now clock.Time) {
+	q.sch.timed = e.stepNo
+	e.visits++
+	if now >= q.NextTimeout() {
+		e.visits++
+		q.HandleTimeout(now)
 	}
+}
+
+// takeCompl returns the QPs that may hold completions and empties the
+// completion list; give the slice back with putCompl.
+func (e *Engine) takeCompl() []*QP {
 	list := e.compl
 	e.compl = e.complSpare[:0]
 	for _, q := range list {
