@@ -56,6 +56,9 @@ type epShard struct {
 	mu      sync.Mutex
 	closing bool
 	posting []*Conn // Conns with buffers from PostRecv to hand their QPs
+	// unblocked are Conns whose Recv made room in a receive channel that
+	// dispatch found full: their QPs hold messages to hand on.
+	unblocked []*Conn
 
 	// st guards the engine's state (its QPs, its link's rings) and the
 	// fields below. The engine goroutine holds it while it steps, and lets
@@ -66,6 +69,7 @@ type epShard struct {
 	split   link.WaitSplitter // the engine's link, when its Wait splits
 	stepErr error             // a link error met by a Step on a caller's goroutine
 	spare   []*Conn           // posting's other half
+	unspare []*Conn           // unblocked's other half
 	waiters map[uint64]chan Completion
 	conns   map[uint32]*Conn
 	nextID  uint64
@@ -396,50 +400,75 @@ func (s *epShard) send(ctx context.Context, fn func() error) error {
 	return err
 }
 
-// dispatch hands completions to their waiters, the CQ and the receivers.
+// dispatch hands completions to their waiters, the CQ and the receivers:
+// those of the QPs on the engine's completion list and of the Conns whose
+// Recv made room since, never a pass over every Conn (sched.go).
 func (s *epShard) dispatch() {
-	for _, c := range s.conns {
-		q := c.qp
-		for len(q.comps) > 0 {
-			comp := q.comps[0]
-			q.comps[0] = Completion{}
-			q.comps = q.comps[1:]
-			if comp.ID&internalID != 0 {
-				if w := s.waiters[comp.ID]; w != nil {
-					delete(s.waiters, comp.ID)
-					w <- comp
-				}
-				continue
-			}
-			s.ep.cq.push(comp)
+	e := s.eng
+	list := e.takeCompl()
+	for _, q := range list {
+		if c := s.conns[q.qpn]; c != nil && c.qp == q {
+			s.deliver(c)
 		}
-		for {
-			comp, ok := q.peekRecv()
-			if !ok {
+	}
+	e.putCompl(list)
+	s.mu.Lock()
+	ub := s.unblocked
+	s.unblocked = s.unspare[:0]
+	s.mu.Unlock()
+	for _, c := range ub {
+		if s.conns[c.qp.qpn] == c {
+			s.deliver(c)
+		}
+	}
+	clear(ub)
+	s.unspare = ub[:0]
+}
+
+// deliver hands c's completions to their waiters, the CQ and c's receive
+// channel, as far as the channel has room.
+func (s *epShard) deliver(c *Conn) {
+	q := c.qp
+	s.eng.visits++
+	for len(q.comps) > 0 {
+		comp := q.comps[0]
+		q.comps[0] = Completion{}
+		q.comps = q.comps[1:]
+		if comp.ID&internalID != 0 {
+			if w := s.waiters[comp.ID]; w != nil {
+				delete(s.waiters, comp.ID)
+				w <- comp
+			}
+			continue
+		}
+		s.ep.cq.push(comp)
+	}
+	for {
+		comp, ok := q.peekRecv()
+		if !ok {
+			break
+		}
+		if comp.ID != 0 && comp.ID&internalID == 0 {
+			// A buffer posted with Post(OpPostRecv): its completion
+			// goes to the CQ.
+			q.popRecv()
+			s.ep.cq.push(comp)
+			continue
+		}
+		if c.rx.len() >= s.eng.cfg.MaxMessages {
+			// Recv puts c on unblocked and wakes the engine when it
+			// makes room; announce it before the last look, as Recv
+			// takes before it looks at the flag.
+			c.full.Store(true)
+			if c.rx.len() >= s.eng.cfg.MaxMessages {
 				break
 			}
-			if comp.ID != 0 && comp.ID&internalID == 0 {
-				// A buffer posted with Post(OpPostRecv): its completion
-				// goes to the CQ.
-				q.popRecv()
-				s.ep.cq.push(comp)
-				continue
-			}
-			if c.rx.len() >= s.eng.cfg.MaxMessages {
-				// Recv wakes the engine when it makes room; announce
-				// it before the last look, as Recv takes before it
-				// looks at the flag.
-				c.full.Store(true)
-				if c.rx.len() >= s.eng.cfg.MaxMessages {
-					break
-				}
-			}
-			q.popRecv()
-			if comp.Err != nil {
-				c.noteRecvErr()
-			}
-			c.rx.push(comp)
 		}
+		q.popRecv()
+		if comp.Err != nil {
+			c.noteRecvErr()
+		}
+		c.rx.push(comp)
 	}
 }
 
@@ -850,7 +879,11 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 
 func (c *Conn) received(comp Completion) (Message, error) {
 	if c.full.Load() && c.full.Swap(false) {
-		c.s.eng.link.Wake() // messages wait for the room this made
+		// Messages wait for the room this made.
+		c.s.mu.Lock()
+		c.s.unblocked = append(c.s.unblocked, c)
+		c.s.mu.Unlock()
+		c.s.eng.link.Wake()
 	}
 	if comp.ID&internalID != 0 {
 		c.p.out.Add(-1)

@@ -292,6 +292,7 @@ type QP struct {
 	comps  []Completion
 	stats  QPStats
 	pstats pathTable // per-path counters: stats_telemetry.go; from activate
+	sch    qpSched   // place in the engine's schedule: sched.go
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -460,6 +461,7 @@ func (q *QP) Connect(r QPInfo) error {
 	}
 	q.rqpn, q.rmac, q.rip = r.QPN&psn.Mask, r.MAC, r.IP
 	q.state = stateReady
+	q.touch()
 	return nil
 }
 
@@ -481,6 +483,7 @@ func (q *QP) Post(wr WorkRequest) error {
 		return ErrQueueFull
 	}
 	q.push(wr)
+	q.touch()
 	return nil
 }
 
@@ -612,7 +615,8 @@ func (q *QP) popRecv() (Completion, bool) {
 	q.recvq[q.recvHead] = Completion{}
 	q.recvHead = (q.recvHead + 1) % len(q.recvq)
 	q.recvLen--
-	q.rcv.deliver()
+	q.rcv.deliver() // room for a held message, credit for the sender
+	q.touch()
 	return c, true
 }
 
@@ -724,6 +728,7 @@ func (q *QP) canSendNew() bool {
 
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now clock.Time) {
+	q.touch()
 	if q.state != stateReady {
 		return
 	}
@@ -949,7 +954,10 @@ func (q *QP) encodeCNP(buf []byte) (int, error) {
 
 // Handle processes one decoded packet addressed to this QP, received at now.
 // The packet's slices must stay valid only during the call.
-func (q *QP) Handle(now clock.Time, pk *wire.Packet) { q.handle(now, now, pk) }
+func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
+	q.handle(now, now, pk)
+	q.touch()
+}
 
 // handle is Handle for a packet that reached the host at at, before now
 // when the link stamped its arrival (Engine.SetRxClock): a data packet's

@@ -89,6 +89,7 @@ func consumes(k wire.OpKind) bool { return k == wire.KindSend || k == wire.KindS
 // may be called before Connect. Errors: ErrRecvQueueFull, ErrQPFailed (the
 // QP or its receiving side failed).
 func (q *QP) PostRecv(id uint64, buf []byte) error {
+	q.touch() // a held message may land, an error complete: sched.go
 	switch {
 	case q.state == stateError:
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.err)
