@@ -68,7 +68,9 @@
 // Shaper fabric is not lossless (the testbed has no PFC).
 //
 // Faults: SetLinkDown (both directions blackholed; the switches at its
-// ends route around it at once, the others after a reconvergence delay),
+// ends route around it at once, the others after a reconvergence delay,
+// and then along no path that leads into it, however many switches
+// ahead: TestFatTreeReroute),
 // SetLoss (random loss per frame) and SetBurstLoss (Gilbert-Elliott).
 //
 // # Hosts

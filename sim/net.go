@@ -220,6 +220,9 @@ type Net struct {
 	// to transmit (tests).
 	Trace   func(sw, port int, frame []byte)
 	mtuWire int
+	// withdrawn counts the ports withdrawn from the fabric's routes;
+	// while it is 0 a route needs no look beyond its own links.
+	withdrawn int
 }
 
 // wireOverhead is what an Ethernet frame takes on the wire beyond the
@@ -709,21 +712,40 @@ func (n *Net) route(s *swtch, f []byte) (int32, bool) {
 	return s.up[first], true
 }
 
-// usable reports whether uplink u may carry a frame for dst: it is up,
-// and the next switch's link down towards dst has not been withdrawn.
+// usable reports whether uplink u may carry a frame for dst: it is up
+// and not withdrawn, and the switch at its other end still reaches dst
+// by the fabric's routes (reaches). A switch knows its own down links at
+// once, and the others' once they are withdrawn (reconverged).
 func (n *Net) usable(u, dst int32) bool {
 	p := &n.ports[u]
-	if p.down {
+	if p.down || p.withdrawn {
 		return false
 	}
-	ns := &n.switches[n.ports[p.peer].node]
-	if dst >= ns.lo && dst < ns.hi {
-		d := &n.ports[ns.down[(dst-ns.lo)/ns.div]]
+	return n.withdrawn == 0 || n.reaches(n.ports[p.peer].node, dst)
+}
+
+// reaches reports whether switch si has a route to dst over links that
+// are not withdrawn: down its port towards dst if it covers dst, else up
+// any uplink whose switch reaches dst. Routes run up and then down, as
+// the fabric's routing announces them, so a fat-tree's edge switch sees
+// through its aggregation switch and the cores to the link that failed
+// below another aggregation switch (TestFatTreeReroute).
+func (n *Net) reaches(si, dst int32) bool {
+	s := &n.switches[si]
+	if dst >= s.lo && dst < s.hi {
+		d := &n.ports[s.down[(dst-s.lo)/s.div]]
 		if d.withdrawn {
 			return false
 		}
+		below := &n.ports[d.peer]
+		return below.host || n.reaches(below.node, dst)
 	}
-	return true
+	for _, u := range s.up {
+		if p := &n.ports[u]; !p.withdrawn && n.reaches(n.ports[p.peer].node, dst) {
+			return true
+		}
+	}
+	return false
 }
 
 // ecnMark marks frame f CE by RED on the q bytes ahead of it in egress
@@ -851,19 +873,32 @@ func (n *Net) SetLinkDown(l LinkRef, down bool, reconverge time.Duration) error 
 		p := &n.ports[x]
 		p.down = down
 		if !down {
-			p.withdrawn = false
+			n.withdraw(p, false)
 		}
 	}
 	if down && reconverge >= 0 {
 		n.At(n.now.Add(reconverge), func() {
 			for _, x := range []int32{pi, n.ports[pi].peer} {
 				if p := &n.ports[x]; p.down {
-					p.withdrawn = true
+					n.withdraw(p, true)
 				}
 			}
 		})
 	}
 	return nil
+}
+
+// withdraw withdraws port p from the fabric's routes (on) or restores it.
+func (n *Net) withdraw(p *port, on bool) {
+	if p.withdrawn == on {
+		return
+	}
+	p.withdrawn = on
+	if on {
+		n.withdrawn++
+	} else {
+		n.withdrawn--
+	}
 }
 
 // SetLoss sets the random loss probability of every frame leaving either
