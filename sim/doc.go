@@ -38,11 +38,12 @@
 //
 // With PFC the fabric is lossless for one class, every frame: each switch
 // counts the bytes each ingress port brought into its buffer and, when
-// they reach the XOFF threshold (PFC.Alpha of the free shared buffer),
-// sends PAUSE upstream; the upstream port (a switch port or a host's NIC)
-// stops after the link's delay, once its current frame is out, and
-// restarts on RESUME, sent when the account falls PFC.Resume bytes below
-// the threshold. Headroom for what arrives meanwhile is set aside per
+// they reach the XOFF threshold (PFC.Alpha, 1/8, of the free shared
+// buffer, or a static PFC.XOff), sends PAUSE upstream; the upstream port
+// (a switch port or a host's NIC) stops after the link's delay, once its
+// current frame is out, and restarts on RESUME, sent when the account
+// falls PFC.Resume bytes (two frames) below the threshold. ParseTopo's
+// pfc=XOFF/XON option sets both (TestPFCThresholds). Headroom for what arrives meanwhile is set aside per
 // port. Queues behind a paused port build, fill their switch and pause
 // further upstream: head-of-line blocking and congestion spreading emerge
 // (TestPFCPauseResume, TestPFCHeadOfLine). A PAUSE frame is counted per

@@ -32,6 +32,11 @@ fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (eac
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
 htsim:FILE; options iters=N, cdf=FILE.
 
+PFC's thresholds: --topo ...,pfc=XOFF/XON. XOFF is when an ingress port that has brought that
+much into a switch's buffer sends PAUSE: a share of the free shared buffer (dynamic; default
+0.125) or bytes with a unit (static: 200k, 150000B); XON is the bytes below XOFF at which it sends
+RESUME (default two frames: 3028). pfc=0.25/6k, pfc=200k/3k.
+
 flags:
 `
 
@@ -42,7 +47,7 @@ func init() {
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simUsage); fs.PrintDefaults() }
-	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu; or htsim:FILE")
+	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON; or htsim:FILE")
 	work := fs.String("workload", "alltoall:1M", "workload: KIND:SIZE[,iters=N,senders=N,bg=SIZE,cdf=FILE] or htsim:FILE")
 	profs := fs.String("profiles", strings.Join(sim.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
 	scen := fs.String("scenarios", strings.Join(sim.DefaultScenarios, ","), "comma-separated scenarios: lossless, loss0.01, loss0.1, linkfail")
