@@ -137,6 +137,7 @@ func runSim(args []string) error {
 		return context.Cause(ctx)
 	}
 	sim.WriteTable(os.Stdout, res)
+	sim.WriteSteps(os.Stdout, res, w)
 	sim.WriteWall(os.Stdout, res)
 	if *jsonFile != "" {
 		var b bytes.Buffer
