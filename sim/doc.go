@@ -94,6 +94,25 @@
 // both simulators. Flows are RDMA WRITEs with immediate; a flow completes
 // when its receiver has it whole.
 //
+// moe:SIZE,compute=DUR,iters=N is a mixture-of-experts layer in training,
+// repeated as steps: every rank dispatches SIZE/hosts to every other (an
+// all-to-all), computes for DUR once all of its own dispatch is in (a
+// Trigger's Delay), combines with a second all-to-all, and starts its
+// next step once all of its combine is in; ranks wait on their own
+// receives, not on a global barrier. Steps default to enough that the
+// compute alone lasts MinRateWindow (100 ms), so that the rates a run
+// gives per minute come from a window long enough to mean one
+// (TestMoEWorkload). RowSteps and WriteSteps report the mean step, the
+// collectives' times, and the share of the step spent computing (the
+// MFU-style figure) and waiting on the network.
+//
+// # Reports
+//
+// Every Row states the simulated time its counters cover (Simulated). A
+// rate per minute (PausesPerMin) is given only from at least
+// MinRateWindow of it (PerMinute); a shorter row reports its count and
+// window, and the table prints "-" for its rate (TestPerMinute).
+//
 // # Determinism and cost
 //
 // Everything runs in one goroutine; events at the same nanosecond run in
