@@ -60,9 +60,9 @@ const (
 	rejInternal   = 6
 	// Version 3's reasons; an older dialer reports them as ErrRejected
 	// with the text.
-	rejLink    = 7 // the links cannot talk: kind, MTU or UDP port differ
-	rejAddr    = 8 // the QP's IP is not the address the request came from
-	rejFull    = 9 // the listener holds as many requests as it may: try again
+	rejLink = 7 // the links cannot talk: kind, MTU or UDP port differ
+	rejAddr = 8 // the QP's IP is not the address the request came from
+	rejFull = 9 // the listener holds as many requests as it may: try again
 )
 
 var errBadMessage = errors.New("spray: malformed connection message")
