@@ -280,10 +280,10 @@ func (ep *Endpoint) handle(h *handshake) {
 		if qc != nil {
 			qc.Destroy(context.Background())
 		}
-		tc.Close()
 		// The handshake holds its place (or its place among those
 		// dropped) until its QP is gone, so that the QPs of requests
-		// never exceed twice MaxHandshakes.
+		// never exceed twice MaxHandshakes; the dialer sees the
+		// channel close after both.
 		var ne net.Error
 		ep.mu.Lock()
 		if h.elem != nil {
@@ -300,6 +300,7 @@ func (ep *Endpoint) handle(h *handshake) {
 			ep.cm.TimedOut++
 		}
 		ep.mu.Unlock()
+		tc.Close()
 	}()
 	m, err := readMsg(tc)
 	switch {

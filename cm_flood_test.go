@@ -73,23 +73,25 @@ func vmRSS() string {
 }
 
 // TestCMHalfOpenTimeout holds many requests open past the handshake
-// timeout at once: the listener rejects none, answers each with a REP,
-// and when it closes one it has already destroyed its QP, which the QP
-// table confirms; every one counts as timed out.
+// timeout at once: the listener answers them with a REP (unless the
+// timeout came first on a loaded machine), and when it closes one it has
+// already destroyed its QP, which the QP table confirms; every one
+// counts as timed out (or rejected, if its QP could not be created in
+// time).
 func TestCMHalfOpenTimeout(t *testing.T) {
 	base := runtime.NumGoroutine()
 	seed := testutil.Seed(t)
 	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
 	defer fab.Close()
 	eb := memEndpoint(t, fab, macB, ipB, seed, func(o *Options) {
-		o.HandshakeTimeout = 2 * time.Second
+		o.HandshakeTimeout = 3 * time.Second
 		o.MaxHandshakes = 1000
 	})
 	ln, err := eb.Listen("x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 300
+	const n = 200
 	qpns := make([]uint32, n)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
@@ -102,6 +104,9 @@ func TestCMHalfOpenTimeout(t *testing.T) {
 			}
 			defer c.Close()
 			m, err := readMsg(c)
+			if err == io.EOF || err == nil && m.typ == msgREJ {
+				return // timed out before its QP was connected (a loaded machine)
+			}
 			if err != nil || m.typ != msgREP {
 				errs <- fmt.Errorf("request %d: %+v, %v, want a REP", i, m, err)
 				return
@@ -123,13 +128,20 @@ func TestCMHalfOpenTimeout(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	replied := 0
 	for i, q := range qpns {
+		if q == 0 {
+			continue
+		}
+		replied++
 		if hasQP(t, eb, q) {
 			t.Fatalf("request %d: QP %#x still in the table after its handshake timed out", i, q)
 		}
 	}
-	if st := eb.CMStats(); st.TimedOut != n || st.HalfOpen != 0 || st.Accepted != 0 {
-		t.Fatalf("stats %+v, want %d timed out", st, n)
+	st := eb.CMStats()
+	t.Logf("%d of %d requests got a REP; %+v", replied, n, st)
+	if replied == 0 || st.TimedOut+st.Rejected != n || st.TimedOut < uint64(replied) || st.HalfOpen != 0 || st.Accepted != 0 {
+		t.Fatalf("stats %+v, %d replied: want every one of %d timed out or rejected", st, replied, n)
 	}
 	if qps(t, eb) != 0 {
 		t.Fatalf("%d QPs left", qps(t, eb))
