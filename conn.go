@@ -36,8 +36,8 @@ type Conn struct {
 	gotDREQ  bool
 	gotDREP  bool
 	eof      bool
-	notify  chan struct{}
-	rdone   chan struct{} // the reader's end
+	notify   chan struct{}
+	rdone    chan struct{} // the reader's end
 }
 
 type closeKind uint8
