@@ -236,8 +236,11 @@ func Open(ctx context.Context, opts Options) (*Endpoint, error) {
 
 // NewEndpoint starts an endpoint over a link the caller opened (link/mem in
 // tests, a link of its own). It owns l from then on, even on error. Of
-// opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout, Metrics and
-// Logf; CMAddr is required unless the link's IP can be listened on.
+// opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout,
+// HandshakeTimeout, MaxHandshakes, TrustPeerIP, Metrics and Logf; CMAddr
+// is required unless the link's IP can be listened on. Its handshakes
+// send no link kind nor UDP ports (the link is the caller's), only the
+// MTU.
 func NewEndpoint(l link.Link, opts Options) (*Endpoint, error) {
 	return newEndpoint(l, opts, LinkAuto, "caller's link")
 }
