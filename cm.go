@@ -432,7 +432,7 @@ func (ep *Endpoint) linkInfo() linkInfo {
 func checkLink(dialer, listener linkInfo) error {
 	udp := func(k LinkKind) bool { return k == LinkUDP }
 	if dialer.kind != LinkAuto && listener.kind != LinkAuto && udp(dialer.kind) != udp(listener.kind) {
-		return fmt.Errorf("the dialer runs a %s link, the listener a %s link: kernel UDP cannot talk to AF_XDP or AF_PACKET (set the same Options.Link on both)", dialer.kind, listener.kind)
+		return fmt.Errorf("the dialer's link is %s, the listener's %s: kernel UDP cannot talk to AF_XDP or AF_PACKET (set the same Options.Link on both; LinkAuto picks udp where AF_XDP is not allowed)", dialer.kind, listener.kind)
 	}
 	if dialer.mtu != 0 && listener.mtu != 0 && dialer.mtu != listener.mtu {
 		return fmt.Errorf("the dialer's MTU is %d, the listener's %d (set Options.MTU to %d on both)", dialer.mtu, listener.mtu, min(dialer.mtu, listener.mtu))

@@ -60,7 +60,7 @@ func TestCMLinkMismatch(t *testing.T) {
 		t.Run(k[0].String()+"-"+k[1].String(), func(t *testing.T) {
 			_, ea, eb := memPair(t, mem.Config{Seed: seed})
 			ea.kind, eb.kind = k[0], k[1]
-			dialFails(t, ea, eb, "", ErrIncompatible, "dialer runs a "+k[0].String(), "listener a "+k[1].String())
+			dialFails(t, ea, eb, "", ErrIncompatible, "dialer's link is "+k[0].String(), "listener's "+k[1].String())
 		})
 	}
 	_, ea, eb := memPair(t, mem.Config{Seed: seed})

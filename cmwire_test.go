@@ -12,8 +12,8 @@ import (
 
 // FuzzConnRequest feeds arbitrary bytes to the listener's decoding: it
 // never panics, never reads a body beyond its version's bound (cmMaxBody
-// in version 1, cmMaxBody2 in 2), and a request, reply or rejection it
-// accepts, in either version, encodes back to the same bytes.
+// in version 1, cmMaxBody2 in 2, cmMaxBody3 in 3), and a request, reply or
+// rejection it accepts, in any version, encodes back to the same bytes.
 func FuzzConnRequest(f *testing.F) {
 	good := connReq{qp: transport.QPInfo{QPN: 0x123, PSN: 0xabcdef, MAC: macA, IP: ipA}, service: "train"}
 	f.Add(appendMsgV(nil, cmVersion1, msgREQ, good.marshalV(cmVersion1)))
@@ -28,6 +28,10 @@ func FuzzConnRequest(f *testing.F) {
 	wide := good
 	wide.steer = &transport.Steering{IP: ipA, Table: rss.Spread(300, 2048, nil), Queue: 299}
 	f.Add(appendMsg(nil, msgREQ, wide.marshal()))
+	f.Add(appendMsgV(nil, cmVersion2, msgREQ, wide.marshalV(cmVersion2)))
+	linked := steered
+	linked.link = linkInfo{kind: LinkUDP, mtu: 1500, port: 4791, peerPort: 4791}
+	f.Add(appendMsg(nil, msgREQ, linked.marshal()))
 	f.Add(appendMsg(nil, msgREP, connRep{qp: good.qp, steer: steered.steer}.marshalV(cmVersion)))
 	f.Add(appendMsg(nil, msgREJ, rejection{reason: rejService, version: 1, text: "no"}.marshal()))
 	f.Add([]byte("SPCM\x01\x01\xff\xff"))
@@ -38,11 +42,11 @@ func FuzzConnRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody2 {
+		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody3 {
 			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
-		if m.version == cmVersion1 && len(m.body) > cmMaxBody {
-			t.Fatalf("version 1: body of %d bytes accepted", len(m.body))
+		if m.version == cmVersion1 && len(m.body) > cmMaxBody || m.version == cmVersion2 && len(m.body) > cmMaxBody2 {
+			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
 		for _, v := range []uint8{cmVersion1, cmVersion2, cmVersion} {
 			if r, err := parseReq(m.body, v); err == nil {
