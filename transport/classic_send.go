@@ -124,6 +124,9 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		if !s.valid(p, syn) {
 			if wire.IsNak(syn) || rnr {
 				q.stats.RejectedNaks++
+				if !rnr {
+					q.foreign = foreignNak{syn: syn, at: uint32(p), psn: true}
+				}
 			} else {
 				q.stats.RejectedAcks++
 			}

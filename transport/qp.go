@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sprayfabric/spray/cc"
@@ -215,6 +216,9 @@ type QP struct {
 	qpn   uint32
 	state qpState
 	err   error
+	// foreign is the last fatal NAK dropped because it named no request
+	// of this QP: the error that fails the QP says so.
+	foreign foreignNak
 
 	lmac, rmac [6]byte
 	lip, rip   netip.Addr
@@ -750,7 +754,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 			q.ctrl.OnTimeout(now)
 		}
 		if err != nil {
-			q.fail(fmt.Errorf("%w: %w", ErrPeerUnreachable, err))
+			q.fail(q.foreign.explain(fmt.Errorf("%w: %w", ErrPeerUnreachable, err)))
 			return
 		}
 		q.completeSends()
@@ -998,6 +1002,31 @@ func (q *QP) noteData(now clock.Time, pk *wire.Packet) {
 		q.ackDue = now.Add(q.cfg.AckDelay)
 	}
 	q.ackPending++
+}
+
+// foreignNak is a fatal NAK that named no request of the QP: the message
+// (spray) or PSN (classic) it named, and its syndrome (0: none seen).
+type foreignNak struct {
+	syn uint8
+	at  uint32
+	psn bool
+}
+
+// explain adds to err, the QP's failure for lack of acknowledgements, the
+// fatal NAK the peer kept sending about a request this QP never sent: the
+// peer's QP failed on a packet sent in this QP's name, which is why it
+// acknowledges nothing. The NAK fails none of this QP's requests (they
+// caused nothing), but the error names the cause (TestSpoofSprayWriteKey).
+func (f foreignNak) explain(err error) error {
+	if f.syn == 0 {
+		return err
+	}
+	where := fmt.Sprintf("message %d", f.at)
+	if f.psn {
+		where = fmt.Sprintf("PSN %d", f.at)
+	}
+	nak := strings.TrimPrefix(nakError(f.syn, where).Error(), "transport: ")
+	return fmt.Errorf("%w; NAKs came for a request this QP never sent (%s): the peer's QP failed on a packet another host sent in this QP's name (or an earlier connection did), and acknowledges nothing since", err, nak)
 }
 
 // nakError is the error of a fatal NAK from the responder: like IBA, the

@@ -219,6 +219,9 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
 	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
 		q.stats.RejectedNaks++
+		if !rnr {
+			q.foreign = foreignNak{syn: a.Syndrome, at: a.MsgID}
+		}
 		return
 	}
 	q.stats.AcksReceived++
