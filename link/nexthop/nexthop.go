@@ -66,10 +66,16 @@ type slot struct {
 	ok  bool
 }
 
+// key is a destination IP as the map holds it: 16 bytes, IPv4 mapped
+// into IPv6 (a map keyed by netip.Addr hashes several times slower).
+type key [16]byte
+
+func keyOf(a netip.Addr) key { return a.As16() }
+
 // snapshot is the Table's answer for every destination it follows,
 // immutable once published; done is closed when the next one replaces it.
 type snapshot struct {
-	m    map[netip.Addr]slot
+	m    map[key]slot
 	done chan struct{}
 }
 
@@ -87,24 +93,36 @@ func (s *shared) init(missWait time.Duration) {
 	}
 	s.missWait = missWait
 	s.req = make(chan netip.Addr, 256)
-	s.snap.Store(&snapshot{m: map[netip.Addr]slot{}, done: make(chan struct{})})
+	s.snap.Store(&snapshot{m: map[key]slot{}, done: make(chan struct{})})
 }
 
 // publish replaces the snapshot and wakes the senders waiting for it.
-func (s *shared) publish(m map[netip.Addr]slot) {
+func (s *shared) publish(m map[key]slot) {
 	old := s.snap.Swap(&snapshot{m: m, done: make(chan struct{})})
 	close(old.done)
+}
+
+// lines is the number of destinations a Cache holds (direct-mapped by a
+// hash of the address's last four bytes; Rewrite's index takes the hash's
+// top 4 bits), so that an engine sending to a few peers in turn rarely
+// goes to the map.
+const lines = 16
+
+// line is one destination's answer in a Cache, valid while snap is the
+// Table's snapshot.
+type line struct {
+	snap *snapshot
+	key  key
+	mac  [6]byte
+	ok   bool
 }
 
 // Cache applies a Table's answers to frames. Get one from Table.NewCache
 // for each goroutine that sends; it is not safe for concurrent use. A nil
 // *Cache leaves every frame alone.
 type Cache struct {
-	s    *shared
-	snap *snapshot // the snapshot key's answer came from
-	key  netip.Addr
-	mac  [6]byte
-	ok   bool
+	s     *shared
+	lines [lines]line
 }
 
 // Rewrite writes the next hop's MAC address into frame's destination
@@ -116,29 +134,30 @@ func (c *Cache) Rewrite(frame []byte) {
 	if c == nil {
 		return
 	}
-	dst, ok := dstAddr(frame)
+	k, ok := dstKey(frame)
 	if !ok {
 		return
 	}
-	if sn := c.s.snap.Load(); sn != c.snap || dst != c.key {
-		c.lookup(sn, dst)
+	l := &c.lines[binary.BigEndian.Uint32(k[12:])*0x9e3779b1>>28]
+	if sn := c.s.snap.Load(); sn != l.snap || k != l.key {
+		c.lookup(l, sn, k)
 	}
-	if c.ok {
-		copy(frame[:6], c.mac[:])
+	if l.ok {
+		copy(frame[:6], l.mac[:])
 	}
 }
 
-// lookup sets the cache's answer for dst from sn, or from the snapshot
-// that the Table's goroutine publishes after resolving dst.
-func (c *Cache) lookup(sn *snapshot, dst netip.Addr) {
-	c.key, c.snap, c.ok = dst, sn, false
-	s, found := sn.m[dst]
+// lookup sets l to k's answer from sn, or from the snapshot that the
+// Table's goroutine publishes after resolving k.
+func (c *Cache) lookup(l *line, sn *snapshot, k key) {
+	l.key, l.snap, l.ok = k, sn, false
+	s, found := sn.m[k]
 	if !found {
 		if c.s.closed.Load() {
 			return
 		}
 		select {
-		case c.s.req <- dst:
+		case c.s.req <- netip.AddrFrom16(k).Unmap():
 		default:
 			return // the goroutine is busy: the next snapshot brings it
 		}
@@ -154,24 +173,25 @@ func (c *Cache) lookup(sn *snapshot, dst netip.Addr) {
 				return
 			}
 			sn = c.s.snap.Load()
-			s, found = sn.m[dst]
+			s, found = sn.m[k]
 		}
-		c.snap = sn
+		l.snap = sn
 	}
-	c.mac, c.ok = s.mac, s.ok
+	l.mac, l.ok = s.mac, s.ok
 }
 
-// dstAddr returns the destination IP of an IPv4 or IPv6 frame, untagged or
-// with one 802.1Q tag.
-func dstAddr(b []byte) (netip.Addr, bool) {
+// dstKey returns the destination IP of an IPv4 or IPv6 frame, untagged
+// or with one 802.1Q tag.
+func dstKey(b []byte) (key, bool) {
+	var k key
 	if len(b) < 14 {
-		return netip.Addr{}, false
+		return k, false
 	}
 	off := 14
 	et := binary.BigEndian.Uint16(b[12:])
 	if et == 0x8100 || et == 0x88a8 {
 		if len(b) < 18 {
-			return netip.Addr{}, false
+			return k, false
 		}
 		et = binary.BigEndian.Uint16(b[16:])
 		off = 18
@@ -179,14 +199,16 @@ func dstAddr(b []byte) (netip.Addr, bool) {
 	switch et {
 	case 0x0800:
 		if len(b) < off+20 {
-			return netip.Addr{}, false
+			return k, false
 		}
-		return netip.AddrFrom4([4]byte(b[off+16 : off+20])), true
+		k[10], k[11] = 0xff, 0xff
+		copy(k[12:], b[off+16:off+20])
+		return k, true
 	case 0x86dd:
 		if len(b) < off+40 {
-			return netip.Addr{}, false
+			return k, false
 		}
-		return netip.AddrFrom16([16]byte(b[off+24 : off+40])), true
+		return key(b[off+24 : off+40]), true
 	}
-	return netip.Addr{}, false
+	return k, false
 }

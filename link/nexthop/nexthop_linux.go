@@ -133,7 +133,7 @@ func (t *Table) NewCache() *Cache {
 // Lookup returns the MAC address frames to dst get now, and false when
 // they are left alone (dst not resolved, or not followed yet).
 func (t *Table) Lookup(dst netip.Addr) ([6]byte, bool) {
-	s := t.sh.snap.Load().m[dst.Unmap()]
+	s := t.sh.snap.Load().m[keyOf(dst.Unmap())]
 	return s.mac, s.ok
 }
 
@@ -462,10 +462,10 @@ func (t *Table) useNeigh(hop netip.Addr) error {
 
 // publish hands the entries' answers to the Caches.
 func (t *Table) publish() {
-	m := make(map[netip.Addr]slot, len(t.entries))
+	m := make(map[key]slot, len(t.entries))
 	resolved := 0
 	for dst, e := range t.entries {
-		m[dst] = slot{mac: e.mac, ok: e.ok}
+		m[keyOf(dst)] = slot{mac: e.mac, ok: e.ok}
 		if e.ok {
 			resolved++
 		}

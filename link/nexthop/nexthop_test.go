@@ -33,7 +33,7 @@ func frame(mac [6]byte, dst netip.Addr, tagged bool) []byte {
 	return append(b, ip...)
 }
 
-func TestDstAddr(t *testing.T) {
+func TestDstKey(t *testing.T) {
 	v4, v6 := netip.MustParseAddr("10.80.1.1"), netip.MustParseAddr("fd00::7")
 	for _, tc := range []struct {
 		b    []byte
@@ -49,9 +49,9 @@ func TestDstAddr(t *testing.T) {
 		{nil, netip.Addr{}},
 		{append(make([]byte, 12), 0x08, 0x06, 0, 1), netip.Addr{}}, // ARP
 	} {
-		got, ok := dstAddr(tc.b)
-		if got != tc.want || ok != tc.want.IsValid() {
-			t.Errorf("dstAddr(% x) = %v, %v; want %v", tc.b, got, ok, tc.want)
+		k, ok := dstKey(tc.b)
+		if ok != tc.want.IsValid() || ok && netip.AddrFrom16(k).Unmap() != tc.want {
+			t.Errorf("dstKey(% x) = %v, %v; want %v", tc.b, netip.AddrFrom16(k), ok, tc.want)
 		}
 	}
 }
@@ -89,12 +89,12 @@ func TestCacheRewrite(t *testing.T) {
 	if len(s.req) != 0 {
 		t.Fatal("a destination asked for twice before an answer")
 	}
-	s.publish(map[netip.Addr]slot{peer: {mac: router, ok: true}, other: {}})
+	s.publish(map[key]slot{keyOf(peer): {mac: router, ok: true}, keyOf(other): {}})
 	check("resolved", peer, false, router)
 	check("resolved, tagged", peer, true, router)
 	check("unresolved", other, false, own)
 	check("back to resolved", peer, false, router)
-	s.publish(map[netip.Addr]slot{peer: {mac: router2, ok: true}, other: {}})
+	s.publish(map[key]slot{keyOf(peer): {mac: router2, ok: true}, keyOf(other): {}})
 	check("changed", peer, false, router2)
 	arp := append(make([]byte, 12), 0x08, 0x06, 0, 1, 0, 0)
 	c.Rewrite(arp)
@@ -110,13 +110,14 @@ func TestCacheRewrite(t *testing.T) {
 }
 
 // TestCacheNoAllocs guards the transmit path: frames to known
-// destinations, alternating, allocate nothing.
+// destinations, alternating, allocate nothing and are answered from the
+// Cache's lines.
 func TestCacheNoAllocs(t *testing.T) {
 	var s shared
 	s.init(-1)
 	c := &Cache{s: &s}
 	a, b := netip.MustParseAddr("10.80.1.1"), netip.MustParseAddr("fd00::1")
-	s.publish(map[netip.Addr]slot{a: {mac: [6]byte{2, 1}, ok: true}, b: {mac: [6]byte{2, 2}, ok: true}})
+	s.publish(map[key]slot{keyOf(a): {mac: [6]byte{2, 1}, ok: true}, keyOf(b): {mac: [6]byte{2, 2}, ok: true}})
 	fa, fb := frame([6]byte{}, a, false), frame([6]byte{}, b, true)
 	if n := testing.AllocsPerRun(1000, func() {
 		c.Rewrite(fa)
@@ -127,6 +128,15 @@ func TestCacheNoAllocs(t *testing.T) {
 	}
 	if [6]byte(fa) != [6]byte{2, 1} || [6]byte(fb) != [6]byte{2, 2} {
 		t.Fatalf("frames go to %x and %x", fa[:6], fb[:6])
+	}
+	// Both answers come from the Cache's lines, not the map: changed
+	// behind its back (a snapshot is never changed), the map is not read.
+	m := s.snap.Load().m
+	m[keyOf(a)], m[keyOf(b)] = slot{mac: [6]byte{9}, ok: true}, slot{mac: [6]byte{9}, ok: true}
+	c.Rewrite(fa)
+	c.Rewrite(fb)
+	if [6]byte(fa) != [6]byte{2, 1} || [6]byte(fb) != [6]byte{2, 2} {
+		t.Fatalf("alternating destinations read the map: frames go to %x and %x", fa[:6], fb[:6])
 	}
 }
 
@@ -139,12 +149,37 @@ func TestCacheWaitsForFirstAnswer(t *testing.T) {
 	peer, router := netip.MustParseAddr("10.80.1.1"), [6]byte{2, 0, 0, 0, 0, 0xaa}
 	go func() {
 		dst := <-s.req
-		s.publish(map[netip.Addr]slot{}) // an answer about something else
-		s.publish(map[netip.Addr]slot{dst: {mac: router, ok: true}})
+		s.publish(map[key]slot{}) // an answer about something else
+		s.publish(map[key]slot{keyOf(dst): {mac: router, ok: true}})
 	}()
 	f := frame([6]byte{2, 0, 0, 0, 0, 1}, peer, false)
 	c.Rewrite(f)
 	if [6]byte(f) != router {
 		t.Fatalf("first frame goes to %x, want %x", f[:6], router)
 	}
+}
+
+// BenchmarkRewrite is the transmit path's cost per frame: same
+// destination as the last frame, and alternating between two.
+func BenchmarkRewrite(b *testing.B) {
+	var s shared
+	s.init(-1)
+	x, y := netip.MustParseAddr("10.80.1.1"), netip.MustParseAddr("10.80.2.1")
+	s.publish(map[key]slot{keyOf(x): {mac: [6]byte{2, 1}, ok: true}, keyOf(y): {mac: [6]byte{2, 2}, ok: true}})
+	fx, fy := frame([6]byte{}, x, false), frame([6]byte{}, y, false)
+	b.Run("same", func(b *testing.B) {
+		c := &Cache{s: &s}
+		b.ReportAllocs()
+		for b.Loop() {
+			c.Rewrite(fx)
+		}
+	})
+	b.Run("alternating", func(b *testing.B) {
+		c := &Cache{s: &s}
+		b.ReportAllocs()
+		for b.Loop() {
+			c.Rewrite(fx)
+			c.Rewrite(fy)
+		}
+	})
 }
