@@ -348,3 +348,38 @@ func TestNextHopChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenLinkKeepDstMAC: OpenLink's AF_XDP and raw links follow next
+// hops unless LinkConfig.KeepDstMAC. Root only.
+func TestOpenLinkKeepDstMAC(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := testbed.NewPair(ctx, testbed.PairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	for _, kind := range []spray.LinkKind{spray.LinkXDP, spray.LinkRaw} {
+		for _, keep := range []bool{false, true} {
+			err := p.A.Do(func() error {
+				ifc, err := spray.LookupInterface(p.A.Link, netip.Addr{})
+				if err != nil {
+					return err
+				}
+				l, _, _, err := spray.OpenLink(spray.LinkConfig{Kind: kind, Interface: ifc, KeepDstMAC: keep, Logf: t.Logf})
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				if nh, ok := l.(routed); !ok || (nh.NextHops() == nil) != keep {
+					return fmt.Errorf("%T follows next hops: %v", l, ok && nh.NextHops() != nil)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s, KeepDstMAC %v: %v", kind, keep, err)
+			}
+		}
+	}
+}
