@@ -112,7 +112,7 @@ func TestCMLoopbackMismatch(t *testing.T) {
 // refused with both addresses named, and a listener whose reply does so
 // likewise; Options.TrustPeerIP lets the first through, never the
 // broadcast address. Endpoints whose connection manager runs on their
-// own address connect as before (TestOpenLoopback).
+// own address connect (TestOpenLoopback).
 func TestCMPeerAddr(t *testing.T) {
 	trusting, b := loopbackPair(t, func(o *Options) { o.TrustPeerIP = true }, nil)
 	ln, err := b.Listen("x")
