@@ -150,9 +150,9 @@ func TestCMHalfOpenTimeout(t *testing.T) {
 	waitGoroutines(t, base)
 }
 
-// TestCMFlood sends a flood of 10,000 requests that never complete at a
-// listener that holds 32 at most, with a legitimate Dial in the middle:
-// the Dial connects and moves a message, the listener drops the oldest
+// TestCMFlood fills a listener that holds 32 requests at most with
+// requests that never complete, waits, then sends a flood of 10,000
+// more with a legitimate Dial in the middle: the Dial connects and moves a message, the listener drops the oldest
 // requests and refuses others (counted), never holds more than 32 (nor
 // more than 64 QPs for them), and once the flood ends its QPs,
 // goroutines and heap are back where they started.
@@ -176,6 +176,30 @@ func TestCMFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	heap0, rss0 := heapInUse(), vmRSS()
+
+	// Requests that stay unanswered past a twentieth of the handshake
+	// timeout fill the listener first, so that the flood's first requests
+	// drop them: evictions happen however fast the flood runs.
+	var stale []net.Conn
+	defer func() {
+		for _, c := range stale {
+			c.Close()
+		}
+	}()
+	for i := range 32 {
+		c, err := halfOpen(ln.Addr(), "x", uint32(0x100+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, c)
+	}
+	for eb.CMStats().HalfOpen < 32 {
+		if ctx.Err() != nil {
+			t.Fatalf("the listener holds %d requests, want 32", eb.CMStats().HalfOpen)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(2*time.Second/20 + 50*time.Millisecond)
 
 	const floods, per, held = 4, 2500, 16
 	var sent sync.WaitGroup
