@@ -462,6 +462,9 @@ func NewLeafSpine(ctx context.Context, cfg LeafSpineConfig) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckPrivilege(); err != nil {
+		return nil, err
+	}
 	staleOnce.Do(func() { _ = CleanupStale() })
 	var f *Fabric
 	for try := 0; try < 20; try++ {

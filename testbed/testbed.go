@@ -95,6 +95,9 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
 		return nil, fmt.Errorf("%w: Queues %d (1 to %d)", ErrConfig, cfg.Queues, MaxQueues)
 	}
+	if err := CheckPrivilege(); err != nil {
+		return nil, err
+	}
 	staleOnce.Do(func() { _ = CleanupStale() })
 	var p *Pair
 	var err error
