@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sprayfabric/spray/collective"
@@ -54,7 +54,13 @@ type CollConfig struct {
 	// less than MinBytes) means MinBytes.
 	MinBytes, MaxBytes int64
 	// Factor multiplies the size from one step to the next; 0 or 1 means 2.
+	// Sizes that round to the element count of the size before them are
+	// skipped.
 	Factor int
+	// OnRow, when not nil, is called with each row as soon as its size is
+	// done, from the calling goroutine, on every rank (spray bench prints
+	// rows as they finish).
+	OnRow func(CollRow)
 	// Warmup is the number of untimed iterations per size (0: none);
 	// Iters the number of timed ones (0 means 20).
 	Warmup, Iters int
@@ -193,7 +199,7 @@ type collBufs[T collective.Element] struct {
 func runColl[T collective.Element](ctx context.Context, c collective.Comm, cfg CollConfig, progress func(done, total int)) ([]CollRow, error) {
 	p := c.Size()
 	es := int64(elemBytes[T]())
-	sizes := cfg.sizes()
+	sizes := distinctSizes(cfg.sizes(), cfg.Op, es, p)
 	perSize := cfg.Warmup + cfg.Iters
 	if cfg.Check {
 		perSize++
@@ -262,8 +268,27 @@ func runColl[T collective.Element](ctx context.Context, c collective.Comm, cfg C
 			row.BusBW = row.AlgBW * BusFactor(cfg.Op, p)
 		}
 		rows = append(rows, row)
+		if cfg.OnRow != nil {
+			cfg.OnRow(row)
+		}
 	}
 	return rows, nil
+}
+
+// distinctSizes drops the sizes of the sweep that round (collCount) to
+// the element count of the size before them, so that no two rows measure
+// the same buffer: 8 and 16 bytes of float32 alltoall on 4 ranks are both
+// one element per rank. TestCollSizesDistinct guards it.
+func distinctSizes(sizes []int64, op string, es int64, p int) []int64 {
+	var out []int64
+	last := -1
+	for _, size := range sizes {
+		if n := collCount(op, size/es, p); n != last {
+			out = append(out, size)
+			last = n
+		}
+	}
+	return out
 }
 
 // collCount is the element count of a size: whole elements, a multiple of
@@ -399,7 +424,8 @@ func checkColl[T collective.Element](ctx context.Context, c collective.Comm, cfg
 
 // RunCollectiveLocal runs RunCollective on every Comm of a world in this
 // process at once and returns rank 0's rows. progress is called from rank
-// 0's goroutine. The first failing rank cancels the others.
+// 0's goroutine, and so is cfg.OnRow. The first failing rank cancels the
+// others.
 func RunCollectiveLocal(ctx context.Context, comms []collective.Comm, cfg CollConfig, progress func(done, total int)) ([]CollRow, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -408,11 +434,11 @@ func RunCollectiveLocal(ctx context.Context, comms []collective.Comm, cfg CollCo
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		wg.Go(func() {
-			pr := progress
+			pr, rc := progress, cfg
 			if r != 0 {
-				pr = nil
+				pr, rc.OnRow = nil, nil
 			}
-			if rows[r], errs[r] = RunCollective(ctx, c, cfg, pr); errs[r] != nil {
+			if rows[r], errs[r] = RunCollective(ctx, c, rc, pr); errs[r] != nil {
 				cancel()
 			}
 		})
@@ -436,27 +462,61 @@ func RunCollectiveLocal(ctx context.Context, comms []collective.Comm, cfg CollCo
 // root, time per iteration (µs), algbw and busbw (GB/s), #wrong ("N/A"
 // when not checked), then the iterations' p50, p99 and p99.9 (µs).
 func WriteCollTable(w io.Writer, rows []CollRow) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tsize\tcount\ttype\tredop\troot\ttime\talgbw\tbusbw\t#wrong\tp50\tp99\tp99.9\t")
-	fmt.Fprintln(tw, "#\t(B)\t(elements)\t\t\t\t(us)\t(GB/s)\t(GB/s)\t\t(us)\t(us)\t(us)\t")
-	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
+	t := NewCollTable(w)
 	for _, r := range rows {
-		wrong := "N/A"
-		if r.Checked {
-			wrong = fmt.Sprint(r.Wrong)
-		}
-		fmt.Fprintf(tw, "\t%d\t%d\t%s\t%s\t%d\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t\n",
-			r.Bytes, r.Count, r.Type, r.Redop, r.Root, us(r.Mean), r.AlgBW, r.BusBW, wrong, us(r.P50), us(r.P99), us(r.P999))
+		t.Row(r)
 	}
-	tw.Flush()
-	if len(rows) > 0 {
-		var sum float64
-		wrong := 0
-		for _, r := range rows {
-			sum += r.BusBW
-			wrong += r.Wrong
-		}
-		fmt.Fprintf(w, "# Out of bounds values : %d %s\n", wrong, map[bool]string{true: "OK", false: "FAILED"}[wrong == 0])
-		fmt.Fprintf(w, "# Avg bus bandwidth    : %.3f\n", sum/float64(len(rows)))
+	t.Close()
+}
+
+// CollTable writes WriteCollTable's table one row at a time, as each size
+// finishes, in columns of fixed width (nccl-tests' layout) so that rows
+// printed minutes apart still line up. The zero value is not usable; a
+// CollTable is not safe for concurrent use.
+type CollTable struct {
+	w      io.Writer
+	header bool
+	rows   int
+	wrong  int
+	busbw  float64
+}
+
+// NewCollTable returns a table that writes to w; the header goes out with
+// the first row (or Close).
+func NewCollTable(w io.Writer) *CollTable { return &CollTable{w: w} }
+
+const collRowFormat = " %11s %12s %8s %6s %6s %10s %9s %9s %7s %10s %10s %10s\n"
+
+func (t *CollTable) writeHeader() {
+	if t.header {
+		return
+	}
+	t.header = true
+	fmt.Fprintf(t.w, "#"+collRowFormat[1:], "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "p50", "p99", "p99.9")
+	fmt.Fprintf(t.w, "#"+collRowFormat[1:], "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)")
+}
+
+// Row writes one row.
+func (t *CollTable) Row(r CollRow) {
+	t.writeHeader()
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
+	wrong := "N/A"
+	if r.Checked {
+		wrong = fmt.Sprint(r.Wrong)
+	}
+	fmt.Fprintf(t.w, collRowFormat, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), r.Type, r.Redop, strconv.Itoa(r.Root),
+		us(r.Mean), fmt.Sprintf("%.3f", r.AlgBW), fmt.Sprintf("%.3f", r.BusBW), wrong, us(r.P50), us(r.P99), us(r.P999))
+	t.rows++
+	t.wrong += r.Wrong
+	t.busbw += r.BusBW
+}
+
+// Close writes the summary lines (out-of-bounds values and the mean bus
+// bandwidth) when at least one row was written.
+func (t *CollTable) Close() {
+	t.writeHeader()
+	if t.rows > 0 {
+		fmt.Fprintf(t.w, "# Out of bounds values : %d %s\n", t.wrong, map[bool]string{true: "OK", false: "FAILED"}[t.wrong == 0])
+		fmt.Fprintf(t.w, "# Avg bus bandwidth    : %.3f\n", t.busbw/float64(t.rows))
 	}
 }

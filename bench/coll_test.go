@@ -244,3 +244,28 @@ func TestCollSizesAndFactors(t *testing.T) {
 		}
 	}
 }
+
+// TestCollSizesDistinct: a sweep from 8 bytes of float32 alltoall on 4
+// ranks measures each buffer once (8 and 16 bytes are both one element per
+// rank), and OnRow sees every row, in order, once, from rank 0 alone.
+func TestCollSizesDistinct(t *testing.T) {
+	cs := collWorld(t, "tcp", 4)
+	var seen []CollRow
+	rows := runLocal(t, cs, CollConfig{Op: OpAllToAll, MinBytes: 8, MaxBytes: 256, Iters: 2, Check: true,
+		OnRow: func(r CollRow) { seen = append(seen, r) }})
+	var got []int64
+	for _, r := range rows {
+		got = append(got, r.Bytes)
+	}
+	if want := []int64{16, 32, 64, 128, 256}; !slices.Equal(got, want) {
+		t.Errorf("row sizes %v, want %v", got, want)
+	}
+	if len(seen) != len(rows) {
+		t.Fatalf("OnRow saw %d rows, want %d", len(seen), len(rows))
+	}
+	for i := range rows {
+		if seen[i].Bytes != rows[i].Bytes || seen[i].Mean != rows[i].Mean {
+			t.Errorf("OnRow row %d: %d bytes, want %d", i, seen[i].Bytes, rows[i].Bytes)
+		}
+	}
+}

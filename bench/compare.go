@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -156,6 +157,19 @@ func (c CompareConfig) endpointHook(prof, sc string, r int) func(*transport.Endp
 	return func(ep *transport.Endpoint) { c.OnEndpoint(ep, name) }
 }
 
+// ErrTeardown wraps the error of a testbed that could not be removed
+// after a run; the run's rows are complete. spray testbed down --all
+// removes what is left.
+var ErrTeardown = errors.New("bench: testbed teardown failed (spray testbed down --all removes what is left)")
+
+// Check returns the error Compare would return for c's settings before
+// building anything (wrapping ErrCompare), or nil: spray compare refuses
+// such a command line as a usage error.
+func (c CompareConfig) Check() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c CompareConfig) withDefaults() (CompareConfig, error) {
 	if c.Testbed.Hosts == 0 && !c.Loopback {
 		tb, err := testbed.ParseLeafSpine(DefaultCompareTestbed)
@@ -215,6 +229,14 @@ func (c CompareConfig) withDefaults() (CompareConfig, error) {
 	}
 	if c.RoCECC == "" {
 		c.RoCECC = DefaultRoCECC
+	}
+	for _, name := range []string{c.SprayCC, c.RoCECC} {
+		if name == "default" || name == CCWindow {
+			continue
+		}
+		if _, err := cc.ByName(name, cc.Params{}); err != nil {
+			return c, fmt.Errorf("%w: %w (or window, default)", ErrCompare, err)
+		}
 	}
 	if c.RoCEAckTimeout == 0 {
 		c.RoCEAckTimeout = transport.DefaultLocalAckTimeout

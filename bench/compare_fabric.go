@@ -69,7 +69,7 @@ type cmpFabric struct {
 	linkLogf func(format string, args ...any)
 }
 
-func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error) {
+func compareFabric(ctx context.Context, cfg CompareConfig) (_ CompareResult, err error) {
 	if os.Geteuid() != 0 {
 		return CompareResult{}, ErrNeedRoot
 	}
@@ -77,7 +77,12 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (CompareResult, error
 	if err != nil {
 		return CompareResult{}, err
 	}
-	defer fab.Close()
+	defer func() {
+		// A testbed left behind is reported with the run's result.
+		if cerr := fab.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("%w: %s: %w", ErrTeardown, fab.Prefix, cerr))
+		}
+	}()
 	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
 
 	res.AllToAll = "concurrent"

@@ -125,18 +125,28 @@ var ErrIntegrity = errors.New("bench: integrity check failed: SHA-256 of receive
 
 // payloads returns k distinct seeded buffers of size n.
 func payloads(seed uint64, k, n int) [][]byte {
+	bufs, _ := payloadsCtx(context.Background(), seed, k, n)
+	return bufs
+}
+
+// payloadsCtx is payloads that gives up when ctx ends: hundreds of MiB
+// take seconds to fill.
+func payloadsCtx(ctx context.Context, seed uint64, k, n int) ([][]byte, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x7065726670))
 	bufs := make([][]byte, k)
 	for i := range bufs {
 		b := make([]byte, n)
 		for j := 0; j < n; j += 8 {
+			if j%(1<<20) == 0 && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			var w [8]byte
 			binary.LittleEndian.PutUint64(w[:], rng.Uint64())
 			copy(b[j:], w[:])
 		}
 		bufs[i] = b
 	}
-	return bufs
+	return bufs, nil
 }
 
 // PerfClient runs the client half of a perf run over c: it sends the bulk
@@ -145,15 +155,20 @@ func payloads(seed uint64, k, n int) [][]byte {
 func PerfClient(ctx context.Context, c Conn, cfg PerfConfig) (PerfResult, error) {
 	cfg = cfg.withDefaults()
 	hdr, _ := json.Marshal(perfHeader{MsgSize: cfg.MsgSize, Total: cfg.Total, Pings: max(cfg.Pings, 0), PingSize: cfg.PingSize})
-	bufs := payloads(cfg.Seed, 4, cfg.MsgSize)
+	// No payload is longer than the whole transfer.
+	bufs, err := payloadsCtx(ctx, cfg.Seed, 4, int(min(int64(cfg.MsgSize), cfg.Total)))
+	if err != nil {
+		return PerfResult{}, err
+	}
 	// The expected digest, computed before the clock starts.
 	want := sha256.New()
 	var msgs int64
 	for sent := int64(0); sent < cfg.Total; msgs++ {
-		if msgs%64 == 0 && ctx.Err() != nil { // a GiB takes seconds
+		n := int(min(int64(cfg.MsgSize), cfg.Total-sent))
+		// A GiB takes seconds to hash: look at ctx every 64 messages or MiB.
+		if (msgs%64 == 0 || n >= 1<<20) && ctx.Err() != nil {
 			return PerfResult{}, ctx.Err()
 		}
-		n := int(min(int64(cfg.MsgSize), cfg.Total-sent))
 		want.Write(bufs[msgs%int64(len(bufs))][:n])
 		sent += int64(n)
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +29,14 @@ type BootstrapConfig struct {
 	Listener net.Listener
 	// MaxBlob bounds one rank's contribution to a round; 0 means 1 MiB.
 	MaxBlob int
+	// Waiting, when not nil, is called every WaitEvery while NewBootstrap
+	// waits for the world, with the ranks it still waits for: on rank 0
+	// the ranks that have not joined, elsewhere rank 0 (until it answers).
+	// It runs on a goroutine of its own and must not block. A rank whose
+	// peer never comes is otherwise silent until its context ends.
+	Waiting func(missing []int)
+	// WaitEvery is the period of Waiting; 0 means 5 s.
+	WaitEvery time.Duration
 }
 
 // MaxWorld bounds BootstrapConfig.Size.
@@ -53,6 +63,8 @@ type Bootstrap struct {
 	// Other ranks: conns[0] is the connection to rank 0.
 	conns []net.Conn
 	rds   []*bufio.Reader
+	// joinMu guards conns while NewBootstrap reports who it waits for.
+	joinMu sync.Mutex
 
 	closeOnce sync.Once
 }
@@ -71,6 +83,10 @@ func NewBootstrap(ctx context.Context, cfg BootstrapConfig) (*Bootstrap, error) 
 		return nil, fmt.Errorf("%w: MaxBlob %d", ErrInvalid, cfg.MaxBlob)
 	}
 	b := &Bootstrap{rank: cfg.Rank, size: cfg.Size, maxBlob: cfg.MaxBlob, conns: make([]net.Conn, cfg.Size), rds: make([]*bufio.Reader, cfg.Size)}
+	if cfg.Waiting != nil && cfg.Size > 1 {
+		stop := b.reportWaiting(cfg)
+		defer stop()
+	}
 	var err error
 	if cfg.Rank == 0 {
 		err = b.accept(ctx, cfg)
@@ -82,6 +98,54 @@ func NewBootstrap(ctx context.Context, cfg BootstrapConfig) (*Bootstrap, error) 
 		return nil, err
 	}
 	return b, nil
+}
+
+// reportWaiting calls cfg.Waiting every cfg.WaitEvery with the ranks
+// that have not joined yet, until the returned stop is called.
+// TestBootstrapWaiting guards it.
+func (b *Bootstrap) reportWaiting(cfg BootstrapConfig) (stop func()) {
+	every := cfg.WaitEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var missing []int
+			b.joinMu.Lock()
+			for r := range b.size {
+				if r != b.rank && (b.rank == 0 || r == 0) && b.conns[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			b.joinMu.Unlock()
+			if len(missing) > 0 {
+				cfg.Waiting(missing)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// missing lists, on rank 0, the ranks that have not joined, as "1, 3".
+func (b *Bootstrap) missing() string {
+	b.joinMu.Lock()
+	defer b.joinMu.Unlock()
+	var m []string
+	for r := 1; r < b.size; r++ {
+		if b.conns[r] == nil {
+			m = append(m, strconv.Itoa(r))
+		}
+	}
+	return strings.Join(m, ", ")
 }
 
 // Rank returns this process's rank.
@@ -112,7 +176,7 @@ func (b *Bootstrap) accept(ctx context.Context, cfg BootstrapConfig) error {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return fmt.Errorf("%w: rank(s) %s never joined %s: %w", ErrBootstrap, b.missing(), cfg.Addr, ctx.Err())
 			}
 			return fmt.Errorf("%w: accept: %w", ErrBootstrap, err)
 		}
@@ -129,7 +193,9 @@ func (b *Bootstrap) accept(ctx context.Context, cfg BootstrapConfig) error {
 			c.Close()
 			return fmt.Errorf("%w: rank %d joined twice", ErrBootstrap, rank)
 		}
+		b.joinMu.Lock()
 		b.conns[rank], b.rds[rank] = c, rd
+		b.joinMu.Unlock()
 		joined++
 	}
 	return nil
@@ -169,7 +235,9 @@ func (b *Bootstrap) dial(ctx context.Context, cfg BootstrapConfig) error {
 				c.Close()
 				return fmt.Errorf("%w: hello: %w", ErrBootstrap, err)
 			}
+			b.joinMu.Lock()
 			b.conns[0], b.rds[0] = c, bufio.NewReader(c)
+			b.joinMu.Unlock()
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,4 +142,77 @@ func TestBootstrapTimeout(t *testing.T) {
 			t.Errorf("%+v: got %v, want ErrInvalid", cfg, err)
 		}
 	}
+}
+
+// TestBootstrapWaiting: rank 0 of a world of 4 whose rank 2 never comes
+// says, while it waits, that it waits for rank 2 alone, and its error at
+// the deadline names rank 2; rank 1 waiting for a rank 0 that is not
+// there says it waits for rank 0.
+func TestBootstrapWaiting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	reports := make(chan []int, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := NewBootstrap(ctx, BootstrapConfig{Rank: 0, Size: 4, Addr: addr, Listener: ln,
+			Waiting: func(m []int) { reports <- m }, WaitEvery: 20 * time.Millisecond})
+		errc <- err
+	}()
+	for _, r := range []int{1, 3} {
+		go func() {
+			b, err := NewBootstrap(ctx, BootstrapConfig{Rank: r, Size: 4, Addr: addr})
+			if err == nil {
+				defer b.Close()
+				<-ctx.Done()
+			}
+		}()
+	}
+	// Ranks 1 and 3 join within the 2 s; every report until the end
+	// names the ranks not yet there, the last rank 2 alone.
+	var last []int
+	for err == nil {
+		select {
+		case m := <-reports:
+			if !slices.Contains(m, 2) {
+				t.Errorf("rank 0 reports %v, without rank 2", m)
+			}
+			last = m
+		case err = <-errc:
+		}
+	}
+	if !slices.Equal(last, []int{2}) {
+		t.Errorf("rank 0 last waited for %v, want [2]", last)
+	}
+	if !errors.Is(err, ErrBootstrap) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank(s) 2 never joined") {
+		t.Errorf("rank 0: %v, want ErrBootstrap and DeadlineExceeded naming rank 2", err)
+	}
+
+	// Rank 1, nobody at rank 0's address.
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln2.Addr().String()
+	ln2.Close()
+	got := make(chan []int, 1)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go func() {
+		_, _ = NewBootstrap(ctx2, BootstrapConfig{Rank: 1, Size: 2, Addr: gone, WaitEvery: 20 * time.Millisecond,
+			Waiting: func(m []int) {
+				select {
+				case got <- m:
+				default:
+				}
+			}})
+	}()
+	if m := <-got; !slices.Equal(m, []int{0}) {
+		t.Errorf("rank 1 waits for %v, want [0]", m)
+	}
+	cancel2()
 }

@@ -20,6 +20,13 @@
 // (/run/spray-testbed/<prefix>, holding the pid) and removed by
 // CleanupStale, which NewPair and NewLeafSpine run once per process;
 // Cleanup removes everything under a prefix, owner alive or not.
+// Throwaways lists every throw-away testbed by its prefix, owner file or
+// not, with whether its owner runs (spray testbed list), and
+// RemoveThrowaway removes one whose owner is gone (spray testbed down).
+// A teardown that cannot remove something says so and keeps the owner
+// file, including a namespace hidden by a mount over /run/netns made
+// after it. Building anything first checks the capabilities it needs
+// (CheckPrivilege), naming those missing.
 //
 // Persistent fabrics outlive the process that built them, for building,
 // inspecting and breaking a fabric by hand (spray testbed up|status|fault|

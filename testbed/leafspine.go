@@ -462,6 +462,9 @@ func NewLeafSpine(ctx context.Context, cfg LeafSpineConfig) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckPrivilege(); err != nil {
+		return nil, err
+	}
 	staleOnce.Do(func() { _ = CleanupStale() })
 	var f *Fabric
 	for try := 0; try < 20; try++ {
@@ -813,11 +816,17 @@ func (f *Fabric) Close() error {
 	return f.closeErr
 }
 
-func (f *Fabric) teardown() error {
+func (f *Fabric) teardown() (err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed.Store(true)
-	_ = os.Remove(filepath.Join(ownerDir, f.Prefix))
+	// The owner file stays while something could not be removed, so that
+	// CleanupStale and spray testbed list find it once this process is gone.
+	defer func() {
+		if err == nil {
+			_ = os.Remove(filepath.Join(ownerDir, f.Prefix))
+		}
+	}()
 	var errs []error
 	for _, n := range f.nodes {
 		if n.ns < 0 {

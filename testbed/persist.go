@@ -113,6 +113,9 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckPrivilege(); err != nil {
+		return nil, err
+	}
 	prefix := PersistentPrefixOf(name)
 	if _, err := os.Stat(statePath(name)); err == nil {
 		return nil, fmt.Errorf("testbed %q: %w (remove it with spray testbed down %s)", name, os.ErrExist, name)
@@ -318,6 +321,9 @@ func (f *Fabric) release() error {
 // Errors wrap os.ErrNotExist if nothing of that name exists.
 func DownLeafSpine(name string) error {
 	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := CheckPrivilege(); err != nil {
 		return err
 	}
 	prefix := PersistentPrefixOf(name)

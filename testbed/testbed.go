@@ -95,6 +95,9 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
 		return nil, fmt.Errorf("%w: Queues %d (1 to %d)", ErrConfig, cfg.Queues, MaxQueues)
 	}
+	if err := CheckPrivilege(); err != nil {
+		return nil, err
+	}
 	staleOnce.Do(func() { _ = CleanupStale() })
 	var p *Pair
 	var err error
@@ -290,9 +293,15 @@ func (p *Pair) Close() error {
 	return p.closeErr
 }
 
-func (p *Pair) teardown() error {
+func (p *Pair) teardown() (err error) {
 	p.closed.Store(true)
-	_ = os.Remove(filepath.Join(ownerDir, p.Prefix))
+	// The owner file stays while something could not be removed, so that
+	// CleanupStale and spray testbed list find it once this process is gone.
+	defer func() {
+		if err == nil {
+			_ = os.Remove(filepath.Join(ownerDir, p.Prefix))
+		}
+	}()
 	var errs []error
 	if p.A.NS >= 0 {
 		// Deleting one end deletes both, now rather than when the
@@ -334,7 +343,7 @@ func deleteNamed(name string) error {
 	var err error
 	for range 64 {
 		if _, serr := os.Lstat(path); errors.Is(serr, os.ErrNotExist) {
-			return nil
+			return hiddenMount(name, path)
 		}
 		// EINVAL: not (or no longer) a mount point, only the file is left.
 		if uerr := unix.Unmount(path, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
@@ -349,6 +358,27 @@ func deleteNamed(name string) error {
 		}
 	}
 	return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
+}
+
+// hiddenMount returns an error when path, which this thread no longer
+// sees, is still a mount point underneath another mount: something
+// mounted over /run/netns after the namespace was made, so that the
+// namespace stays alive, out of sight, whatever deleteNamed does. Without
+// this a teardown would report success and leave every namespace behind
+// (TestTeardownReportsHiddenNamespace).
+func hiddenMount(name, path string) error {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == path {
+			return fmt.Errorf("testbed: delete namespace %s: %s is hidden under another mount (something mounted over %s since the namespace was made); unmount that, then run spray testbed down --all",
+				name, path, netnsDir)
+		}
+	}
+	return nil
 }
 
 // Cleanup removes the named namespaces, and links in the calling thread's

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,58 +78,30 @@ type benchFlags struct {
 	metrics                string
 	seed                   uint64
 	timeout, minRTO        time.Duration
+	joinTimeout            time.Duration
+	// launched is set when a launcher's environment (mpirun, srun,
+	// torchrun) gave the rank: its stderr is a pipe the launcher forwards
+	// line by line.
+	launched bool
 
 	// onEndpoint instruments the endpoints for --metrics.
 	onEndpoint func(*transport.Endpoint)
 
 	stdout, stderr io.Writer
 	stderrFd       int
+	// progressHook, when set (tests), is the progress callback.
+	progressHook func(done, total int)
 }
+
+// benchWaitEvery is the period of join's reports of the ranks it waits
+// for; tests shorten it.
+var benchWaitEvery = 5 * time.Second
 
 // benchBootstrapPort is rank 0's bootstrap port on a testbed.
 const benchBootstrapPort = 18516
 
 func init() {
 	register(command{name: "bench", summary: "nccl-tests-style collective benchmarks (alltoall, allreduce...) and incast", run: runBench})
-}
-
-// sizeFlag is a byte count with an optional K, M or G suffix (binary).
-type sizeFlag int64
-
-func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
-
-func (s *sizeFlag) Set(v string) error {
-	n, err := parseSize(v)
-	if err != nil {
-		return err
-	}
-	*s = sizeFlag(n)
-	return nil
-}
-
-// parseSize parses "8", "64K", "64M", "1G" (also lower case, and with a
-// trailing B or iB).
-func parseSize(v string) (int64, error) {
-	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
-	mult := int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<40)/mult {
-		return 0, fmt.Errorf("bad size %q (want a number of bytes, optionally with K, M or G)", v)
-	}
-	return n * mult, nil
 }
 
 func runBench(args []string) error {
@@ -167,9 +140,10 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.StringVar(&f.ip, "ip", "", "across hosts: the local address to use (default: the source address towards the bootstrap host; rank 0: the bootstrap address)")
 	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed, one process per host: leafspine:HxLxS[,rate=..] (root)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve the spray endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464; not with --testbed)")
-	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, off")
+	fs.StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (a bar when stderr is a terminal, a line every 5 s under mpirun, srun or torchrun), on, off")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the transports")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.DurationVar(&f.joinTimeout, "join-timeout", 2*time.Minute, "across hosts: give up when the world has not assembled after this long (every rank joined rank 0's bootstrap)")
 	fs.IntVar(&f.paths, "paths", 8, "entropies (paths) a spray QP sprays over")
 	fs.StringVar(&f.ccName, "cc", "", "congestion control of the spray and roce transports: "+strings.Join(cc.Names, ", ")+" (default: the profile's, auto for spray, dcqcn for roce; fixed is an unlimited window)")
 	fs.Var(&f.chunk, "chunk", "largest message of the collectives' algorithms (0: 256K)")
@@ -207,12 +181,15 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 		return err
 	}
 	if f.metrics != "" && f.testbed != "" {
-		return fmt.Errorf("bench: --metrics with --testbed: every rank runs in its own namespace, out of reach; use --metrics in one process or with --rank")
+		return usagef("bench: --metrics with --testbed: every rank runs in its own namespace, out of reach; use --metrics in one process or with --rank")
 	}
 	switch f.transport {
 	case "spray", "roce", "tcp":
 	default:
 		return usagef("bench: --transport %q: want spray, roce or tcp", f.transport)
+	}
+	if err := f.checkPlacement(); err != nil {
+		return err
 	}
 
 	var hook transport.Config
@@ -249,6 +226,12 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 	default:
 		return bench.CollConfig{}, usagef("bench: -o %q: want sum, min or max", f.redop)
 	}
+	if !slices.Contains(bench.CollTypes, f.typ) {
+		return bench.CollConfig{}, usagef("bench: -d %q: want %s", f.typ, strings.Join(bench.CollTypes, ", "))
+	}
+	if !slices.Contains(bench.CollOps, f.op) {
+		return bench.CollConfig{}, usagef("bench: collective %q: want %s (or incast)", f.op, strings.Join(bench.CollOps, ", "))
+	}
 	if f.minB <= 0 || f.maxB < f.minB {
 		return bench.CollConfig{}, usagef("bench: sizes -b %d -e %d: want 0 < b <= e", f.minB, f.maxB)
 	}
@@ -260,6 +243,13 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 	c.atLeast("chunk", int64(f.chunk), 0)
 	c.positiveDur("timeout", f.timeout)
 	c.nonNegativeDur("min-rto", f.minRTO)
+	c.positiveDur("join-timeout", f.joinTimeout)
+	c.atMost("b", int64(f.minB), 1<<32)
+	c.atMost("e", int64(f.maxB), 1<<32)
+	c.atMost("chunk", int64(f.chunk), 1<<30)
+	if f.progress != "auto" && f.progress != "on" && f.progress != "off" {
+		c.fail("progress", f.progress, "auto, on or off")
+	}
 	if f.check != 0 && f.check != 1 {
 		c.fail("c", f.check, "0 or 1")
 	}
@@ -278,6 +268,54 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 		return cfg, usagef("bench: -r %d: want a rank in [0, %d)", f.root, f.world)
 	}
 	return cfg, nil
+}
+
+// checkPlacement refuses, before anything is built, the flags that say
+// where the ranks run and do not fit together: a testbed spray cannot
+// build, a link kind the ranks cannot use, a rank outside the world.
+func (f *benchFlags) checkPlacement() error {
+	switch f.linkKind {
+	case "", bench.KindXDP, bench.KindRaw, bench.KindUDP, "mem":
+	default:
+		return usagef("bench: --link %q: want xdp, raw or udp", f.linkKind)
+	}
+	switch {
+	case f.testbed != "":
+		if !strings.HasPrefix(f.testbed, "leafspine") {
+			return usagef("bench: --testbed %q: want leafspine:HxLxS", f.testbed)
+		}
+		lcfg, err := testbed.ParseLeafSpine(f.testbed)
+		if err != nil {
+			return usagef("bench: --testbed: %v", err)
+		}
+		if n := lcfg.Hosts * lcfg.Leaves; f.op == bench.OpBroadcast && (f.root < 0 || f.root >= n) {
+			return usagef("bench: -r %d: want a rank in [0, %d)", f.root, n)
+		}
+		if f.linkKind == "mem" {
+			return usagef("bench: --link mem runs in one process, not on a testbed")
+		}
+	case f.rank >= 0:
+		if f.bootstrap == "" {
+			return usagef("bench: --rank needs --bootstrap HOST:PORT (rank 0's address)")
+		}
+		if f.rank >= f.world {
+			return usagef("bench: --rank %d of --world %d: want a rank in [0, %d)", f.rank, f.world, f.world)
+		}
+		if _, _, err := net.SplitHostPort(f.bootstrap); err != nil {
+			return usagef("bench: --bootstrap %q: want HOST:PORT", f.bootstrap)
+		}
+		if f.ip != "" {
+			if _, err := netip.ParseAddr(f.ip); err != nil {
+				return usagef("bench: --ip %q: want an IP address", f.ip)
+			}
+		}
+		if f.linkKind == "mem" {
+			return usagef("bench: --link mem runs in one process, not across hosts")
+		}
+	case f.linkKind != "" && f.linkKind != "mem":
+		return usagef("bench: --link %s needs --testbed or --rank (in one process the ranks share link/mem)", f.linkKind)
+	}
+	return nil
 }
 
 // transportConfig is the transport configuration of a spray or roce run.
@@ -306,10 +344,16 @@ func (f *benchFlags) dcqcn() bool {
 // progressFunc returns the progress callback of rank 0: a bar on stderr
 // when asked for, or when auto and stderr is a terminal; nil otherwise.
 func (f *benchFlags) progressFunc() (func(done, total int), func()) {
+	if f.progressHook != nil {
+		return f.progressHook, func() {}
+	}
 	on := f.progress == "on"
 	if f.progress == "auto" {
 		_, err := unix.IoctlGetTermios(f.stderrFd, unix.TCGETS)
 		on = err == nil
+		if !on && f.launched {
+			return f.progressLines(5 * time.Second), func() {}
+		}
 	}
 	if !on {
 		return nil, func() {}
@@ -334,9 +378,39 @@ func (f *benchFlags) progressFunc() (func(done, total int), func()) {
 	return draw, clear
 }
 
+// progressLines returns a progress callback that writes a line to stderr
+// at most every period, for a launcher that forwards whole lines (a \r bar
+// would pile up in its output).
+func (f *benchFlags) progressLines(period time.Duration) func(done, total int) {
+	last := time.Now()
+	return func(done, total int) {
+		if done == total || time.Since(last) < period {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(f.stderr, "spray bench: %d/%d iterations (%d%%)\n", done, total, 100*done/max(total, 1))
+	}
+}
+
+// table starts rank 0's output of a run: the title line and a table that
+// prints each row as its size finishes (cfg.OnRow), unless --json - puts
+// JSON there instead. report closes it.
+func (f *benchFlags) table(cfg *bench.CollConfig, world int, link string) *bench.CollTable {
+	if f.jsonOut == "-" {
+		return nil
+	}
+	fmt.Fprintf(f.stdout, "# spray bench %s: %d ranks, transport %s, link %s\n", f.op, world, f.transport, link)
+	t := bench.NewCollTable(f.stdout)
+	cfg.OnRow = t.Row
+	return t
+}
+
 // report prints the rows (rank 0): the table on stdout, and JSON to the
 // --json file or, for "-", to stdout instead of the table.
-func (f *benchFlags) report(rows []bench.CollRow, world int, link string) error {
+func (f *benchFlags) report(t *bench.CollTable, rows []bench.CollRow, world int, link string) error {
+	if t != nil {
+		t.Close()
+	}
 	if f.jsonOut != "" {
 		out := struct {
 			Collective string          `json:"collective"`
@@ -358,17 +432,12 @@ func (f *benchFlags) report(rows []bench.CollRow, world int, link string) error 
 			return err
 		}
 	}
-	fmt.Fprintf(f.stdout, "# spray bench %s: %d ranks, transport %s, link %s\n", f.op, world, f.transport, link)
-	bench.WriteCollTable(f.stdout, rows)
 	return nil
 }
 
 // runLocal runs every rank in this process: over one link/mem fabric
 // (spray, roce) or loopback TCP.
 func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
-	if f.linkKind != "" && f.linkKind != "mem" {
-		return fmt.Errorf("bench: --link %s needs --testbed or --rank (in one process the ranks share link/mem)", f.linkKind)
-	}
 	var comms []collective.Comm
 	link := "mem"
 	if f.transport == "tcp" {
@@ -393,25 +462,26 @@ func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
 			comms = append(comms, c)
 		}
 	}
+	link += " (one process)"
+	t := f.table(&cfg, f.world, link)
 	progress, clear := f.progressFunc()
 	rows, err := bench.RunCollectiveLocal(ctx, comms, cfg, progress)
 	clear()
 	if err != nil {
 		return err
 	}
-	return f.report(rows, f.world, link+" (one process)")
+	return f.report(t, rows, f.world, link)
 }
 
 // runRank runs one rank of a world that spans processes.
 func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
-	if f.bootstrap == "" {
-		return fmt.Errorf("bench: --rank needs --bootstrap HOST:PORT (rank 0's address)")
-	}
-	if f.rank >= f.world {
-		return fmt.Errorf("bench: --rank %d of --world %d", f.rank, f.world)
+	if f.transport != "tcp" {
+		if err := linkPrivilege("bench", f.linkKind); err != nil {
+			return err
+		}
 	}
 	logger := log.New(f.stderr, fmt.Sprintf("spray bench rank %d: ", f.rank), 0)
-	b, err := collective.NewBootstrap(ctx, collective.BootstrapConfig{Rank: f.rank, Size: f.world, Addr: f.bootstrap})
+	b, err := f.join(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -455,7 +525,9 @@ func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
 	}
 	var progress func(int, int)
 	clear := func() {}
+	var t *bench.CollTable
 	if f.rank == 0 {
+		t = f.table(&cfg, f.world, link)
 		progress, clear = f.progressFunc()
 	}
 	rows, err := bench.RunCollective(ctx, comm, cfg, progress)
@@ -470,7 +542,31 @@ func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
 	if f.rank != 0 {
 		return nil
 	}
-	return f.report(rows, f.world, link)
+	return f.report(t, rows, f.world, link)
+}
+
+// join joins the world at --bootstrap within --join-timeout, saying every
+// few seconds which ranks it still waits for (TestBenchRankMissing).
+func (f *benchFlags) join(ctx context.Context, logger *log.Logger) (*collective.Bootstrap, error) {
+	jctx, cancel := context.WithTimeout(ctx, f.joinTimeout)
+	defer cancel()
+	start := time.Now()
+	b, err := collective.NewBootstrap(jctx, collective.BootstrapConfig{Rank: f.rank, Size: f.world, Addr: f.bootstrap,
+		WaitEvery: benchWaitEvery, Waiting: func(missing []int) {
+			who := make([]string, len(missing))
+			for i, r := range missing {
+				who[i] = strconv.Itoa(r)
+			}
+			what := "rank(s) " + strings.Join(who, ", ") + " to join"
+			if f.rank != 0 {
+				what = "rank 0 to listen"
+			}
+			logger.Printf("waiting for %s at %s (%v of --join-timeout %v)", what, f.bootstrap, time.Since(start).Round(time.Second), f.joinTimeout)
+		}})
+	if err != nil && ctx.Err() == nil && jctx.Err() != nil {
+		return nil, fmt.Errorf("bench: the world of %d ranks did not assemble within --join-timeout %v: %w", f.world, f.joinTimeout, err)
+	}
+	return b, err
 }
 
 // localAddr is the address this rank uses: --ip, else on a loopback
@@ -546,11 +642,8 @@ func (f *benchFlags) openEndpoint(ctx context.Context, local netip.Addr, kind st
 // --world and --bootstrap (host 0's address). It forwards rank 0's output
 // and reports every rank's errors.
 func (f *benchFlags) runTestbed(ctx context.Context) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("bench --testbed %s needs root (network namespaces, XDP, AF_XDP): run it with sudo", f.testbed)
-	}
-	if !strings.HasPrefix(f.testbed, "leafspine") {
-		return fmt.Errorf("bench: unknown testbed %q (want leafspine:HxLxS)", f.testbed)
+	if err := testbed.CheckPrivilege(); err != nil {
+		return fmt.Errorf("bench --testbed %s: %w", f.testbed, err)
 	}
 	lcfg, err := testbed.ParseLeafSpine(f.testbed)
 	if err != nil {
@@ -641,6 +734,7 @@ func (f *benchFlags) rankArgs(r, n int, boot, progress string) []string {
 		"-r", strconv.Itoa(f.root), "-c", strconv.Itoa(f.check),
 		"--transport", f.transport, "--link", kind, "--seed", strconv.FormatUint(f.seed, 10),
 		"--paths", strconv.Itoa(f.paths), "--chunk", f.chunk.String(), "--timeout", f.timeout.String(), "--min-rto", f.minRTO.String(),
+		"--join-timeout", f.joinTimeout.String(),
 		"--rank", strconv.Itoa(r), "--world", strconv.Itoa(n), "--bootstrap", boot,
 	}
 	if f.ccName != "" {

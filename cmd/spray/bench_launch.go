@@ -24,6 +24,7 @@ func (f *benchFlags) fromLauncher(fs *flag.FlagSet, getenv func(string) string) 
 	if err != nil {
 		return fmt.Errorf("bench: launcher environment: %w (or pass --rank, --world and --bootstrap)", err)
 	}
+	f.launched = true
 	if !given["rank"] {
 		f.rank = l.Rank
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -156,19 +157,6 @@ func TestBenchErrors(t *testing.T) {
 		err := benchMain([]string{"incast"}, &stdout, &stderr, -1)
 		if err == nil || !strings.Contains(err.Error(), "incast") {
 			t.Errorf("bench incast without the incast command: %v", err)
-		}
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"8": 8, "64K": 64 << 10, "64M": 64 << 20, "1G": 1 << 30, "2k": 2048, "4MiB": 4 << 20, "16KB": 16 << 10} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "K", "-1", "1T", "2000G", "1.5M"} {
-		if _, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q): no error", in)
 		}
 	}
 }
@@ -335,4 +323,88 @@ func FuzzParseSize(f *testing.F) {
 			t.Fatalf("parseSize(%q) = %d, want %d", s, n, v)
 		}
 	})
+}
+
+// TestBenchRankMissing: rank 0 of a world of 3 whose rank 2 never comes
+// says on stderr, every few seconds, that it waits for rank 2, and gives
+// up at --join-timeout with an error naming rank 2 and the flag.
+func TestBenchRankMissing(t *testing.T) {
+	port := freePort(t)
+	boot := fmt.Sprintf("127.0.0.1:%d", port)
+	var stderr bytes.Buffer
+	var mu sync.Mutex
+	errs := make(chan error, 2)
+	start := func(rank int, w *bytes.Buffer) {
+		f := []string{"alltoall", "-b", "8", "-e", "8", "-n", "1", "--rank", strconv.Itoa(rank), "--world", "3",
+			"--bootstrap", boot, "--ip", "127.0.0.1", "--transport", "tcp", "--join-timeout", "1s"}
+		go func() {
+			var out bytes.Buffer
+			errs <- benchMainWait(f, &out, &lockedWriter{mu: &mu, w: w}, 100*time.Millisecond)
+		}()
+	}
+	start(0, &stderr)
+	start(1, &bytes.Buffer{})
+	var err0 error
+	for range 2 {
+		if err := <-errs; err != nil && strings.Contains(err.Error(), "rank(s) 2 never joined") {
+			err0 = err
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err0 == nil || !strings.Contains(err0.Error(), "--join-timeout 1s") {
+		t.Errorf("rank 0: %v, want the world not assembled within --join-timeout, naming rank 2", err0)
+	}
+	if !strings.Contains(stderr.String(), "waiting for rank(s) 2 to join") {
+		t.Errorf("rank 0 never said it waits for rank 2: %q", stderr.String())
+	}
+	t.Logf("%s%v", stderr.String(), err0)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// benchMainWait is benchMain with join's reports every wait.
+func benchMainWait(args []string, stdout, stderr io.Writer, wait time.Duration) error {
+	benchWaitEvery = wait
+	return benchMain(args, stdout, stderr, -1)
+}
+
+// TestBenchRowsAsTheyFinish: spray bench prints each row of its table as
+// the size finishes, before the next size starts: when the progress
+// callback reports the first iteration of a size, the rows of every
+// smaller size are on stdout already.
+func TestBenchRowsAsTheyFinish(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	f := benchFlags{stdout: &stdout, stderr: &stderr, stderrFd: -1, op: bench.OpAllToAll, world: 2, transport: "tcp",
+		minB: 64, maxB: 1024, factor: 4, iters: 2, check: 1, redop: "sum", typ: "float32", progress: "off", paths: 8, timeout: time.Minute, joinTimeout: time.Minute}
+	cfg, err := f.collConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSize := 1 + cfg.Iters // check + timed
+	var seen []int
+	f.progressHook = func(done, total int) {
+		if done%perSize == 1 { // the first iteration of a size
+			seen = append(seen, len(parseBenchTable(t, stdout.String())))
+		}
+	}
+	if err := f.runLocal(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 1, 2}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("rows on stdout at the start of each size: %v, want %v\n%s", seen, want, stdout.String())
+	}
+	if rows := parseBenchTable(t, stdout.String()); len(rows) != 3 {
+		t.Errorf("%d rows at the end, want 3:\n%s", len(rows), stdout.String())
+	}
 }

@@ -34,10 +34,13 @@ func runCaptured(t *testing.T, args ...string) (int, string, string) {
 	return code, errOut.String(), string(b)
 }
 
-// TestCLIRefusesNonsense: stray arguments, zero or negative sizes and
-// counts, probabilities outside [0, 1] and unknown flags are refused before
-// anything runs, with exit status 2, one line that names the culprit and a
-// pointer to the command's -h, and no usage dump.
+// TestCLIRefusesNonsense: for every subcommand, stray arguments, sizes
+// out of bounds or beyond --total, unknown names (controllers, link kinds,
+// profiles, scenarios, testbeds), probabilities outside [0, 1], flags that
+// do not fit together and unknown flags are refused before anything runs
+// (no testbed is built, nothing is allocated), with exit status 2, one
+// line that names the culprit and a pointer to the command's -h, and no
+// usage dump.
 func TestCLIRefusesNonsense(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -46,7 +49,7 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"perf", "bogusmode"}, `"bogusmode"`},
 		{[]string{"perf", "--link", "udp", "client", "--peer", "10.0.0.1"}, `"client"`},
 		{[]string{"perf", "--size", "0"}, "--size 0: want at least 1"},
-		{[]string{"perf", "--size", "-1"}, "--size -1: want at least 1"},
+		{[]string{"perf", "--size", "-1"}, "-size"},
 		{[]string{"perf", "--total", "0"}, "--total 0: want at least 1"},
 		{[]string{"perf", "--total", "-5"}, "-total"},
 		{[]string{"perf", "--paths", "0"}, "--paths 0: want at least 1"},
@@ -82,6 +85,71 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"testbed", "down"}, "NAME"},
 		{[]string{"testbed", "list", "x"}, `"x"`},
 		{[]string{"nosuchcommand"}, "unknown command"},
+		// Sizes: bounded, checked against each other, K/M/G everywhere.
+		{[]string{"perf", "--size", "99999999999", "--link", "mem", "--total", "1M"}, "--size 99999999999: want at most 256M"},
+		{[]string{"perf", "--size", "1G", "--total", "1M"}, "--size 1G: want at most 256M"},
+		{[]string{"perf", "--size", "2M", "--total", "1M"}, "--size 2M: want at most --total (1M)"},
+		{[]string{"perf", "--total", "2000G"}, "-total"},
+		{[]string{"perf", "--size", "1.5M"}, "-size"},
+		{[]string{"perf", "--window-bytes", "2G"}, "--window-bytes 2G: want at most 1G"},
+		{[]string{"perf", "--mtu", "70000"}, "--mtu"},
+		{[]string{"compare", "--size", "2G"}, "--size 2G: want at most 1G"},
+		{[]string{"compare", "--size", "1X"}, "-size"},
+		{[]string{"bench", "alltoall", "-e", "1025G"}, "-e"},
+		{[]string{"bench", "alltoall", "-e", "8G"}, "--e 8G: want at most 4G"},
+		{[]string{"bench", "alltoall", "--chunk", "2G"}, "--chunk 2G"},
+		// Names and specs, refused before a testbed is built.
+		{[]string{"perf", "--cc", "bogus"}, "--cc"},
+		{[]string{"perf", "--testbed", "leafspine:0x0x0"}, "--testbed"},
+		{[]string{"perf", "--testbed", "pair", "--link", "bogus"}, `--link "bogus"`},
+		{[]string{"perf", "--testbed", "pair,mtu=1"}, "--testbed"},
+		{[]string{"perf", "--testbed", "ring"}, `--testbed "ring"`},
+		{[]string{"perf", "--link", "xdp"}, "needs --testbed pair"},
+		{[]string{"perf", "client", "--peer", "h", "--link", "mem"}, `--link "mem"`},
+		{[]string{"perf", "server", "--testbed", "pair"}, "--testbed"},
+		{[]string{"perf", "--restore", "1s"}, "--restore"},
+		{[]string{"perf", "--testbed", "leafspine:1x2x2", "--restore", "1s"}, "--restore needs --fault"},
+		{[]string{"perf", "--fault", "leaf0:up1@5s"}, "leafspine"},
+		{[]string{"perf", "--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1"}, "PORT@TIME"},
+		{[]string{"perf", "--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@-1s"}, "positive duration"},
+		{[]string{"perf", "--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@5s", "--restore", "2s"}, "must come after"},
+		{[]string{"perf", "--testbed", "leafspine:1x1x1", "--fault", "leaf0:up0@5s"}, "two leaves and two spines"},
+		{[]string{"perf", "--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@5s", "--link", "tcp"}, "one link kind"},
+		{[]string{"compare", "--testbed", "leafspine:0x0x0"}, "--testbed"},
+		{[]string{"compare", "--scenarios", "bogus"}, `scenario "bogus"`},
+		{[]string{"compare", "--profiles", "bogus"}, `profile "bogus"`},
+		{[]string{"compare", "--link", "bogus"}, `link "bogus"`},
+		{[]string{"compare", "--cc-spray", "bogus"}, `"bogus"`},
+		{[]string{"compare", "--cc-roce", "bogus"}, `"bogus"`},
+		{[]string{"compare", "--roce-ack-timeout", "0"}, "--roce-ack-timeout"},
+		{[]string{"incast", "--cc", "bogus"}, "--cc"},
+		{[]string{"incast", "--link", "bogus"}, "--link"},
+		{[]string{"incast", "--testbed", "leafspine:0x1x1"}, "--testbed"},
+		{[]string{"bench", "alltoall", "--cc", "bogus"}, "--cc"},
+		{[]string{"bench", "alltoall", "-d", "bogus"}, `-d "bogus"`},
+		{[]string{"bench", "gather"}, `collective "gather"`},
+		{[]string{"bench", "alltoall", "--transport", "bogus"}, "--transport"},
+		{[]string{"bench", "alltoall", "--link", "bogus"}, "--link"},
+		{[]string{"bench", "alltoall", "--link", "udp"}, "needs --testbed or --rank"},
+		{[]string{"bench", "alltoall", "--testbed", "leafspine:0x1x1"}, "--testbed"},
+		{[]string{"bench", "alltoall", "--testbed", "ring"}, "--testbed"},
+		{[]string{"bench", "alltoall", "--testbed", "leafspine:1x2x1", "--metrics", ":0"}, "--metrics"},
+		{[]string{"bench", "broadcast", "--testbed", "leafspine:1x2x1", "-r", "5"}, "-r 5"},
+		{[]string{"bench", "alltoall", "--rank", "0"}, "--bootstrap"},
+		{[]string{"bench", "alltoall", "--rank", "3", "--world", "2", "--bootstrap", "127.0.0.1:1"}, "--rank 3"},
+		{[]string{"bench", "alltoall", "--rank", "1", "--world", "2", "--bootstrap", "nohostport"}, "--bootstrap"},
+		{[]string{"bench", "alltoall", "--rank", "1", "--world", "2", "--bootstrap", "127.0.0.1:1", "--ip", "x"}, "--ip"},
+		{[]string{"bench", "alltoall", "--progress", "maybe"}, "--progress"},
+		{[]string{"bench", "alltoall", "--join-timeout", "0s"}, "--join-timeout"},
+		{[]string{"sim", "--profiles", "bogus"}, `"bogus"`},
+		{[]string{"sim", "--scenarios", "bogus"}, `"bogus"`},
+		{[]string{"sim", "--workload", "bogus"}, "--workload"},
+		{[]string{"soak", "--paths", "x"}, "--paths"},
+		{[]string{"soak", "--bogus"}, "bogus"},
+		{[]string{"testbed", "up", "leafspine:1x1x1", "--ecn", "bogus"}, "--ecn"},
+		{[]string{"testbed", "status", "--interval", "-1s"}, "--interval"},
+		{[]string{"testbed", "fault", "lab", "--port", "x", "--burst", "bad"}, "--burst"},
+		{[]string{"testbed", "fault", "lab", "--port", "x", "--down", "--up"}, "--down"},
 	} {
 		code, errOut, usage := runCaptured(t, tc.args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
@@ -212,4 +280,66 @@ func TestPerfClientSignal(t *testing.T) {
 		t.Fatalf("after the server hung up: %v after %v; stderr %s", err, time.Since(hung), stderr)
 	}
 	t.Logf("server hung up: %s", strings.TrimSpace(stderr.String()))
+}
+
+// TestPerfSignalLargeMessages: a perf run of large messages over the
+// in-memory fabric ends on SIGTERM with "interrupted" and status 143
+// within a few seconds (bound: 5 s on a loaded machine), wherever it is:
+// hashing the payload, sending, waiting.
+func TestPerfSignalLargeMessages(t *testing.T) {
+	for _, wait := range []time.Duration{300 * time.Millisecond, 3 * time.Second} {
+		cmd, stderr := spraySubprocess(t, "perf", "--link", "mem", "--size", "64M", "--total", "512G", "--pings", "0")
+		time.Sleep(wait)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		err := cmd.Wait()
+		took := time.Since(sent)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Fatalf("SIGTERM after %v: exit %v, want status %d; stderr: %s", wait, err, 128+int(syscall.SIGTERM), stderr)
+		}
+		if !strings.Contains(stderr.String(), "interrupted") {
+			t.Errorf("stderr %q does not say interrupted", stderr)
+		}
+		t.Logf("SIGTERM after %v: exited %v later", wait, took)
+		if took > 5*time.Second {
+			t.Errorf("SIGTERM after %v: exited %v later", wait, took)
+		}
+	}
+}
+
+// TestLinkPrivilegeNamesCaps: perf client --link xdp (and raw) without the
+// capabilities they need fails at once with status 1, naming the missing
+// capabilities and --link udp, not a socket's "operation not permitted"
+// nor RLIMIT_MEMLOCK. As root, the test drops every capability of the
+// child (setpriv).
+func TestLinkPrivilegeNamesCaps(t *testing.T) {
+	var wrap []string
+	if os.Geteuid() == 0 {
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			t.Skip("setpriv not installed: cannot drop capabilities")
+		}
+		wrap = []string{"setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"}
+	}
+	for kind, want := range map[string]string{"xdp": "CAP_NET_RAW", "raw": "CAP_NET_RAW"} {
+		args := append(wrap, os.Args[0])
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), cliEnv+"="+strings.Join([]string{"perf", "client", "--peer", "127.0.0.1:1", "--link", kind}, cliSep))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("--link %s: %v, want status 1\n%s", kind, err, out)
+		}
+		for _, w := range []string{want, "--link udp"} {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("--link %s: %q does not say %q", kind, out, w)
+			}
+		}
+		if strings.Contains(strings.ToLower(string(out)), "memlock") {
+			t.Errorf("--link %s: blames MEMLOCK: %q", kind, out)
+		}
+		t.Logf("--link %s: %s", kind, strings.TrimSpace(string(out)))
+	}
 }

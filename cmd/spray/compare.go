@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,39 +45,14 @@ func init() {
 	register(command{name: "compare", summary: "roce, spray and tcp on one testbed, same all-to-all and faults, one run", run: runCompare})
 }
 
-// parseCompareSize parses a byte count with an optional binary suffix
-// (K, M, G: KiB, MiB, GiB), as nccl-tests' -b and -e take.
-func parseCompareSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mul := int64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			mul = 1 << 10
-		case 'M':
-			mul = 1 << 20
-		case 'G':
-			mul = 1 << 30
-		}
-		if mul != 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > (1<<40)/mul {
-		return 0, fmt.Errorf("size %q: want a positive byte count such as 1M or 65536", s)
-	}
-	return n * mul, nil
-}
-
 func runCompare(args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), compareUsage); fs.PrintDefaults() }
 	tb := fs.String("testbed", bench.DefaultCompareTestbed, "leaf-spine testbed: leafspine:HxLxS[,rate=R,hostrate=R,buffer=B,mtu=M]")
 	scen := fs.String("scenarios", strings.Join(bench.DefaultScenarios, ","), "comma-separated scenarios, run in this order")
 	profs := fs.String("profiles", strings.Join(bench.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
-	size := fs.String("size", "1M", "bytes each rank sends per all-to-all (K, M, G suffixes)")
+	var size sizeFlag = 1 << 20
+	fs.Var(&size, "size", "bytes each rank sends per all-to-all (K, M, G suffixes; default 1M, at most 1G)")
 	iters := fs.Int("iters", 30, "timed all-to-alls per run")
 	warmup := fs.Int("warmup", 2, "untimed all-to-alls before them")
 	linkKind := fs.String("link", bench.KindXDP, "link of the spray and roce ranks on a testbed: xdp, raw or udp")
@@ -99,11 +75,10 @@ func runCompare(args []string) error {
 	if err := noArgs("compare", fs); err != nil {
 		return err
 	}
-	n, err := parseCompareSize(*size)
-	if err != nil {
-		return usagef("compare: --size: %v", err)
-	}
+	n := int64(size)
 	c := check{cmd: "compare"}
+	c.atLeast("size", n, 1)
+	c.atMost("size", n, 1<<30)
 	c.atLeast("iters", int64(*iters), 1)
 	c.atLeast("warmup", int64(*warmup), 0)
 	c.positiveDur("run-timeout", *runTimeout)
@@ -123,13 +98,36 @@ func runCompare(args []string) error {
 	if *warmup == 0 {
 		cfg.Warmup = -1
 	}
+	var err error
 	if cfg.Testbed, err = testbed.ParseLeafSpine(*tb); err != nil {
 		return usagef("compare: --testbed: %v", err)
 	}
+	if err := cfg.Check(); err != nil {
+		return usagef("compare: %v", strings.TrimPrefix(err.Error(), bench.ErrCompare.Error()+": "))
+	}
+	// Results go into --out whichever way the comparison runs.
+	inOut := func(name string) string {
+		if name == "" || filepath.IsAbs(name) {
+			return name
+		}
+		return filepath.Join(*outDir, name)
+	}
+	mkOut := func() error {
+		if *jsonFile == "" && *pngFile == "" {
+			return nil
+		}
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
+			return fmt.Errorf("compare: --out: %w", err)
+		}
+		return nil
+	}
 	if *simulate || (os.Geteuid() != 0 && !*loopback) {
 		why := map[bool]string{true: "--sim", false: "not root"}[*simulate]
+		if err := mkOut(); err != nil {
+			return err
+		}
 		return compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
-			seed: *seed, pairwise: *pairwise, jsonFile: *jsonFile, pngFile: *pngFile, why: why}.run(os.Stdout)
+			seed: *seed, pairwise: *pairwise, jsonFile: inOut(*jsonFile), pngFile: inOut(*pngFile), why: why}.run(os.Stdout)
 	}
 	out := os.Stdout
 	if cfg.Loopback {
@@ -158,28 +156,30 @@ func runCompare(args []string) error {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
 	defer cancelT()
-	res, err := bench.Compare(ctx, cfg)
+	res, runErr := bench.Compare(ctx, cfg)
 	if len(res.Rows) > 0 {
 		bench.WriteCompareTable(out, res)
 	}
-	if err != nil {
+	// A teardown that failed after a complete run still writes the
+	// results, then reports what it left.
+	if runErr != nil && !errors.Is(runErr, bench.ErrTeardown) {
+		return runErr
+	}
+	if err := writeCompareFiles(out, res, inOut(*jsonFile), inOut(*pngFile), mkOut); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+// writeCompareFiles writes the rows as JSON and the CDFs as PNG to the
+// files named (none for ""), after mkOut made their folder.
+func writeCompareFiles(out io.Writer, res bench.CompareResult, jsonFile, pngFile string, mkOut func() error) error {
+	if err := mkOut(); err != nil {
 		return err
 	}
 	var wrote []string
-	if *jsonFile != "" || *pngFile != "" {
-		if err := os.MkdirAll(*outDir, 0o755); err != nil {
-			return fmt.Errorf("compare: --out: %w", err)
-		}
-	}
-	inOut := func(name string) string {
-		if filepath.IsAbs(name) {
-			return name
-		}
-		return filepath.Join(*outDir, name)
-	}
-	if *jsonFile != "" {
-		*jsonFile = inOut(*jsonFile)
-		f, err := os.Create(*jsonFile)
+	if jsonFile != "" {
+		f, err := os.Create(jsonFile)
 		if err != nil {
 			return err
 		}
@@ -188,13 +188,12 @@ func runCompare(args []string) error {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("compare: writing %s: %w", *jsonFile, err)
+			return fmt.Errorf("compare: writing %s: %w", jsonFile, err)
 		}
-		wrote = append(wrote, *jsonFile)
+		wrote = append(wrote, jsonFile)
 	}
-	if *pngFile != "" {
-		*pngFile = inOut(*pngFile)
-		f, err := os.Create(*pngFile)
+	if pngFile != "" {
+		f, err := os.Create(pngFile)
 		if err != nil {
 			return err
 		}
@@ -203,10 +202,10 @@ func runCompare(args []string) error {
 			err = cerr
 		}
 		if err != nil {
-			os.Remove(*pngFile)
-			return fmt.Errorf("compare: writing %s: %w", *pngFile, err)
+			os.Remove(pngFile)
+			return fmt.Errorf("compare: writing %s: %w", pngFile, err)
 		}
-		wrote = append(wrote, *pngFile)
+		wrote = append(wrote, pngFile)
 	}
 	if len(wrote) > 0 {
 		fmt.Fprintf(out, "wrote %s\n", strings.Join(wrote, ", "))

@@ -49,15 +49,41 @@ func TestCompareLoopbackCLI(t *testing.T) {
 	}
 }
 
-func TestParseCompareSize(t *testing.T) {
-	for s, want := range map[string]int64{"1M": 1 << 20, "64k": 64 << 10, "4096": 4096, "1GiB": 1 << 30, "2MB": 2 << 20} {
-		if got, err := parseCompareSize(s); err != nil || got != want {
+// TestParseSize: the one parser of every size flag takes K, M and G
+// (KiB, MiB, GiB; any case, a trailing B or iB) up to 1 TiB, and reads
+// back what formatSize writes.
+func TestParseSize(t *testing.T) {
+	for s, want := range map[string]int64{"1M": 1 << 20, "64k": 64 << 10, "4096": 4096, "1GiB": 1 << 30, "2MB": 2 << 20, "1024G": 1 << 40, "0": 0, "4MiB": 4 << 20, "16KB": 16 << 10} {
+		if got, err := parseSize(s); err != nil || got != want {
 			t.Errorf("%q: %d, %v; want %d", s, got, err, want)
 		}
+		if got, err := parseSize(formatSize(want)); err != nil || got != want {
+			t.Errorf("formatSize(%d) = %q reads as %d, %v", want, formatSize(want), got, err)
+		}
 	}
-	for _, s := range []string{"", "0", "-1", "1X", "M", "99999999T"} {
-		if _, err := parseCompareSize(s); err == nil {
+	for _, s := range []string{"", "-1", "1X", "M", "K", "1T", "1025G", "1.5M"} {
+		if _, err := parseSize(s); err == nil {
 			t.Errorf("%q: no error", s)
+		}
+	}
+}
+
+// TestCompareSimOut: spray compare in the simulator (what it runs without
+// root) writes its JSON and PNG into --out (results/ by default), not
+// into the working directory.
+func TestCompareSimOut(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := runCompare([]string{"--sim", "--testbed", "leafspine:1x2x1", "--scenarios", "lossless", "--profiles", "spray",
+		"--size", "16K", "--iters", "1", "--warmup", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"compare.json", "compare.png"} {
+		if _, err := os.Stat(filepath.Join(dir, "results", f)); err != nil {
+			t.Errorf("results/%s: %v", f, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("%s written into the working directory", f)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -114,18 +116,100 @@ var interrupted atomic.Value
 // ends it, and main then reports the signal rather than the command's
 // "context canceled" and exits with 128 + its number. Every blocking call
 // of a command takes this context (control connections through
-// deadlines), so a signal ends the run within a second.
+// deadlines), so a signal ends the run within a second. A second signal,
+// or a run still going forceExitAfter after the first, exits at once
+// with 128 + the signal's number (a testbed it built is then left for
+// spray testbed down --all).
 func signalContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 1)
+	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
+		var s os.Signal
 		select {
-		case s := <-ch:
+		case s = <-ch:
 			interrupted.Store(s)
 			cancel(fmt.Errorf("interrupted by %v", s))
 		case <-ctx.Done():
+			return
 		}
+		t := time.NewTimer(forceExitAfter)
+		select {
+		case s = <-ch:
+			fmt.Fprintf(os.Stderr, "spray: %v again: exiting now\n", s)
+		case <-t.C:
+			fmt.Fprintf(os.Stderr, "spray: still stopping %v after %v: exiting now\n", s, forceExitAfter)
+		}
+		os.Exit(128 + int(s.(syscall.Signal)))
 	}()
 	return ctx, func() { signal.Stop(ch); cancel(nil) }
+}
+
+// forceExitAfter bounds the time from a first SIGINT or SIGTERM to the
+// exit: long enough to tear down a testbed of dozens of namespaces.
+const forceExitAfter = 20 * time.Second
+
+// maxSize bounds every size flag: a byte count above it is refused as a
+// usage error rather than allocated (TestCLIRefusesNonsense).
+const maxSize = 1 << 40
+
+// sizeFlag is a byte count with an optional K, M or G suffix (binary), the
+// one parser of every flag that takes a size (parseSize).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return formatSize(int64(*s)) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+// parseSize parses "8", "64K", "64M", "1G" (also lower case, and with a
+// trailing B or iB: "64KiB", "1gb"), powers of two, at most maxSize.
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+	mult := int64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > maxSize/mult {
+		return 0, fmt.Errorf("bad size %q (want a number of bytes up to 1T, optionally with K, M or G)", v)
+	}
+	return n * mult, nil
+}
+
+// formatSize writes n as parseSize reads it, with the largest suffix that
+// divides it.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// atMost checks an integer flag against its largest allowed value.
+func (c *check) atMost(flagName string, v, hi int64) {
+	if v > hi {
+		c.fail(flagName, formatSize(v), "at most "+formatSize(hi))
+	}
 }

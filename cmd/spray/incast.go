@@ -74,8 +74,18 @@ func runIncast(args []string) error {
 	if err != nil {
 		return usagef("incast: --testbed: %v", err)
 	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("incast needs root (network namespaces, eBPF): run it with sudo")
+	for _, name := range strings.Split(f.ccs, ",") {
+		if _, err := cc.ByName(name, cc.Params{}); err != nil {
+			return usagef("incast: --cc: %v", err)
+		}
+	}
+	switch f.link {
+	case bench.KindUDP, bench.KindRaw, bench.KindXDP:
+	default:
+		return usagef("incast: --link %q: want udp, raw or xdp", f.link)
+	}
+	if err := testbed.CheckPrivilege(); err != nil {
+		return fmt.Errorf("incast: %w", err)
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

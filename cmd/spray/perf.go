@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -55,15 +56,26 @@ flags:
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
 	metrics, fault, cpuProfile                              string
-	size, pings, mtu, paths, window, qps, queues, engines   int
+	pings, mtu, paths, window, qps, queues, engines         int
 	busyPoll                                                busyPollFlag
-	total, windowBytes                                      sizeFlag
+	size, total, windowBytes                                sizeFlag
 	restore                                                 time.Duration
 	loss, gbps                                              float64
 	seed                                                    uint64
 	jsonOut, pathsSet                                       bool
 	timeout                                                 time.Duration
+
+	// Set by check from --testbed and --fault.
+	pair      testbed.PairConfig
+	leafSpine testbed.LeafSpineConfig
+	faultPort string
+	faultAt   time.Duration
 }
+
+// maxPerfSize bounds --size: the client keeps four payloads of it and the
+// server receives whole messages, so a size beyond what the transport
+// sends in one message is refused before anything is allocated.
+const maxPerfSize = 256 << 20
 
 func init() {
 	register(command{name: "perf", summary: "goodput, messages/s and ping-pong latency between two endpoints", run: runPerf})
@@ -83,8 +95,8 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.pcapFile, "pcap", "", "write the frames the client's link sent and received to this pcap file")
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", bench.DefaultControlPort), "server: control address to listen on")
 	fs.StringVar(&f.peer, "peer", "", "client: the server's host or host:port")
-	fs.IntVar(&f.size, "size", 1<<20, "bulk message size in bytes")
-	f.total = 1 << 30
+	f.size, f.total = 1<<20, 1<<30
+	fs.Var(&f.size, "size", "bulk message size in bytes (K, M, G suffixes; default 1M, at most 256M and --total)")
 	fs.Var(&f.total, "total", "bulk bytes to transfer (K, M, G suffixes; default 1G)")
 	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (0 or negative: none)")
 	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
@@ -112,6 +124,9 @@ func runPerf(args []string) error {
 		return usagef("perf: unexpected argument %q (the mode comes first: spray perf [server|client] [flags])", fs.Arg(0))
 	}
 	if err := f.check(); err != nil {
+		return err
+	}
+	if err := f.checkPlan(mode); err != nil {
 		return err
 	}
 	seedSet := false
@@ -157,7 +172,7 @@ func runPerf(args []string) error {
 	if err := setNamedCC(f.ccName, &tcfg); err != nil {
 		return err
 	}
-	pcfg := bench.PerfConfig{MsgSize: f.size, Total: int64(f.total), Pings: f.pings, Seed: f.seed, QPs: f.qps}
+	pcfg := bench.PerfConfig{MsgSize: int(f.size), Total: int64(f.total), Pings: f.pings, Seed: f.seed, QPs: f.qps}
 	if f.pings <= 0 {
 		pcfg.Pings = -1 // none; PerfConfig's 0 means its default
 	}
@@ -205,6 +220,11 @@ func runPerf(args []string) error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			addr = net.JoinHostPort(addr, strconv.Itoa(bench.DefaultControlPort))
 		}
+		for _, kind := range splitKinds(f.links, "udp") {
+			if err := linkPrivilege("perf client", kind); err != nil {
+				return err
+			}
+		}
 		var results []bench.PerfResult
 		for _, kind := range splitKinds(f.links, "udp") {
 			res, err := bench.DialPerf(ctx, addr, bench.RemoteRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap, Logf: logger.Printf})
@@ -216,13 +236,7 @@ func runPerf(args []string) error {
 		return report(f, results)
 	}
 
-	if f.fault != "" || f.restore != 0 {
-		if !strings.HasPrefix(f.testbed, "leafspine") {
-			return fmt.Errorf("perf: --fault and --restore need a leafspine testbed (--testbed leafspine:HxLxS)")
-		}
-		if f.fault == "" {
-			return fmt.Errorf("perf: --restore needs --fault")
-		}
+	if f.fault != "" {
 		return perfFailover(ctx, f, tcfg, logger)
 	}
 	switch f.testbed {
@@ -234,10 +248,8 @@ func runPerf(args []string) error {
 			switch kind {
 			case "mem":
 				res, err = perfMem(ctx, f, tcfg, pcfg, wrap)
-			case bench.KindTCP:
+			default: // checkPlan let only mem and tcp through
 				res, err = perfTCP(ctx, pcfg)
-			default:
-				return fmt.Errorf("perf: link %q needs --testbed pair, or server and client modes", kind)
 			}
 			if err != nil {
 				return fmt.Errorf("perf over %s: %w", kind, err)
@@ -249,17 +261,24 @@ func runPerf(args []string) error {
 	if f.testbed == "pair" || strings.HasPrefix(f.testbed, "pair,") {
 		return perfPair(ctx, f, tcfg, pcfg, wrap, logger)
 	}
-	if strings.HasPrefix(f.testbed, "leafspine") {
-		return perfLeafSpine(ctx, f, tcfg, pcfg, wrap, logger)
-	}
-	return fmt.Errorf("perf: unknown testbed %q (want pair or leafspine:HxLxS)", f.testbed)
+	return perfLeafSpine(ctx, f, tcfg, pcfg, wrap, logger)
 }
 
 // check refuses flag values out of range, naming the flag and the range.
 func (f perfFlags) check() error {
 	c := check{cmd: "perf"}
 	c.atLeast("size", int64(f.size), 1)
+	c.atMost("size", int64(f.size), maxPerfSize)
 	c.atLeast("total", int64(f.total), 1)
+	if f.size > f.total && c.err == nil {
+		c.fail("size", formatSize(int64(f.size)), "at most --total ("+formatSize(int64(f.total))+")")
+	}
+	c.atMost("mtu", int64(f.mtu), 65535+14)
+	c.atLeast("pings", int64(f.pings), -1)
+	c.atMost("pings", int64(f.pings), 10_000_000)
+	c.atMost("paths", int64(f.paths), 1<<16)
+	c.atMost("window", int64(f.window), 1<<20)
+	c.atMost("window-bytes", int64(f.windowBytes), 1<<30)
 	c.atLeast("paths", int64(f.paths), 1)
 	c.atLeast("mtu", int64(f.mtu), 0)
 	c.atLeast("window", int64(f.window), 0)
@@ -269,6 +288,93 @@ func (f perfFlags) check() error {
 	c.positiveDur("timeout", f.timeout)
 	c.nonNegativeDur("restore", f.restore)
 	return c.err
+}
+
+// perfKinds are the link kinds perf runs where: in one process (no
+// --testbed, no mode), across a testbed, and against a server.
+var perfKinds = map[string][]string{
+	"local":     {"mem", bench.KindTCP},
+	"pair":      {bench.KindXDP, bench.KindRaw, bench.KindUDP, bench.KindTCP},
+	"leafspine": {bench.KindXDP, bench.KindRaw, bench.KindUDP, bench.KindTCP},
+	"remote":    {bench.KindXDP, bench.KindRaw, bench.KindUDP, bench.KindTCP},
+}
+
+// checkPlan refuses, as usage errors and before anything is built or
+// allocated, the flags that do not fit together: an unknown controller, a
+// testbed spec spray cannot build, a link kind the chosen setting cannot
+// run, a malformed --fault. It keeps the parsed testbed and fault in f.
+// TestCLIRefusesNonsense guards it.
+func (f *perfFlags) checkPlan(mode string) error {
+	if f.ccName != "" {
+		if _, err := cc.ByName(f.ccName, cc.Params{}); err != nil {
+			return usagef("perf: --cc: %v", err)
+		}
+	}
+	where := "local"
+	switch {
+	case mode != "":
+		where = "remote"
+		if f.testbed != "" {
+			return usagef("perf %s: --testbed runs both ends here; drop it (or the mode)", mode)
+		}
+	case f.testbed == "pair" || strings.HasPrefix(f.testbed, "pair,"):
+		where = "pair"
+		pc, err := testbed.ParsePair(f.testbed)
+		if err != nil {
+			return usagef("perf: --testbed: %v", err)
+		}
+		f.pair = pc
+	case strings.HasPrefix(f.testbed, "leafspine"):
+		where = "leafspine"
+		lc, err := testbed.ParseLeafSpine(f.testbed)
+		if err != nil {
+			return usagef("perf: --testbed: %v", err)
+		}
+		f.leafSpine = lc
+	case f.testbed != "":
+		return usagef("perf: --testbed %q: want pair[,mtu=N][,queues=N] or leafspine:HxLxS[,options]", f.testbed)
+	}
+	if (f.fault != "" || f.restore != 0) && where != "leafspine" {
+		return usagef("perf: --fault and --restore need a leafspine testbed (--testbed leafspine:HxLxS)")
+	}
+	def := map[string]string{"local": "mem,tcp", "pair": "xdp,raw,udp,tcp", "leafspine": "xdp,udp,tcp", "remote": "udp"}[where]
+	if f.fault != "" {
+		def = bench.KindXDP
+	}
+	for _, k := range splitKinds(f.links, def) {
+		if !slices.Contains(perfKinds[where], k) {
+			hint := strings.Join(perfKinds[where], ", ")
+			if where == "local" && slices.Contains(perfKinds["pair"], k) {
+				hint += "; " + k + " needs --testbed pair, or server and client modes"
+			}
+			return usagef("perf: --link %q: want %s", k, hint)
+		}
+	}
+	if f.fault == "" {
+		if f.restore != 0 {
+			return usagef("perf: --restore needs --fault")
+		}
+		return nil
+	}
+	spec, atStr, ok := strings.Cut(f.fault, "@")
+	if !ok || spec == "" {
+		return usagef("perf: --fault %q: want PORT@TIME, such as leaf0:up1@5s", f.fault)
+	}
+	at, err := time.ParseDuration(atStr)
+	if err != nil || at <= 0 {
+		return usagef("perf: --fault %q: %q is not a positive duration", f.fault, atStr)
+	}
+	if f.restore != 0 && f.restore <= at {
+		return usagef("perf: --restore %v must come after the failure at %v", f.restore, at)
+	}
+	if kinds := splitKinds(f.links, bench.KindXDP); len(kinds) != 1 || kinds[0] == bench.KindTCP {
+		return usagef("perf: --fault runs one link kind of xdp, raw or udp, not %q", f.links)
+	}
+	if f.leafSpine.Leaves < 2 || f.leafSpine.Spines < 2 {
+		return usagef("perf: --fault needs two leaves and two spines at least, not %s", f.testbed)
+	}
+	f.faultPort, f.faultAt = spec, at
+	return nil
 }
 
 // setNamedCC sets tcfg.CC for --cc name (perf and bench) on a link of tcfg.MTU-byte frames
@@ -377,13 +483,7 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 
 // perfPair builds a pair testbed and runs each link kind across it.
 func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
-	pc, err := testbed.ParsePair(f.testbed)
-	if err != nil {
-		return err
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("perf --testbed pair needs root (network namespaces, XDP, AF_XDP): run it with sudo")
-	}
+	pc := f.pair
 	if pc.MTU == 0 {
 		pc.MTU = 3500 // the largest that fits one AF_XDP UMEM chunk (4 KiB less headroom)
 	}
@@ -416,10 +516,7 @@ func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg benc
 // every switch port and runs each link kind from the first host of the
 // first leaf to the last host of the last leaf, across the spines.
 func perfLeafSpine(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg bench.PerfConfig, wrap func(link.Link) link.Link, logger *log.Logger) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("perf --testbed %s needs root (network namespaces, XDP, AF_XDP): run it with sudo", f.testbed)
-	}
-	fab, progs, err := perfFabric(ctx, f, tcfg.ECN, nil)
+	fab, progs, err := perfFabric(ctx, f, tcfg.ECN)
 	if err != nil {
 		return err
 	}
@@ -545,20 +642,11 @@ func perfTCP(ctx context.Context, cfg bench.PerfConfig) (bench.PerfResult, error
 
 // perfFabric builds the leaf-spine fabric of --testbed (with --mtu) and
 // attaches spray's fabric programs to every switch port, marking ECN when
-// ecn is set; check, when not nil, vets the parsed config first. The caller
-// closes both.
-func perfFabric(ctx context.Context, f perfFlags, ecn bool, check func(testbed.LeafSpineConfig) error) (*testbed.Fabric, *ebpf.Fabric, error) {
-	lcfg, err := testbed.ParseLeafSpine(f.testbed)
-	if err != nil {
-		return nil, nil, err
-	}
+// ecn is set. The caller closes both.
+func perfFabric(ctx context.Context, f perfFlags, ecn bool) (*testbed.Fabric, *ebpf.Fabric, error) {
+	lcfg := f.leafSpine
 	if f.mtu > 0 {
 		lcfg.MTU = f.mtu - 14
-	}
-	if check != nil {
-		if err := check(lcfg); err != nil {
-			return nil, nil, err
-		}
 	}
 	fab, err := testbed.NewLeafSpine(ctx, lcfg)
 	if err != nil {

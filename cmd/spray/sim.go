@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -138,6 +139,9 @@ func runSim(args []string) error {
 	var res sim.Result
 	select {
 	case r := <-ran:
+		if errors.Is(r.err, sim.ErrConfig) { // checked before anything runs
+			return usagef("%v", r.err)
+		}
 		if r.err != nil {
 			return r.err
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,10 +34,12 @@ const testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]  
         [--blackhole] [--down|--up] [--clear] [--roce-only] [--reconverge]
                                   change a port's faults while traffic runs; PORT is an index,
                                   an interface (up1, down0) or the peer (spine0:leaf1)
-  spray testbed down NAME|--all [--kill]
+  spray testbed down NAME|PREFIX|--all [--kill]
                                   remove programs, pins, veths, namespaces and state (--kill:
-                                  first stop what runs in the namespaces)
-  spray testbed list              the persistent testbeds
+                                  first stop what runs in the namespaces); --all also removes
+                                  what killed spray runs left (PREFIX sptN-N-, see list)
+  spray testbed list              the persistent testbeds, and the throw-away testbeds of
+                                  perf, bench, compare and incast runs (running or left over)
 
 flags:
 `
@@ -197,7 +200,7 @@ use it:
 
 func testbedDown(args []string, w io.Writer) error {
 	fs := newTestbedFlags("down")
-	all := fs.Bool("all", false, "remove every persistent testbed")
+	all := fs.Bool("all", false, "remove every persistent testbed, and the throw-away testbeds whose process is gone")
 	kill := fs.Bool("kill", false, "first stop the processes running in the testbed's namespaces (SIGTERM, then SIGKILL after 2s)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -215,6 +218,29 @@ func testbedDown(args []string, w io.Writer) error {
 		return usagef("testbed down: want NAME... or --all")
 	}
 	var errs []error
+	var throw []testbed.Throwaway
+	if *all {
+		if throw, err = testbed.Throwaways(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, n := range names {
+		if testbed.IsThrowawayPrefix(n) {
+			throw = append(throw, testbed.Throwaway{Prefix: n})
+		}
+	}
+	names = slices.DeleteFunc(names, testbed.IsThrowawayPrefix)
+	for _, t := range throw {
+		if t.Running {
+			fmt.Fprintf(w, "testbed %s left alone: process %d that made it still runs\n", t.Prefix, t.Pid)
+			continue
+		}
+		if err := testbed.RemoveThrowaway(t.Prefix); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(w, "testbed %s removed\n", t.Prefix)
+	}
 	for _, n := range names {
 		stopProcesses(n, *kill)
 		if err := testbed.DownLeafSpine(n); err != nil {
@@ -293,6 +319,20 @@ func testbedList(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", n, f.Config, f.Prefix)
 		f.Close()
+	}
+	throw, err := testbed.Throwaways()
+	if err != nil {
+		return err
+	}
+	for _, t := range throw {
+		state := "left over: process gone (spray testbed down " + t.Prefix + " removes it)"
+		switch {
+		case t.Running:
+			state = fmt.Sprintf("in use by process %d", t.Pid)
+		case t.Pid > 0:
+			state = fmt.Sprintf("left over by process %d, gone (spray testbed down %s removes it)", t.Pid, t.Prefix)
+		}
+		fmt.Fprintf(w, "%s\tthrow-away, %d namespaces and links\t%s\n", t.Prefix, len(t.Objects), state)
 	}
 	return nil
 }

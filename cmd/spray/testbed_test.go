@@ -274,3 +274,47 @@ func assertNoObjects(t *testing.T, ids ebpf.ObjectIDs) {
 	}
 	t.Fatalf("left behind after down: %v (%v)", alive, err)
 }
+
+// TestTestbedLeftovers: a spray perf --testbed pair killed with SIGKILL
+// (no handler runs) leaves its namespaces; spray testbed list shows them
+// as left over by a process that is gone, and spray testbed down PREFIX
+// removes them.
+func TestTestbedLeftovers(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	cmd, stderr := spraySubprocess(t, "perf", "--testbed", "pair", "--link", "tcp", "--total", "64G", "--size", "1M", "--pings", "0")
+	var prefix string
+	for end := time.Now().Add(time.Minute); prefix == "" && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, f := range strings.Fields(stderr.String()) {
+			if strings.HasPrefix(f, "spt") && strings.HasSuffix(f, "-:") {
+				prefix = strings.TrimSuffix(f, ":")
+			}
+		}
+	}
+	if prefix == "" {
+		t.Fatalf("perf never said its testbed: %s", stderr)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	t.Cleanup(func() { _ = testbed.Cleanup(prefix) })
+	var list bytes.Buffer
+	if err := testbedList(&list); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.Lines(list.String()) {
+		if strings.HasPrefix(l, prefix) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, fmt.Sprintf("left over by process %d, gone", cmd.Process.Pid)) {
+		t.Fatalf("testbed list does not show %s as left over by process %d:\n%s", prefix, cmd.Process.Pid, list.String())
+	}
+	var down bytes.Buffer
+	if err := testbedDown([]string{prefix}, &down); err != nil {
+		t.Fatalf("testbed down %s: %v", prefix, err)
+	}
+	if left, _ := testbed.Leftovers(prefix); len(left) > 0 {
+		t.Fatalf("left after testbed down %s: %v", prefix, left)
+	}
+	t.Log(strings.TrimSpace(line), "; ", strings.TrimSpace(down.String()))
+}
