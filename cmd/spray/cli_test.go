@@ -69,6 +69,7 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"sim", "--limit", "0s"}, "--limit"},
 		{[]string{"sim", "--pfc", "maybe"}, "--pfc maybe: want on or off"},
 		{[]string{"sim", "--topo", "leafspine:0x0x0"}, "--topo"},
+		{[]string{"sim", "--topo", "htsim:/nonexistent/spray.topo"}, "--topo htsim:/nonexistent/spray.topo: open"},
 		{[]string{"sim", "--bogus"}, "bogus"},
 		{[]string{"bench", "alltoall", "-n", "0"}, "--n 0: want at least 1"},
 		{[]string{"bench", "alltoall", "--paths", "0"}, "--paths 0"},

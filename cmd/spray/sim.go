@@ -87,14 +87,16 @@ func runSim(args []string) error {
 	var t sim.Topo
 	var err error
 	if f, ok := strings.CutPrefix(*topo, "htsim:"); ok {
+		// A file that cannot be read or parsed is a usage error, like a
+		// bad spec (TestCLIRefusesNonsense).
 		r, err := os.Open(f)
 		if err != nil {
-			return err
+			return usagef("sim: --topo %s: %v", *topo, err)
 		}
 		t, err = sim.ReadHtsimTopo(r)
 		r.Close()
 		if err != nil {
-			return err
+			return usagef("sim: --topo %s: %v", *topo, err)
 		}
 	} else if t, err = sim.ParseTopo(*topo); err != nil {
 		return usagef("sim: --topo: %v", err)
