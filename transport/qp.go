@@ -291,6 +291,11 @@ type QP struct {
 	// activeAt is when the QP last received, sent or was posted to:
 	// trimAfter later, it gives back the buffers it holds empty.
 	activeAt clock.Time
+	// readsOut counts the Spray profile's READs posted whose response has
+	// not all landed, readSince when the first of them was posted, and
+	// heardAt when the latest packet from the peer came: readDeadline.
+	readsOut           int
+	readSince, heardAt clock.Time
 	// owner, when set, trims its own buffers when the QP trims (a Conn).
 	owner  interface{ trimBuffers() }
 	comps  []Completion
@@ -486,6 +491,12 @@ func (q *QP) Post(wr WorkRequest) error {
 	case q.tail-q.head+q.readSlots >= uint64(q.cfg.SendQueue):
 		return ErrQueueFull
 	}
+	if wr.Op == OpRead && q.cfg.Profile == Spray {
+		if q.readsOut == 0 {
+			q.readSince = q.lastNow
+		}
+		q.readsOut++
+	}
 	q.push(wr)
 	q.touch()
 	return nil
@@ -573,6 +584,7 @@ func (q *QP) readFor(id uint32) *sendMsg {
 // readLanded completes READ m once its request is acknowledged too.
 func (q *QP) readLanded(m *sendMsg) {
 	m.readDone = true
+	q.readsOut--
 	q.completeSends()
 }
 
@@ -671,7 +683,32 @@ func (q *QP) NextTimeout() clock.Time {
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}
-	return t
+	return clock.Min(t, q.readDeadline())
+}
+
+// readDeadline is when a Spray READ waiting for its response fails the
+// QP: once the peer has sent nothing for as long as its own retries of
+// the response would last (MaxRetries x MaxRTO). A Spray READ's request
+// is acknowledged like any packet, so no retransmission timer covers a
+// response that never arrives (larger than this side's MTU, or lost with
+// a peer that gave up): without this deadline the READ would wait forever
+// (TestReadResponseNeverArrives). A RoCE READ's PSNs stay outstanding
+// until their responses land: its timer covers them.
+func (q *QP) readDeadline() clock.Time {
+	if q.readsOut == 0 {
+		return clock.Never
+	}
+	return max(q.readSince, q.heardAt).Add(q.readPatience())
+}
+
+// readPatience is MaxRetries x MaxRTO, with the retransmit package's
+// defaults for zero values.
+func (q *QP) readPatience() time.Duration {
+	rto := q.cfg.MaxRTO
+	if rto == 0 {
+		rto = retransmit.DefaultMaxRTO
+	}
+	return time.Duration(max(q.cfg.MaxRetries, 1)) * rto
 }
 
 // trimmable reports whether the QP holds a ring, slot array or buffer
@@ -742,6 +779,11 @@ func (q *QP) HandleTimeout(now clock.Time) {
 	}
 	if now >= q.ctrl.NextTimer() {
 		q.ctrl.OnTimer(now)
+	}
+	if now >= q.readDeadline() {
+		q.fail(fmt.Errorf("%w: a READ's response did not arrive: nothing from the peer for %v (a response in frames larger than this side's MTU never arrives: check that both sides' MTUs match)",
+			ErrPeerUnreachable, q.readPatience()))
+		return
 	}
 	// Each call runs one scoreboard timer; a few may be due at once.
 	for i := 0; i < 4 && now >= q.sb.NextTimeout(); i++ {
@@ -976,6 +1018,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		q.stats.BadPackets++
 		return
 	}
+	q.heardAt = now
 	switch op := pk.BTH.Opcode; {
 	case q.rcv.takes(op):
 		q.rcv.recv(now, pk)
