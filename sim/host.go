@@ -9,13 +9,11 @@ import (
 )
 
 // Host is a simulated host: a NIC that serializes at its link's rate, and
-// the links that transport engines run on. Link carries every frame of
-// the host; PeerLink(p) only those from host p (the rest go to Link), so
-// that a host can run one engine per peer, each with a few QPs: an engine
-// scans all of its QPs on every step, and a host that talks to a thousand
-// peers through one engine spends its time in those scans.
+// the link that the host's transport engine runs on. A host runs one
+// engine, holding one QP per peer, as a real endpoint does; the engine
+// receives every frame addressed to the host.
 //
-// The event loop steps an engine when a frame arrives for it, when a NIC
+// The event loop steps the engine when a frame arrives for it, when a NIC
 // transmit slot frees after it ran short, and at its NextDeadline.
 type Host struct {
 	n       *Net
@@ -23,16 +21,15 @@ type Host struct {
 	port    int32
 	mac     [6]byte
 	all     *hostEngine
-	peers   map[int32]*hostEngine
 	txOut   int // frames in the NIC queue
 	starved []*hostEngine
 	rxDrops uint64
 	misuse  uint64
-	// OnStep is called after every step of one of the host's engines.
+	// OnStep is called after every step of the host's engine.
 	OnStep func(e *transport.Engine)
 }
 
-// hostEngine is one link of a host and the engine attached to it.
+// hostEngine is the link of a host and the engine attached to it.
 type hostEngine struct {
 	h       *Host
 	id      int32 // index in Net.engines
@@ -54,32 +51,14 @@ func newHost(n *Net, i int) *Host {
 // Index returns the host's number.
 func (h *Host) Index() int { return int(h.idx) }
 
-func (h *Host) newEngine() *hostEngine {
-	e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
-	h.n.engines = append(h.n.engines, e)
-	return e
-}
-
-// Link returns the host's main link: it receives every frame that no
-// PeerLink takes.
+// Link returns the host's link: it receives every frame addressed to the
+// host. Every call returns the same link.
 func (h *Host) Link() link.Link {
 	if h.all == nil {
-		h.all = h.newEngine()
+		h.all = &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
+		h.n.engines = append(h.n.engines, h.all)
 	}
 	return (*hostLink)(h.all)
-}
-
-// PeerLink returns the link that receives the frames host p sends to h.
-func (h *Host) PeerLink(p int) link.Link {
-	if h.peers == nil {
-		h.peers = map[int32]*hostEngine{}
-	}
-	e := h.peers[int32(p)]
-	if e == nil {
-		e = h.newEngine()
-		h.peers[int32(p)] = e
-	}
-	return (*hostLink)(e)
 }
 
 // Attach makes the event loop step eng, an engine created on l, one of
@@ -90,17 +69,12 @@ func (h *Host) Attach(l link.Link, eng *transport.Engine) {
 	}
 }
 
-// Err returns the first error an engine step of the host returned.
+// Err returns the error a step of the host's engine returned, if any.
 func (h *Host) Err() error {
-	if h.all != nil && h.all.err != nil {
-		return h.all.err
+	if h.all == nil {
+		return nil
 	}
-	for _, e := range h.n.engines {
-		if e.h == h && e.err != nil {
-			return e.err
-		}
-	}
-	return nil
+	return h.all.err
 }
 
 // Misuse counts link calls with foreign or stale frames.
@@ -137,19 +111,10 @@ func (h *Host) Send(frame []byte) bool {
 	return true
 }
 
-// receive takes a frame the NIC received: to the engine of its source
-// host's PeerLink, else the main link's, else OnDeliver.
+// receive takes a frame the NIC received: to the host's engine, or to
+// OnDeliver when it runs none.
 func (h *Host) receive(id int32) {
 	e := h.all
-	if h.peers != nil {
-		f := h.n.pkts[id].buf
-		if len(f) >= 34 {
-			src := int32(uint32(f[27])<<16|uint32(f[28])<<8|uint32(f[29])) - 1
-			if pe := h.peers[src]; pe != nil {
-				e = pe
-			}
-		}
-	}
 	if e == nil || e.eng == nil {
 		if h.n.OnDeliver != nil {
 			h.n.OnDeliver(int(h.idx), h.n.pkts[id].buf, h.n.now)
@@ -166,10 +131,14 @@ func (h *Host) receive(id int32) {
 	e.kick()
 }
 
-// txDone frees a NIC slot: the engine that waited longest for one runs.
+// txDone frees a NIC slot. An engine that ran short of slots runs again
+// once the queue has drained to half (the one that waited longest
+// first): the wire still has half a queue of frames to send meanwhile,
+// and an engine that holds a QP per peer is stepped once per half queue,
+// not once per frame (TestNICRefill).
 func (h *Host) txDone() {
 	h.txOut--
-	for len(h.starved) > 0 && h.txOut < h.n.cfg.NICFrames {
+	for len(h.starved) > 0 && h.txOut <= h.n.cfg.NICFrames/2 {
 		e := h.starved[0]
 		h.starved = h.starved[1:]
 		if e.starved {
@@ -234,8 +203,7 @@ type hostLink hostEngine
 
 // linkBatch is the batch size the host links report. An engine borrows a
 // batch of transmit buffers before it knows whether it has anything to
-// send and keeps what it did not use; with thousands of engines, larger
-// batches hold hundreds of MB of idle buffers.
+// send and keeps what it did not use.
 const linkBatch = 1
 
 func (l *hostLink) Info() link.Info {

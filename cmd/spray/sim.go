@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -30,7 +31,8 @@ HPCC on INT, PFC off), spray-ecmp (spray's transport on one path per QP). Scenar
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
-htsim:FILE; options iters=N, cdf=FILE.
+htsim:FILE; options iters=N, cdf=FILE. Every host runs one transport engine with one QP per
+peer; a workload whose QPs, flows and buffers are estimated above --mem is refused before it runs.
 
 flags:
 `
@@ -53,6 +55,8 @@ func runSim(args []string) error {
 	jsonFile := fs.String("json", "", "write the rows here as JSON")
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
+	var mem sizeFlag
+	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -100,7 +104,10 @@ func runSim(args []string) error {
 		return f.Close()
 	}
 	cfg := sim.Config{Topo: t, Workload: w, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem)}
+	if mem > 0 {
+		debug.SetMemoryLimit(int64(mem))
+	}
 	if !*quiet {
 		cfg.Progress = func(p sim.Progress) {
 			fmt.Fprintf(os.Stderr, "sim: %s/%s: simulated %v, wall %v, %.2fM events/s, %d/%d flows done\n",
