@@ -201,10 +201,12 @@ func (e *hostEngine) step() {
 // hostLink is a host's link as a link.Link.
 type hostLink hostEngine
 
-// linkBatch is the batch size the host links report. An engine borrows a
-// batch of transmit buffers before it knows whether it has anything to
-// send and keeps what it did not use.
-const linkBatch = 1
+// linkBatch is the batch size the host links report: the frames a step
+// of the engine receives at once, and the transmit buffers it borrows at
+// once (keeping what it did not use). A host's engine holds a QP per
+// peer and pays for a scan of them on every step, so frames that wait
+// for it are taken in one.
+const linkBatch = 32
 
 func (l *hostLink) Info() link.Info {
 	h := l.h
@@ -246,8 +248,11 @@ func (l *hostLink) Alloc(fs []link.Frame) int {
 	if l.closed {
 		return 0
 	}
+	// An engine that got no buffer waits for a NIC slot (txDone steps
+	// it); one that got fewer than its batch asks again when it has
+	// used them.
 	k := max(min(len(fs), h.n.cfg.NICFrames-h.txOut), 0)
-	if k < len(fs) && !l.starved {
+	if k == 0 && !l.starved {
 		l.starved = true
 		h.starved = append(h.starved, (*hostEngine)(l))
 	}
