@@ -286,3 +286,43 @@ func TestNICRefill(t *testing.T) {
 		}
 	}
 }
+
+// TestOneQPPerPeer: in an all-to-all every host runs one engine holding
+// one QP per peer, and both directions between two hosts go over the
+// same connected pair of QPs; every flow's bytes arrive intact.
+func TestOneQPPerPeer(t *testing.T) {
+	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit")
+	w := mustWork(t, "alltoall:256k", tp.Hosts())
+	cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second, Verify: true}
+	r, row, err := newRunner(cfg, ScenarioLossless, ProfileSpray)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := tp.Hosts()
+	if len(r.qps) != hosts*(hosts-1) {
+		t.Fatalf("%d QPs for %d hosts, want %d", len(r.qps), hosts, hosts*(hosts-1))
+	}
+	byPair := map[[2]int]*transport.QP{}
+	for i, f := range w.Flows {
+		q := r.flows[i].qp
+		if r.hosts[f.Src].eng.QP(q.QPN()) != q {
+			t.Fatalf("flow %d->%d: its QP is not on the sender's engine", f.Src, f.Dst)
+		}
+		byPair[[2]int{f.Src, f.Dst}] = q
+	}
+	// r.qps holds each connection's two ends side by side.
+	conn := map[*transport.QP]int{}
+	for i, q := range r.qps {
+		conn[q] = i / 2
+	}
+	for k, q := range byPair {
+		back := byPair[[2]int{k[1], k[0]}]
+		if back == nil || back == q || conn[back] != conn[q] {
+			t.Fatalf("%d->%d and back: QPs %d and %v are not the two ends of one connection", k[0], k[1], q.QPN(), back)
+		}
+	}
+	row = r.run(row)
+	if row.Err != "" || row.Done != row.Flows {
+		t.Fatalf("%d of %d flows: %s", row.Done, row.Flows, row.Err)
+	}
+}
