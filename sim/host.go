@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -9,23 +10,25 @@ import (
 )
 
 // Host is a simulated host: a NIC that serializes at its link's rate, and
-// the link that the host's transport engine runs on. A host runs one
-// engine, holding one QP per peer, as a real endpoint does; the engine
-// receives every frame addressed to the host.
+// the links that the host's transport engines run on. A host runs one
+// engine, holding one QP per peer, as a real endpoint does, or one engine
+// per NIC queue (QueueLink), with its frames steered to a queue by
+// destination QP (Steer), as an endpoint running one engine per queue.
 //
-// The event loop steps the engine when a frame arrives for it, when a NIC
+// The event loop steps an engine when a frame arrives for it, when a NIC
 // transmit slot frees after it ran short, and at its NextDeadline.
 type Host struct {
 	n       *Net
 	idx     int32
 	port    int32
 	mac     [6]byte
-	all     *hostEngine
-	txOut   int // frames in the NIC queue
+	queues  []*hostEngine
+	steer   map[uint32]int32 // destination QP -> queue, with more than one queue
+	txOut   int              // frames in the NIC queue
 	starved []*hostEngine
 	rxDrops uint64
 	misuse  uint64
-	// OnStep is called after every step of the host's engine.
+	// OnStep is called after every step of one of the host's engines.
 	OnStep func(e *transport.Engine)
 }
 
@@ -51,14 +54,40 @@ func newHost(n *Net, i int) *Host {
 // Index returns the host's number.
 func (h *Host) Index() int { return int(h.idx) }
 
-// Link returns the host's link: it receives every frame addressed to the
-// host. Every call returns the same link.
-func (h *Host) Link() link.Link {
-	if h.all == nil {
-		h.all = &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
-		h.n.engines = append(h.n.engines, h.all)
+// Link returns the host's first queue's link: it receives every frame
+// addressed to the host that Steer sends to no other queue. Every call
+// returns the same link.
+func (h *Host) Link() link.Link { return h.QueueLink(0) }
+
+// QueueLink returns the link of the host's NIC queue i (i >= 0), creating
+// the queues up to it.
+func (h *Host) QueueLink(i int) link.Link {
+	for len(h.queues) <= i {
+		e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
+		h.n.engines = append(h.n.engines, e)
+		h.queues = append(h.queues, e)
 	}
-	return (*hostLink)(h.all)
+	return (*hostLink)(h.queues[i])
+}
+
+// Steer makes the NIC deliver the frames for QP number qpn to the queue
+// of link l, one of h's links (an ntuple rule on the BTH's destination
+// QP). It reports false when l is not h's or another queue already
+// takes qpn.
+func (h *Host) Steer(qpn uint32, l link.Link) bool {
+	hl, ok := l.(*hostLink)
+	if !ok || hl.h != h {
+		return false
+	}
+	q := int32(slices.Index(h.queues, (*hostEngine)(hl)))
+	if h.steer == nil {
+		h.steer = map[uint32]int32{}
+	}
+	if o, ok := h.steer[qpn]; ok && o != q {
+		return false
+	}
+	h.steer[qpn] = q
+	return true
 }
 
 // Attach makes the event loop step eng, an engine created on l, one of
@@ -69,12 +98,15 @@ func (h *Host) Attach(l link.Link, eng *transport.Engine) {
 	}
 }
 
-// Err returns the error a step of the host's engine returned, if any.
+// Err returns the first error a step of one of the host's engines
+// returned, if any.
 func (h *Host) Err() error {
-	if h.all == nil {
-		return nil
+	for _, e := range h.queues {
+		if e.err != nil {
+			return e.err
+		}
 	}
-	return h.all.err
+	return nil
 }
 
 // Misuse counts link calls with foreign or stale frames.
@@ -111,10 +143,26 @@ func (h *Host) Send(frame []byte) bool {
 	return true
 }
 
-// receive takes a frame the NIC received: to the host's engine, or to
-// OnDeliver when it runs none.
+// bthDestQP is the offset of the BTH's destination QP in a RoCEv2 frame:
+// Ethernet (14), IPv4 without options (20), UDP (8), then the BTH's
+// opcode, flags, partition key and a reserved byte.
+const bthDestQP = 14 + 20 + 8 + 5
+
+// receive takes a frame the NIC received: to the engine of the queue
+// that its destination QP is steered to (the first queue by default), or
+// to OnDeliver when the host runs none.
 func (h *Host) receive(id int32) {
-	e := h.all
+	var e *hostEngine
+	if len(h.queues) > 0 {
+		e = h.queues[0]
+	}
+	if h.steer != nil {
+		if f := h.n.pkts[id].buf; len(f) >= bthDestQP+3 {
+			if q, ok := h.steer[uint32(f[bthDestQP])<<16|uint32(f[bthDestQP+1])<<8|uint32(f[bthDestQP+2])]; ok {
+				e = h.queues[q]
+			}
+		}
+	}
 	if e == nil || e.eng == nil {
 		if h.n.OnDeliver != nil {
 			h.n.OnDeliver(int(h.idx), h.n.pkts[id].buf, h.n.now)

@@ -24,7 +24,7 @@ var ErrMemory = errors.New("sim: run does not fit in memory")
 // destination buffers, and a packet buffer for every frame the switch
 // buffers and NIC queues can hold.
 type Footprint struct {
-	Hosts, QPs, Flows int
+	Hosts, Engines, QPs, Flows int
 	// QPBytes and EngineBytes are the measured bytes of one connected QP
 	// and of one engine with its region, for the costliest profile.
 	QPBytes, EngineBytes int64
@@ -61,6 +61,7 @@ func Estimate(cfg Config) (Footprint, error) {
 			fp.Hosts++
 		}
 	}
+	fp.Engines = fp.Hosts * min(max(cfg.Queues, 1), 2*len(pairs))
 	fp.QPs = 2 * len(pairs)
 	for _, prof := range cfg.Profiles {
 		cfg := cfg
@@ -98,7 +99,7 @@ func Estimate(cfg Config) (Footprint, error) {
 	}
 	fp.Packets = frames * int64(t.MTU+int(unsafe.Sizeof(packet{})))
 	flowBytes := int64(unsafe.Sizeof(flowState{}) + unsafe.Sizeof(Flow{}))
-	fp.Total = int64(fp.QPs)*fp.QPBytes + int64(fp.Hosts)*fp.EngineBytes + int64(fp.Flows)*flowBytes + fp.Payload + fp.Packets
+	fp.Total = int64(fp.QPs)*fp.QPBytes + int64(fp.Engines)*fp.EngineBytes + int64(fp.Flows)*flowBytes + fp.Payload + fp.Packets
 	return fp, nil
 }
 

@@ -94,6 +94,10 @@ type Config struct {
 	// Run refuses a larger one with an error wrapping ErrMemory. 0 means
 	// MemoryBudget.
 	Memory int64
+	// Queues is the engines each host runs, one per NIC queue, its QPs
+	// spread over them in turn and its frames steered to them by QP
+	// number; 0 means 1, one engine holding every QP of the host.
+	Queues int
 	// Progress, when set, is called about once a second of wall time.
 	Progress func(Progress)
 }
@@ -213,6 +217,9 @@ func Run(cfg Config) (Result, error) {
 			}
 		}
 	}
+	if cfg.Queues < 0 || cfg.Queues > 1024 {
+		return Result{}, fmt.Errorf("%w: %d queues per host (want 1 to 1024)", ErrConfig, cfg.Queues)
+	}
 	if cfg.Memory < 0 {
 		return Result{}, fmt.Errorf("%w: memory %d", ErrConfig, cfg.Memory)
 	}
@@ -279,12 +286,20 @@ type flowState struct {
 	start                       clock.Time
 	done                        clock.Time
 	qp                          *transport.QP // the sender's QP towards the receiver
+	from, to                    *hostQueue    // the queues of the sender's and the receiver's QPs
 	off                         int64         // verify: offset of the payload and of the destination region
 }
 
-// simHost is a host's transport: one engine on the host's link, with the
-// destination region its peers write into.
+// simHost is a host's transport: its queues' engines and how many QPs
+// it holds.
 type simHost struct {
+	queues []*hostQueue
+	qps    int
+}
+
+// hostQueue is one engine of a host, on one of its links, with the
+// destination region that peers write into through its QPs.
+type hostQueue struct {
 	link link.Link
 	eng  *transport.Engine
 	mr   *transport.MR
@@ -309,7 +324,8 @@ type runner struct {
 	comps    []transport.Completion
 	lastDone clock.Time
 	hosts    []*simHost      // by host index; nil for a host without flows
-	qps      []*transport.QP // every QP, in creation order
+	qps      []*transport.QP // every QP, the two ends of a connection side by side
+	ends     []*hostQueue    // the queue of each of qps
 }
 
 func runOne(cfg Config, sc, prof string) (Row, int, error) {
@@ -372,26 +388,41 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	if cfg.Verify {
 		sink = make([]byte, total)
 	}
-	// One engine per host, and one connected QP per pair of hosts that
-	// exchange flows in either direction, created in flow order.
+	// One engine per host (or per queue with Queues), and one connected
+	// QP per pair of hosts that exchange flows in either direction,
+	// created in flow order; a host's QPs go to its queues in turn.
 	r.hosts = make([]*simHost, t.Hosts())
 	r.sink = sink
-	host := func(h int) (*simHost, error) {
-		if sh := r.hosts[h]; sh != nil {
-			return sh, nil
+	queues := max(cfg.Queues, 1)
+	newQP := func(h int) (*transport.QP, *hostQueue, error) {
+		sh := r.hosts[h]
+		if sh == nil {
+			sh = &simHost{}
+			r.hosts[h] = sh
 		}
-		c := tc
-		c.Seed = cfg.Seed*1_000_003 + uint64(h) + 1
-		l := n.hosts[h].Link()
-		e, err := transport.NewEngine(l, c)
-		if err != nil {
-			return nil, err
+		qi := sh.qps % queues
+		sh.qps++
+		if qi == len(sh.queues) {
+			c := tc
+			c.Seed = cfg.Seed*1_000_003 + uint64(h*queues+qi) + 1
+			l := n.hosts[h].QueueLink(qi)
+			e, err := transport.NewEngine(l, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			n.hosts[h].Attach(l, e)
+			n.hosts[h].OnStep = r.onStep
+			sh.queues = append(sh.queues, &hostQueue{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)})
 		}
-		n.hosts[h].Attach(l, e)
-		n.hosts[h].OnStep = r.onStep
-		sh := &simHost{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)}
-		r.hosts[h] = sh
-		return sh, nil
+		hq := sh.queues[qi]
+		q, err := hq.eng.CreateQP()
+		// The queues' engines number their QPs apart: a number another
+		// queue of the host holds is skipped.
+		for err == nil && queues > 1 && !n.hosts[h].Steer(q.QPN(), hq.link) {
+			hq.eng.DestroyQP(q)
+			q, err = hq.eng.CreateQP()
+		}
+		return q, hq, err
 	}
 	conns := map[uint64]int{} // lower host<<32 | higher host: index in r.qps of the lower host's QP
 	var off int64
@@ -400,19 +431,11 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 		k := uint64(lo)<<32 | uint64(hi)
 		c, ok := conns[k]
 		if !ok {
-			a, err := host(lo)
+			qa, a, err := newQP(lo)
 			if err != nil {
 				return nil, row, err
 			}
-			b, err := host(hi)
-			if err != nil {
-				return nil, row, err
-			}
-			qa, err := a.eng.CreateQP()
-			if err != nil {
-				return nil, row, err
-			}
-			qb, err := b.eng.CreateQP()
+			qb, b, err := newQP(hi)
 			if err != nil {
 				return nil, row, err
 			}
@@ -425,11 +448,13 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 			c = len(r.qps)
 			conns[k] = c
 			r.qps = append(r.qps, qa, qb)
+			r.ends = append(r.ends, a, b)
 		}
+		from, to := c, c^1
 		if f.Src == hi {
-			c++
+			from, to = to, from
 		}
-		r.flows[i].qp = r.qps[c]
+		r.flows[i].qp, r.flows[i].from, r.flows[i].to = r.qps[from], r.ends[from], r.ends[to]
 		if cfg.Verify {
 			r.flows[i].off = off
 			off += f.Size
@@ -699,7 +724,7 @@ func (r *runner) post(i int) {
 	fs.start = r.n.now
 	data := r.src[:f.Size]
 	var to transport.Remote
-	mr := r.hosts[f.Dst].mr
+	mr := fs.to.mr
 	if r.cfg.Verify {
 		data = r.src[fs.off : fs.off+f.Size]
 		to = mr.Remote(uint64(fs.off))
@@ -711,7 +736,7 @@ func (r *runner) post(i int) {
 		r.fail(i)
 		return
 	}
-	r.n.hosts[f.Src].Kick(r.hosts[f.Src].link)
+	r.n.hosts[f.Src].Kick(fs.from.link)
 }
 
 func (r *runner) fail(i int) {

@@ -195,7 +195,7 @@ func TestOneFlowLineRate(t *testing.T) {
 		if row.Done != 1 {
 			t.Fatalf("%s: flow not done: %s", prof, row.Err)
 		}
-		st := r.hosts[w.Flows[0].Src].eng.Stats()
+		st := r.hosts[w.Flows[0].Src].queues[0].eng.Stats()
 		tp := r.n.topo
 		wire := int64(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e12 / float64(tp.HostRate))
 		last := 3*serPs(int(st.TxBytes/st.TxFrames), tp.Rate) + 4*int64(time.Microsecond)*1000
@@ -271,7 +271,7 @@ func TestNICRefill(t *testing.T) {
 		if row.Done != 3 {
 			t.Fatalf("%s: %d flows done: %s", prof, row.Done, row.Err)
 		}
-		st := r.hosts[0].eng.Stats()
+		st := r.hosts[0].queues[0].eng.Stats()
 		wire := time.Duration(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e9 / float64(r.n.topo.HostRate))
 		ratio := float64(row.Makespan) / float64(wire)
 		t.Logf("%s: %d frames sent, %d received, in %d steps; makespan %v, the sender's serialization %v (%.4f)", prof, st.TxFrames, st.RxFrames, steps, row.Makespan, wire, ratio)
@@ -304,8 +304,8 @@ func TestOneQPPerPeer(t *testing.T) {
 	}
 	byPair := map[[2]int]*transport.QP{}
 	for i, f := range w.Flows {
-		q := r.flows[i].qp
-		if r.hosts[f.Src].eng.QP(q.QPN()) != q {
+		q, from := r.flows[i].qp, r.flows[i].from
+		if len(r.hosts[f.Src].queues) != 1 || r.hosts[f.Src].queues[0] != from || from.eng.QP(q.QPN()) != q {
 			t.Fatalf("flow %d->%d: its QP is not on the sender's engine", f.Src, f.Dst)
 		}
 		byPair[[2]int{f.Src, f.Dst}] = q
@@ -324,5 +324,39 @@ func TestOneQPPerPeer(t *testing.T) {
 	row = r.run(row)
 	if row.Err != "" || row.Done != row.Flows {
 		t.Fatalf("%d of %d flows: %s", row.Done, row.Flows, row.Err)
+	}
+}
+
+// TestQueues: with three queues per host, each host's QPs are spread over
+// three engines, the NIC steers every frame to the engine of its QP (none
+// arrives at an engine that does not know its QP), and every flow's bytes
+// arrive intact, under loss too.
+func TestQueues(t *testing.T) {
+	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit")
+	w := mustWork(t, "alltoall:256k", tp.Hosts())
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second, Verify: true, Queues: 3}
+		r, row, err := newRunner(cfg, ScenarioLoss01, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row = r.run(row)
+		if row.Err != "" || row.Done != row.Flows {
+			t.Fatalf("%s: %d of %d flows: %s", prof, row.Done, row.Flows, row.Err)
+		}
+		for h, sh := range r.hosts {
+			if len(sh.queues) != 3 {
+				t.Fatalf("%s: host %d runs %d engines", prof, h, len(sh.queues))
+			}
+			for i, q := range sh.queues {
+				st := q.eng.Stats()
+				if st.RxFrames == 0 || st.UnknownQP != 0 || st.Malformed() != 0 {
+					t.Errorf("%s: host %d queue %d: %d frames received, %d for QPs it does not hold, %d malformed", prof, h, i, st.RxFrames, st.UnknownQP, st.Malformed())
+				}
+			}
+			if m := r.n.hosts[h].Misuse(); m != 0 {
+				t.Errorf("%s: host %d: %d link misuses", prof, h, m)
+			}
+		}
 	}
 }
