@@ -1,10 +1,13 @@
 package spray
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"syscall"
@@ -12,10 +15,6 @@ import (
 
 	"github.com/sprayfabric/spray/transport"
 )
-
-// handshakeTimeout bounds a connection setup whose context has no deadline,
-// and every setup on the listening side.
-const handshakeTimeout = 10 * time.Second
 
 // Backlog is the number of set-up connections a Listener holds for Accept;
 // a request beyond it is rejected.
@@ -116,50 +115,200 @@ func (l *Listener) push(c *Conn) bool {
 	}
 }
 
+// handshake is one connection request the connection manager answers,
+// from the TCP connection's accept to the dialer's RTU.
+type handshake struct {
+	tc      net.Conn
+	start   time.Time
+	refuse  bool          // refused at once: the listener is full
+	elem    *list.Element // in Endpoint.hs; nil once out (under Endpoint.mu)
+	evicted bool          // dropped for a newer request (under Endpoint.mu)
+}
+
+// CMStats counts the connection manager's work as listener.
+type CMStats struct {
+	// HalfOpen is the number of requests being answered now, from the
+	// TCP accept to the dialer's RTU: at most Options.MaxHandshakes.
+	HalfOpen int
+	// Accepted counts connections set up and handed to a Listener.
+	Accepted uint64
+	// Rejected counts requests answered with a rejection (REJ) for what
+	// they asked.
+	Rejected uint64
+	// Evicted counts requests dropped for newer ones, and Refused those
+	// refused at once, when Options.MaxHandshakes were being answered.
+	Evicted, Refused uint64
+	// TimedOut counts requests whose dialer said nothing more for
+	// Options.HandshakeTimeout.
+	TimedOut uint64
+	// AcceptErrors counts TCP accepts that failed (out of file
+	// descriptors); the connection manager keeps serving.
+	AcceptErrors uint64
+}
+
+// CMStats returns the connection manager's counters.
+func (ep *Endpoint) CMStats() CMStats {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	s := ep.cm
+	s.HalfOpen = ep.hs.Len()
+	return s
+}
+
 func (ep *Endpoint) serve(ln net.Listener) {
+	var wait time.Duration
 	for {
 		tc, err := ln.Accept()
 		if err != nil {
-			return
+			ep.mu.Lock()
+			closed := ep.closed
+			if !closed {
+				ep.cm.AcceptErrors++
+			}
+			ep.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, or the like: it may pass, so
+			// keep serving, backing off instead of spinning.
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			time.Sleep(wait)
+			continue
 		}
-		ep.wg.Go(func() { ep.handle(tc) })
+		wait = 0
+		if h := ep.admit(tc); h != nil {
+			ep.wg.Go(func() { ep.handle(h) })
+		}
 	}
 }
 
-// handle answers one connection request (REQ, REP, RTU).
-func (ep *Endpoint) handle(tc net.Conn) {
+// admit starts answering tc. With Options.MaxHandshakes requests being
+// answered, it drops the oldest when that one has waited for more than a
+// twentieth of the handshake timeout and fewer than MaxHandshakes are
+// being dropped, and refuses tc otherwise (Dial tries again on either). Refusing only would let requests that never
+// complete lock every legitimate dialer out for the handshake timeout;
+// dropping only would let a fast flood drop a legitimate handshake
+// between its REP and its RTU (TestCMFlood). At most MaxHandshakes
+// refusals are written at once; beyond them a connection is closed
+// unanswered. Deadlines of handshakes are set under ep.mu, so that an
+// eviction's cannot be undone by its handler.
+func (ep *Endpoint) admit(tc net.Conn) *handshake {
 	ep.mu.Lock()
+	defer ep.mu.Unlock()
 	if ep.closed {
-		ep.mu.Unlock()
 		tc.Close()
+		return nil
+	}
+	now := time.Now()
+	h := &handshake{tc: tc, start: now}
+	if ep.hs.Len() >= ep.opts.MaxHandshakes {
+		if now.Sub(ep.hs.Front().Value.(*handshake).start) < ep.opts.HandshakeTimeout/20 || ep.dropping >= ep.opts.MaxHandshakes {
+			ep.cm.Refused++
+			if ep.refusing >= ep.opts.MaxHandshakes {
+				tc.Close()
+				return nil
+			}
+			ep.refusing++
+			h.refuse = true
+			tc.SetDeadline(now.Add(time.Second))
+			return h
+		}
+		v := ep.hs.Remove(ep.hs.Front()).(*handshake)
+		v.elem, v.evicted = nil, true
+		ep.dropping++
+		v.tc.SetReadDeadline(time.Unix(1, 0)) // its handler rejects it and cleans up
+	}
+	tc.SetDeadline(now.Add(ep.opts.HandshakeTimeout))
+	h.elem = ep.hs.PushBack(h)
+	return h
+}
+
+// refuse tells the dialer on tc that the listener is full and closes tc
+// after the dialer's request, read and dropped, so that the close does
+// not reset the connection before the dialer reads the rejection.
+func (ep *Endpoint) refuse(tc net.Conn) {
+	r := rejection{reason: rejFull, version: ep.cmTop(),
+		text: fmt.Sprintf("%d connection requests in progress at %s; try again", ep.opts.MaxHandshakes, tc.LocalAddr())}
+	tc.Write(appendMsgV(nil, ep.cmTop(), msgREJ, r.marshal()))
+	if cw, ok := tc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(tc, cmHdrLen+cmMaxBody3))
+	tc.Close()
+	ep.mu.Lock()
+	ep.refusing--
+	ep.mu.Unlock()
+}
+
+// handle answers one connection request (REQ, REP, RTU). However it ends
+// short of a connection, it destroys the QP it created, on a context of
+// its own (the handshake's may be spent: TestCMHalfOpenTimeout), before
+// it closes the TCP connection.
+func (ep *Endpoint) handle(h *handshake) {
+	if h.refuse {
+		ep.refuse(h.tc)
 		return
 	}
-	ep.hs[tc] = struct{}{}
-	ep.mu.Unlock()
-	ok := false
-	defer func() {
-		ep.mu.Lock()
-		delete(ep.hs, tc)
-		ep.mu.Unlock()
-		if !ok {
-			tc.Close()
-		}
-	}()
-	tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	tc := h.tc
+	var (
+		qc       *transport.Conn // the QP, while the handshake owns it
+		repSent  bool
+		rejected bool
+		ioErr    error // the read or write that failed
+	)
 	// Answer in the request's version when this side speaks it, so that a
 	// version-1 dialer reads every message as it always has.
 	top := ep.cmTop()
 	ver := top
 	reject := func(reason uint8, format string, args ...any) {
+		rejected = true
 		r := rejection{reason: reason, version: top, text: fmt.Sprintf(format, args...)}
 		tc.Write(appendMsgV(nil, ver, msgREJ, r.marshal()))
 	}
+	handed := false
+	defer func() {
+		if handed {
+			return
+		}
+		ep.mu.Lock()
+		evicted := h.evicted
+		ep.mu.Unlock()
+		if evicted && !repSent {
+			tc.SetWriteDeadline(time.Now().Add(time.Second))
+			reject(rejFull, "%d connection requests in progress at %s: this one was dropped for a newer one; try again", ep.opts.MaxHandshakes, tc.LocalAddr())
+		}
+		if qc != nil {
+			qc.Destroy(context.Background())
+		}
+		// The handshake holds its place (or its place among those
+		// dropped) until its QP is gone, so that the QPs of requests
+		// never exceed twice MaxHandshakes; the dialer sees the
+		// channel close after both.
+		var ne net.Error
+		ep.mu.Lock()
+		if h.elem != nil {
+			ep.hs.Remove(h.elem)
+			h.elem = nil
+		}
+		switch {
+		case h.evicted:
+			ep.dropping--
+			ep.cm.Evicted++
+		case rejected:
+			ep.cm.Rejected++
+		case errors.As(ioErr, &ne) && ne.Timeout():
+			ep.cm.TimedOut++
+		}
+		ep.mu.Unlock()
+		tc.Close()
+	}()
 	m, err := readMsg(tc)
 	switch {
 	case errors.Is(err, errBadMessage):
 		reject(rejBadRequest, "%v", err)
 		return
 	case err != nil:
+		ioErr = err
 		return
 	case m.version < cmVersion1 || m.version > top:
 		reject(rejVersion, "version %d not supported", m.version)
@@ -179,6 +328,16 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		reject(rejProfile, "profile %v asked, this endpoint runs %v", req.profile, ep.opts.Profile)
 		return
 	}
+	if err := ep.checkPeerIP(req.qp.IP, tc.RemoteAddr(), "dialer", "came from"); err != nil {
+		reject(rejAddr, "%v", err)
+		return
+	}
+	if ver >= cmVersion {
+		if err := checkLink(req.link, ep.linkInfo()); err != nil {
+			reject(rejLink, "%v", err)
+			return
+		}
+	}
 	ep.mu.Lock()
 	l := ep.listeners[req.service]
 	busy := l != nil && len(l.q) == cap(l.q)
@@ -191,11 +350,10 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		reject(rejBusy, "backlog of service %q full", req.service)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ep.opts.HandshakeTimeout)
 	defer cancel()
 	// A dialer that sent its steering gets a QP whose entropies its RSS
 	// delivers to its QP's engine (TestCMSteering).
-	var qc *transport.Conn
 	if req.steer != nil {
 		qc, err = ep.CreateQPSteered(ctx, *req.steer)
 		if errors.Is(err, transport.ErrInvalidRequest) {
@@ -206,44 +364,120 @@ func (ep *Endpoint) handle(tc net.Conn) {
 		qc, err = ep.CreateQP(ctx)
 	}
 	if err != nil {
+		qc = nil
 		reject(rejInternal, "creating a QP: %v", err)
 		return
 	}
-	destroy := func() { qc.Destroy(ctx) }
 	if err := qc.Connect(ctx, req.qp); err != nil {
-		destroy()
 		reject(rejBadRequest, "connecting to QP %#x at %s: %v", req.qp.QPN, req.qp.IP, err)
 		return
 	}
-	rep := connRep{qp: qc.Info(), steer: ep.steering(qc)}
+	rep := connRep{qp: qc.Info(), steer: ep.steering(qc), link: ep.linkInfo()}
 	if _, err := tc.Write(appendMsgV(nil, ver, msgREP, rep.marshalV(ver))); err != nil {
-		destroy()
+		ioErr = err
 		return
 	}
-	if m, err := readMsg(tc); err != nil || m.typ != msgRTU {
-		destroy()
+	repSent = true
+	if m, err = readMsg(tc); err != nil || m.typ != msgRTU {
+		ioErr = err
 		return
+	}
+	// The dialer is connected: the handshake is over even if an eviction
+	// came meanwhile (whose deadline is cleared here).
+	ep.mu.Lock()
+	if h.elem != nil {
+		ep.hs.Remove(h.elem)
+		h.elem = nil
+	}
+	if h.evicted {
+		h.evicted = false
+		ep.dropping--
 	}
 	tc.SetDeadline(time.Time{})
+	ep.mu.Unlock()
 	c, err := ep.newConn(qc, tc, ver, req.service, req.qp)
 	if err != nil {
-		destroy()
 		return
 	}
-	ok = true
+	handed = true
+	ep.mu.Lock()
+	ep.cm.Accepted++
+	ep.mu.Unlock()
 	if !l.push(c) {
 		c.Close()
 	}
+}
+
+// linkInfo returns this endpoint's link block for REQ and REP: the UDP
+// ports of a kernel UDP link only (AF_XDP and AF_PACKET take port 4791),
+// nothing but the MTU for a caller's link.
+func (ep *Endpoint) linkInfo() linkInfo {
+	l := linkInfo{kind: ep.kind, mtu: uint16(ep.mtu)}
+	if ep.kind == LinkUDP {
+		p := ep.opts.Port
+		if p == 0 {
+			p = 4791
+		}
+		l.port, l.peerPort = p, p
+	}
+	return l
+}
+
+// checkLink returns why the dialer's link and the listener's cannot
+// exchange frames, or nil: kernel UDP against raw frames (AF_XDP,
+// AF_PACKET; a UDP link's MAC is made up), different MTUs (the transport
+// sizes its packets by its own), or one side sending to a UDP port the
+// other does not receive on. A value of 0 (unknown) passes. Its text names
+// both sides' values (TestCMLinkMismatch).
+func checkLink(dialer, listener linkInfo) error {
+	udp := func(k LinkKind) bool { return k == LinkUDP }
+	if dialer.kind != LinkAuto && listener.kind != LinkAuto && udp(dialer.kind) != udp(listener.kind) {
+		return fmt.Errorf("the dialer's link is %s, the listener's %s: kernel UDP cannot talk to AF_XDP or AF_PACKET (set the same Options.Link on both; LinkAuto picks udp where AF_XDP is not allowed)", dialer.kind, listener.kind)
+	}
+	if dialer.mtu != 0 && listener.mtu != 0 && dialer.mtu != listener.mtu {
+		return fmt.Errorf("the dialer's MTU is %d, the listener's %d (set Options.MTU to %d on both)", dialer.mtu, listener.mtu, min(dialer.mtu, listener.mtu))
+	}
+	if dialer.peerPort != 0 && listener.port != 0 && dialer.peerPort != listener.port {
+		return fmt.Errorf("the dialer sends data to UDP port %d, the listener receives on %d (set the same Options.Port on both)", dialer.peerPort, listener.port)
+	}
+	if listener.peerPort != 0 && dialer.port != 0 && listener.peerPort != dialer.port {
+		return fmt.Errorf("the listener sends data to UDP port %d, the dialer receives on %d (set the same Options.Port on both)", listener.peerPort, dialer.port)
+	}
+	return nil
+}
+
+// checkPeerIP refuses the address a peer's QP claims in REQ or REP
+// unless it is the address of the peer's end of the TCP connection, at,
+// or Options.TrustPeerIP allows any: otherwise a peer could aim this
+// endpoint's traffic at a third host. A multicast or broadcast address is
+// refused either way (TestCMPeerAddr).
+func (ep *Endpoint) checkPeerIP(claimed netip.Addr, at net.Addr, who, how string) error {
+	if claimed.IsMulticast() || claimed == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return fmt.Errorf("the %s's QP address %s is a multicast or broadcast address", who, claimed)
+	}
+	if ep.opts.TrustPeerIP {
+		return nil
+	}
+	ta, ok := at.(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("the %s's connection is not TCP (%v)", who, at)
+	}
+	if from := ta.AddrPort().Addr().Unmap(); from != claimed {
+		return fmt.Errorf("the %s's QP address %s is not %s, where its connection %s (set Options.TrustPeerIP to allow)", who, claimed, from, how)
+	}
+	return nil
 }
 
 // Dial sets up a connection to the service at addr ("host:port" of the
 // peer's connection manager, or "host" for port CMPort): it creates a QP,
 // exchanges QP information with the peer and connects both sides. A
 // refused TCP connection returns ErrRefused at once; a rejection returns
-// ErrUnknownService, ErrVersion or ErrRejected with the peer's reason.
-// It speaks version 2 of the protocol, which steers both QPs' entropies
-// to the peer's queues, and dials again in version 1, without steering,
-// when the peer rejects version 2 (TestCMVersion1Peer).
+// ErrUnknownService, ErrVersion, ErrIncompatible, ErrPeerAddr or
+// ErrRejected with the peer's reason. It speaks version 3 of the
+// protocol, and dials again in the version an older listener's rejection
+// names (TestCMVersion1Peer, TestCMSteering); a listener that was
+// full is asked again, backing off up to 50 ms, until ctx ends
+// (TestCMFlood).
 func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, error) {
 	if len(service) == 0 || len(service) > MaxService {
 		return nil, fmt.Errorf("%w: service name of %d bytes (1 to %d)", ErrOptions, len(service), MaxService)
@@ -253,7 +487,7 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, handshakeTimeout)
+		ctx, cancel = context.WithTimeout(ctx, ep.opts.HandshakeTimeout)
 		defer cancel()
 	}
 	qc, err := ep.CreateQP(ctx)
@@ -261,34 +495,51 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 		return nil, err
 	}
 	ver := ep.cmTop()
+	wait := time.Millisecond
 	for {
-		c, retry, err := ep.dialOnce(ctx, qc, ver, addr, service)
-		if retry && ver > cmVersion1 {
-			ver = cmVersion1
+		c, next, err := ep.dialOnce(ctx, qc, ver, addr, service)
+		if err == nil {
+			return c, nil
+		}
+		if next.ver != 0 {
+			ver = next.ver
 			continue
 		}
-		if err != nil {
-			qc.Destroy(context.Background())
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("spray: dial %s: %w", addr, ctx.Err())
+		if next.again {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+				wait = min(2*wait, 50*time.Millisecond)
+				continue
+			case <-ctx.Done():
+				t.Stop()
 			}
-			return nil, err
 		}
-		return c, nil
+		qc.Destroy(context.Background())
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("spray: dial %s: %w (%v)", addr, ctx.Err(), err)
+		}
+		return nil, err
 	}
 }
 
+// dialRetry says how Dial may try again after a failed handshake: in
+// version ver (an older listener's rejection), or again in the same one
+// (the listener was full, or closed the connection unanswered).
+type dialRetry struct {
+	ver   uint8
+	again bool
+}
+
 // dialOnce runs one handshake in version ver on a new TCP connection
-// for qc. retry reports a rejection by a listener that speaks version 1
-// only: the caller may dial again in version 1.
-func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, addr, service string) (_ *Conn, retry bool, _ error) {
-	var d net.Dialer
-	tc, err := d.DialContext(ctx, "tcp", addr)
+// for qc.
+func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, addr, service string) (_ *Conn, _ dialRetry, _ error) {
+	tc, err := ep.dialTCP(ctx, addr)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, false, fmt.Errorf("%w: nothing listens at %s (the peer must call Listen(%q))", ErrRefused, addr, service)
+			return nil, dialRetry{}, fmt.Errorf("%w: nothing listens at %s (the peer must call Listen(%q))", ErrRefused, addr, service)
 		}
-		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
+		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	ok := false
 	defer func() {
@@ -300,58 +551,96 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	tc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc)}
+	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
 	if _, err := tc.Write(appendMsgV(nil, ver, msgREQ, req.marshalV(ver))); err != nil {
-		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
+		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	m, err := readMsg(tc)
 	if err != nil {
-		return nil, false, fmt.Errorf("spray: dial %s: no reply: %w", addr, err)
+		// A full listener closes a connection it has no room to answer.
+		full := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+		return nil, dialRetry{again: full}, fmt.Errorf("spray: dial %s: no reply: %w", addr, err)
 	}
 	switch {
 	case m.typ == msgREJ:
 		r, err := parseRej(m.body)
 		if err != nil {
-			return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
+			return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 		}
-		// A version-1 listener refuses every later request before it
+		var next dialRetry
+		// An older listener refuses every later request before it
 		// reads it: as another version (rejVersion), or as malformed
-		// when the body exceeds version 1's bound (a large RSS table).
-		// Either way its REJ names version 1 (TestCMVersion1Peer).
-		retry = r.version == cmVersion1 && ver > cmVersion1
-		return nil, retry, fmt.Errorf("dial %s: %w", addr, r.err())
+		// when the body exceeds its version's bound (a large RSS table).
+		// Either way its REJ names its version (TestCMVersion1Peer).
+		if r.version >= cmVersion1 && r.version < ver && (r.reason == rejVersion || r.reason == rejBadRequest) {
+			next.ver = r.version
+		}
+		next.again = r.reason == rejFull
+		return nil, next, fmt.Errorf("dial %s: %w", addr, r.err())
 	case m.version != ver:
-		return nil, false, fmt.Errorf("%w: the peer at %s answered version %d in version %d", ErrVersion, addr, ver, m.version)
+		return nil, dialRetry{}, fmt.Errorf("%w: the peer at %s answered version %d in version %d", ErrVersion, addr, ver, m.version)
 	case m.typ != msgREP:
-		return nil, false, fmt.Errorf("spray: dial %s: %w: type %d where a reply was expected", addr, errBadMessage, m.typ)
+		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w: type %d where a reply was expected", addr, errBadMessage, m.typ)
 	}
 	rep, err := parseRep(m.body, ver)
 	if err != nil {
-		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
+		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
+	}
+	// A reply this side refuses gets a REJ, so that the listener frees
+	// its QP at once.
+	refuse := func(reason uint8, sentinel, err error) (*Conn, dialRetry, error) {
+		r := rejection{reason: reason, version: ep.cmTop(), text: err.Error()}
+		tc.Write(appendMsgV(nil, ver, msgREJ, r.marshal()))
+		return nil, dialRetry{}, fmt.Errorf("dial %s: %w: %w", addr, sentinel, err)
+	}
+	if err := ep.checkPeerIP(rep.qp.IP, tc.RemoteAddr(), "listener", "was dialed"); err != nil {
+		return refuse(rejAddr, ErrPeerAddr, err)
+	}
+	if ver >= cmVersion {
+		if err := checkLink(ep.linkInfo(), rep.link); err != nil {
+			return refuse(rejLink, ErrIncompatible, err)
+		}
 	}
 	// The QP was created before the listener's steering was known: steer
 	// it now, before its first packet (TestCMSteering).
 	if rep.steer != nil {
 		if err := qc.Steer(ctx, *rep.steer); err != nil {
-			return nil, false, fmt.Errorf("spray: dial %s: the peer's steering: %w", addr, err)
+			return nil, dialRetry{}, fmt.Errorf("spray: dial %s: the peer's steering: %w", addr, err)
 		}
 	}
 	if err := qc.Connect(ctx, rep.qp); err != nil {
-		return nil, false, err
+		return nil, dialRetry{}, err
 	}
 	if _, err := tc.Write(appendMsgV(nil, ver, msgRTU, nil)); err != nil {
-		return nil, false, fmt.Errorf("spray: dial %s: %w", addr, err)
+		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	if !stop() {
-		return nil, false, ctx.Err()
+		return nil, dialRetry{}, ctx.Err()
 	}
 	tc.SetDeadline(time.Time{})
 	c, err := ep.newConn(qc, tc, ver, service, rep.qp)
 	if err != nil {
-		return nil, false, err
+		return nil, dialRetry{}, err
 	}
 	ok = true
-	return c, false, nil
+	return c, dialRetry{}, nil
+}
+
+// dialTCP opens the connection manager's channel to addr from the
+// endpoint's address, so that the listener sees the address the QP
+// claims (checkPeerIP); from an address the kernel picks when the host
+// does not have the endpoint's (a caller's link, link/mem).
+func (ep *Endpoint) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	if ip := ep.Addr(); ip.IsValid() {
+		d.LocalAddr = &net.TCPAddr{IP: ip.AsSlice()}
+		tc, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil || errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			return tc, err
+		}
+		d.LocalAddr = nil
+	}
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // steering returns the steering of qc's frames to send the peer, or nil

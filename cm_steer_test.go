@@ -39,6 +39,7 @@ func multiEndpoint(t *testing.T, fab *mem.Fabric, mac [6]byte, ip netip.Addr, se
 	}
 	ep, err := NewEndpoint(l, Options{
 		CMAddr:       "127.0.0.1:0",
+		TrustPeerIP:  true,
 		CloseTimeout: 10 * time.Second,
 		Transport:    transport.Config{Seed: seed, MaxRetries: 50},
 		Logf:         t.Logf,
@@ -82,6 +83,9 @@ func dialTransfer(t *testing.T, a, b *Endpoint, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := min(a.cmTop(), b.cmTop()); ca.ver != want || cb.ver != want {
+		t.Fatalf("the connection speaks versions %d and %d, want %d", ca.ver, cb.ver, want)
+	}
 	r := rand.New(rand.NewPCG(seed, 1))
 	if err := exchange(ctx, ca, cb, randomMsgs(r, 16, 128<<10)); err != nil {
 		t.Fatalf("dialer to listener: %v", err)
@@ -95,28 +99,30 @@ func dialTransfer(t *testing.T, a, b *Endpoint, seed uint64) {
 
 // Two endpoints with four engines each and RSS set up connections whose
 // frames land on their QPs' engines in both directions: the handshake
-// (version 2) carries each side's key, table and queue, the listener
-// creates its QP steered, the dialer steers its own on the reply. With a
-// listener that speaks version 1 only, the dialer falls back to version
-// 1: the transfer still works, without steering (frames handed over).
+// (version 2 and later) carries each side's key, table and queue, the
+// listener creates its QP steered, the dialer steers its own on the
+// reply. With a version-2 peer on either side the connection agrees on version 2 and is steered all the same;
+// with a listener that speaks version 1 only, the dialer falls back to
+// version 1: the transfer still works, without steering (frames handed
+// over).
 func TestCMSteering(t *testing.T) {
 	seed := testutil.Seed(t)
 	for _, tc := range []struct {
-		name  string
-		v1    bool // the listener speaks version 1 only
-		steer bool
+		name           string
+		dialer, lister uint8 // the highest version each speaks (0: this one's)
+		steer          bool
 	}{
-		{"version 2", false, true},
-		{"version-1 listener", true, false},
+		{"version 3", 0, 0, true},
+		{"version-2 listener", 0, cmVersion2, true},
+		{"version-2 dialer", cmVersion2, 0, true},
+		{"version-1 listener", 0, cmVersion1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fab := mem.NewFabric(mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, clock.NewSystem())
 			t.Cleanup(func() { fab.Close() })
 			ea := multiEndpoint(t, fab, macA, ipA, seed, false)
 			eb := multiEndpoint(t, fab, macB, ipB, seed+1, false)
-			if tc.v1 {
-				eb.cmv = cmVersion1
-			}
+			ea.cmv, eb.cmv = tc.dialer, tc.lister
 			dialTransfer(t, ea, eb, seed)
 			ha, hb := handOvers(t, ea), handOvers(t, eb)
 			t.Logf("hand-overs: dialer %d, listener %d", ha, hb)
@@ -249,7 +255,7 @@ func TestCMVersion1Peer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, err := NewEndpoint(mp, Options{CMAddr: "127.0.0.1:0", CloseTimeout: 10 * time.Second, Transport: transport.Config{Seed: seed + 2, MaxRetries: 50}, Logf: t.Logf})
+	big, err := NewEndpoint(mp, Options{CMAddr: "127.0.0.1:0", TrustPeerIP: true, CloseTimeout: 10 * time.Second, Transport: transport.Config{Seed: seed + 2, MaxRetries: 50}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,17 +15,22 @@ import (
 // 8-byte header, "SPCM", version, type, body length (big endian), then the
 // body. The header's layout is the same in every version, so that a peer
 // can always read a rejection. Version 2 adds each side's steering (its
-// RSS key and table and the queue of the QP's engine) to REQ and REP; a
-// listener answers a request in the request's version (1 or 2), and a
-// dialer that a version-1 listener rejects dials again in version 1.
+// RSS key and table and the queue of the QP's engine) to REQ and REP;
+// version 3 adds each side's link (kind, IP MTU, UDP data ports) after
+// it. A listener answers a request in the request's version (1 to 3),
+// and a dialer that an older listener rejects dials again in the version
+// its rejection names.
 const (
-	cmVersion  = 2
+	cmVersion  = 3
+	cmVersion2 = 2
 	cmVersion1 = 1
 	cmHdrLen   = 8
-	// cmMaxBody bounds a version-1 body, cmMaxBody2 one of any later
-	// version: room for a steering block with the largest table.
+	// cmMaxBody bounds a version-1 body, cmMaxBody2 a version-2 one (room
+	// for a steering block with the largest table), cmMaxBody3 one of any
+	// later version (a link block more).
 	cmMaxBody  = 512
 	cmMaxBody2 = cmMaxBody + 2 + maxSteering
+	cmMaxBody3 = cmMaxBody2 + linkBlockLen
 	// maxSteering is the longest steering block's content: queue, table.
 	maxSteering = 2 + rss.MaxEncodedLen
 	// MaxService is the longest service name, in bytes.
@@ -53,6 +58,11 @@ const (
 	rejProfile    = 4
 	rejBusy       = 5
 	rejInternal   = 6
+	// Version 3's reasons; an older dialer reports them as ErrRejected
+	// with the text.
+	rejLink = 7 // the links cannot talk: kind, MTU or UDP port differ
+	rejAddr = 8 // the QP's IP is not the address the request came from
+	rejFull = 9 // the listener holds as many requests as it may: try again
 )
 
 var errBadMessage = errors.New("spray: malformed connection message")
@@ -91,10 +101,13 @@ func readMsg(r io.Reader) (cmMsg, error) {
 
 // bodyLimit is the largest body of a message of version v.
 func bodyLimit(v uint8) int {
-	if v <= cmVersion1 {
+	switch {
+	case v <= cmVersion1:
 		return cmMaxBody
+	case v == cmVersion2:
+		return cmMaxBody2
 	}
-	return cmMaxBody2
+	return cmMaxBody3
 }
 
 // appendMsg appends a message of this side's version.
@@ -110,19 +123,57 @@ func appendMsgV(b []byte, v, typ uint8, body []byte) []byte {
 	return append(b, body...)
 }
 
-// connReq is a connection request: the dialer's QP, the service and, in
-// version 2, the dialer's steering (nil: none).
+// connReq is a connection request: the dialer's QP, the service, from
+// version 2 the dialer's steering (nil: none) and from version 3 its
+// link.
 type connReq struct {
 	profile transport.Profile
 	qp      transport.QPInfo
 	service string
 	steer   *transport.Steering
+	link    linkInfo
 }
 
-// connRep is a reply: the listener's QP and, in version 2, its steering.
+// connRep is a reply: the listener's QP, from version 2 its steering and
+// from version 3 its link.
 type connRep struct {
 	qp    transport.QPInfo
 	steer *transport.Steering
+	link  linkInfo
+}
+
+// linkInfo is version 3's link block: the sender's link kind, its IP MTU
+// and the UDP ports it receives data on and sends data to, each 0 where
+// the sender does not know it (a caller's link). The receiver refuses a
+// pair that cannot exchange frames (checkLink).
+type linkInfo struct {
+	kind     LinkKind
+	mtu      uint16
+	port     uint16
+	peerPort uint16
+}
+
+// linkBlockLen is the length of an encoded linkInfo: kind (1 byte), MTU,
+// port, peer port (2 bytes each, big endian).
+const linkBlockLen = 7
+
+func (l linkInfo) append(b []byte) []byte {
+	b = append(b, byte(l.kind))
+	b = binary.BigEndian.AppendUint16(b, l.mtu)
+	b = binary.BigEndian.AppendUint16(b, l.port)
+	return binary.BigEndian.AppendUint16(b, l.peerPort)
+}
+
+func parseLink(b []byte) (linkInfo, []byte, error) {
+	if len(b) < linkBlockLen {
+		return linkInfo{}, nil, fmt.Errorf("%w: short link block", errBadMessage)
+	}
+	l := linkInfo{kind: LinkKind(b[0]), mtu: binary.BigEndian.Uint16(b[1:]),
+		port: binary.BigEndian.Uint16(b[3:]), peerPort: binary.BigEndian.Uint16(b[5:])}
+	if l.kind > LinkRaw {
+		return linkInfo{}, nil, fmt.Errorf("%w: link kind %d", errBadMessage, b[0])
+	}
+	return l, b[linkBlockLen:], nil
 }
 
 // appendSteering appends a version-2 steering block: its length (2 bytes,
@@ -201,14 +252,18 @@ func parseQPInfo(b []byte) (transport.QPInfo, []byte, error) {
 // marshal encodes a request of this side's version.
 func (r connReq) marshal() []byte { return r.marshalV(cmVersion) }
 
-// marshalV encodes a request of version v: the steering in version 2 only.
+// marshalV encodes a request of version v: the steering from version 2,
+// the link from version 3.
 func (r connReq) marshalV(v uint8) []byte {
 	b := []byte{byte(r.profile)}
 	b = appendQPInfo(b, r.qp)
 	b = append(b, byte(len(r.service)))
 	b = append(b, r.service...)
-	if v >= cmVersion {
+	if v >= cmVersion2 {
 		b = appendSteering(b, r.steer)
+	}
+	if v >= cmVersion {
+		b = r.link.append(b)
 	}
 	return b
 }
@@ -230,8 +285,13 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 	}
 	r.service = string(rest[1 : 1+int(rest[0])])
 	rest = rest[1+int(rest[0]):]
-	if v >= cmVersion {
+	if v >= cmVersion2 {
 		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
+			return r, err
+		}
+	}
+	if v >= cmVersion {
+		if r.link, rest, err = parseLink(rest); err != nil {
 			return r, err
 		}
 	}
@@ -241,11 +301,15 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 	return r, nil
 }
 
-// marshalV encodes a reply of version v: the steering in version 2 only.
+// marshalV encodes a reply of version v: the steering from version 2, the
+// link from version 3.
 func (r connRep) marshalV(v uint8) []byte {
 	b := appendQPInfo(nil, r.qp)
-	if v >= cmVersion {
+	if v >= cmVersion2 {
 		b = appendSteering(b, r.steer)
+	}
+	if v >= cmVersion {
+		b = r.link.append(b)
 	}
 	return b
 }
@@ -258,8 +322,13 @@ func parseRep(b []byte, v uint8) (connRep, error) {
 		return r, err
 	}
 	r.qp = q
-	if v >= cmVersion {
+	if v >= cmVersion2 {
 		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
+			return r, err
+		}
+	}
+	if v >= cmVersion {
+		if r.link, rest, err = parseLink(rest); err != nil {
 			return r, err
 		}
 	}
@@ -300,6 +369,10 @@ func (r rejection) err() error {
 		return fmt.Errorf("%w: the peer speaks version %d, this side %d: %s", ErrVersion, r.version, cmVersion, r.text)
 	case rejService:
 		s = ErrUnknownService
+	case rejLink:
+		s = ErrIncompatible
+	case rejAddr:
+		s = ErrPeerAddr
 	default:
 		s = ErrRejected
 	}

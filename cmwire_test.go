@@ -2,6 +2,7 @@ package spray
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -11,8 +12,8 @@ import (
 
 // FuzzConnRequest feeds arbitrary bytes to the listener's decoding: it
 // never panics, never reads a body beyond its version's bound (cmMaxBody
-// in version 1, cmMaxBody2 in 2), and a request, reply or rejection it
-// accepts, in either version, encodes back to the same bytes.
+// in version 1, cmMaxBody2 in 2, cmMaxBody3 in 3), and a request, reply or
+// rejection it accepts, in any version, encodes back to the same bytes.
 func FuzzConnRequest(f *testing.F) {
 	good := connReq{qp: transport.QPInfo{QPN: 0x123, PSN: 0xabcdef, MAC: macA, IP: ipA}, service: "train"}
 	f.Add(appendMsgV(nil, cmVersion1, msgREQ, good.marshalV(cmVersion1)))
@@ -27,6 +28,10 @@ func FuzzConnRequest(f *testing.F) {
 	wide := good
 	wide.steer = &transport.Steering{IP: ipA, Table: rss.Spread(300, 2048, nil), Queue: 299}
 	f.Add(appendMsg(nil, msgREQ, wide.marshal()))
+	f.Add(appendMsgV(nil, cmVersion2, msgREQ, wide.marshalV(cmVersion2)))
+	linked := steered
+	linked.link = linkInfo{kind: LinkUDP, mtu: 1500, port: 4791, peerPort: 4791}
+	f.Add(appendMsg(nil, msgREQ, linked.marshal()))
 	f.Add(appendMsg(nil, msgREP, connRep{qp: good.qp, steer: steered.steer}.marshalV(cmVersion)))
 	f.Add(appendMsg(nil, msgREJ, rejection{reason: rejService, version: 1, text: "no"}.marshal()))
 	f.Add([]byte("SPCM\x01\x01\xff\xff"))
@@ -37,13 +42,13 @@ func FuzzConnRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody2 {
+		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody3 {
 			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
-		if m.version == cmVersion1 && len(m.body) > cmMaxBody {
-			t.Fatalf("version 1: body of %d bytes accepted", len(m.body))
+		if m.version == cmVersion1 && len(m.body) > cmMaxBody || m.version == cmVersion2 && len(m.body) > cmMaxBody2 {
+			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
-		for _, v := range []uint8{cmVersion1, cmVersion} {
+		for _, v := range []uint8{cmVersion1, cmVersion2, cmVersion} {
 			if r, err := parseReq(m.body, v); err == nil {
 				if !bytes.Equal(r.marshalV(v), m.body) {
 					t.Fatalf("v%d request %x decodes to %+v, which encodes to %x", v, m.body, r, r.marshalV(v))
@@ -79,7 +84,7 @@ func TestCMSteeringBlock(t *testing.T) {
 	}
 	qp := transport.QPInfo{QPN: 0x010203, PSN: 0x040506, MAC: macA, IP: ipA}
 	st := &transport.Steering{IP: ipA, Table: rss.Table{Key: []byte{0xaa, 0xbb}, Indir: []uint32{0, 1}}, Queue: 1}
-	got := connRep{qp: qp, steer: st}.marshalV(cmVersion)
+	got := connRep{qp: qp, steer: st}.marshalV(cmVersion2)
 	want := append(appendQPInfo(nil, qp),
 		0, 10, // block length
 		0, 1, // queue
@@ -87,23 +92,52 @@ func TestCMSteeringBlock(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("REP %x, want %x", got, want)
 	}
-	rep, err := parseRep(got, cmVersion)
+	rep, err := parseRep(got, cmVersion2)
 	if err != nil || rep.steer == nil || rep.steer.Queue != 1 || rep.steer.IP != ipA || len(rep.steer.Table.Indir) != 2 {
 		t.Fatalf("parsed %+v, %v", rep, err)
 	}
 	if _, err := parseRep(got, cmVersion1); err == nil {
 		t.Fatal("a version-2 reply parsed as version 1")
 	}
-	none := connRep{qp: qp}.marshalV(cmVersion)
+	none := connRep{qp: qp}.marshalV(cmVersion2)
 	if !bytes.Equal(none, append(appendQPInfo(nil, qp), 0, 0)) {
 		t.Fatalf("REP without steering %x", none)
 	}
 	// A steering the block cannot carry goes as none.
 	huge := &transport.Steering{IP: ipA, Table: rss.Spread(2, rss.MaxEntries+1, nil), Queue: 1}
-	if b := (connRep{qp: qp, steer: huge}).marshalV(cmVersion); !bytes.Equal(b, none) {
+	if b := (connRep{qp: qp, steer: huge}).marshalV(cmVersion2); !bytes.Equal(b, none) {
 		t.Fatalf("REP with an oversized table %x", b)
 	}
 	if b := (connReq{qp: qp, service: "s", steer: st}).marshalV(cmVersion1); len(b) != 1+len(appendQPInfo(nil, qp))+2 {
 		t.Fatalf("a version-1 request carries %d bytes", len(b))
+	}
+}
+
+// The version-3 link block, byte for byte: after the steering, the kind
+// (udp is 2), the IP MTU, the port received on and the port sent to; a
+// version-2 encoding of the same reply has none, and a bad kind does not
+// parse.
+func TestCMLinkBlock(t *testing.T) {
+	if cmMaxBody3 != 8783 { // the package doc's figure
+		t.Fatalf("cmMaxBody3 %d", cmMaxBody3)
+	}
+	qp := transport.QPInfo{QPN: 0x010203, PSN: 0x040506, MAC: macA, IP: ipA}
+	rep := connRep{qp: qp, link: linkInfo{kind: LinkUDP, mtu: 9000, port: 4791, peerPort: 4792}}
+	got := rep.marshalV(cmVersion)
+	want := append(appendQPInfo(nil, qp), 0, 0, 2, 0x23, 0x28, 0x12, 0xb7, 0x12, 0xb8)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("REP %x, want %x", got, want)
+	}
+	back, err := parseRep(got, cmVersion)
+	if err != nil || back.link != rep.link {
+		t.Fatalf("parsed %+v, %v", back, err)
+	}
+	if v2 := rep.marshalV(cmVersion2); !bytes.Equal(v2, want[:len(want)-linkBlockLen]) {
+		t.Fatalf("version-2 REP %x", v2)
+	}
+	bad := bytes.Clone(got)
+	bad[len(bad)-linkBlockLen] = 9
+	if _, err := parseRep(bad, cmVersion); !errors.Is(err, errBadMessage) {
+		t.Fatalf("link kind 9: %v", err)
 	}
 }

@@ -29,14 +29,15 @@ type Conn struct {
 	done chan struct{} // closed when torn down
 	wmu  sync.Mutex    // serializes writes to tc
 
-	mu      sync.Mutex
-	cause   error // why it closes; nil while open
-	left    []transport.Message
-	gotDREQ bool
-	gotDREP bool
-	eof     bool
-	notify  chan struct{}
-	rdone   chan struct{} // the reader's end
+	mu       sync.Mutex
+	cause    error // why it closes; nil while open
+	left     []transport.Message
+	sentDREQ bool
+	gotDREQ  bool
+	gotDREP  bool
+	eof      bool
+	notify   chan struct{}
+	rdone    chan struct{} // the reader's end
 }
 
 type closeKind uint8
@@ -62,12 +63,27 @@ func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ver uint8, service 
 	return c, nil
 }
 
+// errUnaskedDREP is why a Conn closes whose peer confirmed a disconnect
+// request this side never sent: one was injected on the path, and the
+// peer has freed its QP (TestCMInjectedDREQ).
+var errUnaskedDREP = &wrapped{"spray: peer went away: it confirmed a disconnect request this side never sent (one was injected on the path) and freed its QP", ErrPeerGone}
+
+// wrapped is an error with its own text that wraps err.
+type wrapped struct {
+	text string
+	err  error
+}
+
+func (w *wrapped) Error() string { return w.text }
+func (w *wrapped) Unwrap() error { return w.err }
+
 // read follows the peer's messages on the channel until it breaks.
 func (c *Conn) read() {
 	defer close(c.rdone)
 	for {
 		m, err := readMsg(c.tc)
 		c.mu.Lock()
+		unasked := false
 		switch {
 		case err != nil || m.version != c.ver:
 			c.eof = true
@@ -75,6 +91,7 @@ func (c *Conn) read() {
 			c.gotDREQ = true
 		case m.typ == msgDREP:
 			c.gotDREP = true
+			unasked = !c.sentDREQ
 		}
 		eof, dreq := c.eof, c.gotDREQ
 		c.mu.Unlock()
@@ -83,19 +100,24 @@ func (c *Conn) read() {
 		default:
 		}
 		switch {
+		case unasked:
+			c.start(byGone, errUnaskedDREP)
 		case eof:
-			c.start(byGone)
+			c.start(byGone, nil)
 			return
 		case dreq:
-			c.start(byPeer)
+			c.start(byPeer, nil)
 		}
 	}
 }
 
-// start begins the teardown once, for the first reason given.
-func (c *Conn) start(k closeKind) {
+// start begins the teardown once, for the first reason given, with cause
+// or the kind's usual error.
+func (c *Conn) start(k closeKind, cause error) {
 	c.once.Do(func() {
-		cause := map[closeKind]error{byLocal: ErrClosed, byPeer: ErrPeerClosed, byGone: ErrPeerGone}[k]
+		if cause == nil {
+			cause = map[closeKind]error{byLocal: ErrClosed, byPeer: ErrPeerClosed, byGone: ErrPeerGone}[k]
+		}
 		c.mu.Lock()
 		c.cause = cause
 		c.mu.Unlock()
@@ -117,6 +139,9 @@ func (c *Conn) teardown(k closeKind, cause error) {
 	}
 	switch k {
 	case byLocal:
+		c.mu.Lock()
+		c.sentDREQ = true
+		c.mu.Unlock()
 		c.send(msgDREQ)
 		sentDREP := false
 		t := time.NewTimer(timeout)
@@ -178,7 +203,7 @@ func (c *Conn) drain(deadline time.Time) {
 // Conn then return ErrClosed. Close is idempotent: every call waits for the
 // teardown and returns nil.
 func (c *Conn) Close() error {
-	c.start(byLocal)
+	c.start(byLocal, nil)
 	<-c.done
 	return nil
 }
@@ -186,8 +211,8 @@ func (c *Conn) Close() error {
 // Done is closed when the connection is torn down, by either side.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Err returns why the connection closed (ErrClosed, ErrPeerClosed or
-// ErrPeerGone), or nil while it is open.
+// Err returns why the connection closed (ErrClosed, ErrPeerClosed or an
+// error wrapping ErrPeerGone), or nil while it is open.
 func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -29,19 +29,25 @@ var (
 )
 
 // memEndpoint opens an Endpoint on a new port of fab whose connection
-// manager listens on a free loopback TCP port.
-func memEndpoint(t *testing.T, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64) *Endpoint {
+// manager listens on a free loopback TCP port; each of set may change the
+// options first.
+func memEndpoint(t *testing.T, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64, set ...func(*Options)) *Endpoint {
 	t.Helper()
 	p, err := fab.NewPort(mac, ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := NewEndpoint(p, Options{
+	opts := Options{
 		CMAddr:       "127.0.0.1:0",
+		TrustPeerIP:  true, // link/mem's addresses are not the host's
 		CloseTimeout: 10 * time.Second,
 		Transport:    transport.Config{Seed: seed, MinRTO: time.Millisecond, MaxRTO: 20 * time.Millisecond, MaxRetries: 10},
 		Logf:         t.Logf,
-	})
+	}
+	for _, f := range set {
+		f(&opts)
+	}
+	ep, err := NewEndpoint(p, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,21 +42,43 @@
 // first Listen binds Options.CMAddr (default the endpoint's address, port
 // CMPort, 4791), and each connection keeps its TCP connection open as the
 // channel that tells the peer about the end of the QP. Every message is an
-// 8-byte header ("SPCM", version 2, type, body length, big endian) and a
-// body of at most 512 bytes in version 1, 8776 in version 2:
+// 8-byte header ("SPCM", version 3, type, body length, big endian) and a
+// body of at most 512 bytes in version 1, 8776 in version 2, 8783 in
+// version 3:
 //
-//	REQ   profile, QPN, first PSN, MAC, IP, service, steering   dialer to listener
-//	REP   QPN, first PSN, MAC, IP, steering                     listener: QP created and connected
-//	REJ   reason, version, text                                 listener: refused (no REP)
-//	RTU   -                                                     dialer: QP connected; Accept returns
-//	DREQ  -                                                     either side: drained, closing
-//	DREP  -                                                     the other: drained too, QP freed
+//	REQ   profile, QPN, first PSN, MAC, IP, service, steering, link   dialer to listener
+//	REP   QPN, first PSN, MAC, IP, steering, link                     listener: QP created and connected
+//	REJ   reason, version, text                                       either side: refused
+//	RTU   -                                                           dialer: QP connected; Accept returns
+//	DREQ  -                                                           either side: drained, closing
+//	DREP  -                                                           the other: drained too, QP freed
 //
 // A request with another version, for a service without a Listener, for
 // another profile or that does not parse gets a REJ, and Dial an error
 // wrapping ErrVersion, ErrUnknownService or ErrRejected; a Dial to an
 // address where nothing listens fails at once with ErrRefused. Many
 // connections may join the same two endpoints, for one service or several.
+//
+// The link block (version 3) is the sender's link kind, IP MTU and the UDP
+// ports it receives data on and sends data to (0 where unknown: a
+// caller's link has no kind nor ports). Either side refuses a pair that
+// cannot exchange frames, and Dial returns ErrIncompatible naming both
+// sides' values: kernel UDP against AF_XDP or AF_PACKET (a UDP link's MAC
+// is made up), two MTUs, or a UDP port one side sends to and the other
+// does not receive on. Either side also refuses a QP address other than
+// the one its peer's TCP connection has (ErrPeerAddr), so that a peer
+// cannot aim this endpoint's traffic at a third host; Options.TrustPeerIP
+// lifts that for a connection manager on another network than the data
+// path. Dial sends from the endpoint's address when the host has it.
+//
+// A listener answers at most Options.MaxHandshakes requests at once, each
+// for at most Options.HandshakeTimeout; one that ends short of a
+// connection destroys its QP before it closes the TCP connection. When
+// all are taken, a new request drops the oldest if that one has waited a
+// twentieth of the timeout, and is refused otherwise; Dial tries again on
+// either until its context ends, so that a flood of requests that never
+// complete neither grows the listener's memory nor locks legitimate
+// dialers out. Endpoint.CMStats counts what happened.
 //
 // # Steering
 //
@@ -76,21 +98,23 @@
 // an empty steering: frames towards it land anywhere and are handed over,
 // as without steering, and the other direction is steered all the same.
 //
-// Version 1 had no steering. A listener answers a request in the
-// request's version, so a version-1 dialer is served as before; a
-// version-1 listener rejects a version-2 request with a REJ naming
-// version 1 (as another version, or as malformed when a large table makes
-// the body exceed 512 bytes), and Dial then dials again in version 1 on a
-// new TCP connection with the same QP: one more round trip, no steering
-// in either direction. Later messages of a connection (RTU, DREQ, DREP)
-// are in the version agreed.
+// Version 1 had no steering, version 2 no link block. A listener answers
+// a request in the request's version, so an older dialer is served as
+// before; an older listener rejects a later request with a REJ naming its
+// version (as another version, or as malformed when the body exceeds its
+// bound), and Dial then dials again in that version on a new TCP
+// connection with the same QP: one more round trip, and what the version
+// lacks goes unchecked (version 1: no steering either). Later messages of
+// a connection (RTU, DREQ, DREP) are in the version agreed.
 //
 // Conn.Close drains the work posted on the QP, sends DREQ, waits for the
 // peer's DREP (the peer drains its own work first) and destroys the QP;
 // the peer destroys its own when it sends DREP. Calls pending on either
 // side then return an error wrapping net.ErrClosed, and the peer's Recv
 // returns the messages that arrived before, then io.EOF. A peer whose
-// process ends breaks the channel: its Conns fail at once with ErrPeerGone.
+// process ends breaks the channel: its Conns fail at once with ErrPeerGone,
+// as does a Conn whose peer confirms a DREQ this side never sent (one was
+// injected on the path).
 // A peer whose host disappears fails the QP as the transport does,
 // transport.ErrPeerUnreachable after its retransmission timeouts; errors
 // of a QP whose peer never answers are a *transport.QPError, which carries
@@ -101,7 +125,7 @@
 // # Errors
 //
 // errors.Is works with ErrOptions, ErrRefused, ErrUnknownService,
-// ErrVersion, ErrRejected, ErrPeerClosed, ErrPeerGone, ErrClosed (the last
-// three wrap net.ErrClosed), and the transport's sentinels
+// ErrVersion, ErrIncompatible, ErrPeerAddr, ErrRejected, ErrPeerClosed,
+// ErrPeerGone, ErrClosed (the last three wrap net.ErrClosed), and the transport's sentinels
 // (transport.ErrPeerUnreachable, transport.ErrRemoteAccess, ...).
 package spray

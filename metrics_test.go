@@ -26,7 +26,7 @@ func TestMetrics(t *testing.T) {
 	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
 	defer fab.Close()
 	pa, _ := fab.NewPort(macA, ipA)
-	ea, err := NewEndpoint(pa, Options{CMAddr: "127.0.0.1:0", Metrics: prom.Provider, Logf: t.Logf})
+	ea, err := NewEndpoint(pa, Options{CMAddr: "127.0.0.1:0", TrustPeerIP: true, Metrics: prom.Provider, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

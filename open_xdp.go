@@ -30,11 +30,12 @@ func openXDP(cfg LinkConfig) (link.Link, error) {
 	}
 	l, err := xdp.OpenLink(xdp.LinkConfig{
 		Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP,
-		Queues: cfg.Queues,
-		Socket: sock,
-		Steer:  ebpf.SteerConfig{Local: []netip.Addr{ifc.IP}, Allow: cfg.Allow},
-		Attach: ebpf.Auto,
-		Logf:   cfg.Logf,
+		Queues:     cfg.Queues,
+		Socket:     sock,
+		Steer:      ebpf.SteerConfig{Local: []netip.Addr{ifc.IP}, Allow: cfg.Allow},
+		Attach:     ebpf.Auto,
+		Logf:       cfg.Logf,
+		KeepDstMAC: cfg.KeepDstMAC,
 	})
 	if errors.Is(err, xdp.ErrInvalidConfig) {
 		return nil, fmt.Errorf("%w: %w", ErrOptions, err)

@@ -55,6 +55,12 @@ type LinkConfig struct {
 	// Logf receives the link's log lines (AF_XDP's copy-mode fallback,
 	// queues left to the kernel). nil: log/slog.
 	Logf func(format string, args ...any)
+	// KeepDstMAC makes AF_XDP and raw links send frames with the
+	// destination MAC the QP's peer info carries. By default they write
+	// the MAC of the next hop that the kernel's routing and neighbour
+	// tables give for each frame's destination IP, so that peers behind
+	// routers are reached (package link/nexthop).
+	KeepDstMAC bool
 }
 
 // OpenLink opens the link cfg asks for in the calling thread's network
@@ -97,7 +103,7 @@ func OpenLink(cfg LinkConfig) (link.Link, LinkKind, string, error) {
 		if frame == 0 && cfg.MTU > 0 {
 			frame = cfg.MTU + 18
 		}
-		rl, err := raw.Open(raw.Config{Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP, FrameSize: frame, Port: cfg.Port})
+		rl, err := raw.Open(raw.Config{Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP, FrameSize: frame, Port: cfg.Port, KeepDstMAC: cfg.KeepDstMAC})
 		if err != nil {
 			return nil, kind, "", fmt.Errorf("spray: raw socket on %s: %w (needs CAP_NET_RAW)", ifc.Name, err)
 		}

@@ -1,6 +1,7 @@
 package spray
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ func (k LinkKind) String() string {
 // port number, over TCP.
 const CMPort = 4791
 
+// DefaultMaxHandshakes is Options.MaxHandshakes when 0.
+const DefaultMaxHandshakes = 128
+
 // DefaultMTU is the IP MTU of an Endpoint whose Options.MTU is 0, or the
 // interface's MTU when that is smaller.
 const DefaultMTU = 1500
@@ -76,6 +80,14 @@ var (
 	// ErrRejected is returned by Dial when the peer refused the connection
 	// for another reason, given in the message.
 	ErrRejected = errors.New("spray: connection rejected")
+	// ErrIncompatible is returned by Dial when the two endpoints' links
+	// cannot exchange frames: their kinds, MTUs or UDP data ports differ.
+	// The message names both sides' values.
+	ErrIncompatible = errors.New("spray: the peers' links cannot talk")
+	// ErrPeerAddr is returned by Dial when one side gave its QP an address
+	// other than the one its connection manager's TCP connection has (see
+	// Options.TrustPeerIP).
+	ErrPeerAddr = errors.New("spray: the peer's QP address is not its own")
 	// ErrPeerClosed is returned by calls on a Conn whose peer closed it.
 	ErrPeerClosed = fmt.Errorf("spray: peer closed the connection: %w", net.ErrClosed)
 	// ErrPeerGone is returned by calls on a Conn whose peer went away
@@ -122,6 +134,31 @@ type Options struct {
 	// CloseTimeout bounds how long Conn.Close waits for posted work to
 	// complete and for the peer to confirm. 0: 5 s.
 	CloseTimeout time.Duration
+	// HandshakeTimeout bounds a connection's setup: each one the
+	// connection manager answers, and a Dial whose context has no
+	// deadline. 0: 10 s.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the connection requests the connection manager
+	// holds at once, from the TCP connection's accept to the dialer's
+	// RTU; each holds one goroutine, one request (at most 8.8 KB) and,
+	// once its request is read, one QP. When all are taken, a new request
+	// drops the oldest one if that has waited a twentieth of
+	// HandshakeTimeout, and is refused otherwise (as many refusals again
+	// are written at once, the rest closed unanswered); Dial tries again
+	// on either, so that requests that never complete cannot lock
+	// legitimate dialers out. Requests hold at most twice MaxHandshakes
+	// QPs: those answered and those being dropped. 0:
+	// DefaultMaxHandshakes.
+	MaxHandshakes int
+	// TrustPeerIP makes the connection manager accept a peer whose QP
+	// address differs from the address its TCP connection came from (or,
+	// for Dial, went to): for a connection manager on another network
+	// than the data path, or a link whose addresses are not the host's
+	// (link/mem). false (the default) refuses such a peer, so that a
+	// dialer cannot aim this endpoint's traffic at a third host; Dial
+	// sends from the endpoint's address when the host has it. Multicast
+	// and broadcast addresses are refused either way.
+	TrustPeerIP bool
 	// Logf receives the endpoint's few log lines (the link chosen and why).
 	// nil: log/slog's default logger at Info.
 	Logf func(format string, args ...any)
@@ -146,13 +183,17 @@ type Endpoint struct {
 	reason string
 	stop   func() // metrics
 
+	mtu       int // IP MTU of the transport's frames
 	mu        sync.Mutex
 	closed    bool
 	ln        net.Listener // the connection manager's, once Listen was called
 	listeners map[string]*Listener
 	conns     map[*Conn]struct{}
-	hs        map[net.Conn]struct{} // channels in a handshake
-	wg        sync.WaitGroup        // the connection manager's goroutines
+	hs        list.List      // *handshake answered now, oldest first
+	wg        sync.WaitGroup // the connection manager's goroutines
+	cm        CMStats        // under mu
+	refusing  int            // refusals being written, under mu
+	dropping  int            // evicted handshakes not yet cleaned up, under mu
 
 	// cmv, when set (by tests, before Listen and Dial), is the highest
 	// version of the connection protocol the endpoint speaks: 1 makes
@@ -195,8 +236,11 @@ func Open(ctx context.Context, opts Options) (*Endpoint, error) {
 
 // NewEndpoint starts an endpoint over a link the caller opened (link/mem in
 // tests, a link of its own). It owns l from then on, even on error. Of
-// opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout, Metrics and
-// Logf; CMAddr is required unless the link's IP can be listened on.
+// opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout,
+// HandshakeTimeout, MaxHandshakes, TrustPeerIP, Metrics and Logf; CMAddr
+// is required unless the link's IP can be listened on. Its handshakes
+// send no link kind nor UDP ports (the link is the caller's), only the
+// MTU.
 func NewEndpoint(l link.Link, opts Options) (*Endpoint, error) {
 	return newEndpoint(l, opts, LinkAuto, "caller's link")
 }
@@ -207,12 +251,27 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 	if opts.MTU != 0 {
 		cfg.MTU = opts.MTU + 14
 	}
-	if opts.CloseTimeout < 0 {
+	if opts.CloseTimeout < 0 || opts.HandshakeTimeout < 0 || opts.MaxHandshakes < 0 {
 		l.Close()
-		return nil, fmt.Errorf("%w: negative CloseTimeout", ErrOptions)
+		return nil, fmt.Errorf("%w: negative CloseTimeout, HandshakeTimeout or MaxHandshakes", ErrOptions)
 	}
 	if opts.CloseTimeout == 0 {
 		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.HandshakeTimeout == 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.MaxHandshakes == 0 {
+		opts.MaxHandshakes = DefaultMaxHandshakes
+	}
+	// The transport's default frame (transport.Config.MTU): the link's,
+	// at most 1514 bytes.
+	frame := cfg.MTU
+	if frame == 0 {
+		frame = 1514
+		if fs := l.Info().FrameSize; fs > 0 {
+			frame = min(fs, frame)
+		}
 	}
 	if opts.CMAddr == "" {
 		opts.CMAddr = netip.AddrPortFrom(l.Info().IP, CMPort).String()
@@ -222,8 +281,8 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 		l.Close()
 		return nil, err
 	}
-	ep := &Endpoint{Endpoint: te, opts: opts, kind: kind, reason: reason,
-		listeners: map[string]*Listener{}, conns: map[*Conn]struct{}{}, hs: map[net.Conn]struct{}{}}
+	ep := &Endpoint{Endpoint: te, opts: opts, kind: kind, reason: reason, mtu: frame - 14,
+		listeners: map[string]*Listener{}, conns: map[*Conn]struct{}{}}
 	if opts.Metrics != nil {
 		name := l.Info().Name
 		if ep.stop, err = telemetry.InstrumentWith(opts.Metrics, te, name); err != nil {
@@ -270,8 +329,8 @@ func (ep *Endpoint) Close() error {
 	for c := range ep.conns {
 		cs = append(cs, c)
 	}
-	for tc := range ep.hs {
-		tc.Close()
+	for e := ep.hs.Front(); e != nil; e = e.Next() {
+		e.Value.(*handshake).tc.Close()
 	}
 	ep.mu.Unlock()
 	if ln != nil {

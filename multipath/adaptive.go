@@ -117,6 +117,47 @@ type AdaptiveConfig struct {
 	// path, so that every active path keeps carrying some traffic. 0 means
 	// 1/16; values above 1 are taken as 1 (equal shares).
 	MinWeight float64
+	// Scratch, when not nil, is the scratch space of the policy's rounds,
+	// shared with every other policy given the same one; policies that
+	// share a Scratch must not be used concurrently (the QPs of one
+	// engine). nil gives the policy its own, allocated at its first round.
+	Scratch *Scratch
+}
+
+// Scratch is the space an adaptive policy computes a round in, reset on
+// every use: policies used from one goroutine share one (AdaptiveConfig).
+// Its zero value is ready to use; it grows to the largest set it served.
+// It is not safe for concurrent use.
+type Scratch struct {
+	scores []float64 // per path
+	// Of interleave, per path: the round's physical paths (their
+	// signature, entries, entries placed, first and last entry in a list
+	// threaded through link), and the interleaved round.
+	gkey                []uint64
+	gcnt, gtook         []int
+	ghead, gtail, glink []int
+	interleaved         []int
+	// Of pool: the active paths' state pooled per physical path (poolOf
+	// maps a path to its pool; poolKey and known find the pool of a
+	// signature).
+	pools   []pathPool
+	poolOf  []int
+	poolKey []uint64
+	known   []int
+}
+
+// fit makes every slice of s hold n entries.
+func (s *Scratch) fit(n int) {
+	if len(s.scores) >= n {
+		return
+	}
+	s.scores = make([]float64, n)
+	s.gkey = make([]uint64, n)
+	s.gcnt, s.gtook = make([]int, n), make([]int, n)
+	s.ghead, s.gtail, s.glink = make([]int, n), make([]int, n), make([]int, n)
+	s.interleaved = make([]int, 0, n)
+	s.pools, s.poolOf = make([]pathPool, n), make([]int, n)
+	s.poolKey, s.known = make([]uint64, n), make([]int, 0, n)
 }
 
 func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
@@ -209,30 +250,18 @@ type pathPool struct {
 	score         float64
 }
 
-// adaptive is the adaptive sprayer; see NewAdaptive.
+// adaptive is the adaptive sprayer; see NewAdaptive. Its per-path state
+// (st, stats, order, rng) is allocated at its first use (ensure): a QP
+// that never sends nor acknowledges holds none of it.
 type adaptive struct {
 	paths
 	cfg    AdaptiveConfig
+	seed   uint64
 	rng    *rand.Rand
 	st     []pathState
 	active int
-	order  []int     // indices of the current round
-	scores []float64 // scratch of newRound, per path
-	// Scratch of interleave, per path: the round's physical paths (their
-	// signature, entries, entries placed, first and last entry in a list
-	// threaded through link), and the interleaved round.
-	gkey                []uint64
-	gcnt, gtook         []int
-	ghead, gtail, glink []int
-	interleaved         []int
-	// Scratch of newRound: the active paths' state pooled per physical
-	// path (poolOf maps a path to its pool; poolKey and known find the
-	// pool of a signature).
-	pools   []pathPool
-	poolOf  []int
-	poolKey []uint64
-	known   []int
-	pos     int
+	order  []int // indices of the current round
+	pos    int
 	// nextProbe is the earliest time a probe may be due or time out
 	// (a hint: clock.Never when no path is down).
 	nextProbe clock.Time
@@ -260,7 +289,9 @@ type adaptive struct {
 // paths that lose or stall out of the set and probes them back in. The
 // package doc describes the policy. The returned Policy also implements
 // INTObserver, PathObserver, Resender and AckPather. Next, OnAck, OnLoss,
-// OnINT, NextResend, NextAck and AckLost do not allocate.
+// OnINT, NextResend, NextAck and AckLost do not allocate, but for the
+// per-path state, allocated at the policy's first use, and the scratch
+// space of its first round.
 func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	if len(set) == 0 {
 		set = Entropies(seed, 1)
@@ -268,21 +299,24 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 	a := &adaptive{
 		paths:     newPaths(set),
 		cfg:       cfg.withDefaults(),
-		rng:       rand.New(rand.NewPCG(seed, seed^0x3C6EF372FE94F82B)),
+		seed:      seed,
 		nextProbe: clock.Never,
 	}
-	a.st = make([]pathState, len(a.set))
-	a.order = make([]int, 0, len(a.set))
-	a.scores = make([]float64, len(a.set))
-	n := len(a.set)
-	a.gkey = make([]uint64, n)
-	a.gcnt, a.gtook = make([]int, n), make([]int, n)
-	a.ghead, a.gtail, a.glink = make([]int, n), make([]int, n), make([]int, n)
-	a.interleaved = make([]int, 0, n)
-	a.pools, a.poolOf = make([]pathPool, n), make([]int, n)
-	a.poolKey, a.known = make([]uint64, n), make([]int, 0, n)
 	a.active = len(a.set)
 	a.idleGap = a.timeout(a.cfg.InitialRTT)
+	return a
+}
+
+// ensure allocates the per-path state at the policy's first use.
+func (a *adaptive) ensure() {
+	if a.st != nil {
+		return
+	}
+	n := len(a.set)
+	a.rng = rand.New(rand.NewPCG(a.seed, a.seed^0x3C6EF372FE94F82B))
+	a.initStats()
+	a.st = make([]pathState, n)
+	a.order = make([]int, 0, n)
 	// Credits start at evenly spread phases, in a seeded order: entropies
 	// on one physical path share its weight, and with equal credits they
 	// would join the same rounds, all or none (two spines of 13 and 19
@@ -292,13 +326,19 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 		a.st[i].credit = uint32(k * unit / n)
 		a.stats[i].Weight = 1
 	}
-	return a
+}
+
+// Stats returns a copy of the per-path counters, in Paths order.
+func (a *adaptive) Stats() []PathStats {
+	a.ensure()
+	return a.paths.Stats()
 }
 
 // Next returns the entropy of the next packet: a probe on a path that is
 // out of the set when one is due, otherwise the next entry of the current
 // weighted round. It does not allocate.
 func (a *adaptive) Next(now clock.Time) uint16 {
+	a.ensure()
 	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
 		a.resumedAt = now
 	}
@@ -331,6 +371,7 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 // without a loss reported yet, and MaxRetries unlucky picks fail the QP.
 // It does not allocate.
 func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
+	a.ensure()
 	if a.haveSent && now.Sub(a.lastSend) > a.idleGap {
 		a.resumedAt = now
 	}
@@ -361,6 +402,7 @@ func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
 // An urgent one takes, of those, the freshest path (as NextResend's), and
 // the rotation when none was ever acknowledged. It changes no counter and does not allocate.
 func (a *adaptive) NextAck(urgent bool) uint16 {
+	a.ensure()
 	if urgent {
 		if i := a.freshest(); i >= 0 {
 			return a.set[i]
@@ -445,7 +487,8 @@ func (a *adaptive) fresher(i, j int) bool {
 // acknowledgement; when that leaves no active path unmarked, every mark
 // is cleared.
 func (a *adaptive) AckLost(entropy uint16) {
-	i, ok := a.index[entropy]
+	a.ensure()
+	i, ok := a.find(entropy)
 	if !ok {
 		return
 	}
@@ -517,7 +560,8 @@ func (a *adaptive) heaviest(fresh bool) int {
 // after the probe, so rtt must be positive) that came within the probe
 // timeout puts the path back.
 func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn bool) {
-	i, ok := a.index[entropy]
+	a.ensure()
+	i, ok := a.find(entropy)
 	if !ok {
 		return
 	}
@@ -554,7 +598,8 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 // last active path). Losses on a path already out are counted only: they
 // may be packets sent before it went out.
 func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
-	i, ok := a.index[entropy]
+	a.ensure()
+	i, ok := a.find(entropy)
 	if !ok {
 		return
 	}
@@ -589,7 +634,8 @@ func (a *adaptive) sharedLoss() bool {
 // OnINT takes the INT queue delay of a packet sent on entropy into the
 // path's smoothed queue delay (EWMA with gain 1/8).
 func (a *adaptive) OnINT(_ clock.Time, entropy uint16, queueDelay time.Duration) {
-	i, ok := a.index[entropy]
+	a.ensure()
+	i, ok := a.find(entropy)
 	if !ok {
 		return
 	}
@@ -602,7 +648,8 @@ func (a *adaptive) OnINT(_ clock.Time, entropy uint16, queueDelay time.Duration)
 // OnPath records that packets sent on entropy take the path named by
 // signature (0: unknown). Entropies on one path split that path's share.
 func (a *adaptive) OnPath(_ clock.Time, entropy uint16, signature uint64) {
-	if i, ok := a.index[entropy]; ok {
+	a.ensure()
+	if i, ok := a.find(entropy); ok {
 		a.st[i].group = signature
 	}
 }
@@ -814,19 +861,25 @@ func (a *adaptive) newRound(now clock.Time) {
 	if scale == 0 {
 		scale = max(base, 1)
 	}
-	np := a.pool()
+	sc := a.cfg.Scratch
+	if sc == nil {
+		sc = new(Scratch)
+		a.cfg.Scratch = sc
+	}
+	sc.fit(len(a.set))
+	np := a.pool(sc)
 	wmax := 0.0
 	for g := range np {
-		a.pools[g].score = a.score(&a.pools[g], base, scale)
-		wmax = max(wmax, a.pools[g].score)
+		sc.pools[g].score = a.score(&sc.pools[g], base, scale)
+		wmax = max(wmax, sc.pools[g].score)
 	}
 	// Entropies that share a physical path split its weight.
 	gmax := 0.0
 	for i := range a.st {
 		if !a.st[i].down {
-			p := &a.pools[a.poolOf[i]]
-			a.scores[i] = max(p.score/wmax, a.cfg.MinWeight) / float64(p.n)
-			gmax = max(gmax, a.scores[i])
+			p := &sc.pools[sc.poolOf[i]]
+			sc.scores[i] = max(p.score/wmax, a.cfg.MinWeight) / float64(p.n)
+			gmax = max(gmax, sc.scores[i])
 		}
 	}
 	a.order = a.order[:0]
@@ -835,7 +888,7 @@ func (a *adaptive) newRound(now clock.Time) {
 		if s.down {
 			continue
 		}
-		w := a.scores[i] / gmax
+		w := sc.scores[i] / gmax
 		s.weight = uint32(max(min(w*unit, unit), 1))
 		a.stats[i].Weight = float64(s.weight) / unit
 		s.credit += s.weight
@@ -848,7 +901,7 @@ func (a *adaptive) newRound(now clock.Time) {
 		j := a.rng.IntN(i + 1)
 		a.order[i], a.order[j] = a.order[j], a.order[i]
 	}
-	a.interleave()
+	a.interleave(sc)
 	a.pos = 0
 }
 
@@ -861,7 +914,7 @@ func (a *adaptive) newRound(now clock.Time) {
 // more on one than on the other, and an all-to-all that shares the spines
 // finishes when the busier one does. Entropies whose path is unknown count
 // as paths of their own, which leaves their shuffled order as it is.
-func (a *adaptive) interleave() {
+func (a *adaptive) interleave(sc *Scratch) {
 	n := len(a.order)
 	if n < 3 {
 		return
@@ -872,7 +925,7 @@ func (a *adaptive) interleave() {
 		g := -1
 		if key != 0 {
 			for h := range ng {
-				if a.gkey[h] == key {
+				if sc.gkey[h] == key {
 					g = h
 					break
 				}
@@ -881,38 +934,38 @@ func (a *adaptive) interleave() {
 		if g < 0 {
 			g = ng
 			ng++
-			a.gkey[g], a.gcnt[g], a.gtook[g], a.ghead[g] = key, 0, 0, k
+			sc.gkey[g], sc.gcnt[g], sc.gtook[g], sc.ghead[g] = key, 0, 0, k
 		} else {
-			a.glink[a.gtail[g]] = k
+			sc.glink[sc.gtail[g]] = k
 		}
-		a.gtail[g] = k
-		a.gcnt[g]++
+		sc.gtail[g] = k
+		sc.gcnt[g]++
 	}
 	if ng == n {
 		return
 	}
-	out := a.interleaved[:0]
+	out := sc.interleaved[:0]
 	for k := range n {
 		// The path furthest behind its share of the first k+1 entries;
 		// ties go to the one that came first in the shuffle.
 		best, bd := -1, 0
 		for g := range ng {
-			if a.gtook[g] == a.gcnt[g] {
+			if sc.gtook[g] == sc.gcnt[g] {
 				continue
 			}
-			if d := a.gcnt[g]*(k+1) - a.gtook[g]*n; best < 0 || d > bd {
+			if d := sc.gcnt[g]*(k+1) - sc.gtook[g]*n; best < 0 || d > bd {
 				best, bd = g, d
 			}
 		}
-		pos := a.ghead[best]
+		pos := sc.ghead[best]
 		out = append(out, a.order[pos])
-		a.gtook[best]++
-		if a.gtook[best] < a.gcnt[best] {
-			a.ghead[best] = a.glink[pos]
+		sc.gtook[best]++
+		if sc.gtook[best] < sc.gcnt[best] {
+			sc.ghead[best] = sc.glink[pos]
 		}
 	}
 	copy(a.order, out)
-	a.interleaved = out
+	sc.interleaved = out
 }
 
 // stalled reports whether active path i has had a packet outstanding for
@@ -931,11 +984,11 @@ func (a *adaptive) stalled(now clock.Time, i int, ref time.Duration) bool {
 
 // pool sums the state of the active paths per physical path (the OnPath
 // group; a path whose group is unknown is a pool of its own) into
-// a.pools, sets a.poolOf, and returns the number of pools. It costs
+// sc.pools, sets sc.poolOf, and returns the number of pools. It costs
 // O(len(set) x physical paths).
-func (a *adaptive) pool() int {
+func (a *adaptive) pool(sc *Scratch) int {
 	np := 0
-	a.known = a.known[:0]
+	sc.known = sc.known[:0]
 	for i := range a.st {
 		s := &a.st[i]
 		if s.down {
@@ -943,8 +996,8 @@ func (a *adaptive) pool() int {
 		}
 		g := -1
 		if s.group != 0 {
-			for _, h := range a.known {
-				if a.poolKey[h] == s.group {
+			for _, h := range sc.known {
+				if sc.poolKey[h] == s.group {
 					g = h
 					break
 				}
@@ -953,13 +1006,13 @@ func (a *adaptive) pool() int {
 		if g < 0 {
 			g = np
 			np++
-			a.pools[g], a.poolKey[g] = pathPool{}, s.group
+			sc.pools[g], sc.poolKey[g] = pathPool{}, s.group
 			if s.group != 0 {
-				a.known = append(a.known, g)
+				sc.known = append(sc.known, g)
 			}
 		}
-		a.poolOf[i] = g
-		p := &a.pools[g]
+		sc.poolOf[i] = g
+		p := &sc.pools[g]
 		p.n++
 		p.ecn += s.ecnRate
 		p.loss += s.lossRate

@@ -2,6 +2,7 @@ package multipath
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -99,25 +100,67 @@ type Policy interface {
 // paths is the per-entropy bookkeeping that every policy shares.
 type paths struct {
 	set   []uint16
-	index map[uint16]int
-	stats []PathStats
+	index map[uint16]int // for sets above indexAbove; smaller ones are scanned
+	stats []PathStats    // nil until initStats
 }
 
+// indexAbove is the largest set that find scans rather than looks up in a
+// map: a scan of a few entropies is as fast as a lookup and takes no map.
+const indexAbove = 16
+
+// newPaths returns the bookkeeping of set with duplicates removed, order
+// kept, and no stats yet (initStats).
 func newPaths(set []uint16) paths {
-	p := paths{index: make(map[uint16]int, len(set))}
+	var p paths
+	var seen map[uint16]bool
+	if len(set) > indexAbove {
+		seen = make(map[uint16]bool, len(set))
+	}
+	p.set = make([]uint16, 0, len(set))
 	for _, e := range set {
-		if _, dup := p.index[e]; dup {
+		if seen != nil {
+			if seen[e] {
+				continue
+			}
+			seen[e] = true
+		} else if slices.Contains(p.set, e) {
 			continue
 		}
-		p.index[e] = len(p.set)
 		p.set = append(p.set, e)
-		p.stats = append(p.stats, PathStats{Entropy: e})
+	}
+	if len(p.set) > indexAbove {
+		p.index = make(map[uint16]int, len(p.set))
+		for i, e := range p.set {
+			p.index[e] = i
+		}
 	}
 	return p
 }
 
+// initStats gives every path its zero counters.
+func (p *paths) initStats() {
+	p.stats = make([]PathStats, len(p.set))
+	for i, e := range p.set {
+		p.stats[i].Entropy = e
+	}
+}
+
+// find returns the index of entropy in the set.
+func (p *paths) find(entropy uint16) (int, bool) {
+	if p.index != nil {
+		i, ok := p.index[entropy]
+		return i, ok
+	}
+	for i, e := range p.set {
+		if e == entropy {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 func (p *paths) onAck(now clock.Time, entropy uint16, rtt time.Duration, ecn bool) {
-	if i, ok := p.index[entropy]; ok {
+	if i, ok := p.find(entropy); ok {
 		p.ackAt(now, i, rtt, ecn)
 	}
 }
@@ -142,7 +185,7 @@ func (p *paths) ackAt(now clock.Time, i int, rtt time.Duration, ecn bool) {
 }
 
 func (p *paths) onLoss(entropy uint16) {
-	if i, ok := p.index[entropy]; ok {
+	if i, ok := p.find(entropy); ok {
 		p.stats[i].Losses++
 	}
 }
@@ -158,7 +201,9 @@ type ecmp struct{ paths }
 
 // NewECMP returns the classic policy: every packet of the QP on entropy.
 func NewECMP(entropy uint16) Policy {
-	return &ecmp{newPaths([]uint16{entropy})}
+	e := &ecmp{newPaths([]uint16{entropy})}
+	e.initStats()
+	return e
 }
 
 // Next returns the QP's one entropy.
@@ -199,6 +244,7 @@ func NewSpray(set []uint16, seed uint64) Policy {
 		paths: newPaths(set),
 		rng:   rand.New(rand.NewPCG(seed, seed^0xBB67AE8584CAA73B)),
 	}
+	s.initStats()
 	s.order = make([]int, len(s.set))
 	for i := range s.order {
 		s.order[i] = i

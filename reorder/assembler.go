@@ -36,8 +36,8 @@ const (
 	DefaultMaxMessages    = 256
 	DefaultMaxMessageSize = 1 << 30
 	DefaultMaxBytes       = 4 << 30
-	// MaxMaxMessages bounds Config.MaxMessages (the ring of Msg slots is
-	// allocated up front).
+	// MaxMaxMessages bounds Config.MaxMessages, the most slots of the ring
+	// of Msg slots.
 	MaxMaxMessages = 1 << 20
 )
 
@@ -126,9 +126,11 @@ type Msg struct {
 //
 // Message ids are per-QP uint32 sequence numbers that start at the first id
 // given to NewAssembler and wrap; ids compare by signed 32-bit difference.
-// The outstanding messages live in a fixed ring of MaxMessages slots indexed
-// by id-Next(), reused after Pop: no map, and no allocation besides each
-// message's buffer.
+// The outstanding messages live in a ring of slots indexed by id-Next(),
+// reused after Pop: no map. The ring starts empty and doubles (from 4
+// slots, up to MaxMessages) when a message lies beyond it, and Trim gives
+// it back when no message is outstanding: besides each message's buffer,
+// an Assembler allocates only to grow its ring.
 //
 // The zero value is not usable: create one with NewAssembler. An Assembler is
 // not safe for concurrent use.
@@ -151,11 +153,48 @@ func NewAssembler(cfg Config, first uint32) (*Assembler, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Assembler{
-		cfg:   cfg,
-		slots: make([]Msg, cfg.MaxMessages),
-		next:  first,
+		cfg:  cfg,
+		next: first,
 	}, nil
 }
+
+// minSlots is the ring's first size.
+const minSlots = 4
+
+// grow makes the ring hold at least d+1 slots (d < MaxMessages), with
+// Next's slot at 0; only outstanding messages move (the others hold
+// nothing of use, and a popped one's buffer is the caller's).
+func (a *Assembler) grow(d int) {
+	n := max(minSlots, len(a.slots))
+	for n <= d {
+		n *= 2
+	}
+	n = min(n, a.cfg.MaxMessages)
+	slots := make([]Msg, n)
+	for k := range a.slots {
+		j := a.head + k
+		if j >= len(a.slots) {
+			j -= len(a.slots)
+		}
+		if a.slots[j].live {
+			slots[k] = a.slots[j]
+		}
+	}
+	a.slots, a.head, a.popped = slots, 0, nil
+}
+
+// Trim gives the ring back when no message is outstanding, and reports
+// whether it had one.
+func (a *Assembler) Trim() bool {
+	if a.slots == nil || a.outstanding > 0 {
+		return false
+	}
+	a.slots, a.head, a.popped = nil, 0, nil
+	return true
+}
+
+// Trimmable reports whether Trim would give memory back.
+func (a *Assembler) Trimmable() bool { return a.slots != nil && a.outstanding == 0 }
 
 // Message returns the outstanding message id, creating it on first sight
 // with length bytes and, when withBuf, a buffer Buf = make([]byte, length).
@@ -171,8 +210,11 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 	if d < 0 {
 		return nil, fmt.Errorf("%w: message %d, next is %d", ErrStale, id, a.next)
 	}
+	if int(d) >= a.cfg.MaxMessages {
+		return nil, fmt.Errorf("%w: message %d at or beyond %d+%d", ErrTooManyMessages, id, a.next, a.cfg.MaxMessages)
+	}
 	if int(d) >= len(a.slots) {
-		return nil, fmt.Errorf("%w: message %d at or beyond %d+%d", ErrTooManyMessages, id, a.next, len(a.slots))
+		a.grow(int(d))
 	}
 	i := a.head + int(d)
 	if i >= len(a.slots) {
@@ -261,6 +303,9 @@ func (a *Assembler) Lookup(id uint32) *Msg {
 
 // Peek returns the message Pop would return, without popping it.
 func (a *Assembler) Peek() (*Msg, bool) {
+	if len(a.slots) == 0 {
+		return nil, false
+	}
 	m := &a.slots[a.head]
 	if !m.live || !m.done {
 		return nil, false
@@ -317,6 +362,9 @@ func (a *Assembler) Pop() (*Msg, bool) {
 	if a.popped != nil {
 		a.popped.buf, a.popped.Buf = nil, nil
 		a.popped = nil
+	}
+	if len(a.slots) == 0 {
+		return nil, false
 	}
 	m := &a.slots[a.head]
 	if !m.live || !m.done {

@@ -42,15 +42,18 @@
 // already marked is a Duplicate; one at or beyond Cum+Size is Outside: the
 // sender sent more than the window allows, the packet is not recorded and
 // must be dropped (the sender retransmits it once Cum has moved). Memory is
-// Size/8 bytes whatever the peer sends. Sack reports the arrival bitmap of
-// 64 to 256 PSNs, anchored at Cum or, when the packet just received lies
-// further ahead, ending at that packet, so that the sender learns about its
-// newest packet even behind a long hole.
+// at most Size/8 bytes whatever the peer sends, and none while PSNs arrive
+// in order: the ring grows to span the PSNs held ahead of a hole, and Trim
+// gives it back. Sack reports the arrival bitmap of 64 to 256 PSNs,
+// anchored at Cum or, when the packet just received lies further ahead,
+// ending at that packet, so that the sender learns about its newest packet
+// even behind a long hole.
 //
 // # Assembler
 //
-// Assembler keeps the messages in flight in a fixed ring of MaxMessages
-// slots, indexed by message id minus Next(), the oldest outstanding id.
+// Assembler keeps the messages in flight in a ring of up to MaxMessages
+// slots, indexed by message id minus Next(), the oldest outstanding id; the
+// ring grows with the span of ids in progress and Trim gives it back.
 // Packets of a sprayed message arrive in any order, across paths of
 // different delay, so Place writes each payload straight at its offset:
 // no packet waits in a reorder queue and no byte is copied twice. Messages

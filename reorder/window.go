@@ -51,18 +51,21 @@ func (v Verdict) String() string {
 // Window records which PSNs arrived in [Cum, Cum+Size) and advances Cum,
 // the next expected PSN, past every PSN that arrived contiguously.
 //
-// It is a ring of Size bits held in uint64 words; the bit of Cum moves
-// forward through the ring as Cum advances, and advancing clears the bits it
+// It is a ring of bits held in uint64 words; the bit of Cum moves forward
+// through the ring as Cum advances, and advancing clears the bits it
 // passes, so every bit in the ring always belongs to a PSN in
-// [Cum, Cum+Size). Mark and Sack do not allocate.
+// [Cum, Cum+Size). The ring holds no memory while PSNs arrive in order; it
+// grows (doubling from 64 bits, up to Size) to span the furthest PSN
+// marked ahead of a hole, and Trim gives it back once no PSN is held
+// there. Mark allocates only to grow it; Sack does not allocate.
 //
 // The zero value is not usable: create a Window with NewWindow. A Window is
 // not safe for concurrent use.
 type Window struct {
 	bits    []uint64
-	size    int     // bits in the ring, a multiple of 64
+	size    int     // PSNs tracked from cum on, a multiple of 64
 	cum     psn.PSN // next expected PSN
-	pos     int     // ring bit of cum, in [0, size)
+	pos     int     // ring bit of cum, in [0, 64*len(bits)), 0 without bits
 	high    psn.PSN // highest PSN marked, or cum-1
 	pending int     // bits set in the ring
 }
@@ -82,12 +85,42 @@ func NewWindow(start psn.PSN, size int) (*Window, error) {
 		return nil, fmt.Errorf("%w: start PSN %#x does not fit in 24 bits", ErrInvalidConfig, uint32(start))
 	}
 	return &Window{
-		bits: make([]uint64, size/64),
 		size: size,
 		cum:  start,
 		high: start.Prev(),
 	}, nil
 }
+
+// nbits is the number of bits in the ring.
+func (w *Window) nbits() int { return 64 * len(w.bits) }
+
+// grow makes the ring span at least d+1 bits (d < size), keeping the
+// marks, with Cum's bit at 0.
+func (w *Window) grow(d int) {
+	n := max(64, w.nbits())
+	for n <= d {
+		n *= 2
+	}
+	n = min(n, w.size)
+	bits := make([]uint64, n/64)
+	for off := 0; off < w.nbits(); off += 64 {
+		bits[off/64] = w.ring(off, 64)
+	}
+	w.bits, w.pos = bits, 0
+}
+
+// Trim gives the ring back when no PSN is held ahead of a hole, and
+// reports whether it had one.
+func (w *Window) Trim() bool {
+	if w.bits == nil || w.pending > 0 {
+		return false
+	}
+	w.bits, w.pos = nil, 0
+	return true
+}
+
+// Trimmable reports whether Trim would give memory back.
+func (w *Window) Trimmable() bool { return w.bits != nil && w.pending == 0 }
 
 // Mark records the arrival of PSN p and returns New if it had not arrived
 // (then Cum advances past every contiguously arrived PSN), Duplicate if it is
@@ -103,9 +136,20 @@ func (w *Window) Mark(p psn.PSN) Verdict {
 	if int(d) >= w.size {
 		return Outside
 	}
+	if d == 0 && w.pending == 0 {
+		// In order: Cum moves on, and the ring has nothing to hold.
+		w.high, w.cum = p, p.Next()
+		if w.pos++; w.pos == w.nbits() {
+			w.pos = 0
+		}
+		return New
+	}
+	if int(d) >= w.nbits() {
+		w.grow(int(d))
+	}
 	i := w.pos + int(d)
-	if i >= w.size {
-		i -= w.size
+	if i >= w.nbits() {
+		i -= w.nbits()
 	}
 	bit := uint64(1) << (i & 63)
 	if w.bits[i>>6]&bit != 0 {
@@ -157,7 +201,7 @@ func (w *Window) advance() {
 		w.pending -= run
 		w.cum = w.cum.Add(uint32(run))
 		w.pos += run
-		if w.pos == w.size {
+		if w.pos == w.nbits() {
 			w.pos = 0
 		}
 		if bit+run < 64 {
@@ -188,12 +232,12 @@ func (w *Window) Has(p psn.PSN) bool {
 	if d < 0 {
 		return true
 	}
-	if int(d) >= w.size {
+	if int(d) >= w.nbits() {
 		return false
 	}
 	i := w.pos + int(d)
-	if i >= w.size {
-		i -= w.size
+	if i >= w.nbits() {
+		i -= w.nbits()
 	}
 	return w.bits[i>>6]&(1<<(i&63)) != 0
 }
@@ -223,24 +267,25 @@ func (w *Window) Sack(recent psn.PSN, words []uint64) (base psn.PSN) {
 // bits64 returns the arrival bits of the 64 PSNs Cum+off .. Cum+off+63.
 func (w *Window) bits64(off int) uint64 {
 	switch {
-	case off >= w.size:
-		return 0
 	case off <= -64:
 		return ^uint64(0)
 	case off < 0:
 		k := -off
 		return (uint64(1)<<k - 1) | w.ring(0, 64-k)<<k
 	}
-	n := min(w.size-off, 64)
-	return w.ring(off, n)
+	return w.ring(off, 64)
 }
 
-// ring returns n bits (1..64) of the ring starting at offset off from Cum,
-// with off+n <= size.
+// ring returns n bits (1..64) of the window starting at offset off >= 0
+// from Cum; bits beyond the ring are 0 (nothing is marked there).
 func (w *Window) ring(off, n int) uint64 {
+	n = min(n, w.nbits()-off)
+	if n <= 0 {
+		return 0
+	}
 	i := w.pos + off
-	if i >= w.size {
-		i -= w.size
+	if i >= w.nbits() {
+		i -= w.nbits()
 	}
 	word, bit := i>>6, i&63
 	v := w.bits[word] >> bit

@@ -52,6 +52,7 @@ func (m Mode) String() string {
 const (
 	DefaultCapacity   = 4096
 	DefaultInitialRTT = 100 * time.Microsecond
+	DefaultInitialRTO = 2 * time.Millisecond
 	DefaultMinRTO     = time.Millisecond
 	DefaultMaxRTO     = 100 * time.Millisecond
 	DefaultMaxRetries = 7
@@ -60,6 +61,8 @@ const (
 	MaxCapacity = 1 << 22
 	// maxReoMult bounds the reordering window multiplier.
 	maxReoMult = 64
+	// maxPTOMult bounds the probe timeout multiplier.
+	maxPTOMult = 16
 	// MaxDuration bounds every duration in Config and every RTT sample, so
 	// that timer arithmetic cannot overflow.
 	MaxDuration = time.Hour
@@ -86,6 +89,15 @@ type Config struct {
 	// one slow first probe while one on the low side costs spurious
 	// resends. The first sample replaces it (RFC 6298 2.2).
 	InitialRTT time.Duration
+
+	// InitialRTO is the retransmission timeout before the first RTT sample
+	// (RFC 6298 2.1 takes 1s for the Internet). Zero means
+	// DefaultInitialRTO (2ms): longer than a full 15 MiB switch buffer
+	// takes to drain at 100 Gbit/s (1.3ms), so that a transfer that starts
+	// beside a hundred others, into queues no sample has measured yet, is
+	// not resent; the tail loss probe (2*InitialRTT) still repairs a lost
+	// first packet sooner.
+	InitialRTO time.Duration
 
 	// MinRTO and MaxRTO bound the retransmission timeout. Zero means
 	// DefaultMinRTO (1ms) and DefaultMaxRTO (100ms). The floor is far above
@@ -160,6 +172,9 @@ func (c Config) withDefaults() Config {
 	if c.MinRTO == 0 {
 		c.MinRTO = DefaultMinRTO
 	}
+	if c.InitialRTO == 0 {
+		c.InitialRTO = DefaultInitialRTO
+	}
 	if c.MaxRTO == 0 {
 		c.MaxRTO = DefaultMaxRTO
 	}
@@ -182,7 +197,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: capacity %d not in [0, %d]", ErrInvalidConfig, c.Capacity, MaxCapacity)
 	case c.InitialRTT < 0:
 		return fmt.Errorf("%w: negative initial RTT %v", ErrInvalidConfig, c.InitialRTT)
-	case c.MinRTO < 0 || c.MaxRTO < 0:
+	case c.MinRTO < 0 || c.MaxRTO < 0 || c.InitialRTO < 0:
 		return fmt.Errorf("%w: negative RTO bound", ErrInvalidConfig)
 	case c.FixedRTO < 0:
 		return fmt.Errorf("%w: negative fixed RTO %v", ErrInvalidConfig, c.FixedRTO)
@@ -195,7 +210,7 @@ func (c Config) Validate() error {
 	case c.AckEvery < 0:
 		return fmt.Errorf("%w: negative AckEvery %d", ErrInvalidConfig, c.AckEvery)
 	}
-	for _, v := range []time.Duration{c.InitialRTT, c.MinRTO, c.MaxRTO, c.FixedRTO, c.MinReorderWindow, c.MaxAckDelay} {
+	for _, v := range []time.Duration{c.InitialRTT, c.InitialRTO, c.MinRTO, c.MaxRTO, c.FixedRTO, c.MinReorderWindow, c.MaxAckDelay} {
 		if v > MaxDuration {
 			return fmt.Errorf("%w: duration %v above %v", ErrInvalidConfig, v, MaxDuration)
 		}

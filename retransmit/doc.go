@@ -27,10 +27,12 @@
 //     no RTT estimate, no backoff.
 //
 // The package is sans-IO: it reads no clock (every method takes now), starts
-// no goroutines, does no I/O and, but for returned errors, allocates nothing
-// after New. Ring storage is sized by Config.Capacity; ACK information that
-// refers to PSNs never sent is dropped whole and counted (Stats.BadAcks),
-// never trusted.
+// no goroutines, does no I/O and, but for returned errors and the growth of
+// its storage, allocates nothing. The ring of outstanding PSNs grows with
+// them, doubling up to Config.Capacity, and Trim gives it back when none
+// is outstanding; the per-entropy RACK table grows with the entropies in
+// use. ACK information that refers to PSNs never sent is dropped whole and
+// counted (Stats.BadAcks), never trusted.
 //
 // Errors: New and Config.Validate return errors wrapping ErrInvalidConfig;
 // OnSend returns errors wrapping ErrFull, ErrUnexpectedPSN or ErrBadLength;

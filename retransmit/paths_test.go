@@ -2,6 +2,7 @@ package retransmit
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/psn"
@@ -112,44 +113,123 @@ func TestRACKDeadPath(t *testing.T) {
 	}
 }
 
-// TestRTOSelectiveYoungSurvive: in SelectiveRepeat a timeout declares lost
-// the oldest packet and those sent more than RACK.rtt + reo_wnd ago, not a
-// whole window sent just now (RFC 8985 6.3); Go-Back-N resends all.
-func TestRTOSelectiveYoungSurvive(t *testing.T) {
-	for _, mode := range []Mode{SelectiveRepeat, GoBackN} {
-		s := mustNew(t, Config{Mode: mode}, 0)
-		sendOn(t, s, 0, 1)
-		sendOn(t, s, 10*us, 1)
-		young := sendOn(t, s, 950*us, 1)
-		if at := s.NextTimeout(); at != 1000*us && mode == GoBackN {
-			t.Fatalf("%v: RTO at %v", mode, at)
+// queued makes s see a queue: a 10µs round trip, then a 200µs one, so that
+// SRTT is more than twice the smallest RTT. It returns the time after.
+func queued(t *testing.T, s *Scoreboard) clock.Time {
+	t.Helper()
+	p := sendOn(t, s, 0, 1)
+	s.OnAck(10*us, sackOf(p.Next(), p, p), nil)
+	p = sendOn(t, s, 10*us, 1)
+	s.OnAck(210*us, sackOf(p.Next(), p, p), nil)
+	if !s.queueing() {
+		t.Fatalf("SRTT %v, min RTT %v: no queue", s.SRTT(), s.MinRTT())
+	}
+	return 210 * us
+}
+
+// TestRTOResendsOldestOnly: in SelectiveRepeat, when the round trip shows a
+// queue, a timeout resends the oldest packet alone, however long ago the
+// others were sent, and the resend's ACK decides: RACK then declares lost
+// the packets sent before it. Without a queue, and in Go-Back-N, the
+// timeout resends the old packets too.
+func TestRTOResendsOldestOnly(t *testing.T) {
+	for _, c := range []struct {
+		mode  Mode
+		queue bool
+	}{{SelectiveRepeat, true}, {SelectiveRepeat, false}, {GoBackN, false}} {
+		s := mustNew(t, Config{Mode: c.mode, NoTLP: true}, 0)
+		start := clock.Time(0)
+		if c.queue {
+			start = queued(t, s)
 		}
-		for now := s.NextTimeout(); ; now = s.NextTimeout() {
-			_, kind, err := s.OnTimeout(now, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if kind == RTO {
-				break
-			}
+		first := s.Next()
+		sendOn(t, s, start, 1)
+		sendOn(t, s, start+10*us, 1)
+		sendOn(t, s, start+20*us, 1)
+		now := s.NextTimeout()
+		if _, kind, err := s.OnTimeout(now, nil); kind != RTO || err != nil {
+			t.Fatalf("%+v: kind %v err %v", c, kind, err)
 		}
-		var lost []psn.PSN
-		for {
-			p, _, ok := s.PopLost()
-			if !ok {
-				break
-			}
-			lost = append(lost, p)
-		}
-		want := []psn.PSN{0, 1}
-		if mode == GoBackN {
-			want = append(want, young)
+		lost := resendLost(t, s, now)
+		want := psns(first, 0, 1, 2)
+		if c.queue {
+			want = psns(first, 0)
 		}
 		if !samePSNs(lost, want) {
-			t.Fatalf("%v: RTO queued %v, want %v", mode, lost, want)
+			t.Fatalf("%+v: RTO resent %v, want %v", c, lost, want)
+		}
+		mustCheck(t, s)
+		if !c.queue {
+			continue
+		}
+		// The resend alone arrives: the others, sent before it, are lost.
+		s.OnAck(now+20*us, sackOf(first, first, first), nil)
+		if got := resendLost(t, s, now+20*us); !samePSNs(got, psns(first, 1, 2)) {
+			t.Fatalf("after the resend's ACK resent %v, want the other two", got)
+		}
+		if st := s.Stats(); st.SpuriousRTOs != 0 || st.Retransmitted != 3 {
+			t.Fatalf("stats %+v", st)
 		}
 		mustCheck(t, s)
 	}
+}
+
+// TestSpuriousRTO: a queue longer than the timer, not a loss. The
+// originals' ACK comes after the timeout's resend left; the timeout is
+// counted spurious and one packet was resent, not the window.
+func TestSpuriousRTO(t *testing.T) {
+	s := mustNew(t, Config{NoTLP: true}, 0)
+	start := queued(t, s)
+	first := s.Next()
+	for range 8 {
+		sendOn(t, s, start, 1)
+	}
+	now := s.NextTimeout()
+	s.OnTimeout(now, nil)
+	if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0)) {
+		t.Fatalf("resent %v, want the oldest", got)
+	}
+	// The originals arrive 5ms after they were sent; the ACK echoes the
+	// oldest's original send time.
+	a := sackOf(first.Add(8), first)
+	a.AckedSentAt = start
+	s.OnAck(start+clock.Time(5*time.Millisecond), a, nil)
+	if st := s.Stats(); st.SpuriousRTOs != 1 || st.Retransmitted != 1 || s.Outstanding() != 0 {
+		t.Fatalf("stats %+v outstanding %d", st, s.Outstanding())
+	}
+	mustCheck(t, s)
+}
+
+// TestSpuriousProbeBacksOff: a probe whose original is acknowledged first
+// doubles the probe timeout.
+func TestSpuriousProbeBacksOff(t *testing.T) {
+	s := mustNew(t, Config{MinRTO: 10 * time.Millisecond}, 0)
+	sendOn(t, s, 0, 1)
+	s.OnAck(100*us, sackOf(1, 0, 0), nil) // RTT 100µs
+	p := sendOn(t, s, 100*us, 1)
+	sendOn(t, s, 100*us, 1)
+	pto := s.NextTimeout()
+	if pto != 300*us {
+		t.Fatalf("probe at %v, want 2 x 100µs after the send", pto)
+	}
+	if _, kind, _ := s.OnTimeout(pto, nil); kind != Probe {
+		t.Fatalf("kind %v", kind)
+	}
+	resendLost(t, s, pto)
+	// Both originals arrive later (a queue); the ACK echoes the probed
+	// packet's original stamp.
+	a := sackOf(p.Add(2), p.Add(1))
+	a.AckedSentAt = 100 * us
+	s.OnAck(500*us, a, nil)
+	if st := s.Stats(); st.SpuriousTLPs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	sendOn(t, s, 500*us, 1)
+	sendOn(t, s, 500*us, 1)
+	if got, base := s.NextTimeout().Sub(500*us), 2*s.SRTT(); got != 2*base {
+		t.Fatalf("probe %v after the send, want twice %v", got, base)
+	}
+	mustCheck(t, s)
 }
 
 // TestEchoedSendTimeSpurious: an ACK that echoes the send time of an

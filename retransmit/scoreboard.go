@@ -104,12 +104,17 @@ func (k TimeoutKind) String() string {
 type Stats struct {
 	// Sent counts new packets, Retransmitted resends (probes included).
 	Sent, Retransmitted uint64
-	// Acked counts packets acknowledged, Lost loss declarations.
-	Acked, Lost uint64
+	// Acked counts packets acknowledged, Lost loss declarations, of which
+	// LostRACK by RACK's reordering window and LostRTO by a retransmission
+	// timeout (the rest by a NAK).
+	Acked, Lost, LostRACK, LostRTO uint64
 	// SpuriousRetransmits counts packets declared lost (or probed) whose
 	// earlier transmission turned out to arrive: acknowledged before the
 	// resend was sent, or sooner after it than the minimum RTT.
 	SpuriousRetransmits uint64
+	// SpuriousRTOs counts retransmission timeouts whose resend turned out
+	// unneeded, SpuriousTLPs probes acknowledged by their original.
+	SpuriousRTOs, SpuriousTLPs uint64
 	// TLPs counts tail loss probes, RTOs retransmission timeouts.
 	TLPs, RTOs uint64
 	// BadAcks counts ACKs and NAKs dropped whole because they refer to
@@ -134,10 +139,18 @@ const (
 	fPending        // returned by PopLost, awaiting OnSend
 	fRetx           // sent more than once
 	fRackLost       // the latest loss declaration was RACK's
+	fRTO            // resent by a retransmission timeout
+	fProbe          // resent as a tail loss probe
 )
 
-// pathSlots is the size of the per-entropy RACK table.
-const pathSlots = 256
+// pathSlots is the most slots of the per-entropy RACK table. The table
+// starts empty and doubles (from minPathSlots) whenever an entropy finds no
+// slot within pathProbe of its own, so that it holds about as many slots as
+// the QP uses entropies; only a table of pathSlots evicts.
+const (
+	pathSlots    = 256
+	minPathSlots = 16
+)
 
 // pathRack is RACK's state for one entropy: the most recently sent packet
 // delivered on it, and that packet's RTT.
@@ -158,8 +171,12 @@ const pathProbe = 8
 
 // path returns the RACK state of entropy, or nil when none is kept.
 func (s *Scoreboard) path(entropy uint16) *pathRack {
+	n := uint16(len(s.paths))
+	if n == 0 {
+		return nil
+	}
 	for k := range uint16(pathProbe) {
-		r := &s.paths[(entropy+k)%pathSlots]
+		r := &s.paths[(entropy+k)%n]
 		if !r.ok {
 			return nil
 		}
@@ -172,15 +189,34 @@ func (s *Scoreboard) path(entropy uint16) *pathRack {
 
 // pathSlot returns the slot for entropy's RACK state: its own, the first
 // free one within pathProbe slots, or, when they are all taken by other
-// entropies, its home slot (whose entropy loses its state).
+// entropies, the same in a table twice as large; in a table of pathSlots,
+// its home slot (whose entropy loses its state).
 func (s *Scoreboard) pathSlot(entropy uint16) *pathRack {
-	for k := range uint16(pathProbe) {
-		r := &s.paths[(entropy+k)%pathSlots]
-		if !r.ok || r.entropy == entropy {
-			return r
+	for {
+		n := uint16(len(s.paths))
+		for k := range uint16(min(pathProbe, n)) {
+			r := &s.paths[(entropy+k)%n]
+			if !r.ok || r.entropy == entropy {
+				return r
+			}
+		}
+		if n >= pathSlots {
+			return &s.paths[entropy%n]
+		}
+		s.growPaths()
+	}
+}
+
+// growPaths doubles the per-entropy RACK table and places every entropy's
+// state again.
+func (s *Scoreboard) growPaths() {
+	old := s.paths
+	s.paths = make([]pathRack, max(minPathSlots, 2*len(old)))
+	for _, r := range old {
+		if r.ok {
+			*s.pathSlot(r.entropy) = r
 		}
 	}
-	return &s.paths[entropy%pathSlots]
 }
 
 // entry is one ring slot: the state of one outstanding PSN.
@@ -195,10 +231,16 @@ type entry struct {
 // Scoreboard is the sender's state for one queue pair. Its zero value is
 // not usable: use New. It is not safe for concurrent use: one engine loop
 // owns it.
+//
+// Its ring of outstanding PSNs grows with them: it starts empty, doubles
+// (from 64 slots) when a new packet finds it full, up to Capacity rounded
+// up to a power of two, and Trim gives it back once nothing is
+// outstanding. An idle scoreboard holds no ring (TestRingGrowsAndTrims).
 type Scoreboard struct {
-	cfg  Config
-	ring []entry
-	mask uint32
+	cfg     Config
+	ring    []entry
+	mask    uint32
+	maxRing int // the ring's largest size: Capacity rounded up to a power of two
 
 	// queue has one bit per ring slot: queued for resend. qHint is at or
 	// before the lowest queued PSN when nQueued > 0.
@@ -229,12 +271,18 @@ type Scoreboard struct {
 	inRecov  bool
 	recovEnd psn.PSN
 
-	// paths is per-entropy RACK state, direct-mapped by entropy (an
-	// entropy that maps onto an occupied slot evicts its owner).
+	// paths is per-entropy RACK state, an open-addressed table by entropy
+	// that grows with the entropies in use (pathSlot).
 	paths []pathRack
 
 	tlpActive bool
 	tlpEnd    psn.PSN
+	// ptoMult multiplies the probe timeout; a spurious probe doubles it
+	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
+	ptoMult, ptoLeft int
+
+	// rtoPSN was resent by the latest retransmission timeout.
+	rtoPSN psn.PSN
 
 	nakActive   bool
 	nakExpected psn.PSN
@@ -245,7 +293,7 @@ type Scoreboard struct {
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24
-// bits). It allocates all its memory here.
+// bits). Its ring and per-entropy table are allocated as packets need them.
 func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -258,18 +306,52 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	first = psn.New(uint32(first))
 	return &Scoreboard{
 		cfg:     cfg,
-		ring:    make([]entry, size),
-		mask:    uint32(size - 1),
-		queue:   make([]uint64, size/64),
+		maxRing: size,
 		una:     first,
 		next:    first,
 		rtoAt:   clock.Never,
 		ptoAt:   clock.Never,
 		reoAt:   clock.Never,
 		reoMult: 1,
-		paths:   make([]pathRack, pathSlots),
+		ptoMult: 1,
 	}, nil
 }
+
+// minRing is the ring's first size: one word of the resend bitmap.
+const minRing = 64
+
+// grow doubles the ring (from minRing), keeping every outstanding PSN's
+// entry and resend bit.
+func (s *Scoreboard) grow() {
+	old, oldMask := s.ring, s.mask
+	size := max(minRing, 2*len(old))
+	s.ring = make([]entry, size)
+	s.mask = uint32(size - 1)
+	s.queue = make([]uint64, size/64)
+	for p := s.una; p != s.next; p = p.Next() {
+		e := old[uint32(p)&oldMask]
+		*s.slot(p) = e
+		if e.flags&fQueued != 0 {
+			i := uint32(p) & s.mask
+			s.queue[i>>6] |= 1 << (i & 63)
+		}
+	}
+}
+
+// Trim gives the ring back when no packet is outstanding, so that an idle
+// scoreboard holds only its fixed state and its per-entropy table; the
+// next packet sent allocates it again. It reports whether it had a ring
+// to give back.
+func (s *Scoreboard) Trim() bool {
+	if s.ring == nil || s.una != s.next || s.nQueued > 0 {
+		return false
+	}
+	s.ring, s.queue, s.mask = nil, nil, 0
+	return true
+}
+
+// Trimmable reports whether Trim would give memory back.
+func (s *Scoreboard) Trimmable() bool { return s.ring != nil && s.una == s.next && s.nQueued == 0 }
 
 func (s *Scoreboard) slot(p psn.PSN) *entry { return &s.ring[uint32(p)&s.mask] }
 
@@ -323,20 +405,20 @@ func (s *Scoreboard) MinRTT() time.Duration {
 }
 
 // RTO returns the current retransmission timeout: Config.FixedRTO when it
-// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3, with RTTVAR =
-// InitialRTT/2 before the first sample) within [MinRTO, MaxRTO], doubled
+// is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3; Config.InitialRTO
+// before the first sample, RFC 6298 2.1) within [MinRTO, MaxRTO], doubled
 // for each timeout since the last valid RTT sample (RFC 6298 5.5) and
 // capped at MaxRTO.
 func (s *Scoreboard) RTO() time.Duration {
 	if s.cfg.FixedRTO > 0 {
 		return s.cfg.FixedRTO
 	}
-	srtt, rttvar := s.srtt, s.rttvar
-	if !s.hasRTT {
-		srtt, rttvar = s.cfg.InitialRTT, s.cfg.InitialRTT/2
+	var rto time.Duration
+	if s.hasRTT {
+		rto = max(s.srtt+4*s.rttvar, s.cfg.MinRTO)
+	} else {
+		rto = max(s.cfg.InitialRTO, s.cfg.MinRTO)
 	}
-	rto := srtt + 4*rttvar
-	rto = max(rto, s.cfg.MinRTO)
 	for i := uint(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
 		rto *= 2
 	}
@@ -382,6 +464,9 @@ func (s *Scoreboard) OnSend(now clock.Time, p psn.PSN, bytes int, tag uint64, en
 	if p == s.next {
 		if s.Full() {
 			return fmt.Errorf("%w: %d packets outstanding", ErrFull, s.Outstanding())
+		}
+		if s.Outstanding() >= len(s.ring) {
+			s.grow()
 		}
 		*s.slot(p) = entry{sentAt: now, tag: tag, bytes: int32(bytes), entropy: entropy}
 		s.next = s.next.Next()
@@ -497,6 +582,9 @@ func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res
 		s.enqueue(p)
 	}
 	s.stats.Lost++
+	if byRACK {
+		s.stats.LostRACK++
+	}
 	if res != nil {
 		res.LostPkts++
 	}
@@ -533,6 +621,19 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	}
 	if e.flags&fLost != 0 || early {
 		s.spurious(e)
+		switch {
+		case e.flags&fRTO != 0 && p == s.rtoPSN:
+			s.stats.SpuriousRTOs++
+		case e.flags&fProbe != 0:
+			s.spuriousProbe()
+		}
+	} else if e.flags&fProbe != 0 && e.flags&(fQueued|fPending) != 0 {
+		// Acknowledged before the probe left: the probe fired too soon.
+		s.spuriousProbe()
+	} else if e.flags&fProbe != 0 && retx && s.ptoLeft > 0 {
+		if s.ptoLeft--; s.ptoLeft == 0 {
+			s.ptoMult = 1
+		}
 	}
 	if e.flags&fQueued != 0 {
 		s.unqueue(p)
@@ -582,6 +683,19 @@ func (s *Scoreboard) spurious(e *entry) {
 		s.reoMult = min(s.reoMult+1, maxReoMult)
 		s.reoLeft = reoPersist
 	}
+}
+
+// queueing says whether the round trip has grown to more than twice the
+// smallest one: the queue part of SRTT is longer than the path's own delay.
+func (s *Scoreboard) queueing() bool { return s.hasRTT && s.srtt > 2*s.minRTT }
+
+// spuriousProbe doubles the probe timeout (at most maxPTOMult times its
+// base) for the next reoPersist probes: a probe that its own packet's ACK
+// overtook was sent while the packet sat in a queue (TestSpuriousProbeBacksOff).
+func (s *Scoreboard) spuriousProbe() {
+	s.stats.SpuriousTLPs++
+	s.ptoMult = min(2*s.ptoMult, maxPTOMult)
+	s.ptoLeft = reoPersist
 }
 
 // advance moves the oldest unacknowledged PSN past acknowledged ones.
@@ -816,10 +930,11 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
-// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT, plus
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT
+// times the spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
-// packet), no later than the retransmission
-// timer; only in SelectiveRepeat with TLP on, packets in flight, no probe
+// packet), no later than the retransmission timer; only in SelectiveRepeat
+// with TLP on, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
 // armed timer; otherwise only an unarmed one is set.
 //
@@ -837,7 +952,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := 2 * s.SRTT()
+	pto := 2 * s.SRTT() * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -941,22 +1056,40 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}
-		// RFC 8985 6.3: in SelectiveRepeat the oldest packet is lost (it was
-		// sent an RTO ago), the others only when RACK.rtt + reo_wnd has
-		// passed since they were sent: a timeout does not resend a whole
-		// window that is still on its way. Go-Back-N resends everything.
+		// In SelectiveRepeat, when the round trip shows a queue (queueing),
+		// the first timeout since the last progress resends the oldest
+		// packet alone (RFC 5682's F-RTO): a queue longer than the timer
+		// explains the silence as well as a loss does, and the resend's ACK
+		// tells them apart: RACK then declares the others lost if they
+		// were, and an ACK of the original counts the timeout spurious. A
+		// whole window resent into a long queue only lengthens it
+		// (TestRTOResendsOldestOnly). Otherwise, and on a second timeout in
+		// a row, the packets sent more than RACK.rtt + reo_wnd ago are lost
+		// (RFC 8985 6.3), as a dead path needs. Go-Back-N resends all.
 		young := clock.Never
 		if s.cfg.Mode == SelectiveRepeat {
-			rtt := s.SRTT()
-			if s.rackOK {
-				rtt = s.rackRTT
+			young = clock.Time(math.MinInt64)
+			if s.retries > 1 || !s.queueing() {
+				rtt := s.SRTT()
+				if s.rackOK {
+					rtt = s.rackRTT
+				}
+				young = now.Add(-(rtt + s.ReorderWindow()))
 			}
-			young = now.Add(-(rtt + s.ReorderWindow()))
 		}
 		for p := s.una; p != s.next; p = p.Next() {
 			e := s.slot(p)
 			if p != s.una && e.sentAt.After(young) && e.flags&fLost == 0 {
 				continue
+			}
+			if e.flags&(fAcked|fLost) == 0 {
+				s.stats.LostRTO++
+			}
+			if p == s.una && s.cfg.Mode == SelectiveRepeat {
+				if e.flags&fLost == 0 {
+					s.rtoPSN = p
+				}
+				e.flags |= fRTO
 			}
 			dst = s.markLost(p, e, false, dst, nil)
 			if e.flags&fPending != 0 {
@@ -983,6 +1116,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 			if e.flags&(fQueued|fPending) == 0 {
 				s.enqueue(p)
 			}
+			e.flags |= fProbe
 			break
 		}
 		s.stats.TLPs++

@@ -38,12 +38,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	s := mustNew(t, Config{}, 0)
 	got := s.Config()
-	want := Config{Capacity: DefaultCapacity, InitialRTT: DefaultInitialRTT, MinRTO: DefaultMinRTO,
+	want := Config{Capacity: DefaultCapacity, InitialRTT: DefaultInitialRTT, InitialRTO: DefaultInitialRTO, MinRTO: DefaultMinRTO,
 		MaxRTO: DefaultMaxRTO, MaxRetries: DefaultMaxRetries, AckEvery: 2}
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
-	if s.RTO() != DefaultMinRTO || s.SRTT() != DefaultInitialRTT || s.NextTimeout() != clock.Never {
+	if s.RTO() != DefaultInitialRTO || s.SRTT() != DefaultInitialRTT || s.NextTimeout() != clock.Never {
 		t.Errorf("fresh scoreboard: RTO %v SRTT %v next timeout %v", s.RTO(), s.SRTT(), s.NextTimeout())
 	}
 }
@@ -354,7 +354,7 @@ func TestNoTLP(t *testing.T) {
 
 func TestRTOBackoffAndFailure(t *testing.T) {
 	forFirsts(t, func(t *testing.T, first psn.PSN) {
-		s := mustNew(t, Config{NoTLP: true, MinRTO: time.Millisecond, MaxRTO: 8 * time.Millisecond, MaxRetries: 5}, first)
+		s := mustNew(t, Config{NoTLP: true, InitialRTO: time.Millisecond, MinRTO: time.Millisecond, MaxRTO: 8 * time.Millisecond, MaxRetries: 5}, first)
 		sendNew(t, s, 0)
 		sendNew(t, s, 0)
 		now := clock.Time(0)
@@ -375,10 +375,11 @@ func TestRTOBackoffAndFailure(t *testing.T) {
 			if kind != RTO || err != nil {
 				t.Fatalf("timeout %d: kind %v err %v", i, kind, err)
 			}
-			if _, lost := split(ev); !samePSNs(lost, psns(first, 0, 1)) {
-				t.Fatalf("RTO %d lost %v, want both in PSN order", i, lost)
+			want := psns(first, 0, 1)
+			if _, lost := split(ev); !samePSNs(lost, want) {
+				t.Fatalf("RTO %d lost %v, want %v", i, lost, want)
 			}
-			if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0, 1)) {
+			if got := resendLost(t, s, now); !samePSNs(got, want) {
 				t.Fatalf("resent %v", got)
 			}
 			mustCheck(t, s)
@@ -481,7 +482,7 @@ func TestProgressResetsRetries(t *testing.T) {
 		t.Fatalf("4th RTO without progress: %v", k)
 	}
 	// A fresh RTT sample ends the backoff.
-	s = mustNew(t, Config{NoTLP: true}, 0)
+	s = mustNew(t, Config{NoTLP: true, InitialRTO: DefaultMinRTO}, 0)
 	sendNew(t, s, 0)
 	s.OnTimeout(s.NextTimeout(), nil)
 	resendLost(t, s, 0)

@@ -38,11 +38,12 @@
 //
 // With PFC the fabric is lossless for one class, every frame: each switch
 // counts the bytes each ingress port brought into its buffer and, when
-// they reach the XOFF threshold (PFC.Alpha of the free shared buffer),
-// sends PAUSE upstream; the upstream port (a switch port or a host's NIC)
-// stops after the link's delay, once its current frame is out, and
-// restarts on RESUME, sent when the account falls PFC.Resume bytes below
-// the threshold. Headroom for what arrives meanwhile is set aside per
+// they reach the XOFF threshold (PFC.Alpha, 1/8, of the free shared
+// buffer, or a static PFC.XOff), sends PAUSE upstream; the upstream port
+// (a switch port or a host's NIC) stops after the link's delay, once its
+// current frame is out, and restarts on RESUME, sent when the account
+// falls PFC.Resume bytes (two frames) below the threshold. ParseTopo's
+// pfc=XOFF/XON option sets both (TestPFCThresholds). Headroom for what arrives meanwhile is set aside per
 // port. Queues behind a paused port build, fill their switch and pause
 // further upstream: head-of-line blocking and congestion spreading emerge
 // (TestPFCPauseResume, TestPFCHeadOfLine). A PAUSE frame is counted per
@@ -68,7 +69,9 @@
 // Shaper fabric is not lossless (the testbed has no PFC).
 //
 // Faults: SetLinkDown (both directions blackholed; the switches at its
-// ends route around it at once, the others after a reconvergence delay),
+// ends route around it at once, the others after a reconvergence delay,
+// and then along no path that leads into it, however many switches
+// ahead: TestFatTreeReroute),
 // SetLoss (random loss per frame) and SetBurstLoss (Gilbert-Elliott).
 //
 // # Hosts
@@ -94,6 +97,25 @@
 // WriteConnectionMatrix writes one, so that the same workload runs in
 // both simulators. Flows are RDMA WRITEs with immediate; a flow completes
 // when its receiver has it whole.
+//
+// moe:SIZE,compute=DUR,iters=N is a mixture-of-experts layer in training,
+// repeated as steps: every rank dispatches SIZE/hosts to every other (an
+// all-to-all), computes for DUR once all of its own dispatch is in (a
+// Trigger's Delay), combines with a second all-to-all, and starts its
+// next step once all of its combine is in; ranks wait on their own
+// receives, not on a global barrier. Steps default to enough that the
+// compute alone lasts MinRateWindow (100 ms), so that the rates a run
+// gives per minute come from a window long enough to mean one
+// (TestMoEWorkload). RowSteps and WriteSteps report the mean step, the
+// collectives' times, and the share of the step spent computing (the
+// MFU-style figure) and waiting on the network.
+//
+// # Reports
+//
+// Every Row states the simulated time its counters cover (Simulated). A
+// rate per minute (PausesPerMin) is given only from at least
+// MinRateWindow of it (PerMinute); a shorter row reports its count and
+// window, and the table prints "-" for its rate (TestPerMinute).
 //
 // # Determinism and cost
 //

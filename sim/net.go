@@ -77,15 +77,19 @@ func DefaultECN(rate uint64, mtu int) ECNConfig {
 
 // PFCConfig configures priority flow control, per ingress port: when the
 // bytes a port has brought into the switch's buffer reach the XOFF
-// threshold (Alpha times the free shared buffer, dynamic), the switch
-// sends PAUSE to the upstream port, which stops after the link's delay;
-// when they fall Resume bytes below it, RESUME. Headroom per port is
-// reserved out of the buffer for what arrives in between.
+// threshold (Alpha times the free shared buffer, dynamic, or XOff bytes,
+// static), the switch sends PAUSE to the upstream port, which stops after
+// the link's delay; when they fall Resume bytes below it, RESUME.
+// Headroom per port is reserved out of the buffer for what arrives in
+// between. Zero fields take Topo's PFC thresholds, then the defaults.
 type PFCConfig struct {
 	On bool
 	// Alpha is the XOFF threshold's share of the free shared buffer; 0
-	// means 1/8.
+	// means 1/8 (DefaultPFCAlpha) unless XOff is set.
 	Alpha float64
+	// XOff, above 0, is a static XOFF threshold in bytes instead of
+	// Alpha's dynamic one.
+	XOff int
 	// Headroom is the buffer reserved per ingress port; 0 means what
 	// arrives after a PAUSE is sent: two link delays at the port's rate
 	// plus two frames.
@@ -93,6 +97,11 @@ type PFCConfig struct {
 	// Resume is the XON hysteresis in bytes; 0 means two frames.
 	Resume int
 }
+
+// DefaultPFCAlpha is PFCConfig.Alpha's default: XOFF at 1/8 of the free
+// shared buffer, the dynamic threshold (alpha) of shared-buffer switch
+// ASICs' lossless pools.
+const DefaultPFCAlpha = 1.0 / 8
 
 // Drops counts frames the fabric dropped, by cause.
 type Drops struct {
@@ -220,6 +229,9 @@ type Net struct {
 	// to transmit (tests).
 	Trace   func(sw, port int, frame []byte)
 	mtuWire int
+	// withdrawn counts the ports withdrawn from the fabric's routes;
+	// while it is 0 a route needs no look beyond its own links.
+	withdrawn int
 }
 
 // wireOverhead is what an Ethernet frame takes on the wire beyond the
@@ -262,8 +274,14 @@ func New(cfg FabricConfig) (*Net, error) {
 	if cfg.Alpha == 0 {
 		cfg.Alpha = 1
 	}
-	if cfg.PFC.Alpha == 0 {
-		cfg.PFC.Alpha = 1.0 / 8
+	if cfg.PFC.Alpha == 0 && cfg.PFC.XOff == 0 {
+		cfg.PFC.Alpha, cfg.PFC.XOff = t.PFCAlpha, t.PFCXOff
+	}
+	if cfg.PFC.Alpha == 0 && cfg.PFC.XOff == 0 {
+		cfg.PFC.Alpha = DefaultPFCAlpha
+	}
+	if cfg.PFC.Resume == 0 {
+		cfg.PFC.Resume = t.PFCResume
 	}
 	if cfg.PFC.Resume == 0 {
 		cfg.PFC.Resume = 2 * t.MTU
@@ -274,15 +292,43 @@ func New(cfg FabricConfig) (*Net, error) {
 	if cfg.HostRxFrames == 0 {
 		cfg.HostRxFrames = 1 << 16
 	}
-	if cfg.Alpha < 0 || cfg.PFC.Alpha < 0 || cfg.NICFrames < 1 || cfg.HostRxFrames < 1 {
+	if cfg.Alpha < 0 || cfg.NICFrames < 1 || cfg.HostRxFrames < 1 {
 		return nil, fmt.Errorf("%w: negative alpha or queue", ErrConfig)
+	}
+	if err := checkPFC(cfg.PFC.Alpha, cfg.PFC.XOff, cfg.PFC.Resume, t.MTU); err != nil {
+		return nil, err
 	}
 	if d := cfg.ECNDelay; d.KMin < 0 || d.KMax < 0 || (d.KMax > 0 && d.KMax < d.KMin) || d.PMax < 0 || d.PMax > 1 {
 		return nil, fmt.Errorf("%w: ECN by delay %v to %v, pmax %v", ErrConfig, d.KMin, d.KMax, d.PMax)
 	}
 	n := &Net{cfg: cfg, topo: t, mtuWire: t.MTU + wireOverhead}
 	n.build()
+	if x := cfg.PFC.XOff; cfg.PFC.On && x > 0 {
+		for i := range n.switches {
+			if s := &n.switches[i]; x > s.shared {
+				return nil, fmt.Errorf("%w: PFC XOFF %d bytes above switch %d's shared buffer (%d bytes less headroom)", ErrConfig, x, i, s.shared)
+			}
+		}
+	}
 	return n, nil
+}
+
+// checkPFC validates PFC thresholds: alpha in [0, 8] or a static xoff of
+// at least a frame, not both, and an XON hysteresis below a static xoff.
+func checkPFC(alpha float64, xoff, resume, mtu int) error {
+	switch {
+	case alpha < 0 || alpha > 8 || alpha != alpha:
+		return fmt.Errorf("%w: PFC XOFF alpha %v: want a share of the free buffer in (0, 8]", ErrConfig, alpha)
+	case alpha > 0 && xoff > 0:
+		return fmt.Errorf("%w: PFC XOFF both dynamic (alpha %v) and static (%d bytes)", ErrConfig, alpha, xoff)
+	case xoff < 0 || (xoff > 0 && xoff < mtu):
+		return fmt.Errorf("%w: PFC XOFF %d bytes: want at least a frame (%d)", ErrConfig, xoff, mtu)
+	case resume < 0:
+		return fmt.Errorf("%w: PFC XON %d bytes below XOFF: want at least 0", ErrConfig, resume)
+	case xoff > 0 && resume >= xoff:
+		return fmt.Errorf("%w: PFC XON %d bytes below a static XOFF of %d: want less than XOFF", ErrConfig, resume, xoff)
+	}
+	return nil
 }
 
 // Topo returns the fabric's topology, defaults filled in.
@@ -603,7 +649,12 @@ func (n *Net) account(s *swtch) {
 	s.lastT = n.now
 }
 
+// xoffThreshold is the bytes an ingress port of s may bring into its
+// buffer before it sends PAUSE: static, or Alpha of the free shared buffer.
 func (n *Net) xoffThreshold(s *swtch) int {
+	if x := n.cfg.PFC.XOff; x > 0 {
+		return x
+	}
 	return int(n.cfg.PFC.Alpha * float64(max(s.shared-s.used, 0)))
 }
 
@@ -709,21 +760,40 @@ func (n *Net) route(s *swtch, f []byte) (int32, bool) {
 	return s.up[first], true
 }
 
-// usable reports whether uplink u may carry a frame for dst: it is up,
-// and the next switch's link down towards dst has not been withdrawn.
+// usable reports whether uplink u may carry a frame for dst: it is up
+// and not withdrawn, and the switch at its other end still reaches dst
+// by the fabric's routes (reaches). A switch knows its own down links at
+// once, and the others' once they are withdrawn (reconverged).
 func (n *Net) usable(u, dst int32) bool {
 	p := &n.ports[u]
-	if p.down {
+	if p.down || p.withdrawn {
 		return false
 	}
-	ns := &n.switches[n.ports[p.peer].node]
-	if dst >= ns.lo && dst < ns.hi {
-		d := &n.ports[ns.down[(dst-ns.lo)/ns.div]]
+	return n.withdrawn == 0 || n.reaches(n.ports[p.peer].node, dst)
+}
+
+// reaches reports whether switch si has a route to dst over links that
+// are not withdrawn: down its port towards dst if it covers dst, else up
+// any uplink whose switch reaches dst. Routes run up and then down, as
+// the fabric's routing announces them, so a fat-tree's edge switch sees
+// through its aggregation switch and the cores to the link that failed
+// below another aggregation switch (TestFatTreeReroute).
+func (n *Net) reaches(si, dst int32) bool {
+	s := &n.switches[si]
+	if dst >= s.lo && dst < s.hi {
+		d := &n.ports[s.down[(dst-s.lo)/s.div]]
 		if d.withdrawn {
 			return false
 		}
+		below := &n.ports[d.peer]
+		return below.host || n.reaches(below.node, dst)
 	}
-	return true
+	for _, u := range s.up {
+		if p := &n.ports[u]; !p.withdrawn && n.reaches(n.ports[p.peer].node, dst) {
+			return true
+		}
+	}
+	return false
 }
 
 // ecnMark marks frame f CE by RED on the q bytes ahead of it in egress
@@ -851,19 +921,32 @@ func (n *Net) SetLinkDown(l LinkRef, down bool, reconverge time.Duration) error 
 		p := &n.ports[x]
 		p.down = down
 		if !down {
-			p.withdrawn = false
+			n.withdraw(p, false)
 		}
 	}
 	if down && reconverge >= 0 {
 		n.At(n.now.Add(reconverge), func() {
 			for _, x := range []int32{pi, n.ports[pi].peer} {
 				if p := &n.ports[x]; p.down {
-					p.withdrawn = true
+					n.withdraw(p, true)
 				}
 			}
 		})
 	}
 	return nil
+}
+
+// withdraw withdraws port p from the fabric's routes (on) or restores it.
+func (n *Net) withdraw(p *port, on bool) {
+	if p.withdrawn == on {
+		return
+	}
+	p.withdrawn = on
+	if on {
+		n.withdrawn++
+	} else {
+		n.withdrawn--
+	}
 }
 
 // SetLoss sets the random loss probability of every frame leaving either

@@ -547,3 +547,74 @@ func TestEdgeUnmeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestFatTreeReroute: once the fabric has reconverged after a link
+// between an edge and an aggregation switch fails, every host reaches
+// every other on every 5-tuple, including from other pods, whose edge
+// switches must avoid the aggregation switches whose cores lead only
+// into the dead link (three switches ahead).
+func TestFatTreeReroute(t *testing.T) {
+	n := newNet(t, "fattree:4,rate=10gbit", func(c *FabricConfig) { c.NICFrames = 4000 })
+	// Switch 0 is pod 0's first edge; its last port is its uplink to the
+	// pod's last aggregation switch.
+	l := LinkRef{Switch: 0, Port: len(n.switches[0].ports) - 1}
+	if pi := n.switches[0].ports[l.Port]; n.ports[n.ports[pi].peer].host {
+		t.Fatal("switch 0's last port faces a host")
+	}
+	if err := n.SetLinkDown(l, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.Run(clock.Never, nil)
+	seen := map[[2]int]int{}
+	n.OnDeliver = func(h int, f []byte, now clock.Time) {
+		src := int(binary.BigEndian.Uint32(f[len(f)-4:]) >> 16)
+		seen[[2]int{src, h}]++
+	}
+	const ports = 64
+	for s := range 16 {
+		for d := range 16 {
+			for sp := range ports {
+				if s != d {
+					n.Host(s).Send(udpFrame(s, d, uint16(1000+sp), 100, false))
+				}
+			}
+		}
+	}
+	n.Run(clock.Never, nil)
+	if bh := n.Stats().Drops.Blackhole; bh != 0 {
+		t.Errorf("%d frames blackholed after reconvergence", bh)
+	}
+	for s := range 16 {
+		for d := range 16 {
+			if s != d && seen[[2]int{s, d}] != ports {
+				t.Errorf("%d -> %d: %d of %d frames delivered", s, d, seen[[2]int{s, d}], ports)
+			}
+		}
+	}
+}
+
+// TestFatTreeLinkFailRun: under linkfail on a fat-tree, roce (one path
+// per QP, Go-Back-N) completes every flow of an all-to-all with its bytes
+// intact once the fabric has reconverged: no QP is left on a path into
+// the dead link.
+func TestFatTreeLinkFailRun(t *testing.T) {
+	tp, err := ParseTopo("fattree:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ParseWorkload("alltoall:256k", tp.Hosts(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(Config{Topo: tp, Workload: w, Seed: 1, Verify: true, Profiles: []string{ProfileRoCE}, Scenarios: []string{ScenarioLinkFail}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Rows[0]
+	if r.Done != r.Flows || r.Err != "" {
+		t.Fatalf("%d of %d flows done: %s", r.Done, r.Flows, r.Err)
+	}
+	if r.Drops.Blackhole == 0 {
+		t.Fatal("no frame blackholed: the link did not fail under the traffic")
+	}
+}

@@ -17,21 +17,44 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
+// PerMinute returns count per minute of window, and whether window is
+// long enough to give one (at least MinRateWindow); when it is not, the
+// rate is 0 and the count, with its window, is what to report.
+func PerMinute(count uint64, window time.Duration) (float64, bool) {
+	if window < MinRateWindow {
+		return 0, false
+	}
+	return float64(count) / window.Minutes(), true
+}
+
+// perMinString is a rate per minute of window for a table: the rate, or
+// "-" when the window is shorter than MinRateWindow.
+func perMinString(count uint64, window time.Duration) string {
+	r, ok := PerMinute(count, window)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
 // WriteTable writes res as spray compare writes its table, one row per
 // scenario and profile: flow completion time mean, p50, p99 and p99.9,
 // algbw, retransmits and duplicates, timeouts, ECN marks, drops by cause,
-// then PFC (PAUSE frames per minute of simulated time, paused time summed
-// over ports and of the port paused longest) and switch buffer occupancy
-// (the most any switch held, and the highest mean over the run, as shares
-// of the buffer). A header states the fabric, and notes follow the table.
+// then the simulated time the row covers, PFC (PAUSE frames, and per
+// minute of that time when it is at least MinRateWindow; paused time
+// summed over ports and of the port paused longest) and switch buffer
+// occupancy (the most any switch held, and the highest mean over the run,
+// as shares of the buffer). A header states the fabric, and notes follow
+// the table.
 func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup/tlp\ttimeouts\tECN\tdrops\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
-	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t\t\t\tloss/bh/q/host\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
+	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
+	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 	var notes []string
+	short := false
 	for _, r := range res.Rows {
 		mark := ""
 		if r.Err != "" {
@@ -42,14 +65,95 @@ func WriteTable(w io.Writer, res Result) {
 		if r.PFC {
 			pfc = "on"
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%.0f\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
+		short = short || r.Simulated < MinRateWindow
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
 			r.Scenario, r.Profile, mark, pfc, r.Done, r.Flows, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999), r.AlgBW,
 			r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
-			r.PausesPerMin, ms(r.PausedTime), ms(r.MaxPortPaused), 100*r.BufferMax, 100*r.BufferMean)
+			ms(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), ms(r.PausedTime), ms(r.MaxPortPaused), 100*r.BufferMax, 100*r.BufferMean)
 	}
 	tw.Flush()
 	for i, n := range notes {
 		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
+	}
+	if short {
+		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)
+	}
+}
+
+// StepStats are the figures of a training-step workload (moe) in one
+// row: what an MoE layer's all-to-alls cost a step.
+type StepStats struct {
+	// Steps is the steps completed; Step their mean time (the makespan
+	// over the steps: every rank's steps run back to back).
+	Steps int
+	Step  time.Duration
+	// Collectives are the times of the dispatch and combine all-to-alls
+	// (each from its first rank's first send to its last rank's last
+	// receive); CollectiveMean their mean, CollectiveMax the longest.
+	Collectives                   int
+	CollectiveMean, CollectiveMax time.Duration
+	// ComputeShare is the compute time over the step time (the MFU-style
+	// figure: the share of a step the accelerators compute);
+	// NetworkShare the rest, the share spent waiting on the network.
+	ComputeShare, NetworkShare float64
+}
+
+// ErrNotSteps is returned by RowSteps for a workload that is not
+// training steps (Steps or Compute unset).
+var ErrNotSteps = errors.New("sim: not a training-step workload")
+
+// RowSteps returns the step figures of row r, which ran workload w. A
+// row whose steps did not all complete has none (an error).
+func RowSteps(r Row, w Workload) (StepStats, error) {
+	if w.Steps < 1 || w.Compute <= 0 || w.Iters != 2*w.Steps {
+		return StepStats{}, ErrNotSteps
+	}
+	if r.Done != r.Flows || len(r.Iterations) != w.Iters || r.Makespan <= 0 {
+		return StepStats{}, fmt.Errorf("sim: %s/%s: %d of %d flows done, %d of %d collectives: no step figures", r.Scenario, r.Profile, r.Done, r.Flows, len(r.Iterations), w.Iters)
+	}
+	st := StepStats{Steps: w.Steps, Step: r.Makespan / time.Duration(w.Steps), Collectives: len(r.Iterations)}
+	var sum time.Duration
+	for _, d := range r.Iterations {
+		sum += d
+		st.CollectiveMax = max(st.CollectiveMax, d)
+	}
+	st.CollectiveMean = sum / time.Duration(len(r.Iterations))
+	st.ComputeShare = min(float64(w.Compute)/float64(st.Step), 1)
+	st.NetworkShare = 1 - st.ComputeShare
+	return st, nil
+}
+
+// WriteSteps writes, for a training-step workload w, one line per row of
+// res: the steps, the mean step, the collectives' mean and longest time,
+// the all-to-all flows' completion mean and p99.9, PAUSE frames (and per
+// minute, over at least MinRateWindow), switch buffer mean and max, and
+// the shares of the step spent computing (MFU-style) and waiting on the
+// network. It writes nothing for another workload.
+func WriteSteps(out io.Writer, res Result, w Workload) {
+	if w.Steps < 1 || w.Compute <= 0 {
+		return
+	}
+	fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
+		w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tprofile\tsteps\tstep\tall-to-all\tall-to-all\tflow\tflow\tsimulated\tpauses\tpauses\tbuffer\tbuffer\tcompute\tnetwork\t")
+	fmt.Fprintln(tw, "\t\t\tmean (ms)\tmean (ms)\tmax (ms)\tmean (ms)\tp99.9 (ms)\t(ms)\t\t(/min)\tmean\tmax\t(MFU)\twait\t")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
+	var notes []string
+	for _, r := range res.Rows {
+		st, err := RowSteps(r, w)
+		if err != nil {
+			notes = append(notes, err.Error())
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t\n",
+			r.Scenario, r.Profile, st.Steps, ms(st.Step), ms(st.CollectiveMean), ms(st.CollectiveMax), ms(r.Mean), ms(r.P999),
+			ms(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), 100*r.BufferMean, 100*r.BufferMax,
+			100*st.ComputeShare, 100*st.NetworkShare)
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintf(out, "# %s\n", n)
 	}
 }
 

@@ -141,10 +141,13 @@ type Row struct {
 	Timeouts   uint64 `json:"timeouts"`
 	ECNMarks   uint64 `json:"ecn_marks"`
 	Drops      Drops  `json:"drops"`
-	// PFC: PAUSE frames sent, per minute of simulated time, and paused
-	// time summed over ports and of the port paused longest.
+	// Simulated is the simulated time the row's counters cover.
+	Simulated time.Duration `json:"simulated_ns"`
+	// PFC: PAUSE frames sent, per minute of simulated time (0 and left
+	// out of JSON when Simulated is under MinRateWindow: see PerMinute),
+	// and paused time summed over ports and of the port paused longest.
 	PauseFrames   uint64        `json:"pause_frames"`
-	PausesPerMin  float64       `json:"pauses_per_min"`
+	PausesPerMin  float64       `json:"pauses_per_min,omitempty"`
 	PausedTime    time.Duration `json:"paused_ns"`
 	MaxPortPaused time.Duration `json:"max_port_paused_ns"`
 	// SpineBytes are the bytes each top-tier switch (a leaf-spine's
@@ -607,9 +610,8 @@ func (r *runner) run(row Row) Row {
 	fst := n.Stats()
 	row.Drops = fst.Drops
 	row.PauseFrames = fst.PauseFrames
-	if n.now > 0 {
-		row.PausesPerMin = float64(fst.PauseFrames) / time.Duration(n.now).Minutes()
-	}
+	row.Simulated = time.Duration(n.now)
+	row.PausesPerMin, _ = PerMinute(fst.PauseFrames, row.Simulated)
 	row.PausedTime, row.MaxPortPaused = fst.PausedTime, fst.MaxPausedTime
 	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
 	row.SpineBytes = n.topBytes()
@@ -791,23 +793,43 @@ func (r *runner) activate(id int) {
 	}
 	t := &r.trigs[id-1]
 	t.hits++
+	post := r.post
+	if t.Delay > 0 {
+		post = r.postAfter(t.Delay)
+	}
 	switch t.Kind {
 	case TriggerOneshot:
 		if t.hits == 1 {
 			for _, f := range t.flows {
-				r.post(int(f))
+				post(int(f))
 			}
 		}
 	case TriggerMultishot:
 		if t.next < len(t.flows) {
-			r.post(int(t.flows[t.next]))
+			post(int(t.flows[t.next]))
 			t.next++
 		}
 	case TriggerBarrier:
 		if t.hits == t.Count {
 			for _, f := range t.flows {
-				r.post(int(f))
+				post(int(f))
 			}
 		}
+	}
+}
+
+// postAfter returns a post that starts its flows d from now, all in one
+// event (a trigger's Delay: the compute between two collectives).
+func (r *runner) postAfter(d time.Duration) func(int) {
+	var later []int
+	return func(i int) {
+		if later == nil {
+			r.n.At(r.n.now.Add(d), func() {
+				for _, f := range later {
+					r.post(f)
+				}
+			})
+		}
+		later = append(later, i)
 	}
 }

@@ -75,6 +75,14 @@ type Topo struct {
 	// times the ports) then only bounds PFC and scales the occupancy
 	// figures.
 	PortBuffer int
+	// PFCAlpha, PFCXOff and PFCResume are the switches' PFC thresholds
+	// when PFC is on (FabricConfig.PFC's, where those are zero): XOFF at
+	// PFCAlpha of the free shared buffer (dynamic) or, with PFCXOff above
+	// 0, at PFCXOff bytes an ingress port holds (static); XON PFCResume
+	// bytes below XOFF. 0 means PFCConfig's defaults: 1/8, two frames.
+	PFCAlpha  float64
+	PFCXOff   int
+	PFCResume int
 }
 
 // DefaultRate is Topo.Rate's default, in bit/s.
@@ -150,6 +158,12 @@ func (t Topo) withDefaults() (Topo, error) {
 	if t.ShaperBucket > 0 && (!t.Shaper || t.ShaperBucket < t.MTU) {
 		return t, fmt.Errorf("%w: shaper bucket %d: want shaper on and at least a frame (%d)", ErrConfig, t.ShaperBucket, t.MTU)
 	}
+	if err := checkPFC(t.PFCAlpha, t.PFCXOff, t.PFCResume, t.MTU); err != nil {
+		return t, err
+	}
+	if t.BufferBytes > 0 && t.PFCXOff > t.BufferBytes {
+		return t, fmt.Errorf("%w: PFC XOFF %d bytes above the switch buffer (%d)", ErrConfig, t.PFCXOff, t.BufferBytes)
+	}
 	return t, nil
 }
 
@@ -213,6 +227,18 @@ func (t Topo) String() string {
 	if t.PortBuffer != 0 {
 		fmt.Fprintf(&b, ",portbuffer=%d", t.PortBuffer)
 	}
+	if t.PFCAlpha != 0 || t.PFCXOff != 0 || t.PFCResume != 0 {
+		b.WriteString(",pfc=")
+		switch {
+		case t.PFCXOff != 0:
+			fmt.Fprintf(&b, "%dB", t.PFCXOff)
+		case t.PFCAlpha != 0:
+			b.WriteString(strconv.FormatFloat(t.PFCAlpha, 'g', -1, 64))
+		}
+		if t.PFCResume != 0 {
+			fmt.Fprintf(&b, "/%d", t.PFCResume)
+		}
+	}
 	switch {
 	case t.ShaperBucket != 0:
 		fmt.Fprintf(&b, ",shaper=%d", t.ShaperBucket)
@@ -240,8 +266,9 @@ func rateString(r uint64) string {
 // delay, hostdelay, coredelay (Go durations: 1us), buffer (bytes, with k
 // or m for KiB or MiB: a switch's shared buffer), portbuffer (bytes: each
 // egress queue's own), shaper (tbf, or a bucket in bytes: Topo.Shaper),
-// mtu, and for a fat-tree hosts (per edge switch). Example:
-// "leafspine:16x8x4,rate=100gbit".
+// mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), and for a
+// fat-tree hosts (per edge switch). Example:
+// "leafspine:16x8x4,rate=100gbit,pfc=0.25/6k".
 func ParseTopo(s string) (Topo, error) {
 	var t Topo
 	kind, rest, ok := strings.Cut(s, ":")
@@ -305,6 +332,8 @@ func ParseTopo(s string) (Topo, error) {
 			}
 		case "mtu":
 			t.MTU, err = strconv.Atoi(v)
+		case "pfc":
+			t.PFCAlpha, t.PFCXOff, t.PFCResume, err = parsePFC(v)
 		case "hosts":
 			if t.Kind != FatTree {
 				err = errors.New("only for a fat-tree")
@@ -325,6 +354,36 @@ func ParseTopo(s string) (Topo, error) {
 		return t, err
 	}
 	return t, nil
+}
+
+// parsePFC parses PFC thresholds "XOFF[/XON]": XOFF is a share of the
+// free shared buffer (a number, 0.125 for the default 1/8: dynamic) or a
+// byte count with a unit (200k, 1m, 150000B: static); XON is the bytes
+// below XOFF at which RESUME is sent (a byte count, k or m allowed;
+// omitted or empty: two frames). Either side may be empty for its default.
+func parsePFC(v string) (alpha float64, xoff, resume int, err error) {
+	x, on, _ := strings.Cut(v, "/")
+	switch {
+	case x == "":
+	case strings.HasSuffix(x, "B") || strings.HasSuffix(x, "k") || strings.HasSuffix(x, "m"):
+		if xoff, err = parseBytes(strings.TrimSuffix(x, "B")); err != nil {
+			return 0, 0, 0, fmt.Errorf("XOFF: %v", err)
+		}
+	default:
+		alpha, err = strconv.ParseFloat(x, 64)
+		if err != nil || !(alpha > 0 && alpha <= 8) {
+			return 0, 0, 0, fmt.Errorf("XOFF %q: want a share of the free buffer in (0, 8] (0.125) or bytes with a unit (200k, 150000B)", x)
+		}
+	}
+	if on != "" {
+		if resume, err = parseBytes(strings.TrimSuffix(on, "B")); err != nil {
+			return 0, 0, 0, fmt.Errorf("XON: %v", err)
+		}
+	}
+	if xoff > 0 && resume >= xoff {
+		return 0, 0, 0, fmt.Errorf("XON %d bytes below XOFF: want less than the static XOFF of %d", resume, xoff)
+	}
+	return alpha, xoff, resume, nil
 }
 
 func parseDelay(v string) (time.Duration, error) {

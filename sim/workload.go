@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sprayfabric/spray/clock"
 )
@@ -41,10 +42,12 @@ const (
 	TriggerBarrier = "barrier"
 )
 
-// Trigger starts flows when activated.
+// Trigger starts flows when activated: at once, or Delay after (the
+// compute a rank does between two collectives).
 type Trigger struct {
 	Kind  string
 	Count int
+	Delay time.Duration
 }
 
 // Workload is a set of flows and the triggers that chain them.
@@ -61,6 +64,11 @@ type Workload struct {
 	// one collective, each len(Flows)/Iters consecutive flows: Run then
 	// reports the time of each.
 	Iters int
+	// Steps and Compute describe a training-step workload (moe): Steps
+	// steps, each two collectives (Iters is twice Steps) with Compute
+	// between them on every rank. RowSteps reads them.
+	Steps   int
+	Compute time.Duration
 }
 
 // Workload kinds that ParseWorkload knows.
@@ -71,7 +79,18 @@ const (
 	WorkIncast           = "incast"
 	WorkMix              = "mix"
 	WorkHtsim            = "htsim"
+	WorkMoE              = "moe"
 )
+
+// MinRateWindow is the least simulated time from which a rate per minute
+// is given: a count from a shorter run, scaled to a minute, says more
+// about the scaling than about the fabric (one PAUSE in 3 ms reads as
+// 20,000 a minute). A moe workload's default steps are enough that its
+// compute alone lasts this long.
+const MinRateWindow = 100 * time.Millisecond
+
+// MaxFlows bounds a workload's flows (about 150 bytes each while it runs).
+const MaxFlows = 1 << 23
 
 // ParseWorkload builds the workload spec names for hosts hosts, seeded
 // by seed:
@@ -87,10 +106,19 @@ const (
 //   - incast:SIZE: every other host (or senders=N of them) sends SIZE to host 0;
 //   - mix:SIZE: an incast of SIZE from senders=N (default 8) hosts to host
 //     0 over a background permutation of bg=SIZE (default 10 x SIZE) flows;
+//   - moe:SIZE: the all-to-alls of a mixture-of-experts layer in
+//     training, iters=N steps: each rank sends SIZE/hosts to every other
+//     (dispatch), computes for compute=DUR (default 1ms) once it has
+//     received all of its dispatch, then sends SIZE/hosts to every other
+//     again (combine), and starts the next step's dispatch once it has
+//     received all of its combine. Ranks wait on their own receives, not
+//     on each other (no global barrier). iters defaults to enough steps
+//     that their compute alone takes MinRateWindow (100 ms);
 //   - htsim:FILE: an htsim connection matrix (see ReadConnectionMatrix).
 //
 // Options: iters=N repeats the flows N times, each repetition once the
-// previous one is complete (a barrier); cdf=FILE draws each flow's size
+// previous one is complete (a barrier; for moe, the steps); cdf=FILE
+// draws each flow's size
 // from a CDF file (see ReadCDF) instead of SIZE (permutation, incast, and
 // mix's background). SIZE is bytes with an optional k, M or G (powers of
 // 1024).
@@ -122,6 +150,8 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 		return w, fmt.Errorf("%w: workload %q: %v", ErrConfig, spec, err)
 	}
 	iters, senders, bg := 1, 0, 10*size
+	itersSet := false
+	compute := time.Duration(0)
 	var cdf *CDF
 	for _, opt := range parts[1:] {
 		k, v, ok := strings.Cut(opt, "=")
@@ -133,6 +163,13 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 			iters, err = strconv.Atoi(v)
 			if err == nil && (iters < 1 || iters > 10000) {
 				err = errors.New("want 1 to 10000")
+			}
+			itersSet = true
+		case "compute":
+			if kind != WorkMoE {
+				err = errors.New("only for moe")
+			} else if compute, err = time.ParseDuration(v); err == nil && (compute <= 0 || compute > time.Second) {
+				err = fmt.Errorf("%v: want a duration in (0, 1s]", compute)
 			}
 		case "senders":
 			senders, err = strconv.Atoi(v)
@@ -189,6 +226,27 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 		w.Flows, w.Triggers = pairwise(hosts, block, iters)
 		w.Iters = iters
 		return w, nil
+	case WorkMoE:
+		block := size / int64(hosts)
+		if block < 1 {
+			return w, fmt.Errorf("%w: workload %q: %d bytes over %d ranks", ErrConfig, spec, size, hosts)
+		}
+		if cdf != nil {
+			return w, fmt.Errorf("%w: workload %q: cdf is not for moe (every block is SIZE/hosts)", ErrConfig, spec)
+		}
+		if compute == 0 {
+			compute = time.Millisecond
+		}
+		if !itersSet {
+			iters = int((MinRateWindow + compute - 1) / compute)
+		}
+		if f := 2 * int64(iters) * int64(hosts) * int64(hosts-1); f > MaxFlows {
+			return w, fmt.Errorf("%w: workload %q: %d steps of two all-to-alls over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
+				ErrConfig, spec, iters, hosts, f, MaxFlows)
+		}
+		w.Flows, w.Triggers = moe(hosts, block, compute, iters)
+		w.Iters, w.Steps, w.Compute = 2*iters, iters, compute
+		return w, nil
 	case WorkIncast:
 		if senders == 0 {
 			senders = hosts - 1
@@ -207,7 +265,7 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 			one = append(one, Flow{Src: s, Dst: 0, Size: size})
 		}
 	default:
-		return w, fmt.Errorf("%w: workload kind %q (want permutation, alltoall, alltoall-pairwise, incast, mix or htsim)", ErrConfig, kind)
+		return w, fmt.Errorf("%w: workload kind %q (want permutation, alltoall, alltoall-pairwise, incast, mix, moe or htsim)", ErrConfig, kind)
 	}
 	w.Flows, w.Triggers = repeat(one, iters)
 	w.Iters = iters
@@ -261,6 +319,51 @@ func pairwise(n int, block int64, iters int) ([]Flow, []Trigger) {
 	}
 	for range (rounds - 1) * n {
 		ts = append(ts, Trigger{Kind: TriggerBarrier, Count: 2})
+	}
+	return fs, ts
+}
+
+// moe builds steps steps of an MoE layer on n ranks, each a dispatch
+// all-to-all, compute and a combine all-to-all, in that flow order (so
+// that each collective is len/(2 x steps) consecutive flows). Trigger
+// dispatched(k, r) fires when rank r has received step k's dispatch from
+// every other rank and starts r's combine compute later;
+// combined(k, r) fires when r has received step k's combine and starts
+// r's dispatch of step k+1.
+func moe(n int, block int64, compute time.Duration, steps int) ([]Flow, []Trigger) {
+	dispatched := func(k, r int) int { return 2*k*n + r + 1 }
+	combined := func(k, r int) int { return 2*k*n + n + r + 1 }
+	fs := make([]Flow, 0, 2*steps*n*(n-1))
+	for k := range steps {
+		for s := range n {
+			for o := 1; o < n; o++ {
+				d := (s + o) % n
+				f := Flow{Src: s, Dst: d, Size: block, RecvDone: dispatched(k, d)}
+				if k > 0 {
+					f.Trigger = combined(k-1, s)
+				}
+				fs = append(fs, f)
+			}
+		}
+		for s := range n {
+			for o := 1; o < n; o++ {
+				d := (s + o) % n
+				f := Flow{Src: s, Dst: d, Size: block, Trigger: dispatched(k, s)}
+				if k < steps-1 {
+					f.RecvDone = combined(k, d)
+				}
+				fs = append(fs, f)
+			}
+		}
+	}
+	ts := make([]Trigger, (2*steps-1)*n)
+	for k := range steps {
+		for r := range n {
+			ts[dispatched(k, r)-1] = Trigger{Kind: TriggerBarrier, Count: n - 1, Delay: compute}
+			if k < steps-1 {
+				ts[combined(k, r)-1] = Trigger{Kind: TriggerBarrier, Count: n - 1}
+			}
+		}
 	}
 	return fs, ts
 }
@@ -572,6 +675,11 @@ func (cm *ConnectionMatrix) parseFlow(f []string, used *map[int]bool, bad func(s
 // WriteConnectionMatrix writes w in htsim's connection matrix format, so
 // that htsim runs the same flows.
 func WriteConnectionMatrix(out io.Writer, w Workload, nodes int) error {
+	for i, t := range w.Triggers {
+		if t.Delay != 0 {
+			return fmt.Errorf("%w: trigger %d starts its flows %v late, which an htsim connection matrix cannot say", ErrConfig, i+1, t.Delay)
+		}
+	}
 	bw := bufio.NewWriter(out)
 	fmt.Fprintf(bw, "Nodes %d\nConnections %d\n", nodes, len(w.Flows))
 	if len(w.Triggers) > 0 {

@@ -37,6 +37,10 @@ func TestDefaultCCSpray(t *testing.T) {
 	}{{"default", nil}, {"fixed", func() cc.Controller { return cc.Fixed{} }}} {
 		s := newSimPair(t, fabric, Config{Seed: seed, CC: tc.mk})
 		if tc.mk == nil {
+			if _, none := s.qa.ctrl.(noController); !none {
+				t.Fatalf("a QP that has sent nothing holds a %T", s.qa.ctrl)
+			}
+			s.qa.activate() // what its first message does
 			a, ok := s.qa.ctrl.(*cc.Auto)
 			if !ok {
 				t.Fatalf("default controller %T, want *cc.Auto", s.qa.ctrl)
@@ -71,6 +75,7 @@ func TestDefaultCCRoCE(t *testing.T) {
 		return true
 	}}
 	s := newSimPair(t, fabric, Config{Profile: RoCE, Seed: seed})
+	s.qa.activate() // what its first message does
 	d, ok := s.qa.ctrl.(*cc.DCQCN)
 	if !ok {
 		t.Fatalf("default controller %T, want *cc.DCQCN", s.qa.ctrl)

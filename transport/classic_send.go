@@ -124,6 +124,9 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		if !s.valid(p, syn) {
 			if wire.IsNak(syn) || rnr {
 				q.stats.RejectedNaks++
+				if !rnr {
+					q.foreign = foreignNak{syn: syn, at: uint32(p), psn: true}
+				}
 			} else {
 				q.stats.RejectedAcks++
 			}
@@ -137,13 +140,15 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 	// for again from there (IBA's implied NAK).
 	f, gap := s.firstMissing()
 	var res retransmit.AckResult
+	var ev []retransmit.Event
 	switch {
 	case syn == wire.NakPSNSequenceError:
 		q.stats.NaksReceived++
 		if gap && f.Less(p) {
 			p = f
 		}
-		q.events, res = q.sb.OnNak(now, p, q.events[:0])
+		ev, res = q.sb.OnNak(now, p, q.scr.events[:0])
+		q.takeEvents(ev)
 	case wire.IsNak(syn):
 		// Everything before p was accepted; p was refused.
 		q.stats.NaksReceived++
@@ -151,7 +156,8 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		if gap && f.Less(cum) {
 			cum = f
 		}
-		q.events, _ = q.sb.OnAck(now, retransmit.Ack{Cum: cum}, q.events[:0])
+		ev, _ := q.sb.OnAck(now, retransmit.Ack{Cum: cum}, q.scr.events[:0])
+		q.takeEvents(ev)
 		q.onEvents(now)
 		q.completeSends()
 		q.fail(nakError(syn, fmt.Sprintf("PSN %d", p)))
@@ -166,12 +172,15 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		if gap && f.Less(cum) {
 			cum = f
 		}
-		q.events, res = q.sb.OnAck(now, retransmit.Ack{Cum: cum}, q.events[:0])
+		ev, res = q.sb.OnAck(now, retransmit.Ack{Cum: cum}, q.scr.events[:0])
+		q.takeEvents(ev)
 		q.sb.PeerAlive()
 	case syn&0xE0 == wire.SyndromeAck && gap && f.LessEq(p):
-		q.events, res = q.sb.OnNak(now, f, q.events[:0])
+		ev, res = q.sb.OnNak(now, f, q.scr.events[:0])
+		q.takeEvents(ev)
 	case syn&0xE0 == wire.SyndromeAck:
-		q.events, res = q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.events[:0])
+		ev, res = q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.scr.events[:0])
+		q.takeEvents(ev)
 	default:
 		q.stats.BadPackets++ // a reserved syndrome
 		return

@@ -155,7 +155,8 @@ type Config struct {
 	// resends, and a new packet once AckEvery have gone without the room.
 	// The payload per packet is the same either way.
 	INTHops int
-	// CC makes a congestion controller for each QP; nil means the
+	// CC makes a congestion controller for each QP, when the QP first has
+	// data to send (a QP that never sends has none); nil means the
 	// profile's (ProfileCC): for Spray cc's "auto" (Swift from RTT, HPCC
 	// once ACKs echo INT records), for RoCE "dcqcn", each for the QP's
 	// payload size and LineRate. cc.Fixed{} gives the unlimited, unpaced
@@ -222,6 +223,11 @@ type Config struct {
 	// Clock is the clock an Endpoint reads; nil means the system's monotonic
 	// clock. Engines and QPs never read it: they are handed the time.
 	Clock clock.Clock
+
+	// scratch is the scratch space of the QPs of the one engine whose
+	// Config this is (QP.scr), allocated with its first QP; withDefaults
+	// clears it, so that no two engines share one.
+	scratch *qpScratch
 }
 
 // DefaultLocalAckTimeout is Config.LocalAckTimeout's default: 14, a timer
@@ -265,7 +271,8 @@ func (c Config) OnINTFabric(hops int) Config {
 }
 
 // DefaultSprayMaxRetries is the Spray profile's MaxRetries: at the default
-// timers (1 ms doubling to 100 ms) a peer silent for about 2 s fails the
+// timers (from 1 ms, or 2 ms before the first RTT sample, doubling to
+// 100 ms) a peer silent for about 2 s fails the
 // QP. A user-space endpoint on a shared host can be descheduled for
 // hundreds of milliseconds, and declaring a live peer dead costs a job
 // more than noticing a dead one later (NCCL's IB timeout is seconds);
@@ -279,6 +286,7 @@ var ErrConfig = errors.New("transport: invalid config")
 // withDefaults returns a copy with zero fields replaced by defaults for a
 // link whose frames hold at most frameSize bytes.
 func (c Config) withDefaults(frameSize int) (Config, error) {
+	c.scratch = nil
 	if c.Profile > RoCE {
 		return c, fmt.Errorf("%w: profile %d", ErrConfig, c.Profile)
 	}

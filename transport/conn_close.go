@@ -45,15 +45,13 @@ func (c *Conn) Destroy(ctx context.Context) ([]Message, error) {
 			}
 		}()
 		for {
-			select {
-			case comp := <-c.recv:
-				if comp.Err == nil {
-					left = append(left, message(comp))
-				}
-				continue
-			default:
+			comp, ok := c.rx.pop()
+			if !ok {
+				break
 			}
-			break
+			if comp.Err == nil {
+				left = append(left, message(comp))
+			}
 		}
 		for {
 			comp, ok := c.qp.popRecv()

@@ -56,6 +56,9 @@ type epShard struct {
 	mu      sync.Mutex
 	closing bool
 	posting []*Conn // Conns with buffers from PostRecv to hand their QPs
+	// unblocked are Conns whose Recv made room in a receive channel that
+	// dispatch found full: their QPs hold messages to hand on.
+	unblocked []*Conn
 
 	// st guards the engine's state (its QPs, its link's rings) and the
 	// fields below. The engine goroutine holds it while it steps, and lets
@@ -66,6 +69,7 @@ type epShard struct {
 	split   link.WaitSplitter // the engine's link, when its Wait splits
 	stepErr error             // a link error met by a Step on a caller's goroutine
 	spare   []*Conn           // posting's other half
+	unspare []*Conn           // unblocked's other half
 	waiters map[uint64]chan Completion
 	conns   map[uint32]*Conn
 	nextID  uint64
@@ -396,50 +400,75 @@ func (s *epShard) send(ctx context.Context, fn func() error) error {
 	return err
 }
 
-// dispatch hands completions to their waiters, the CQ and the receivers.
+// dispatch hands completions to their waiters, the CQ and the receivers:
+// those of the QPs on the engine's completion list and of the Conns whose
+// Recv made room since, never a pass over every Conn (sched.go).
 func (s *epShard) dispatch() {
-	for _, c := range s.conns {
-		q := c.qp
-		for len(q.comps) > 0 {
-			comp := q.comps[0]
-			q.comps[0] = Completion{}
-			q.comps = q.comps[1:]
-			if comp.ID&internalID != 0 {
-				if w := s.waiters[comp.ID]; w != nil {
-					delete(s.waiters, comp.ID)
-					w <- comp
-				}
-				continue
-			}
-			s.ep.cq.push(comp)
+	e := s.eng
+	list := e.takeCompl()
+	for _, q := range list {
+		if c := s.conns[q.qpn]; c != nil && c.qp == q {
+			s.deliver(c)
 		}
-		for {
-			comp, ok := q.peekRecv()
-			if !ok {
+	}
+	e.putCompl(list)
+	s.mu.Lock()
+	ub := s.unblocked
+	s.unblocked = s.unspare[:0]
+	s.mu.Unlock()
+	for _, c := range ub {
+		if s.conns[c.qp.qpn] == c {
+			s.deliver(c)
+		}
+	}
+	clear(ub)
+	s.unspare = ub[:0]
+}
+
+// deliver hands c's completions to their waiters, the CQ and c's receive
+// channel, as far as the channel has room.
+func (s *epShard) deliver(c *Conn) {
+	q := c.qp
+	s.eng.visits++
+	for len(q.comps) > 0 {
+		comp := q.comps[0]
+		q.comps[0] = Completion{}
+		q.comps = q.comps[1:]
+		if comp.ID&internalID != 0 {
+			if w := s.waiters[comp.ID]; w != nil {
+				delete(s.waiters, comp.ID)
+				w <- comp
+			}
+			continue
+		}
+		s.ep.cq.push(comp)
+	}
+	for {
+		comp, ok := q.peekRecv()
+		if !ok {
+			break
+		}
+		if comp.ID != 0 && comp.ID&internalID == 0 {
+			// A buffer posted with Post(OpPostRecv): its completion
+			// goes to the CQ.
+			q.popRecv()
+			s.ep.cq.push(comp)
+			continue
+		}
+		if c.rx.len() >= s.eng.cfg.MaxMessages {
+			// Recv puts c on unblocked and wakes the engine when it
+			// makes room; announce it before the last look, as Recv
+			// takes before it looks at the flag.
+			c.full.Store(true)
+			if c.rx.len() >= s.eng.cfg.MaxMessages {
 				break
 			}
-			if comp.ID != 0 && comp.ID&internalID == 0 {
-				// A buffer posted with Post(OpPostRecv): its completion
-				// goes to the CQ.
-				q.popRecv()
-				s.ep.cq.push(comp)
-				continue
-			}
-			if len(c.recv) == cap(c.recv) {
-				// Recv wakes the engine when it makes room; announce
-				// it before the last look, as Recv takes before it
-				// looks at the flag.
-				c.full.Store(true)
-				if len(c.recv) == cap(c.recv) {
-					break
-				}
-			}
-			q.popRecv()
-			if comp.Err != nil {
-				c.noteRecvErr()
-			}
-			c.recv <- comp
 		}
+		q.popRecv()
+		if comp.Err != nil {
+			c.noteRecvErr()
+		}
+		c.rx.push(comp)
 	}
 }
 
@@ -576,9 +605,9 @@ func (ep *Endpoint) createQP(ctx context.Context, ports func(*Engine) []uint16) 
 		if err != nil {
 			return err
 		}
-		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), recv: make(chan Completion, s.eng.cfg.MaxMessages), gone: make(chan struct{})}
-		c.p.bufs = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
-		c.p.spare = make([]postedBuf, 0, s.eng.cfg.MaxMessages)
+		c = &Conn{ep: ep, s: s, qp: q, info: q.Info(), gone: make(chan struct{})}
+		c.rx.ready = make(chan struct{}, 1)
+		q.owner = c
 		s.conns[q.qpn] = c
 		return nil
 	})
@@ -592,10 +621,87 @@ type Conn struct {
 	s    *epShard // the engine that owns qp
 	qp   *QP
 	info QPInfo
-	recv chan Completion
+	rx   connRecv      // messages for Recv, at most MaxMessages
 	gone chan struct{} // closed by Destroy
-	full atomic.Bool   // the engine holds messages recv had no room for
+	full atomic.Bool   // the engine holds messages rx had no room for
 	p    connPosts     // buffers from PostRecv: recvbuf_conn.go
+}
+
+// connRecv is the queue of messages the engine hands a Conn's Recv: a
+// ring that grows with them (doubling from 4) and is given back when the
+// QP trims, so that an idle Conn holds none, and a channel that wakes a
+// Recv waiting for the first. Safe for concurrent use.
+type connRecv struct {
+	mu      sync.Mutex
+	ring    []Completion
+	head, n int
+	ready   chan struct{} // holds a token while a message may wait
+}
+
+// push queues c and wakes a waiting Recv.
+func (r *connRecv) push(c Completion) {
+	r.mu.Lock()
+	if r.n == len(r.ring) {
+		ring := make([]Completion, max(4, 2*len(r.ring)))
+		for i := range r.n {
+			ring[i] = r.ring[(r.head+i)%len(r.ring)]
+		}
+		r.ring, r.head = ring, 0
+	}
+	r.ring[(r.head+r.n)%len(r.ring)] = c
+	r.n++
+	r.mu.Unlock()
+	r.wake()
+}
+
+// pop takes the oldest message, and passes the wake-up on to another
+// waiting Recv when more wait.
+func (r *connRecv) pop() (Completion, bool) {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return Completion{}, false
+	}
+	c := r.ring[r.head]
+	r.ring[r.head] = Completion{}
+	r.head = (r.head + 1) % len(r.ring)
+	r.n--
+	more := r.n > 0
+	r.mu.Unlock()
+	if more {
+		r.wake()
+	}
+	return c, true
+}
+
+func (r *connRecv) wake() {
+	select {
+	case r.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (r *connRecv) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// trimBuffers gives back the Conn's receive ring and posted-buffer slices
+// when they are empty; the QP calls it when it trims (engine goroutine,
+// under st).
+func (c *Conn) trimBuffers() {
+	c.rx.mu.Lock()
+	if c.rx.n == 0 {
+		c.rx.ring, c.rx.head = nil, 0
+	}
+	c.rx.mu.Unlock()
+	c.p.mu.Lock()
+	if len(c.p.bufs) == 0 {
+		c.p.bufs = nil
+	}
+	c.p.mu.Unlock()
+	c.p.spare = nil
 }
 
 // Info returns what the peer needs to Connect to this QP.
@@ -743,10 +849,8 @@ var ErrDestroyed = fmt.Errorf("transport: QP destroyed: %w", net.ErrClosed)
 func (c *Conn) Recv(ctx context.Context) (Message, error) {
 	if c.s.spins() {
 		for end := c.ep.clk.Now().Add(c.ep.cfg.BusyPoll); ; {
-			select {
-			case comp := <-c.recv:
+			if comp, ok := c.rx.pop(); ok {
 				return c.received(comp)
-			default:
 			}
 			if c.ep.clk.Now() >= end || ctx.Err() != nil || !c.s.poll() {
 				break
@@ -754,26 +858,32 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 			runtime.Gosched()
 		}
 	}
-	select {
-	case comp := <-c.recv:
-		return c.received(comp)
-	case <-ctx.Done():
-		return Message{}, c.explain(ctx.Err(), true)
-	case <-c.ep.done:
-		return Message{}, c.ep.closedErr()
-	case <-c.gone:
-		select {
-		case comp := <-c.recv:
-			return message(comp), comp.Err
-		default:
+	for {
+		if comp, ok := c.rx.pop(); ok {
+			return c.received(comp)
 		}
-		return Message{}, ErrDestroyed
+		select {
+		case <-c.rx.ready:
+		case <-ctx.Done():
+			return Message{}, c.explain(ctx.Err(), true)
+		case <-c.ep.done:
+			return Message{}, c.ep.closedErr()
+		case <-c.gone:
+			if comp, ok := c.rx.pop(); ok {
+				return message(comp), comp.Err
+			}
+			return Message{}, ErrDestroyed
+		}
 	}
 }
 
 func (c *Conn) received(comp Completion) (Message, error) {
 	if c.full.Load() && c.full.Swap(false) {
-		c.s.eng.link.Wake() // messages wait for the room this made
+		// Messages wait for the room this made.
+		c.s.mu.Lock()
+		c.s.unblocked = append(c.s.unblocked, c)
+		c.s.mu.Unlock()
+		c.s.eng.link.Wake()
 	}
 	if comp.ID&internalID != 0 {
 		c.p.out.Add(-1)

@@ -71,15 +71,31 @@ type Engine struct {
 	seeded  bool
 	mrs     *mrTable
 	qps     map[uint32]*QP
-	order   []*QP
 	nextQPN uint32
 	rx, tx  []link.Frame
 	pkt     wire.Packet
 	stats   EngineStats
-	rr      int
 	have    int // transmit buffers at the front of tx, lent by the link
 	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
 	stepBytes int
+
+	// The schedule (sched.go): the ready list is ready[readyHead:], timers
+	// the heap of the other QPs' deadlines, compl the QPs that may hold
+	// completions, order every QP in creation order with holes for the
+	// destroyed ones. visits counts the engine's calls into QPs
+	// (TestStepVisitsActiveQPs).
+	ready      []*QP
+	readyHead  int
+	timers     []*QP
+	compl      []*QP
+	complSpare []*QP
+	order      []*QP
+	holes      int
+	stepNo     uint64 // steps begun (runTimers)
+	visits     uint64
+	// check, when set, runs after every Step: tests that verify the
+	// schedule against a pass over every QP (sched_test.go).
+	check func(now clock.Time)
 
 	// Set when the engine is one of Shards.
 	sh       *Shards
@@ -116,12 +132,20 @@ func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable)
 		return nil, fmt.Errorf("%w: link %q has no IP address", ErrConfig, info.Name)
 	}
 	batch := max(info.BatchSize, 1)
-	return &Engine{
+	e := &Engine{
 		cfg: c, link: l, info: info, rng: rng, seeded: seeded, mrs: mrs,
 		qps: map[uint32]*QP{}, nextQPN: minQPN + rng.Uint32N(0x1000),
 		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
-	}, nil
+	}
+	if checkEngines != nil {
+		e.check = checkEngines(e)
+	}
+	return e, nil
 }
+
+// checkEngines, when set (by the package's tests only), gives every new
+// engine its check (Engine.check).
+var checkEngines func(e *Engine) func(now clock.Time)
 
 // mrStream is the stream of the memory-region table's random source.
 const mrStream = 1 << 32
@@ -197,19 +221,17 @@ func (e *Engine) createQP(ports []uint16) (*QP, error) {
 	}
 	q.mrs = e.mrs
 	e.qps[qpn] = q
-	e.order = append(e.order, q)
+	e.schedInit(q)
 	return q, nil
 }
 
 // DestroyQP removes a QP; its packets are then counted as UnknownQP.
 func (e *Engine) DestroyQP(q *QP) {
-	delete(e.qps, q.qpn)
-	for i, o := range e.order {
-		if o == q {
-			e.order = append(e.order[:i], e.order[i+1:]...)
-			break
-		}
+	if e.qps[q.qpn] != q {
+		return
 	}
+	delete(e.qps, q.qpn)
+	e.schedRemove(q)
 }
 
 // QP returns the QP numbered qpn, or nil.
@@ -230,6 +252,9 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 		return work, err
 	}
 	sent, err := e.transmit(now)
+	if e.check != nil {
+		e.check(now)
+	}
 	return work || sent, err
 }
 
@@ -261,11 +286,7 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 	if e.sh != nil && e.takeHandedIn(now) {
 		work = true
 	}
-	for _, q := range e.order {
-		if now >= q.NextTimeout() {
-			q.HandleTimeout(now)
-		}
-	}
+	e.runTimers(now)
 	return work, nil
 }
 
@@ -326,7 +347,9 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 		e.stats.UnknownQP++
 		return
 	}
+	e.visits++
 	q.handle(now, at, &e.pkt)
+	q.touch()
 }
 
 // maxStepBytes bounds what one Step transmits: the packets it encodes all
@@ -337,45 +360,58 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 // while a Step reports work (TestStepBoundsOutput).
 const maxStepBytes = 64 << 10
 
-// output transmits, round robin over QPs, what is due at now, up to
-// maxStepBytes (the link batch that crosses it goes whole). Transmit
-// buffers that the link lent and no packet used stay with the engine for
-// the next round.
+// output transmits, round robin over the ready list, what is due at now,
+// up to maxStepBytes (the link batch that crosses it goes whole). A QP
+// sends up to burst packets before the next one's turn and leaves the list
+// when it has nothing more. Transmit buffers that the link lent and no
+// packet used stay with the engine for the next round.
 func (e *Engine) output(now clock.Time) (bool, error) {
-	if len(e.order) == 0 {
-		return false, nil
-	}
 	const burst = 8 // packets a QP sends before the next QP's turn
 	any := false
-	idle, turn := 0, 0
-	for idle < len(e.order) {
+	turn := 0
+	for e.readyLen() > 0 {
 		if e.have < len(e.tx) {
 			e.have += e.link.Alloc(e.tx[e.have:])
 		}
 		if e.have == 0 {
 			e.stats.TxNoBuffer++
+			// Timers wait for no transmit buffer: a QP may fail or
+			// complete on one.
+			for i := e.readyHead; i < len(e.ready); i++ {
+				if q := e.ready[i]; q.sch.eng == e && q.sch.timed != e.stepNo {
+					e.checkTimers(q, now)
+				}
+			}
 			return any, nil
 		}
 		filled := 0
-		for filled < e.have && idle < len(e.order) && e.stepBytes < maxStepBytes {
-			q := e.order[e.rr%len(e.order)]
+		for filled < e.have && e.readyLen() > 0 && e.stepBytes < maxStepBytes {
+			q := e.ready[e.readyHead]
+			if q.sch.eng != e { // destroyed
+				e.popReady()
+				continue
+			}
+			if q.sch.timed != e.stepNo {
+				e.checkTimers(q, now)
+			}
+			e.visits++
 			m, err := q.PollTransmit(now, e.tx[filled].Buf)
 			if err != nil {
 				return any, err
 			}
 			if m == 0 {
-				idle++
-				e.rr++
+				e.popReady()
+				e.unready(q)
 				turn = 0
 				continue
 			}
-			idle = 0
 			e.tx[filled].Buf = e.tx[filled].Buf[:m]
 			e.stats.TxBytes += uint64(m)
 			e.stepBytes += m
 			filled++
 			if turn++; turn == burst {
-				e.rr++
+				e.popReady()
+				e.ready = append(e.ready, q)
 				turn = 0
 			}
 		}
@@ -398,16 +434,27 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 // NextDeadline returns the earliest NextTimeout of the engine's QPs.
 func (e *Engine) NextDeadline() clock.Time {
 	t := clock.Never
-	for _, q := range e.order {
-		t = clock.Min(t, q.NextTimeout())
+	if len(e.timers) > 0 {
+		t = e.timers[0].sch.deadline
+	}
+	for i := e.readyHead; i < len(e.ready); i++ {
+		if q := e.ready[i]; q.sch.eng == e {
+			e.visits++
+			t = clock.Min(t, q.NextTimeout())
+		}
 	}
 	return t
 }
 
 // Completions appends the completions of every QP to dst.
 func (e *Engine) Completions(dst []Completion) []Completion {
-	for _, q := range e.order {
+	list := e.takeCompl()
+	for _, q := range list {
+		if q.sch.eng != e {
+			continue
+		}
 		for {
+			e.visits++
 			c, ok := q.PollCompletion()
 			if !ok {
 				break
@@ -415,5 +462,6 @@ func (e *Engine) Completions(dst []Completion) []Completion {
 			dst = append(dst, c)
 		}
 	}
+	e.putCompl(list)
 	return dst
 }

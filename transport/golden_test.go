@@ -54,7 +54,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "e3c78b9c3954443888d0a40bfd8f32b66e12c4641d9fe616d485e5ad1a51ba18",
+		state:  "ab9fdfbb9becf0a52b04e203d3f9272595ee82b9c375fde91fff2e14c34b00cd",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -69,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "a2831790bb42e2f29277fc282dcfce43b2bf03ea4b2c0b6aeea69b6b38375127",
+		state:  "8dead1883c336ff687763fc574ff965deff1e633a57846f272709f7003917b3a",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "b310d37177b4729e5713b5d6ca2f19cb1beb721060ee31dbb127a165419946a9",
+		state:  "b92c6fcc0edacf73e256a3408445dc8e4d7597abfa6e48c47372f7f170ed0d65",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -93,8 +93,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
-		frames: "2040a309685224c654b859cbafb48ef6bb3a436db6acf95a4392f3ce34cfae5a",
-		state:  "a5a191c0fe6f97c2196b392ef591c0dee9e499aac5303e46cbb113261efd8afb",
+		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
+		state:  "8ac14d0e17c666b663dbca2b6118a61ba2f51900709808441c577bf7ffd56205",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "7d86dac813c08a53bd30ebaa14d41b12a9deee19c9a9e096c36335bf2faae3b6",
-		state:  "14b84b48538e744d88d66bf5985e726298fe6d6e4b010efecef9241c0f3092bd",
+		frames: "1f6701eac9c3991c9022b32e99a2ac855ecc1a8e88e7d0435782d27ec23e2fe3",
+		state:  "a55071955c0075f12fc4b12eb69b3a6063a332e40d91e0a737002705b021649f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "cc3b4eb3770d9927d8994ce662c643163b01412f1e8f968b6c96419c3c2c0a47",
+		state:  "c7a9523d5c65e523dd7dfa184b2f76f206e984fa9edfa1933aebbaf3e680f897",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

@@ -85,6 +85,10 @@ type receiver interface {
 	// pollResponse encodes the next of those responses into buf and
 	// returns its length, entropy and whether it was sent before, or 0.
 	pollResponse(now clock.Time, buf []byte) (n int, entropy uint16, resent bool, err error)
+	// trimmable reports whether the receiver holds rings or slots with
+	// nothing in them, which trim gives back (QP.trim).
+	trimmable() bool
+	trim()
 }
 
 // inWindow reports whether p lies in [una-window, una+hi]: the PSNs an

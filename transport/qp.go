@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sprayfabric/spray/cc"
@@ -215,6 +216,9 @@ type QP struct {
 	qpn   uint32
 	state qpState
 	err   error
+	// foreign is the last fatal NAK dropped because it named no request
+	// of this QP: the error that fails the QP says so.
+	foreign foreignNak
 
 	lmac, rmac [6]byte
 	lip, rip   netip.Addr
@@ -226,30 +230,43 @@ type QP struct {
 	snd sender
 	rcv receiver
 
+	// scr is the scratch space of the engine's QPs (Config.scratch):
+	// reset on every use, so one engine's QPs share it.
+	scr *qpScratch
+
 	// send queue and scoreboard
 	startPSN psn.PSN
 	ackTurn  int // acknowledgements rotate over the QP's entropies
 	sb       *retransmit.Scoreboard
 	paths    multipath.Policy
-	ctrl     cc.Controller
-	pacer    *cc.Pacer
-	seg      int // payload bytes per data packet
-	msgs     []sendMsg
-	head     uint64 // oldest incomplete message
-	cursor   uint64 // next message to segment
-	tail     uint64 // next free slot
+	// ctrl is the congestion controller, noController until the QP first
+	// has data to send (activate): a QP that only listens holds none.
+	ctrl  cc.Controller
+	pacer cc.Pacer
+	seg   int // payload bytes per data packet
+	// msgs is the ring of work requests: message i (counting from the
+	// first ever posted) at msgs[i%len(msgs)], from head to tail. It
+	// grows with them up to SendQueue (growSend) and is given back when
+	// idle (trim); scoreboard tags name a message by the low 32 bits of
+	// its number (msgTag), which survive the growth.
+	msgs   []sendMsg
+	head   uint64 // oldest incomplete message
+	cursor uint64 // next message to segment
+	tail   uint64 // next free slot
 	// readSlots are slots reserved for the responses to READs received
 	// and not yet answered.
 	readSlots uint64
 	curOff    uint32
 	nextID    uint32
-	events    []retransmit.Event
+	// events are the scoreboard's events being applied, in scr.
+	events []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
 	inRTO bool
 
-	// received messages and the acknowledgement owed
+	// received messages and the acknowledgement owed; recvq grows with
+	// them (pushRecv) and is given back when idle (trim)
 	recvq    []Completion
 	recvHead int
 	recvLen  int
@@ -271,14 +288,73 @@ type QP struct {
 	lastNow    clock.Time // the latest time the QP was handed
 	rxAt       clock.Time // when the packet being handled reached the host
 	lastSendAt clock.Time // when the latest data packet left
-	pkt        wire.Packet
-	comps      []Completion
-	stats      QPStats
-	pstats     pathTable // per-path counters: stats_telemetry.go
+	// activeAt is when the QP last received, sent or was posted to:
+	// trimAfter later, it gives back the buffers it holds empty.
+	activeAt clock.Time
+	// owner, when set, trims its own buffers when the QP trims (a Conn).
+	owner  interface{ trimBuffers() }
+	comps  []Completion
+	stats  QPStats
+	pstats pathTable // per-path counters: stats_telemetry.go; from activate
+	sch    qpSched   // place in the engine's schedule: sched.go
+}
+
+// qpScratch is what QPs compute in and throw away on every use: one per
+// engine, shared by its QPs (Config.scratch), so that a QP holds only its
+// state. The events array grows to the most events one call returned.
+type qpScratch struct {
+	events []retransmit.Event
+	pkt    wire.Packet
+	hops   [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
+	paths  multipath.Scratch
+}
+
+// scratchSpace returns the scratch space of the QPs that use c, allocated
+// at the first.
+func (c *Config) scratchSpace() *qpScratch {
+	if c.scratch == nil {
+		c.scratch = new(qpScratch)
+	}
+	return c.scratch
+}
+
+// trimAfter is how long a QP stays idle (nothing received, sent or posted)
+// before it gives back the rings it holds empty: long enough that a QP
+// that talks in bursts keeps them from one to the next (a ping-pong or a
+// collective's rounds allocate nothing per message), short enough that
+// thousands of QPs that went quiet cost what an idle QP costs
+// (TestIdleQPMemory).
+const trimAfter = 100 * time.Millisecond
+
+// noController stands in for a QP's congestion controller until the QP
+// first has data to send (activate): it allows nothing it is asked about
+// and arms no timer.
+type noController struct{}
+
+func (noController) OnSend(clock.Time, int) {}
+func (noController) OnAck(cc.Sample)        {}
+func (noController) OnLoss(clock.Time, int) {}
+func (noController) OnTimeout(clock.Time)   {}
+func (noController) OnCNP(clock.Time)       {}
+func (noController) NextTimer() clock.Time  { return clock.Never }
+func (noController) OnTimer(clock.Time)     {}
+func (noController) Window() int            { return 0 }
+func (noController) Rate() float64          { return 0 }
+
+// activate gives the QP its congestion controller and its per-path
+// counters when it first has data to send: a message posted, a READ to
+// answer. Until then PathCounters is empty.
+func (q *QP) activate() {
+	if _, idle := q.ctrl.(noController); idle {
+		q.ctrl = newController(q.cfg, q.seg)
+		if q.pstats.ents == nil {
+			q.pstats.init(q.paths.Paths())
+		}
+	}
 }
 
 func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
-	q := &QP{cfg: cfg, qpn: qpn, lmac: lmac, lip: lip, startPSN: psn.New(startPSN)}
+	q := &QP{cfg: cfg, qpn: qpn, lmac: lmac, lip: lip, startPSN: psn.New(startPSN), scr: cfg.scratchSpace()}
 	if cfg.Profile == Spray {
 		q.snd, q.rcv = &spraySender{q: q}, &sprayReceiver{q: q}
 	} else {
@@ -310,14 +386,8 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 	}
 	q.paths = newPolicy(cfg, set, rng)
 	q.seg = payloadSize(cfg, lip.Is6())
-	q.ctrl = newController(cfg, q.seg)
-	q.pacer = cc.NewPacer(cfg.PacingBurst)
-	q.msgs = make([]sendMsg, cfg.SendQueue)
-	q.events = make([]retransmit.Event, 0, cfg.Window)
-	// MaxMessages messages, and the error completions of as many posted
-	// buffers (failRecv).
-	q.recvq = make([]Completion, 2*cfg.MaxMessages)
-	q.pstats.init(q.paths.Paths())
+	q.ctrl = noController{}
+	q.pacer = *cc.NewPacer(cfg.PacingBurst)
 	return q, nil
 }
 
@@ -328,7 +398,7 @@ func newPolicy(cfg *Config, set []uint16, rng *rand.Rand) multipath.Policy {
 	case PathsECMP:
 		return multipath.NewECMP(set[rng.IntN(len(set))])
 	case PathsAdaptive:
-		return multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{})
+		return multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{Scratch: &cfg.scratchSpace().paths})
 	default:
 		return multipath.NewSpray(set, rng.Uint64())
 	}
@@ -395,6 +465,7 @@ func (q *QP) Connect(r QPInfo) error {
 	}
 	q.rqpn, q.rmac, q.rip = r.QPN&psn.Mask, r.MAC, r.IP
 	q.state = stateReady
+	q.touch()
 	return nil
 }
 
@@ -412,10 +483,11 @@ func (q *QP) Post(wr WorkRequest) error {
 		return fmt.Errorf("%w: cannot post %v", ErrInvalidRequest, wr.Op)
 	case int64(len(wr.Data)) > q.cfg.MaxMessageSize:
 		return fmt.Errorf("%w: %d bytes is more than MaxMessageSize %d", ErrInvalidRequest, len(wr.Data), q.cfg.MaxMessageSize)
-	case q.tail-q.head+q.readSlots >= uint64(len(q.msgs)):
+	case q.tail-q.head+q.readSlots >= uint64(q.cfg.SendQueue):
 		return ErrQueueFull
 	}
 	q.push(wr)
+	q.touch()
 	return nil
 }
 
@@ -426,16 +498,47 @@ func (q *QP) push(wr WorkRequest) {
 		n = int(q.snd.readPSNs(uint32(len(wr.Data))))
 	}
 	n = max(n, 1)
-	q.msgs[q.tail%uint64(len(q.msgs))] = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
+	q.activate()
+	q.activeAt = q.lastNow
+	if q.tail-q.head >= uint64(len(q.msgs)) {
+		q.growSend()
+	}
+	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
 	q.nextID++
 	q.tail++
 }
+
+// minSendRing is the send ring's first size.
+const minSendRing = 4
+
+// growSend doubles the send ring (from minSendRing, up to SendQueue),
+// keeping every message at its number.
+func (q *QP) growSend() {
+	old := q.msgs
+	q.msgs = make([]sendMsg, min(max(minSendRing, 2*len(old)), q.cfg.SendQueue))
+	for i := q.head; i < q.tail; i++ {
+		*q.msg(i) = old[i%uint64(len(old))]
+	}
+}
+
+// msg returns message number i, which is in the ring.
+func (q *QP) msg(i uint64) *sendMsg { return &q.msgs[i%uint64(len(q.msgs))] }
+
+// msgTag returns the message that a scoreboard tag names: one between head
+// and tail, whose number's low 32 bits are the tag's high ones.
+func (q *QP) msgTag(tag uint64) *sendMsg {
+	return q.msg(q.head + uint64(uint32(tag>>32)-uint32(q.head)))
+}
+
+// tagOf is the scoreboard tag of the packet of message number i at
+// offset off.
+func tagOf(i uint64, off uint32) uint64 { return uint64(uint32(i))<<32 | uint64(off) }
 
 // reserveRead reserves a send queue slot for the response to a READ
 // request, or reports false when the queue has none: the responder then
 // drops the request, and the requester sends it again.
 func (q *QP) reserveRead() bool {
-	if q.tail-q.head+q.readSlots >= uint64(len(q.msgs)) {
+	if q.tail-q.head+q.readSlots >= uint64(q.cfg.SendQueue) {
 		return false
 	}
 	q.readSlots++
@@ -460,7 +563,7 @@ func (q *QP) readFor(id uint32) *sendMsg {
 	if back == 0 || back > q.tail-q.head || q.tail-back >= q.cursor {
 		return nil
 	}
-	m := &q.msgs[(q.tail-back)%uint64(len(q.msgs))]
+	m := q.msg(q.tail - back)
 	if m.wr.Op != OpRead || m.id != id || m.readDone {
 		return nil
 	}
@@ -485,7 +588,7 @@ func (q *QP) fail(err error) {
 	q.state = stateError
 	q.err = err
 	for ; q.head < q.tail; q.head++ {
-		m := &q.msgs[q.head%uint64(len(q.msgs))]
+		m := q.msg(q.head)
 		if m.wr.Op != opReadResp {
 			q.comps = append(q.comps, Completion{ID: m.wr.ID, QPN: q.qpn, Op: m.wr.Op, Err: fmt.Errorf("%w: %w", ErrQPFailed, err)})
 		}
@@ -516,14 +619,28 @@ func (q *QP) popRecv() (Completion, bool) {
 	q.recvq[q.recvHead] = Completion{}
 	q.recvHead = (q.recvHead + 1) % len(q.recvq)
 	q.recvLen--
-	q.rcv.deliver()
+	q.rcv.deliver() // room for a held message, credit for the sender
+	q.touch()
 	return c, true
 }
 
 func (q *QP) pushRecv(c Completion) {
-	q.recvq[(q.recvHead+q.recvLen)%len(q.recvq)] = c
-	q.recvLen++
+	q.pushComp(c)
 	q.stats.MessagesReceived++
+}
+
+// minRecvRing is the receive ring's first size.
+const minRecvRing = 4
+
+// growRecv doubles the receive ring (from minRecvRing), keeping its
+// completions in order. It holds at most MaxMessages messages and the
+// error completions of as many posted buffers (failRecv).
+func (q *QP) growRecv() {
+	r := make([]Completion, max(minRecvRing, 2*len(q.recvq)))
+	for i := range q.recvLen {
+		r[i] = q.recvq[(q.recvHead+i)%len(q.recvq)]
+	}
+	q.recvq, q.recvHead = r, 0
 }
 
 func (q *QP) recvFull() bool { return q.recvLen >= q.cfg.MaxMessages }
@@ -551,7 +668,42 @@ func (q *QP) NextTimeout() clock.Time {
 			t = clock.Min(t, q.pacer.Next(q.lastNow, r))
 		}
 	}
+	if q.trimmable() {
+		t = clock.Min(t, q.activeAt.Add(trimAfter))
+	}
 	return t
+}
+
+// trimmable reports whether the QP holds a ring, slot array or buffer
+// that is empty: what trim gives back.
+func (q *QP) trimmable() bool {
+	return (q.msgs != nil && q.head == q.tail && q.readSlots == 0) || q.sb.Trimmable() ||
+		(q.recvq != nil && q.recvLen == 0) || (q.rq.bufs != nil && q.rq.n == 0) ||
+		len(q.comps) == 0 && cap(q.comps) > 0 || q.rcv.trimmable()
+}
+
+// trim gives back the rings, slot arrays and buffers the QP holds empty,
+// and its owner's; the next message allocates them again. An
+// idle QP holds its state and counters only (TestIdleQPMemory,
+// TestIdleQPTrims).
+func (q *QP) trim() {
+	if q.head == q.tail && q.readSlots == 0 {
+		q.msgs = nil
+	}
+	q.sb.Trim()
+	if q.recvLen == 0 {
+		q.recvq, q.recvHead = nil, 0
+	}
+	if q.rq.n == 0 {
+		q.rq.bufs, q.rq.head = nil, 0
+	}
+	if len(q.comps) == 0 {
+		q.comps = nil
+	}
+	q.rcv.trim()
+	if q.owner != nil {
+		q.owner.trimBuffers()
+	}
 }
 
 // hasData reports whether the sender has packets waiting to go that only
@@ -567,7 +719,7 @@ func (q *QP) canSendNew() bool {
 	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) {
 		return false
 	}
-	if n := q.snd.span(&q.msgs[q.cursor%uint64(len(q.msgs))], q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
+	if n := q.snd.span(q.msg(q.cursor), q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
 		return false // a RoCE READ request takes a PSN per response packet
 	}
 	if w := q.ctrl.Window(); w > 0 {
@@ -580,17 +732,21 @@ func (q *QP) canSendNew() bool {
 
 // HandleTimeout runs the timers that expired at or before now.
 func (q *QP) HandleTimeout(now clock.Time) {
+	q.touch()
 	if q.state != stateReady {
 		return
 	}
 	q.lastNow = now
+	if now >= q.activeAt.Add(trimAfter) && q.trimmable() {
+		q.trim()
+	}
 	if now >= q.ctrl.NextTimer() {
 		q.ctrl.OnTimer(now)
 	}
 	// Each call runs one scoreboard timer; a few may be due at once.
 	for i := 0; i < 4 && now >= q.sb.NextTimeout(); i++ {
-		ev, kind, err := q.sb.OnTimeout(now, q.events[:0])
-		q.events = ev
+		ev, kind, err := q.sb.OnTimeout(now, q.scr.events[:0])
+		q.takeEvents(ev)
 		q.onEvents(now)
 		if kind == retransmit.RTO {
 			q.inRTO = true
@@ -598,7 +754,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 			q.ctrl.OnTimeout(now)
 		}
 		if err != nil {
-			q.fail(fmt.Errorf("%w: %w", ErrPeerUnreachable, err))
+			q.fail(q.foreign.explain(fmt.Errorf("%w: %w", ErrPeerUnreachable, err)))
 			return
 		}
 		q.completeSends()
@@ -640,9 +796,8 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	}
 	for q.sb.HasLost() {
 		p, tag, _ := q.sb.PopLost()
-		slot := tag >> 32
 		off := uint32(tag)
-		m := &q.msgs[slot]
+		m := q.msgTag(tag)
 		if e, ok := q.snd.covered(m, off); ok {
 			// Asked for again by the request resent for the packets
 			// before it: recorded as resent, not sent.
@@ -669,8 +824,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if !q.canSendNew() {
 		return 0, nil
 	}
-	slot := q.cursor % uint64(len(q.msgs))
-	m := &q.msgs[slot]
+	m := q.msg(q.cursor)
 	off := q.curOff
 	p := q.sb.Next()
 	span := q.snd.span(m, off)
@@ -678,7 +832,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	tag := slot<<32 | uint64(off)
+	tag := tagOf(q.cursor, off)
 	if err := q.sb.OnSend(now, p, n, tag, entropy); err != nil {
 		return 0, err
 	}
@@ -699,6 +853,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 }
 
 func (q *QP) sent(now clock.Time, n int, rate float64) {
+	q.activeAt = now
 	q.stats.TxPackets++
 	q.stats.TxBytes += uint64(n)
 	q.lastSendAt = now
@@ -719,7 +874,7 @@ func (q *QP) headers(pk *wire.Packet, entropy uint16) {
 // encodeData builds the data packet of message m at offset off with PSN p.
 func (q *QP) encodeData(now clock.Time, buf []byte, m *sendMsg, off uint32, p psn.PSN) (int, uint16, error) {
 	entropy := q.nextEntropy(now)
-	pk := &q.pkt
+	pk := &q.scr.pkt
 	q.headers(pk, entropy)
 	if q.cfg.ECN {
 		pk.IP.TOS = wire.ECNECT0
@@ -750,7 +905,7 @@ func (q *QP) encodeData(now clock.Time, buf []byte, m *sendMsg, off uint32, p ps
 
 // encodeAck builds the acknowledgement (or NAK) the receiver owes.
 func (q *QP) encodeAck(now clock.Time, buf []byte) (int, error) {
-	pk := &q.pkt
+	pk := &q.scr.pkt
 	q.headers(pk, q.nextAckEntropy())
 	nak := q.rcv.fillAck(now, pk)
 	n, err := wire.Encode(buf, pk, nil)
@@ -788,7 +943,7 @@ func (q *QP) nextAckEntropy() uint16 {
 
 // encodeCNP builds a RoCEv2 congestion notification packet for the peer.
 func (q *QP) encodeCNP(buf []byte) (int, error) {
-	pk := &q.pkt
+	pk := &q.scr.pkt
 	q.headers(pk, q.nextAckEntropy())
 	pk.BTH.Opcode = wire.OpCNP
 	pk.BTH.BECN = true
@@ -803,7 +958,10 @@ func (q *QP) encodeCNP(buf []byte) (int, error) {
 
 // Handle processes one decoded packet addressed to this QP, received at now.
 // The packet's slices must stay valid only during the call.
-func (q *QP) Handle(now clock.Time, pk *wire.Packet) { q.handle(now, now, pk) }
+func (q *QP) Handle(now clock.Time, pk *wire.Packet) {
+	q.handle(now, now, pk)
+	q.touch()
+}
 
 // handle is Handle for a packet that reached the host at at, before now
 // when the link stamped its arrival (Engine.SetRxClock): a data packet's
@@ -813,7 +971,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 	if q.state != stateReady {
 		return
 	}
-	q.rxAt = at
+	q.rxAt, q.activeAt = at, now
 	if pk.IP.Src != q.rip {
 		q.stats.BadPackets++
 		return
@@ -846,6 +1004,31 @@ func (q *QP) noteData(now clock.Time, pk *wire.Packet) {
 	q.ackPending++
 }
 
+// foreignNak is a fatal NAK that named no request of the QP: the message
+// (spray) or PSN (classic) it named, and its syndrome (0: none seen).
+type foreignNak struct {
+	syn uint8
+	at  uint32
+	psn bool
+}
+
+// explain adds to err, the QP's failure for lack of acknowledgements, the
+// fatal NAK the peer kept sending about a request this QP never sent: the
+// peer's QP failed on a packet sent in this QP's name, which is why it
+// acknowledges nothing. The NAK fails none of this QP's requests (they
+// caused nothing), but the error names the cause (TestSpoofSprayWriteKey).
+func (f foreignNak) explain(err error) error {
+	if f.syn == 0 {
+		return err
+	}
+	where := fmt.Sprintf("message %d", f.at)
+	if f.psn {
+		where = fmt.Sprintf("PSN %d", f.at)
+	}
+	nak := strings.TrimPrefix(nakError(f.syn, where).Error(), "transport: ")
+	return fmt.Errorf("%w; NAKs came for a request this QP never sent (%s): the peer's QP failed on a packet another host sent in this QP's name (or an earlier connection did), and acknowledges nothing since", err, nak)
+}
+
 // nakError is the error of a fatal NAK from the responder: like IBA, the
 // QP moves to the error state and every pending request fails with it.
 func nakError(syn uint8, where string) error {
@@ -867,15 +1050,21 @@ func (q *QP) onEvents(now clock.Time) {
 			q.ctrl.OnLoss(now, e.Bytes)
 			continue
 		}
-		q.msgs[e.Tag>>32].acked++
+		q.msgTag(e.Tag).acked++
 	}
+}
+
+// takeEvents makes ev, returned by the scoreboard into the scratch
+// space's array, the events to apply, and keeps the array's growth.
+func (q *QP) takeEvents(ev []retransmit.Event) {
+	q.events, q.scr.events = ev, ev[:0]
 }
 
 // completeSends completes, in order, the messages whose packets are all
 // acknowledged.
 func (q *QP) completeSends() {
 	for q.head < q.cursor {
-		m := &q.msgs[q.head%uint64(len(q.msgs))]
+		m := q.msg(q.head)
 		if m.acked < m.npkts || (m.wr.Op == OpRead && !m.readDone) {
 			return
 		}

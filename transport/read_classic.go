@@ -117,7 +117,7 @@ func (s *classicSender) pendingRead() (*sendMsg, uint32) {
 		return nil, 0
 	}
 	for i := q.head; i <= q.cursor && i < q.tail; i++ {
-		m := &q.msgs[i%uint64(len(q.msgs))]
+		m := q.msg(i)
 		if m.wr.Op != OpRead || m.readDone {
 			continue
 		}
@@ -144,7 +144,7 @@ func (s *classicSender) firstMissing() (psn.PSN, bool) {
 func (s *classicSender) inRead(p psn.PSN) bool {
 	q := s.q
 	for i := q.head; i <= q.cursor && i < q.tail; i++ {
-		m := &q.msgs[i%uint64(len(q.msgs))]
+		m := q.msg(i)
 		if m.wr.Op != OpRead {
 			continue
 		}
@@ -170,7 +170,7 @@ func (s *classicSender) insideRead(p psn.PSN) bool {
 	}
 	c := q.readChunk()
 	for i := q.head; i <= q.cursor && i < q.tail; i++ {
-		m := &q.msgs[i%uint64(len(q.msgs))]
+		m := q.msg(i)
 		if m.wr.Op != OpRead || m.readDone {
 			continue
 		}
@@ -216,8 +216,8 @@ func (s *classicSender) onResponse(now clock.Time, pk *wire.Packet) {
 		q.stats.RejectedReadResponses++
 	case m != nil && sent > 0 && m.psn.Add(m.landed).Less(p):
 		q.stats.OutOfOrderDrops++
-		var res retransmit.AckResult
-		q.events, res = q.sb.OnNak(now, m.psn.Add(m.landed), q.events[:0])
+		ev, res := q.sb.OnNak(now, m.psn.Add(m.landed), q.scr.events[:0])
+		q.takeEvents(ev)
 		q.onEvents(now)
 		q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: res.RTT})
 		q.noteRTT(res.RTT)
@@ -262,8 +262,8 @@ func (s *classicSender) land(now clock.Time, m *sendMsg, k uint32, p psn.PSN, pk
 		m.readDone = true
 		s.reads--
 	}
-	var res retransmit.AckResult
-	q.events, res = q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.events[:0])
+	ev, res := q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.scr.events[:0])
+	q.takeEvents(ev)
 	q.onEvents(now)
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: res.RTT})
 	q.noteRTT(res.RTT)
@@ -315,6 +315,7 @@ func (r *classicReceiver) readRequest(now clock.Time, pk *wire.Packet, p psn.PSN
 		q.stats.NoBuffer++
 		return
 	}
+	q.activate()
 	r.msn++
 	r.resp = append(r.resp, readResp{psn: p, src: src, n: n, msn: r.msn})
 	r.exp = p.Add(n)
@@ -362,12 +363,22 @@ func (r *classicReceiver) dupRead(pk *wire.Packet, p psn.PSN) {
 		q.stats.NoBuffer++
 		return
 	}
+	q.activate()
 	r.resp = append(r.resp, readResp{})
 	copy(r.resp[at+1:], r.resp[at:])
 	r.resp[at] = readResp{psn: p, src: src, n: n, hi: n, msn: r.msn}
 }
 
 func (r *classicReceiver) responding() bool { return len(r.resp) > 0 }
+
+// trimmable: the READs answered are gone, their slice not.
+func (r *classicReceiver) trimmable() bool { return len(r.resp) == 0 && cap(r.resp) > 0 }
+
+func (r *classicReceiver) trim() {
+	if len(r.resp) == 0 {
+		r.resp = nil
+	}
+}
 
 // pollResponse encodes the next READ response packet.
 func (r *classicReceiver) pollResponse(now clock.Time, buf []byte) (int, uint16, bool, error) {
@@ -380,7 +391,7 @@ func (r *classicReceiver) pollResponse(now clock.Time, buf []byte) (int, uint16,
 	lo := min(uint64(k)*uint64(q.seg), uint64(len(e.src)))
 	hi := min(lo+uint64(q.seg), uint64(len(e.src)))
 	entropy := q.nextEntropy(now)
-	pk := &q.pkt
+	pk := &q.scr.pkt
 	q.headers(pk, entropy)
 	if q.cfg.ECN {
 		pk.IP.TOS = wire.ECNECT0

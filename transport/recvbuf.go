@@ -39,6 +39,8 @@ type postedBuf struct {
 
 // recvQueue is a QP's ring of posted receive buffers, filled in message
 // order. It is on from the first PostRecv for the rest of the QP's life.
+// The ring grows with the buffers posted (doubling from 4, up to
+// MaxMessages) and is given back when empty and idle (QP.trim).
 type recvQueue struct {
 	on   bool
 	bufs []postedBuf
@@ -53,6 +55,16 @@ func (rq *recvQueue) at(i int) *postedBuf {
 		j -= len(rq.bufs)
 	}
 	return &rq.bufs[j]
+}
+
+// grow doubles the ring (from 4, up to limit), keeping the buffers in
+// order.
+func (rq *recvQueue) grow(limit int) {
+	bufs := make([]postedBuf, min(max(4, 2*len(rq.bufs)), limit))
+	for i := range rq.n {
+		bufs[i] = *rq.at(i)
+	}
+	rq.bufs, rq.head = bufs, 0
 }
 
 func (rq *recvQueue) pop() postedBuf {
@@ -77,17 +89,18 @@ func consumes(k wire.OpKind) bool { return k == wire.KindSend || k == wire.KindS
 // may be called before Connect. Errors: ErrRecvQueueFull, ErrQPFailed (the
 // QP or its receiving side failed).
 func (q *QP) PostRecv(id uint64, buf []byte) error {
+	q.touch() // a held message may land, an error complete: sched.go
 	switch {
 	case q.state == stateError:
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.err)
 	case q.rq.err != nil:
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.rq.err)
 	}
-	if q.rq.bufs == nil {
-		q.rq.bufs = make([]postedBuf, q.cfg.MaxMessages)
+	if q.rq.n == q.cfg.MaxMessages {
+		return ErrRecvQueueFull
 	}
 	if q.rq.n == len(q.rq.bufs) {
-		return ErrRecvQueueFull
+		q.rq.grow(q.cfg.MaxMessages)
 	}
 	q.rq.on = true
 	*q.rq.at(q.rq.n) = postedBuf{id: id, buf: buf}
@@ -136,15 +149,10 @@ func (q *QP) flushRecv() []postedBuf {
 }
 
 // pushComp queues a receive completion that does not count as a message
-// (an error); the receive ring has room for every posted buffer on top of
-// MaxMessages messages.
+// (an error), growing the receive ring as it needs.
 func (q *QP) pushComp(c Completion) {
-	if q.recvLen == len(q.recvq) { // cannot happen by the bounds above; never overwrite
-		r := make([]Completion, 2*len(q.recvq))
-		for i := range q.recvLen {
-			r[i] = q.recvq[(q.recvHead+i)%len(q.recvq)]
-		}
-		q.recvq, q.recvHead = r, 0
+	if q.recvLen == len(q.recvq) {
+		q.growRecv()
 	}
 	q.recvq[(q.recvHead+q.recvLen)%len(q.recvq)] = c
 	q.recvLen++

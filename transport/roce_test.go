@@ -178,14 +178,14 @@ func TestLocalAckTimeoutConfig(t *testing.T) {
 
 // TestDefaultRetries: with the default timers, a QP whose peer never
 // answers fails with ErrPeerUnreachable after about 2 s of silence in the
-// Spray profile (DefaultSprayMaxRetries timeouts from 1 ms doubling to
-// 100 ms) and after 8 Local ACK Timeouts of 67.1 ms in the RoCE profile.
+// Spray profile (DefaultSprayMaxRetries timeouts from the initial 2 ms,
+// doubling to 100 ms) and after 8 Local ACK Timeouts of 67.1 ms in the RoCE profile.
 func TestDefaultRetries(t *testing.T) {
 	for _, tc := range []struct {
 		prof     Profile
 		min, max time.Duration
 	}{
-		{Spray, 1900 * time.Millisecond, 2200 * time.Millisecond},
+		{Spray, 2100 * time.Millisecond, 2400 * time.Millisecond},
 		{RoCE, 8 * AckTimeout(DefaultLocalAckTimeout), 9 * AckTimeout(DefaultLocalAckTimeout)},
 	} {
 		t.Run(tc.prof.String(), func(t *testing.T) {

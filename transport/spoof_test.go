@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -706,4 +707,45 @@ func TestSpoofClassicNakInRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpoofSprayWriteKey is the sniffing attack: a WRITE with a wrong key,
+// at a PSN inside the receiver's window and under a message ID the sender
+// has not used, fails the receiver's QP, whose NAK then names the
+// spoofer's message. The sender takes none of it as its own (no remote
+// access error on its requests: it caused none), and the error that
+// fails it at last says what happened instead of only that the peer
+// stopped acknowledging.
+func TestSpoofSprayWriteKey(t *testing.T) {
+	r := newSpoofRun(t, Spray)
+	r.midway(t, 60)
+	payload := []byte("spoofed payload")
+	const spoofID = 30
+	p := r.qb.rcv.(*sprayReceiver).win.Highest().Add(100)
+	pk := &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(p)},
+		Data: wire.Data{Kind: wire.KindWrite, MsgID: spoofID, MsgLen: uint32(len(payload)), TxTime: 1},
+		RETH: wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: uint32(len(payload))}}
+	r.inject(t, false, pk, payload)
+	// Once the sender failed, nothing is left to run: the run ends.
+	if err := r.run(clock.Time(time.Minute), func() bool { return r.qa.Err() != nil }); err != nil && r.qa.Err() == nil {
+		t.Fatal(err)
+	}
+	if st := r.qb.Stats(); st.RemoteAccessErrors != 1 {
+		t.Fatalf("receiver's remote access errors %d, want the spoofed WRITE's", st.RemoteAccessErrors)
+	}
+	err := r.qa.Err()
+	for _, c := range r.ca {
+		if errors.Is(c.Err, ErrRemoteAccess) {
+			t.Fatalf("request %d failed with %v: the sender caused no remote access error", c.ID, c.Err)
+		}
+	}
+	if errors.Is(err, ErrRemoteAccess) || r.qa.Stats().RejectedNaks == 0 {
+		t.Fatalf("sender's error %v, %d NAKs rejected: want the NAKs naming the spoofer's message rejected", err, r.qa.Stats().RejectedNaks)
+	}
+	for _, want := range []string{"remote access error", "message 30", "never sent"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("sender's error %q does not say %q", err, want)
+		}
+	}
+	t.Logf("sender's error: %v", err)
 }

@@ -34,7 +34,8 @@ type sprayReceiver struct {
 
 	// reads holds the region bytes of each READ request received and
 	// not yet answered, at its message ID modulo its length (MaxMessages,
-	// the assembler's span of live IDs).
+	// the assembler's span of live IDs); allocated at the first READ
+	// request, given back when none waits (trim).
 	reads [][]byte
 
 	// last is the latest data packet received; echo the latest that
@@ -45,6 +46,8 @@ type sprayReceiver struct {
 	lastSet bool // a data packet was received: last is set
 	echo    lastData
 	echoSet bool
+	// echoINT holds echo's INT records, allocated at the first.
+	echoINT []byte
 
 	ackedHigh psn.PSN // the highest PSN received when the last ACK left
 	ackedSet  bool    // an ACK left: ackedHigh is set
@@ -58,8 +61,6 @@ type lastData struct {
 	arrive  clock.Time
 	stamped bool // arrive is the host's arrival stamp, not the engine's time
 	entropy uint16
-	intLen  int
-	intBuf  [wire.MaxINTHops * wire.HopLen]byte
 }
 
 func (r *sprayReceiver) connect(peer QPInfo) error {
@@ -76,8 +77,27 @@ func (r *sprayReceiver) connect(peer QPInfo) error {
 		return err
 	}
 	r.win, r.asm = win, asm
-	r.reads = make([][]byte, cfg.MaxMessages)
 	return nil
+}
+
+// trimmable reports whether the window, the assembler or the READ table
+// holds memory with nothing in it.
+func (r *sprayReceiver) trimmable() bool {
+	if r.win == nil {
+		return false
+	}
+	return r.win.Trimmable() || r.asm.Trimmable() || r.reads != nil && r.q.readSlots == 0
+}
+
+func (r *sprayReceiver) trim() {
+	if r.win == nil {
+		return
+	}
+	r.win.Trim()
+	r.asm.Trim()
+	if r.q.readSlots == 0 {
+		r.reads = nil // every entry is nil: each READ waiting holds a slot
+	}
 }
 
 func (r *sprayReceiver) takes(op wire.Opcode) bool { return op == wire.OpSprayData }
@@ -100,7 +120,10 @@ func (r *sprayReceiver) note(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint
 	r.lastSet = true
 	if len(pk.INT) > 0 {
 		r.echo.psn, r.echo.tx, r.echo.arrive, r.echo.stamped, r.echo.entropy = p, tx, at, stamped, pk.UDP.Src
-		r.echo.intLen = copy(r.echo.intBuf[:], pk.INT)
+		if r.echoINT == nil {
+			r.echoINT = make([]byte, 0, wire.MaxINTHops*wire.HopLen)
+		}
+		r.echoINT = append(r.echoINT[:0], pk.INT[:min(len(pk.INT), cap(r.echoINT))]...)
 		r.echoSet = true
 	}
 }
@@ -252,6 +275,9 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 		q.stats.RemoteAccessErrors++
 		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, id, true
 		return false
+	}
+	if r.reads == nil {
+		r.reads = make([][]byte, q.cfg.MaxMessages)
 	}
 	i := id % uint32(len(r.reads))
 	if r.reads[i] != nil {
@@ -418,8 +444,8 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		a.SackWords--
 	}
 	if r.echoSet {
-		a.INTHops = uint8(e.intLen / wire.HopLen)
-		pk.INT = e.intBuf[:e.intLen]
+		a.INTHops = uint8(len(r.echoINT) / wire.HopLen)
+		pk.INT = r.echoINT
 		r.echoSet = false
 	}
 	if r.rnr && r.rxErr == 0 {

@@ -31,8 +31,6 @@ type spraySender struct {
 	copyDue bool
 	copyPSN psn.PSN
 	copyTag uint64
-	// hops holds the INT records of the ACK being processed, decoded.
-	hops [wire.MaxINTHops]cc.Hop
 }
 
 func (s *spraySender) takes(op wire.Opcode) bool { return op == wire.OpSprayAck }
@@ -146,7 +144,7 @@ func (s *spraySender) pollCopy(now clock.Time, buf []byte, rate float64) (int, e
 	if s.copyPSN != q.sb.Oldest() || q.sb.Outstanding() == 0 {
 		return 0, nil
 	}
-	m := &q.msgs[s.copyTag>>32]
+	m := q.msgTag(s.copyTag)
 	q.resending = true
 	q.inRTO = false // the next path of the round, not the freshest again
 	n, entropy, err := q.encodeData(now, buf, m, uint32(s.copyTag), s.copyPSN)
@@ -200,7 +198,7 @@ func (s *spraySender) names(id uint32, cum psn.PSN) bool {
 		end++ // the message being segmented
 	}
 	for i := q.head; i < end; i++ {
-		if q.msgs[i%uint64(len(q.msgs))].id == id {
+		if q.msg(i).id == id {
 			return true
 		}
 	}
@@ -221,6 +219,9 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
 	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
 		q.stats.RejectedNaks++
+		if !rnr {
+			q.foreign = foreignNak{syn: a.Syndrome, at: a.MsgID}
+		}
 		return
 	}
 	q.stats.AcksReceived++
@@ -235,8 +236,8 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
 		Cum: psn.New(a.CumPSN), SackBase: psn.New(a.SackBase), Sack: a.Sack[:a.SackWords],
 		Acked: psn.New(a.AckedPSN), HasAcked: true, AckedSentAt: clock.Time(a.EchoTime),
-	}, q.events[:0])
-	q.events = ev
+	}, q.scr.events[:0])
+	q.takeEvents(ev)
 	if res.Progress {
 		q.inRTO = false
 	}
@@ -253,7 +254,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 			rtt = r
 		}
 	}
-	hops := decodeHops(pk.INT, s.hops[:0])
+	hops := decodeHops(pk.INT, q.scr.hops[:0])
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold,
 		HostHold: a.HoldNs&wire.HoldFromArrival != 0, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
 	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it

@@ -320,6 +320,7 @@ func TestTelemetryHooksAllocate(t *testing.T) {
 	for _, n := range []int{8, 64} {
 		s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{Seed: 1, Entropies: n, Window: 4096})
 		q := s.qa
+		q.activate() // the per-path counters come with a QP's first message
 		ents := q.paths.Paths()
 		i := 0
 		a := testing.AllocsPerRun(1000, func() {

@@ -27,6 +27,14 @@
 // while the Link is open is noticed within LinkConfig.CheckEvery and makes
 // Wait and Recv return ErrQueuesChanged.
 //
+// A Link's sockets write into every frame they send the MAC address of the
+// next hop that the kernel's routing and neighbour tables give for the
+// frame's destination IP (package link/nexthop, opened in the Link's
+// namespace and following route and neighbour changes), so that frames to
+// a peer behind a router go to the router, whatever MAC the caller wrote;
+// LinkConfig.KeepDstMAC turns that off. A Socket from Open sends frames as
+// they are.
+//
 // Link.RSS returns the device's RSS hash key and indirection table
 // (ETHTOOL_GRSSH, what `ethtool -x` shows), with the entries numbered as
 // Queues is, so that Link implements transport.RSSReader: an endpoint with

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/nexthop"
 	"github.com/sprayfabric/spray/link/rss"
 )
 
@@ -69,6 +70,12 @@ type LinkConfig struct {
 	// Logf receives the link's few log lines (copy-mode fallback, queues
 	// left to the kernel, a queue count that changed). Default: log/slog.
 	Logf func(format string, args ...any)
+	// KeepDstMAC sends frames with the destination MAC the caller wrote.
+	// By default every socket's Send writes the MAC of the next hop the
+	// kernel's routing and neighbour tables give for each frame's
+	// destination IP (package link/nexthop), so that frames to a peer
+	// behind a router reach the router.
+	KeepDstMAC bool
 }
 
 // Link is an AF_XDP link on every RX queue of a device (or those
@@ -99,6 +106,7 @@ type Link struct {
 	ql      []link.Link
 	served  []int // device queue of each socket
 	steer   *ebpf.Steering
+	hops    *nexthop.Table // nil with KeepDstMAC
 	logf    func(string, ...any)
 
 	rxNext, txNext int
@@ -183,6 +191,10 @@ func servedTable(t rss.Table, served []int) rss.Table {
 	}
 	return out
 }
+
+// NextHops returns the table that chooses each sent frame's destination
+// MAC, for its counters; nil with LinkConfig.KeepDstMAC.
+func (l *Link) NextHops() *nexthop.Table { return l.hops }
 
 // Sockets returns the same sockets as Queues, as *Socket.
 func (l *Link) Sockets() []*Socket { return l.qs }
@@ -360,6 +372,9 @@ func (l *Link) Close() error {
 		}
 		for _, s := range l.qs {
 			errs = append(errs, s.Close())
+		}
+		if l.hops != nil {
+			errs = append(errs, l.hops.Close())
 		}
 		errs = append(errs, l.sys.close())
 		l.closeErr = errors.Join(errs...)

@@ -18,6 +18,7 @@ import (
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/poll"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/nexthop"
 	"github.com/sprayfabric/spray/link/rss"
 )
 
@@ -159,6 +160,14 @@ func OpenLink(cfg LinkConfig) (_ *Link, err error) {
 	}
 	if len(l.qs) == 0 {
 		return nil, fmt.Errorf("xdp: %s: no queue could be bound (every one held by another AF_XDP socket): %w", ifc.Name, ErrBusy)
+	}
+	if !cfg.KeepDstMAC {
+		if l.hops, err = nexthop.Open(nexthop.Config{Ifindex: cfg.Ifindex}); err != nil {
+			return nil, fmt.Errorf("xdp: %s: %w", ifc.Name, err)
+		}
+		for _, s := range l.qs {
+			s.hop = l.hops.NewCache()
+		}
 	}
 	if sc.Mode == Auto && l.qs[0].Mode() == Copy {
 		logf("xdp: %s: driver offers no zero-copy, using copy mode", ifc.Name)

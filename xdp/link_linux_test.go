@@ -569,3 +569,98 @@ func TestLinkWake(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkNextHop: frames that the sender's Link addresses to the
+// receiver's own MAC, as a QPInfo carries it, cross the forwarding
+// namespace because the Link writes the router's MAC instead; with
+// KeepDstMAC they go out as written and the router drops them.
+func TestLinkNextHop(t *testing.T) {
+	const size = 64
+	x := newRouted(t, 1, 1500)
+	b := x.openLink(t, xdp.LinkConfig{})
+	var sIfindex int
+	var sMAC [6]byte
+	inNS(t, x.s, func() {
+		l, err := netlink.LinkByName(x.namePfx + "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sIfindex = l.Attrs().Index
+		copy(sMAC[:], l.Attrs().HardwareAddr)
+	})
+	for _, keep := range []bool{false, true} {
+		var s *xdp.Link
+		var err error
+		inNS(t, x.s, func() {
+			s, err = xdp.OpenLink(xdp.LinkConfig{Ifindex: sIfindex, MAC: sMAC, IP: x.sIP,
+				Socket: xdp.Config{Mode: xdp.Copy}, KeepDstMAC: keep, Logf: t.Logf})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (s.NextHops() == nil) != keep {
+			t.Fatalf("KeepDstMAC %v: NextHops %v", keep, s.NextHops())
+		}
+		const count = 20
+		fs := make([]link.Frame, count)
+		frames := func(port uint16) {
+			if n := s.Alloc(fs); n != count {
+				t.Fatalf("Alloc = %d", n)
+			}
+			for i := range fs {
+				b := fs[i].Buf[:42+size]
+				copy(b[0:6], x.bMAC[:])
+				copy(b[6:12], sMAC[:])
+				binary.BigEndian.PutUint16(b[12:], 0x0800)
+				ip := b[14:34]
+				clear(ip)
+				ip[0], ip[8], ip[9] = 0x45, 64, 17
+				binary.BigEndian.PutUint16(ip[2:], uint16(20+8+size))
+				sa, da := x.sIP.As4(), x.bIP.As4()
+				copy(ip[12:], sa[:])
+				copy(ip[16:], da[:])
+				var sum uint32
+				for j := 0; j < 20; j += 2 {
+					sum += uint32(binary.BigEndian.Uint16(ip[j:]))
+				}
+				sum = sum>>16 + sum&0xffff
+				binary.BigEndian.PutUint16(ip[10:], ^uint16(sum+sum>>16))
+				u := b[34:42]
+				binary.BigEndian.PutUint16(u[0:], 49152)
+				binary.BigEndian.PutUint16(u[2:], port)
+				binary.BigEndian.PutUint16(u[4:], 8+size)
+				binary.BigEndian.PutUint16(u[6:], 0)
+				copy(b[42:], payload(i, size))
+				fs[i].Buf = b
+			}
+		}
+		if !keep {
+			// The first frames to the receiver have the router resolved;
+			// until it answers frames go out as written. Sent to another
+			// port, they do not count.
+			frames(4792)
+			if n, err := s.Send(fs); n != count || err != nil {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, ok := s.NextHops().Lookup(x.bIP); ok {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatal("router never resolved")
+				}
+			}
+		}
+		frames(4791)
+		if n, err := s.Send(fs); n != count || err != nil {
+			t.Fatalf("Send = %d, %v", n, err)
+		}
+		s.Wait(0) // kicks the TX ring
+		var got atomic.Int64
+		n, _ := receive(t, b, count, size, &got)
+		if keep && n != 0 || !keep && n != count {
+			t.Fatalf("KeepDstMAC %v: %d of %d frames crossed the router", keep, n, count)
+		}
+		s.Close()
+	}
+}

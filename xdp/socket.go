@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/link/nexthop"
 )
 
 // Socket is one AF_XDP socket bound to one queue of one device, with its own
@@ -30,6 +31,9 @@ type Socket struct {
 	mode  Mode
 	sys   sysSocket
 	final kernelStats // kernel counters as they were at Close
+	// hop writes each sent frame's next hop MAC (a Link's sockets, unless
+	// LinkConfig.KeepDstMAC); nil leaves frames alone.
+	hop *nexthop.Cache
 }
 
 var (
@@ -92,11 +96,18 @@ func (s *Socket) Alloc(fs []link.Frame) int {
 // counted. When the TX ring is full the rest are dropped and counted too.
 // Send takes back every frame; it returns how many it queued, and an error
 // only when the kernel refused a kick for a reason other than being busy.
+// The sockets of a Link write each frame's next hop MAC first (see
+// LinkConfig.KeepDstMAC); a Socket from Open sends frames as they are.
 func (s *Socket) Send(fs []link.Frame) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return 0, link.ErrClosed
+	}
+	if s.hop != nil {
+		for i := range fs {
+			s.hop.Rewrite(fs[i].Buf)
+		}
 	}
 	return s.c.send(fs)
 }

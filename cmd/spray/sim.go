@@ -31,9 +31,23 @@ HPCC on INT, PFC off), spray-ecmp (spray's transport on one path per QP). Scenar
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
-htsim:FILE; options iters=N, cdf=FILE. Every host runs one transport engine with one QP per
-peer (--queues: one engine per NIC queue); a workload whose QPs, flows and buffers are estimated
-above --mem is refused before it runs.
+moe:SIZE[,compute=DUR,iters=N], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
+transport engine with one QP per peer (--queues: one engine per NIC queue); a workload whose QPs,
+flows and buffers are estimated above --mem is refused before it runs.
+
+moe:SIZE,compute=DUR,iters=N is an MoE layer's training steps: each rank sends SIZE/hosts to every
+other (dispatch), computes for DUR (default 1ms) once all of its dispatch is in, sends SIZE/hosts
+to every other again (combine), and starts the next step once all of its combine is in; iters
+steps, by default enough that the compute alone lasts 100 ms. A second table gives per row the
+mean step, the all-to-alls' mean and longest time, the flows' mean and p99.9, PAUSE frames, switch
+buffer mean and max, and the shares of the step spent computing (MFU-style) and waiting on the
+network. Rates per minute are printed only from at least 100 ms of simulated time ("-" below);
+the simulated column gives each row's window.
+
+PFC's thresholds: --topo ...,pfc=XOFF/XON. XOFF is when an ingress port that has brought that
+much into a switch's buffer sends PAUSE: a share of the free shared buffer (dynamic; default
+0.125) or bytes with a unit (static: 200k, 150000B); XON is the bytes below XOFF at which it sends
+RESUME (default two frames: 3028). pfc=0.25/6k, pfc=200k/3k.
 
 flags:
 `
@@ -45,8 +59,8 @@ func init() {
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simUsage); fs.PrintDefaults() }
-	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu; or htsim:FILE")
-	work := fs.String("workload", "alltoall:1M", "workload: KIND:SIZE[,iters=N,senders=N,bg=SIZE,cdf=FILE] or htsim:FILE")
+	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON; or htsim:FILE")
+	work := fs.String("workload", "alltoall:1M", "workload: KIND:SIZE[,iters=N,senders=N,bg=SIZE,cdf=FILE,compute=DUR] or htsim:FILE")
 	profs := fs.String("profiles", strings.Join(sim.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
 	scen := fs.String("scenarios", strings.Join(sim.DefaultScenarios, ","), "comma-separated scenarios: lossless, loss0.01, loss0.1, linkfail")
 	pfc := fs.String("pfc", "", "on or off: PFC for every profile (default: on for roce, off for spray)")
@@ -142,6 +156,7 @@ func runSim(args []string) error {
 		return context.Cause(ctx)
 	}
 	sim.WriteTable(os.Stdout, res)
+	sim.WriteSteps(os.Stdout, res, w)
 	sim.WriteWall(os.Stdout, res)
 	if *jsonFile != "" {
 		var b bytes.Buffer

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sprayfabric/spray/bench"
@@ -118,5 +120,51 @@ func TestSimTopoMapsTestbed(t *testing.T) {
 	// The testbed's queue per port: 1 ms at the rate, at least 16 frames.
 	if tp != want {
 		t.Fatalf("simTopo(%s) = %+v, want %+v", bench.DefaultCompareTestbed, tp, want)
+	}
+}
+
+// TestSimMoE: spray sim runs the moe workload to the end (every flow of
+// both collectives of every step, each timed), and refuses bad PFC
+// thresholds and moe options as usage errors.
+func TestSimMoE(t *testing.T) {
+	j := filepath.Join(t.TempDir(), "moe.json")
+	err := runSim([]string{"-q", "--topo", "leafspine:2x2x2,rate=10gbit,pfc=0.25/6k", "--workload", "moe:64k,compute=100us,iters=2",
+		"--scenarios", "lossless", "--json", j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Topo string
+		Rows []struct {
+			Flows, Done int
+			Iterations  []int64 `json:"iterations_ns"`
+			Simulated   int64   `json:"simulated_ns"`
+		}
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Topo, "pfc=0.25/6144") || len(res.Rows) != 2 {
+		t.Fatalf("topo %q, %d rows", res.Topo, len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Flows != 2*2*4*3 || r.Done != r.Flows || len(r.Iterations) != 4 || r.Simulated < 200e3 {
+			t.Errorf("%d of %d flows, %d collectives, %d ns simulated", r.Done, r.Flows, len(r.Iterations), r.Simulated)
+		}
+	}
+	for _, args := range [][]string{
+		{"--topo", "leafspine:2x2x2,pfc=9"},
+		{"--topo", "leafspine:2x2x2,pfc=10k/20k"},
+		{"--workload", "moe:64k,compute=0s"},
+		{"--workload", "alltoall:64k,compute=1ms"},
+	} {
+		var u usageError
+		if err := runSim(append([]string{"-q"}, args...)); !errors.As(err, &u) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
 	}
 }

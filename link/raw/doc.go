@@ -14,6 +14,11 @@
 // Config.IP:Port that drops everything it gets (unless the port is taken,
 // e.g. by a link/udp Link in the same namespace).
 //
+// Send writes into every frame the MAC address of the next hop that the
+// kernel's routing and neighbour tables give for the frame's destination
+// IP (package link/nexthop), so that frames to a peer behind a router go
+// to the router; Config.KeepDstMAC turns that off.
+//
 // Send and Recv move batches with sendmmsg and recvmmsg; Send blocks while
 // the socket's send buffer is full. A VLAN tag that the kernel or the NIC
 // took off a received frame is put back in place (from PACKET_AUXDATA), so

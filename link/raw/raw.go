@@ -54,6 +54,12 @@ type Config struct {
 	// SocketBuffer is the SO_RCVBUF and SO_SNDBUF size asked for. 0: 4 MiB
 	// (forced past net.core.rmem_max, as root may).
 	SocketBuffer int
+	// KeepDstMAC sends frames with the destination MAC the caller wrote.
+	// By default Send writes the MAC of the next hop the kernel's routing
+	// and neighbour tables give for each frame's destination IP (package
+	// link/nexthop), so that frames to a peer behind a router reach the
+	// router.
+	KeepDstMAC bool
 }
 
 // Counters are a Link's statistics: link.Stats and the reasons behind its

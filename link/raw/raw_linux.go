@@ -14,6 +14,7 @@ import (
 
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/internal/sock"
+	"github.com/sprayfabric/spray/link/nexthop"
 )
 
 const (
@@ -34,6 +35,11 @@ type Link struct {
 
 	kdMu          sync.Mutex
 	rxKernelDrops uint64
+
+	// hops and hop rewrite each sent frame's destination MAC to its next
+	// hop's; nil with Config.KeepDstMAC.
+	hops *nexthop.Table
+	hop  *nexthop.Cache
 }
 
 var _ link.Link = (*Link)(nil)
@@ -96,6 +102,13 @@ func Open(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	l.openGuard()
+	if !c.KeepDstMAC {
+		if l.hops, err = nexthop.Open(nexthop.Config{Ifindex: c.Ifindex}); err != nil {
+			l.c.Close(nil)
+			return nil, fmt.Errorf("raw: %w", err)
+		}
+		l.hop = l.hops.NewCache()
+	}
 	l.c.RxMsgs = sock.NewMsgs(c.Batch, false, rxCtrlLen)
 	l.c.TxMsgs = sock.NewMsgs(c.Batch, false, 0)
 	return l, nil
@@ -225,6 +238,7 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 			malformed++
 			continue
 		}
+		l.hop.Rewrite(f.Buf)
 		tx.Iov[m].Base = &f.Buf[0]
 		tx.Iov[m].SetLen(len(f.Buf))
 		tx.Len[m] = len(f.Buf)
@@ -255,8 +269,16 @@ func (l *Link) Wake() { l.c.Wake() }
 // Close closes the sockets, unblocking a pending Wait. It is idempotent and
 // safe from any goroutine; afterwards methods return link.ErrClosed.
 func (l *Link) Close() error {
-	return l.c.Close(func() { l.kernelDrops() })
+	err := l.c.Close(func() { l.kernelDrops() })
+	if l.hops != nil {
+		l.hops.Close()
+	}
+	return err
 }
+
+// NextHops returns the table that chooses each sent frame's destination
+// MAC, for its counters; nil with Config.KeepDstMAC.
+func (l *Link) NextHops() *nexthop.Table { return l.hops }
 
 // kernelDrops folds the kernel's drop count (which reading resets) into
 // the counter. Callers hold the Core's lock (either way).

@@ -476,3 +476,50 @@ func TestJumbo(t *testing.T) {
 		t.Fatalf("received %d of %d jumbo frames", got, total)
 	}
 }
+
+// TestNextHopMAC sends frames to B whose destination MAC is wrong (as a
+// peer's own MAC is across a router): by default the link writes the
+// next hop's (B's) and B receives them; with KeepDstMAC they go out as
+// written and B's interface drops them.
+func TestNextHopMAC(t *testing.T) {
+	p := pair(t, 1500)
+	b := openIn(t, p.B, Config{})
+	wrong := [6]byte{2, 0x72, 0x74, 0, 0, 0x99}
+	for _, keep := range []bool{false, true} {
+		a := openIn(t, p.A, Config{KeepDstMAC: keep})
+		if (a.NextHops() == nil) != keep {
+			t.Fatalf("KeepDstMAC %v: NextHops %v", keep, a.NextHops())
+		}
+		got := 0
+		in := make([]link.Frame, 16)
+		for try := 0; try < 20 && got == 0; try++ {
+			fs := make([]link.Frame, 1)
+			if a.Alloc(fs) != 1 {
+				t.Fatal("no transmit buffer")
+			}
+			fs[0].Buf = udpFrame(fs[0].Buf, p.A, p.B, 49152, 4791, []byte("to the next hop"))
+			copy(fs[0].Buf[0:6], wrong[:])
+			if n, err := a.Send(fs); n != 1 || err != nil {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			if err := b.Wait(50 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			n, err := b.Recv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range in[:n] {
+				if [6]byte(f.Buf[0:6]) != p.B.MAC || string(f.Buf[42:]) != "to the next hop" {
+					t.Fatalf("KeepDstMAC %v: received % x", keep, f.Buf)
+				}
+			}
+			b.Release(in[:n])
+			got += n
+		}
+		if (got > 0) == keep {
+			t.Fatalf("KeepDstMAC %v: B received %d frames", keep, got)
+		}
+		a.Close()
+	}
+}
