@@ -213,7 +213,7 @@ func TestOneFlowLineRate(t *testing.T) {
 // estimate counts one QP per host and peer.
 func TestMemoryBound(t *testing.T) {
 	tp := mustTopo(t, "leafspine:16x16x16")
-	big := Config{Topo: tp, Workload: mustWork(t, "alltoall:1M", tp.Hosts()), Memory: 1 << 30}
+	big := Config{Topo: tp, Workload: mustWork(t, "alltoall:1M", tp.Hosts()), Memory: 256 << 20}
 	fp, err := Estimate(big)
 	if err != nil {
 		t.Fatal(err)
@@ -223,10 +223,10 @@ func TestMemoryBound(t *testing.T) {
 		t.Fatalf("estimate %+v", fp)
 	}
 	if fp.Total <= big.Memory {
-		t.Fatalf("a 256-host all-to-all estimated at %d bytes: no bound to test at 1 GiB", fp.Total)
+		t.Fatalf("a 256-host all-to-all estimated at %d bytes: no bound to test at 256 MiB", fp.Total)
 	}
 	if _, err := Run(big); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "65280 QPs") {
-		t.Fatalf("256-host all-to-all in 1 GiB: %v", err)
+		t.Fatalf("256-host all-to-all in 256 MiB: %v", err)
 	}
 	tp = mustTopo(t, "leafspine:2x2x2")
 	small := Config{Topo: tp, Workload: mustWork(t, "alltoall:64k", tp.Hosts()), Scenarios: []string{ScenarioLossless}, Profiles: []string{ProfileSpray}}
