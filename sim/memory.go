@@ -19,8 +19,8 @@ import (
 var ErrMemory = errors.New("sim: run does not fit in memory")
 
 // Footprint is what Run estimates a run holds at once: the transports'
-// QPs and engines (their cost measured on this build of the transport,
-// so the estimate follows it), the flows' state, the payload and
+// QPs and engines (their live heap measured on this build of the
+// transport, so the estimate follows it), the flows' state, the payload and
 // destination buffers, and a packet buffer for every frame the switch
 // buffers and NIC queues can hold.
 type Footprint struct {
@@ -103,21 +103,26 @@ func Estimate(cfg Config) (Footprint, error) {
 	return fp, nil
 }
 
-// measureQP returns the bytes the transport allocates for one QP created
-// and connected, and for one engine and its registered region, with tc
-// on links of t's MTU. It counts allocations (not the live heap), which
-// is what this build of the transport asks for whatever the garbage
-// collector has done; the QPs it makes are then dropped.
+// measureQP returns the bytes that one QP, created and connected, and one
+// engine with its registered region hold on the heap, with tc on links
+// of t's MTU: the live heap after a collection, before and after making
+// them (the allocation counters move by whole spans, not by object). The
+// QPs it makes are then dropped.
 func measureQP(t Topo, tc transport.Config) (qp, eng int64, err error) {
-	const k = 32
+	const k = 64
 	tp := Topo{Kind: LeafSpine, HostsPerLeaf: 1, Leaves: 2, Spines: 1, MTU: t.MTU}
 	n, err := New(FabricConfig{Topo: tp})
 	if err != nil {
 		return 0, 0, err
 	}
 	tc.Seed = 1
-	var m0, m1, m2 runtime.MemStats
-	runtime.ReadMemStats(&m0)
+	live := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	m0 := live()
 	var engs [2]*transport.Engine
 	for i := range engs {
 		if engs[i], err = transport.NewEngine(n.hosts[i].Link(), tc); err != nil {
@@ -125,7 +130,9 @@ func measureQP(t Topo, tc transport.Config) (qp, eng int64, err error) {
 		}
 		engs[i].Register(make([]byte, 1), transport.AccessRemoteWrite)
 	}
-	runtime.ReadMemStats(&m1)
+	m1 := live()
+	qps := make([]*transport.QP, 0, 2*k)
+	m1 += int64(cap(qps)) * 8
 	for range k {
 		a, err := engs[0].CreateQP()
 		if err != nil {
@@ -141,11 +148,13 @@ func measureQP(t Topo, tc transport.Config) (qp, eng int64, err error) {
 		if err := b.Connect(a.Info()); err != nil {
 			return 0, 0, err
 		}
+		qps = append(qps, a, b)
 	}
-	runtime.ReadMemStats(&m2)
-	eng = int64(m1.TotalAlloc-m0.TotalAlloc) / 2
-	qp = int64(m2.TotalAlloc-m1.TotalAlloc) / (2 * k)
-	return qp, eng, nil
+	m2 := live()
+	runtime.KeepAlive(qps)
+	runtime.KeepAlive(engs)
+	runtime.KeepAlive(n)
+	return max(m2-m1, 0) / (2 * k), max(m1-m0, 0) / 2, nil
 }
 
 // MemoryBudget returns the bytes a run may hold when Config.Memory is 0:
