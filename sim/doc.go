@@ -85,8 +85,12 @@
 // for it, when its NIC queue has drained to half after it ran short of
 // slots (TestNICRefill), and at its NextDeadline, so engines never poll.
 // Every engine gets an explicit seed, from the run's seed and the host's
-// index. An engine's step visits each of its QPs, so a host's step costs
-// O(peers).
+// index. An engine's step costs its QPs with work and its expiring
+// timers, not O(peers), so a host of a 1,024-host all-to-all holds 1,023
+// QPs in one engine. Config.Queues runs one engine per NIC queue instead
+// (Host.QueueLink), the host's QPs spread over them and its frames
+// steered to the queue of their destination QP (Host.Steer), as an
+// endpoint with one engine per queue (TestQueues).
 //
 // # Workloads
 //
@@ -126,8 +130,8 @@
 // apart (WriteWall). Memory is the packet buffers (the most frames in
 // flight at once, BenchmarkPermutation's pktbufs) plus the engines' QP
 // state: it is bounded by buffers and windows, not by the run's length.
-// Estimate reckons it before a run, with QPs and engines at the bytes
-// this build of the transport allocates for them, and Run refuses a
+// Estimate reckons it before a run, with QPs and engines at the live
+// heap they hold on this build of the transport, and Run refuses a
 // workload above Config.Memory with ErrMemory (TestMemoryBound).
 //
 // # Caveats
