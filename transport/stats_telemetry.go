@@ -242,6 +242,9 @@ func (e *Engine) Snapshot(dst *Snapshot) {
 // appendQPs appends the snapshots of the engine's QPs to dst.QPs.
 func (e *Engine) appendQPs(dst *Snapshot) {
 	for _, q := range e.order {
+		if q == nil {
+			continue // a destroyed QP's place (sched.go)
+		}
 		if len(dst.QPs) < cap(dst.QPs) {
 			dst.QPs = dst.QPs[:len(dst.QPs)+1]
 		} else {

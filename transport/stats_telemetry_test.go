@@ -342,3 +342,38 @@ func TestTelemetryHooksAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotAfterDestroy: a snapshot taken after a QP was destroyed lists
+// the QPs that remain, and no destroyed one.
+func TestSnapshotAfterDestroy(t *testing.T) {
+	_, ea, _, ca, _ := endpointPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{})
+	ctx := context.Background()
+	var keep []*Conn
+	for range 3 {
+		c, err := ea.CreateQP(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep = append(keep, c)
+	}
+	if _, err := keep[1].Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var snap Snapshot
+	if err := ea.Snapshot(ctx, &snap); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint32]bool{}
+	for _, q := range snap.QPs {
+		got[q.QPN] = true
+	}
+	want := []uint32{ca.Info().QPN, keep[0].Info().QPN, keep[2].Info().QPN}
+	if len(snap.QPs) != len(want) || got[keep[1].Info().QPN] {
+		t.Fatalf("snapshot lists %v, want %v", got, want)
+	}
+	for _, q := range want {
+		if !got[q] {
+			t.Fatalf("snapshot lists %v, want %v", got, want)
+		}
+	}
+}
