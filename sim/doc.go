@@ -77,12 +77,20 @@
 // # Hosts
 //
 // A host's NIC serializes at its link's rate from a queue of NICFrames.
-// Transport engines run on its links (Host.Link, or Host.PeerLink for one
-// engine per peer, which Run uses: an engine scans all of its QPs on
-// every step), which lend packet buffers to the engine and take them
-// back; the event loop steps an engine when a frame arrives for it, when a
-// NIC slot frees after it ran short, and at its NextDeadline, so engines
-// never poll. Every engine gets an explicit seed.
+// A host runs one transport engine on its link (Host.Link), as a real
+// endpoint does: Run gives it one QP per peer it exchanges flows with,
+// connected to the peer's QP and carrying the flows of both directions.
+// The link lends packet buffers to the engine and takes them back, 32
+// frames at a time; the event loop steps the engine when a frame arrives
+// for it, when its NIC queue has drained to half after it ran short of
+// slots (TestNICRefill), and at its NextDeadline, so engines never poll.
+// Every engine gets an explicit seed, from the run's seed and the host's
+// index. An engine's step costs its QPs with work and its expiring
+// timers, not O(peers), so a host of a 1,024-host all-to-all holds 1,023
+// QPs in one engine. Config.Queues runs one engine per NIC queue instead
+// (Host.QueueLink), the host's QPs spread over them and its frames
+// steered to the queue of their destination QP (Host.Steer), as an
+// endpoint with one engine per queue (TestQueues).
 //
 // # Workloads
 //
@@ -122,6 +130,9 @@
 // apart (WriteWall). Memory is the packet buffers (the most frames in
 // flight at once, BenchmarkPermutation's pktbufs) plus the engines' QP
 // state: it is bounded by buffers and windows, not by the run's length.
+// Estimate reckons it before a run, with QPs and engines at the live
+// heap they hold on this build of the transport, and Run refuses a
+// workload above Config.Memory with ErrMemory (TestMemoryBound).
 //
 // # Caveats
 //
