@@ -3,42 +3,53 @@ package transport
 import "github.com/sprayfabric/spray/clock"
 
 // An engine's schedule keeps its work proportional to what moves, not to
-// the QPs it holds. Every QP of an engine is at any time in exactly one of
-// two places:
+// the QPs it holds. It has three parts:
 //
-//   - the ready list, a FIFO of QPs that may have something to do: a packet
-//     to send, an acknowledgement owed, a timer due. A QP joins it when it
-//     receives a packet, when a timer of its fires, and when the
-//     application changes it (Post, PostRecv, Connect, taking a received
-//     message: QP.touch). output polls the list round robin, running a
-//     QP's expired timers before its first poll of a step, and a QP leaves
-//     the list when PollTransmit has nothing more;
-//   - otherwise, the timer heap, keyed on its NextTimeout as computed when
-//     it left the ready list (absent when that is clock.Never). Nothing but
-//     the engine's own calls and those that touch it change a QP's
-//     NextTimeout, so the key stays exact; an expired key puts the QP back
-//     on the ready list.
+//   - the ready list, a FIFO of QPs that may have something to send: a
+//     packet, an acknowledgement owed. A QP joins it when it receives a
+//     packet, when a deadline of its passes, and when the application
+//     changes it (Post, PostRecv, Connect, taking a received message:
+//     QP.touch). output polls the list round robin, a QP leaving it when
+//     PollTransmit has nothing more;
+//   - the timer heap, keyed on a QP's next deadline: for a QP on the ready
+//     list, when its timers next expire (QP.timerDeadline: retransmission,
+//     congestion control, trimming), which HandleTimeout serves; for any
+//     other, NextTimeout, which adds the times pacing or a delayed
+//     acknowledgement let it send. A QP whose deadline is clock.Never is
+//     not in it. runTimers pops the expired keys at the start of a step,
+//     runs their QPs' timers and puts them on the ready list, so a step
+//     runs only the timers that expire, whether or not the link has a
+//     transmit buffer, and NextDeadline is the heap's top;
+//   - the dirty list, the QPs whose key may be stale: every call that
+//     changes a QP (a packet handled, a poll that sent, a timer run, a
+//     touch) marks it, and settle recomputes the keys of the marked QPs
+//     before the heap is read (runTimers, the end of transmit,
+//     NextDeadline). Nothing else changes a QP's deadlines, so the keys
+//     are exact when read.
 //
 // A QP that may hold completions (it was touched, or PollTransmit left
 // some) is also on the completion list, which Completions and the
 // endpoint's dispatch drain instead of visiting every QP. No step passes
-// over a whole list but output's: with every QP busy (an all-to-all), a
-// step still costs what it moves. TestStepVisitsActiveQPs guards the cost; the transport's transfer
-// and golden tests that a QP with work is never passed over.
+// over a whole list: with every QP busy (an all-to-all) and the link out
+// of transmit buffers, a step costs the packets it moves, the QPs they
+// belong to and the timers that expire. TestStepVisitsActiveQPs and
+// TestStepNoBufferVisits guard the cost; TestSchedMatchesFullPass and the
+// transport's transfer and golden tests that a QP with work is never
+// passed over.
 
 // qpSched is a QP's place in its engine's schedule.
 type qpSched struct {
 	eng      *Engine    // nil: on no engine, or destroyed
 	ready    bool       // on eng.ready
 	compl    bool       // on eng.compl
+	dirty    bool       // on eng.dirty
 	heapIdx  int        // index in eng.timers, -1 when not there
 	order    int        // index in eng.order
 	deadline clock.Time // key in eng.timers
-	timed    uint64     // the engine's step in which its timers were last checked
 }
 
-// touch puts the QP on its engine's ready and completion lists: a packet
-// or a call from outside the engine changed it, and it may now have
+// touch puts the QP on its engine's ready, completion and dirty lists: a
+// packet or a call from outside the engine changed it, and it may now have
 // something to send, a new deadline or completions.
 func (q *QP) touch() {
 	e := q.sch.eng
@@ -46,12 +57,14 @@ func (q *QP) touch() {
 		return
 	}
 	if !q.sch.ready {
-		e.makeReady(q)
+		q.sch.ready = true
+		e.ready = append(e.ready, q)
 	}
 	if !q.sch.compl {
 		q.sch.compl = true
 		e.compl = append(e.compl, q)
 	}
+	e.markDirty(q)
 }
 
 // hasCompletions reports whether the QP holds completions to hand out.
@@ -89,23 +102,64 @@ func (e *Engine) schedRemove(q *QP) {
 	q.sch.eng = nil
 }
 
-// makeReady appends q, which is not on it, to the ready list.
-func (e *Engine) makeReady(q *QP) {
-	if q.sch.heapIdx >= 0 {
-		e.heapRemove(q.sch.heapIdx)
+// markDirty puts q on the dirty list: its key is recomputed at the next
+// settle.
+func (e *Engine) markDirty(q *QP) {
+	if !q.sch.dirty {
+		q.sch.dirty = true
+		e.dirty = append(e.dirty, q)
 	}
-	q.sch.ready = true
-	e.ready = append(e.ready, q)
+}
+
+// settle recomputes the timer heap's keys of the QPs on the dirty list
+// and empties it.
+func (e *Engine) settle() {
+	for i, q := range e.dirty {
+		e.dirty[i] = nil
+		q.sch.dirty = false
+		if q.sch.eng != e { // destroyed
+			continue
+		}
+		e.visits++
+		var d clock.Time
+		if q.sch.ready {
+			d = q.timerDeadline()
+		} else {
+			d = q.NextTimeout()
+		}
+		e.rekey(q, d)
+	}
+	e.dirty = e.dirty[:0]
+}
+
+// rekey sets q's key in the timer heap to d, taking it out for
+// clock.Never.
+func (e *Engine) rekey(q *QP, d clock.Time) {
+	switch {
+	case d == clock.Never:
+		if q.sch.heapIdx >= 0 {
+			e.heapRemove(q.sch.heapIdx)
+		}
+	case q.sch.heapIdx < 0:
+		q.sch.deadline = d
+		e.heapPush(q)
+	case q.sch.deadline != d:
+		q.sch.deadline = d
+		if !e.heapDown(q.sch.heapIdx) {
+			e.heapUp(q.sch.heapIdx)
+		}
+	}
 }
 
 // readyLen returns the number of entries on the ready list (destroyed QPs
 // included until popped).
 func (e *Engine) readyLen() int { return len(e.ready) - e.readyHead }
 
-// popReady removes the front of the ready list.
+// popReady removes the front of the ready list; the next QP's turn starts.
 func (e *Engine) popReady() {
 	e.ready[e.readyHead] = nil
 	e.readyHead++
+	e.turn = 0
 	switch {
 	case e.readyHead == len(e.ready):
 		e.ready, e.readyHead = e.ready[:0], 0
@@ -116,15 +170,12 @@ func (e *Engine) popReady() {
 	}
 }
 
-// unready takes q, just popped off the ready list, to the timer heap under
-// its new deadline, and to the completion list if it holds completions.
+// unready takes q, just popped off the ready list, off it: its key
+// becomes its NextTimeout at the next settle, and it joins the completion
+// list if it holds completions.
 func (e *Engine) unready(q *QP) {
 	q.sch.ready = false
-	e.visits++
-	if d := q.NextTimeout(); d != clock.Never {
-		q.sch.deadline = d
-		e.heapPush(q)
-	}
+	e.markDirty(q)
 	e.noteCompl(q)
 }
 
@@ -136,27 +187,20 @@ func (e *Engine) noteCompl(q *QP) {
 	}
 }
 
-// runTimers starts a step: it moves the QPs whose deadline passed to the
-// ready list and runs their expired timers. The timers of the QPs already
-// on the list run when output reaches them, before their first poll of the
-// step (checkTimers): a step does not pass over the whole list twice.
+// runTimers starts a step: it settles the keys that changed since the
+// last, then moves every QP whose key passed to the ready list and runs
+// its expired timers.
 func (e *Engine) runTimers(now clock.Time) {
-	e.stepNo++
+	e.settle()
 	for len(e.timers) > 0 && e.timers[0].sch.deadline <= now {
 		q := e.timers[0]
 		e.heapRemove(0)
 		q.touch()
-		e.checkTimers(q, now)
-	}
-}
-
-// checkTimers runs q's expired timers, once per step.
-func (e *Engine) checkTimers(q *QP, now clock.Time) {
-	q.sch.timed = e.stepNo
-	e.visits++
-	if now >= q.NextTimeout() {
 		e.visits++
-		q.HandleTimeout(now)
+		if now >= q.NextTimeout() {
+			e.visits++
+			q.HandleTimeout(now)
+		}
 	}
 }
 
