@@ -463,6 +463,20 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 			off += f.Size
 		}
 	}
+	// Every engine steps once before the first post, as an endpoint's
+	// engine runs between connecting and the collective: a QP's connect
+	// puts it on the ready list, and a list in connect order (by peer
+	// index, on every host) would send every host's first burst to the
+	// same peer. Posted later, a host's QPs take turns in the order it
+	// posts to them (TestReadyInPostOrder).
+	for h, sh := range r.hosts {
+		if sh == nil {
+			continue
+		}
+		for _, hq := range sh.queues {
+			n.hosts[h].Kick(hq.link)
+		}
+	}
 	r.trigs = make([]trigState, len(cfg.Workload.Triggers))
 	for i, tr := range cfg.Workload.Triggers {
 		r.trigs[i].Trigger = tr

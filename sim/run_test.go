@@ -358,3 +358,58 @@ func TestQueues(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyInPostOrder: a host's QPs take their first turns in the order
+// the host posts to them, not in the order they were connected. In an
+// all-to-all host s posts to s+1, s+2, ... (mod hosts) while its QPs were
+// connected in peer order, so connect order would send every host's first
+// bursts to the same few hosts. After each host's first step that sends
+// data, the QPs that sent are a proper prefix of its post order.
+func TestReadyInPostOrder(t *testing.T) {
+	tp := mustTopo(t, "leafspine:8x2x4,rate=100gbit")
+	w := mustWork(t, "alltoall:2M", tp.Hosts())
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second}
+		r, row, err := newRunner(cfg, ScenarioLossless, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts := tp.Hosts()
+		order := make([][]*transport.QP, hosts) // by host, in post order
+		for i, f := range w.Flows {
+			order[f.Src] = append(order[f.Src], r.flows[i].qp)
+		}
+		checked := 0
+		for h := range hosts {
+			on, first := r.n.hosts[h].OnStep, true
+			r.n.hosts[h].OnStep = func(e *transport.Engine) {
+				on(e)
+				if !first || e.Stats().TxFrames == 0 {
+					return
+				}
+				first = false
+				k := 0
+				for k < len(order[h]) && order[h][k].Stats().TxPackets > 0 {
+					k++
+				}
+				sent := k
+				for _, q := range order[h][k:] {
+					if q.Stats().TxPackets > 0 {
+						sent++
+					}
+				}
+				if k == 0 || k == len(order[h]) || sent != k {
+					t.Errorf("%s: host %d's first data went out on %d QPs, the first %d in post order", prof, h, sent, k)
+				}
+				checked++
+			}
+		}
+		row = r.run(row)
+		if row.Err != "" || row.Done != row.Flows {
+			t.Fatalf("%s: %d of %d flows: %s", prof, row.Done, row.Flows, row.Err)
+		}
+		if checked != hosts {
+			t.Fatalf("%s: %d hosts checked of %d", prof, checked, hosts)
+		}
+	}
+}
