@@ -88,7 +88,7 @@ type Engine struct {
 	ready      []*QP
 	readyHead  int
 	turn       int
-	timers     []*QP
+	timers     []timerEntry
 	dirty      []*QP
 	compl      []*QP
 	complSpare []*QP
@@ -434,7 +434,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 func (e *Engine) NextDeadline() clock.Time {
 	e.settle()
 	if len(e.timers) > 0 {
-		return e.timers[0].sch.deadline
+		return e.timers[0].at
 	}
 	return clock.Never
 }

@@ -145,6 +145,7 @@ func (e *Engine) rekey(q *QP, d clock.Time) {
 		e.heapPush(q)
 	case q.sch.deadline != d:
 		q.sch.deadline = d
+		e.timers[q.sch.heapIdx].at = d
 		if !e.heapDown(q.sch.heapIdx) {
 			e.heapUp(q.sch.heapIdx)
 		}
@@ -192,8 +193,8 @@ func (e *Engine) noteCompl(q *QP) {
 // its expired timers.
 func (e *Engine) runTimers(now clock.Time) {
 	e.settle()
-	for len(e.timers) > 0 && e.timers[0].sch.deadline <= now {
-		q := e.timers[0]
+	for len(e.timers) > 0 && e.timers[0].at <= now {
+		q := e.timers[0].q
 		e.heapRemove(0)
 		q.touch()
 		e.visits++
@@ -221,25 +222,33 @@ func (e *Engine) putCompl(list []*QP) {
 	e.complSpare = list[:0]
 }
 
-// The timer heap: a binary min-heap on qpSched.deadline whose entries know
-// their index, so that a QP leaves it in O(log n) when it becomes ready or
-// is destroyed.
+// The timer heap: a binary min-heap of QPs and their keys, the key beside
+// the pointer so that sifting compares without touching the QPs (a
+// host's engine holds a QP per peer, and a paced QP goes through the heap
+// once per packet); each QP knows its index, so that it leaves in
+// O(log n) when it is destroyed or its key changes.
+
+// timerEntry is a QP in the timer heap under its key.
+type timerEntry struct {
+	at clock.Time
+	q  *QP
+}
 
 func (e *Engine) heapPush(q *QP) {
 	q.sch.heapIdx = len(e.timers)
-	e.timers = append(e.timers, q)
+	e.timers = append(e.timers, timerEntry{q.sch.deadline, q})
 	e.heapUp(q.sch.heapIdx)
 }
 
 func (e *Engine) heapRemove(i int) {
 	h := e.timers
-	q := h[i]
+	q := h[i].q
 	last := len(h) - 1
 	if i != last {
 		h[i] = h[last]
-		h[i].sch.heapIdx = i
+		h[i].q.sch.heapIdx = i
 	}
-	h[last] = nil
+	h[last] = timerEntry{}
 	e.timers = h[:last]
 	q.sch.heapIdx = -1
 	if i != last {
@@ -251,36 +260,42 @@ func (e *Engine) heapRemove(i int) {
 
 func (e *Engine) heapUp(i int) {
 	h := e.timers
+	x := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if h[p].sch.deadline <= h[i].sch.deadline {
+		if h[p].at <= x.at {
 			break
 		}
-		h[p], h[i] = h[i], h[p]
-		h[p].sch.heapIdx, h[i].sch.heapIdx = p, i
+		h[i] = h[p]
+		h[i].q.sch.heapIdx = i
 		i = p
 	}
+	h[i] = x
+	x.q.sch.heapIdx = i
 }
 
 // heapDown sifts entry i down and reports whether it moved.
 func (e *Engine) heapDown(i int) bool {
 	h := e.timers
 	start := i
+	x := h[i]
 	for {
 		l := 2*i + 1
 		if l >= len(h) {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].sch.deadline < h[l].sch.deadline {
+		if r := l + 1; r < len(h) && h[r].at < h[l].at {
 			m = r
 		}
-		if h[i].sch.deadline <= h[m].sch.deadline {
+		if x.at <= h[m].at {
 			break
 		}
-		h[i], h[m] = h[m], h[i]
-		h[i].sch.heapIdx, h[m].sch.heapIdx = i, m
+		h[i] = h[m]
+		h[i].q.sch.heapIdx = i
 		i = m
 	}
+	h[i] = x
+	x.q.sch.heapIdx = i
 	return i > start
 }

@@ -39,11 +39,11 @@ func schedChecker(e *Engine, fail func(string)) func(now clock.Time) {
 		if len(e.dirty) > 0 {
 			fail(fmt.Sprintf("%d QPs left dirty after a Step", len(e.dirty)))
 		}
-		for i, q := range e.timers {
-			if q.sch.heapIdx != i {
-				fail(fmt.Sprintf("QP %#x: at %d in the timer heap, its index says %d", q.qpn, i, q.sch.heapIdx))
+		for i, t := range e.timers {
+			if q := t.q; q.sch.heapIdx != i || q.sch.deadline != t.at {
+				fail(fmt.Sprintf("QP %#x: at %d in the timer heap under %v, its index and key say %d, %v", q.qpn, i, t.at, q.sch.heapIdx, q.sch.deadline))
 			}
-			if p := (i - 1) / 2; i > 0 && e.timers[p].sch.deadline > q.sch.deadline {
+			if p := (i - 1) / 2; i > 0 && e.timers[p].at > t.at {
 				fail(fmt.Sprintf("timer heap out of order at %d", i))
 			}
 		}
