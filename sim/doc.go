@@ -77,12 +77,26 @@
 // # Hosts
 //
 // A host's NIC serializes at its link's rate from a queue of NICFrames.
-// Transport engines run on its links (Host.Link, or Host.PeerLink for one
-// engine per peer, which Run uses: an engine scans all of its QPs on
-// every step), which lend packet buffers to the engine and take them
-// back; the event loop steps an engine when a frame arrives for it, when a
-// NIC slot frees after it ran short, and at its NextDeadline, so engines
-// never poll. Every engine gets an explicit seed.
+// A host runs one transport engine on its link (Host.Link), as a real
+// endpoint does: Run gives it one QP per peer it exchanges flows with,
+// connected to the peer's QP and carrying the flows of both directions.
+// The link lends packet buffers to the engine and takes them back, 32
+// frames at a time; the event loop steps the engine when a frame arrives
+// for it, when its NIC queue has drained to half after it ran short of
+// slots (TestNICRefill), and at its NextDeadline, so engines never poll.
+// Every engine gets an explicit seed, from the run's seed and the host's
+// index, and steps once at time 0, before the first post, as an
+// endpoint's engine runs between connecting and the collective: a host's
+// QPs then take turns in the order it posts to them, not in the order
+// they were connected, which is peer order on every host and would aim
+// every host's first bursts at the same peer (TestReadyInPostOrder). An
+// engine's step costs the packets it moves, its QPs with work and its
+// expiring timers, not O(peers), also when its NIC queue is full, so a
+// host of a 1,024-host all-to-all holds 1,023 QPs in one engine (the
+// transport's schedule). Config.Queues runs one engine per NIC queue instead
+// (Host.QueueLink), the host's QPs spread over them and its frames
+// steered to the queue of their destination QP (Host.Steer), as an
+// endpoint with one engine per queue (TestQueues).
 //
 // # Workloads
 //
@@ -122,6 +136,14 @@
 // apart (WriteWall). Memory is the packet buffers (the most frames in
 // flight at once, BenchmarkPermutation's pktbufs) plus the engines' QP
 // state: it is bounded by buffers and windows, not by the run's length.
+// Estimate reckons it before a run, with QPs and engines at the live
+// heap a connected, idle QP and an engine hold on this build of the
+// transport, and Run refuses a workload above Config.Memory with
+// ErrMemory (TestMemoryBound). That is a floor, not a bound: a QP with
+// work holds its rings and window state as well (an all-to-all's QPs
+// are all busy at once), and the process's RSS exceeds the live heap by
+// what the garbage collector lets grow; spray sim --mem sets the
+// collector's limit too.
 //
 // # Caveats
 //

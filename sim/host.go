@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -9,11 +10,10 @@ import (
 )
 
 // Host is a simulated host: a NIC that serializes at its link's rate, and
-// the links that transport engines run on. Link carries every frame of
-// the host; PeerLink(p) only those from host p (the rest go to Link), so
-// that a host can run one engine per peer, each with a few QPs: an engine
-// scans all of its QPs on every step, and a host that talks to a thousand
-// peers through one engine spends its time in those scans.
+// the links that the host's transport engines run on. A host runs one
+// engine, holding one QP per peer, as a real endpoint does, or one engine
+// per NIC queue (QueueLink), with its frames steered to a queue by
+// destination QP (Steer), as an endpoint running one engine per queue.
 //
 // The event loop steps an engine when a frame arrives for it, when a NIC
 // transmit slot frees after it ran short, and at its NextDeadline.
@@ -22,9 +22,9 @@ type Host struct {
 	idx     int32
 	port    int32
 	mac     [6]byte
-	all     *hostEngine
-	peers   map[int32]*hostEngine
-	txOut   int // frames in the NIC queue
+	queues  []*hostEngine
+	steer   map[uint32]int32 // destination QP -> queue, with more than one queue
+	txOut   int              // frames in the NIC queue
 	starved []*hostEngine
 	rxDrops uint64
 	misuse  uint64
@@ -32,7 +32,7 @@ type Host struct {
 	OnStep func(e *transport.Engine)
 }
 
-// hostEngine is one link of a host and the engine attached to it.
+// hostEngine is the link of a host and the engine attached to it.
 type hostEngine struct {
 	h       *Host
 	id      int32 // index in Net.engines
@@ -54,32 +54,40 @@ func newHost(n *Net, i int) *Host {
 // Index returns the host's number.
 func (h *Host) Index() int { return int(h.idx) }
 
-func (h *Host) newEngine() *hostEngine {
-	e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
-	h.n.engines = append(h.n.engines, e)
-	return e
+// Link returns the host's first queue's link: it receives every frame
+// addressed to the host that Steer sends to no other queue. Every call
+// returns the same link.
+func (h *Host) Link() link.Link { return h.QueueLink(0) }
+
+// QueueLink returns the link of the host's NIC queue i (i >= 0), creating
+// the queues up to it.
+func (h *Host) QueueLink(i int) link.Link {
+	for len(h.queues) <= i {
+		e := &hostEngine{h: h, id: int32(len(h.n.engines)), wakeAt: clock.Never}
+		h.n.engines = append(h.n.engines, e)
+		h.queues = append(h.queues, e)
+	}
+	return (*hostLink)(h.queues[i])
 }
 
-// Link returns the host's main link: it receives every frame that no
-// PeerLink takes.
-func (h *Host) Link() link.Link {
-	if h.all == nil {
-		h.all = h.newEngine()
+// Steer makes the NIC deliver the frames for QP number qpn to the queue
+// of link l, one of h's links (an ntuple rule on the BTH's destination
+// QP). It reports false when l is not h's or another queue already
+// takes qpn.
+func (h *Host) Steer(qpn uint32, l link.Link) bool {
+	hl, ok := l.(*hostLink)
+	if !ok || hl.h != h {
+		return false
 	}
-	return (*hostLink)(h.all)
-}
-
-// PeerLink returns the link that receives the frames host p sends to h.
-func (h *Host) PeerLink(p int) link.Link {
-	if h.peers == nil {
-		h.peers = map[int32]*hostEngine{}
+	q := int32(slices.Index(h.queues, (*hostEngine)(hl)))
+	if h.steer == nil {
+		h.steer = map[uint32]int32{}
 	}
-	e := h.peers[int32(p)]
-	if e == nil {
-		e = h.newEngine()
-		h.peers[int32(p)] = e
+	if o, ok := h.steer[qpn]; ok && o != q {
+		return false
 	}
-	return (*hostLink)(e)
+	h.steer[qpn] = q
+	return true
 }
 
 // Attach makes the event loop step eng, an engine created on l, one of
@@ -90,13 +98,11 @@ func (h *Host) Attach(l link.Link, eng *transport.Engine) {
 	}
 }
 
-// Err returns the first error an engine step of the host returned.
+// Err returns the first error a step of one of the host's engines
+// returned, if any.
 func (h *Host) Err() error {
-	if h.all != nil && h.all.err != nil {
-		return h.all.err
-	}
-	for _, e := range h.n.engines {
-		if e.h == h && e.err != nil {
+	for _, e := range h.queues {
+		if e.err != nil {
 			return e.err
 		}
 	}
@@ -137,16 +143,23 @@ func (h *Host) Send(frame []byte) bool {
 	return true
 }
 
-// receive takes a frame the NIC received: to the engine of its source
-// host's PeerLink, else the main link's, else OnDeliver.
+// bthDestQP is the offset of the BTH's destination QP in a RoCEv2 frame:
+// Ethernet (14), IPv4 without options (20), UDP (8), then the BTH's
+// opcode, flags, partition key and a reserved byte.
+const bthDestQP = 14 + 20 + 8 + 5
+
+// receive takes a frame the NIC received: to the engine of the queue
+// that its destination QP is steered to (the first queue by default), or
+// to OnDeliver when the host runs none.
 func (h *Host) receive(id int32) {
-	e := h.all
-	if h.peers != nil {
-		f := h.n.pkts[id].buf
-		if len(f) >= 34 {
-			src := int32(uint32(f[27])<<16|uint32(f[28])<<8|uint32(f[29])) - 1
-			if pe := h.peers[src]; pe != nil {
-				e = pe
+	var e *hostEngine
+	if len(h.queues) > 0 {
+		e = h.queues[0]
+	}
+	if h.steer != nil {
+		if f := h.n.pkts[id].buf; len(f) >= bthDestQP+3 {
+			if q, ok := h.steer[uint32(f[bthDestQP])<<16|uint32(f[bthDestQP+1])<<8|uint32(f[bthDestQP+2])]; ok {
+				e = h.queues[q]
 			}
 		}
 	}
@@ -166,10 +179,14 @@ func (h *Host) receive(id int32) {
 	e.kick()
 }
 
-// txDone frees a NIC slot: the engine that waited longest for one runs.
+// txDone frees a NIC slot. An engine that ran short of slots runs again
+// once the queue has drained to half (the one that waited longest
+// first): the wire still has half a queue of frames to send meanwhile,
+// and an engine that holds a QP per peer is stepped once per half queue,
+// not once per frame (TestNICRefill).
 func (h *Host) txDone() {
 	h.txOut--
-	for len(h.starved) > 0 && h.txOut < h.n.cfg.NICFrames {
+	for len(h.starved) > 0 && h.txOut <= h.n.cfg.NICFrames/2 {
 		e := h.starved[0]
 		h.starved = h.starved[1:]
 		if e.starved {
@@ -232,11 +249,12 @@ func (e *hostEngine) step() {
 // hostLink is a host's link as a link.Link.
 type hostLink hostEngine
 
-// linkBatch is the batch size the host links report. An engine borrows a
-// batch of transmit buffers before it knows whether it has anything to
-// send and keeps what it did not use; with thousands of engines, larger
-// batches hold hundreds of MB of idle buffers.
-const linkBatch = 1
+// linkBatch is the batch size the host links report: the frames a step
+// of the engine receives at once, and the transmit buffers it borrows at
+// once (keeping what it did not use). A host's engine holds a QP per
+// peer and pays for a scan of them on every step, so frames that wait
+// for it are taken in one.
+const linkBatch = 32
 
 func (l *hostLink) Info() link.Info {
 	h := l.h
@@ -278,8 +296,11 @@ func (l *hostLink) Alloc(fs []link.Frame) int {
 	if l.closed {
 		return 0
 	}
+	// An engine that got no buffer waits for a NIC slot (txDone steps
+	// it); one that got fewer than its batch asks again when it has
+	// used them.
 	k := max(min(len(fs), h.n.cfg.NICFrames-h.txOut), 0)
-	if k < len(fs) && !l.starved {
+	if k == 0 && !l.starved {
 		l.starved = true
 		h.starved = append(h.starved, (*hostEngine)(l))
 	}

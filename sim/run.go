@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -40,12 +41,6 @@ const (
 	// it at once, the rest of the fabric after Reconverge.
 	ScenarioLinkFail = "linkfail"
 )
-
-// MaxPairs bounds the ordered pairs of hosts that a workload may connect:
-// each costs two QPs and two engines, about 110 KB (a 128-host
-// all-to-all's 16,256 pairs took 1.8 GB), so that this bound is some 4
-// GB, an all-to-all of 200 hosts; a 1,024-host one would take 100 GB.
-const MaxPairs = 40000
 
 // Defaults of Config.
 var (
@@ -95,6 +90,14 @@ type Config struct {
 	// Verify gives every flow its own payload and destination region and
 	// checks the bytes that arrive (memory: the workload's bytes, twice).
 	Verify bool
+	// Memory bounds the bytes a run may hold, as Estimate reckons them:
+	// Run refuses a larger one with an error wrapping ErrMemory. 0 means
+	// MemoryBudget.
+	Memory int64
+	// Queues is the engines each host runs, one per NIC queue, its QPs
+	// spread over them in turn and its frames steered to them by QP
+	// number; 0 means 1, one engine holding every QP of the host.
+	Queues int
 	// Progress, when set, is called about once a second of wall time.
 	Progress func(Progress)
 }
@@ -217,13 +220,14 @@ func Run(cfg Config) (Result, error) {
 			}
 		}
 	}
-	pairs := map[[2]int]bool{}
-	for _, f := range cfg.Workload.Flows {
-		pairs[[2]int{f.Src, f.Dst}] = true
+	if cfg.Queues < 0 || cfg.Queues > 1024 {
+		return Result{}, fmt.Errorf("%w: %d queues per host (want 1 to 1024)", ErrConfig, cfg.Queues)
 	}
-	if len(pairs) > MaxPairs {
-		return Result{}, fmt.Errorf("%w: %d pairs of hosts exchange flows, each with its own QPs and engines (about 100 KB): more than %d (an all-to-all of 200 hosts)",
-			ErrConfig, len(pairs), MaxPairs)
+	if cfg.Memory < 0 {
+		return Result{}, fmt.Errorf("%w: memory %d", ErrConfig, cfg.Memory)
+	}
+	if err := checkMemory(cfg); err != nil {
+		return Result{}, err
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 256
@@ -284,17 +288,21 @@ type flowState struct {
 	posted, sent, recvd, failed bool
 	start                       clock.Time
 	done                        clock.Time
-	qp                          *pairQP
-	off                         int64 // verify: offset of the payload and of the destination region
+	qp                          *transport.QP // the sender's QP towards the receiver
+	from, to                    *hostQueue    // the queues of the sender's and the receiver's QPs
+	off                         int64         // verify: offset of the payload and of the destination region
 }
 
-type pairQP struct {
-	src, dst *transport.QP
-	se, de   *peerEngine // the engines of src and dst
+// simHost is a host's transport: its queues' engines and how many QPs
+// it holds.
+type simHost struct {
+	queues []*hostQueue
+	qps    int
 }
 
-// peerEngine is the engine a host runs for one peer.
-type peerEngine struct {
+// hostQueue is one engine of a host, on one of its links, with the
+// destination region that peers write into through its QPs.
+type hostQueue struct {
 	link link.Link
 	eng  *transport.Engine
 	mr   *transport.MR
@@ -318,7 +326,9 @@ type runner struct {
 	src      []byte
 	comps    []transport.Completion
 	lastDone clock.Time
-	pairs    []*pairQP
+	hosts    []*simHost      // by host index; nil for a host without flows
+	qps      []*transport.QP // every QP, the two ends of a connection side by side
+	ends     []*hostQueue    // the queue of each of qps
 }
 
 func runOne(cfg Config, sc, prof string) (Row, int, error) {
@@ -381,76 +391,120 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	if cfg.Verify {
 		sink = make([]byte, total)
 	}
-	// One engine per host and peer it exchanges flows with (the engine
-	// scans its QPs on every step), each with the two QPs of the pair of
-	// hosts, created in flow order.
-	engines := map[[2]int]*peerEngine{}
-	engine := func(h, peer int) (*peerEngine, error) {
-		k := [2]int{h, peer}
-		if pe := engines[k]; pe != nil {
-			return pe, nil
-		}
-		c := tc
-		c.Seed = cfg.Seed*1_000_003 + uint64(len(engines)) + 1
-		l := n.hosts[h].PeerLink(peer)
-		e, err := transport.NewEngine(l, c)
-		if err != nil {
-			return nil, err
-		}
-		n.hosts[h].Attach(l, e)
-		n.hosts[h].OnStep = r.onStep
-		pe := &peerEngine{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)}
-		engines[k] = pe
-		return pe, nil
-	}
-	pairs := map[[2]int]*pairQP{}
-	r.pairs = nil
+	// One engine per host (or per queue with Queues), and one connected
+	// QP per pair of hosts that exchange flows in either direction,
+	// created in flow order; a host's QPs go to its queues in turn.
+	r.hosts = make([]*simHost, t.Hosts())
 	r.sink = sink
+	queues := max(cfg.Queues, 1)
+	newQP := func(h int) (*transport.QP, *hostQueue, error) {
+		sh := r.hosts[h]
+		if sh == nil {
+			sh = &simHost{}
+			r.hosts[h] = sh
+		}
+		qi := sh.qps % queues
+		sh.qps++
+		if qi == len(sh.queues) {
+			c := tc
+			c.Seed = cfg.Seed*1_000_003 + uint64(h*queues+qi) + 1
+			l := n.hosts[h].QueueLink(qi)
+			e, err := transport.NewEngine(l, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			n.hosts[h].Attach(l, e)
+			n.hosts[h].OnStep = r.onStep
+			sh.queues = append(sh.queues, &hostQueue{link: l, eng: e, mr: e.Register(sink, transport.AccessRemoteWrite)})
+		}
+		hq := sh.queues[qi]
+		q, err := hq.eng.CreateQP()
+		// The queues' engines number their QPs apart: a number another
+		// queue of the host holds is skipped.
+		for err == nil && queues > 1 && !n.hosts[h].Steer(q.QPN(), hq.link) {
+			hq.eng.DestroyQP(q)
+			q, err = hq.eng.CreateQP()
+		}
+		return q, hq, err
+	}
+	conns := map[uint64]int{} // lower host<<32 | higher host: index in r.qps of the lower host's QP
 	var off int64
 	for i, f := range cfg.Workload.Flows {
-		k := [2]int{f.Src, f.Dst}
-		p := pairs[k]
-		if p == nil {
-			se, err := engine(f.Src, f.Dst)
+		lo, hi := min(f.Src, f.Dst), max(f.Src, f.Dst)
+		k := uint64(lo)<<32 | uint64(hi)
+		c, ok := conns[k]
+		if !ok {
+			qa, a, err := newQP(lo)
 			if err != nil {
 				return nil, row, err
 			}
-			de, err := engine(f.Dst, f.Src)
+			qb, b, err := newQP(hi)
 			if err != nil {
 				return nil, row, err
 			}
-			p = &pairQP{se: se, de: de}
-			if p.src, err = se.eng.CreateQP(); err != nil {
+			if err := qa.Connect(qb.Info()); err != nil {
 				return nil, row, err
 			}
-			if p.dst, err = de.eng.CreateQP(); err != nil {
+			if err := qb.Connect(qa.Info()); err != nil {
 				return nil, row, err
 			}
-			if err := p.src.Connect(p.dst.Info()); err != nil {
-				return nil, row, err
-			}
-			if err := p.dst.Connect(p.src.Info()); err != nil {
-				return nil, row, err
-			}
-			pairs[k] = p
-			r.pairs = append(r.pairs, p)
+			c = len(r.qps)
+			conns[k] = c
+			r.qps = append(r.qps, qa, qb)
+			r.ends = append(r.ends, a, b)
 		}
-		r.flows[i].qp = p
+		from, to := c, c^1
+		if f.Src == hi {
+			from, to = to, from
+		}
+		r.flows[i].qp, r.flows[i].from, r.flows[i].to = r.qps[from], r.ends[from], r.ends[to]
 		if cfg.Verify {
 			r.flows[i].off = off
 			off += f.Size
+		}
+	}
+	// Every engine steps once before the first post, as an endpoint's
+	// engine runs between connecting and the collective: a QP's connect
+	// puts it on the ready list, and a list in connect order (by peer
+	// index, on every host) would send every host's first burst to the
+	// same peer. Posted later, a host's QPs take turns in the order it
+	// posts to them (TestReadyInPostOrder).
+	for h, sh := range r.hosts {
+		if sh == nil {
+			continue
+		}
+		for _, hq := range sh.queues {
+			n.hosts[h].Kick(hq.link)
 		}
 	}
 	r.trigs = make([]trigState, len(cfg.Workload.Triggers))
 	for i, tr := range cfg.Workload.Triggers {
 		r.trigs[i].Trigger = tr
 	}
+	// The flows without a trigger start at their time: one event per
+	// time, which posts them in flow order.
+	var timed []int32
 	for i, f := range cfg.Workload.Flows {
 		if f.Trigger != 0 {
 			r.trigs[f.Trigger-1].flows = append(r.trigs[f.Trigger-1].flows, int32(i))
 			continue
 		}
-		n.At(f.Start, func() { r.post(i) })
+		timed = append(timed, int32(i))
+	}
+	fl := cfg.Workload.Flows
+	slices.SortStableFunc(timed, func(a, b int32) int { return cmp.Compare(fl[a].Start, fl[b].Start) })
+	for len(timed) > 0 {
+		k := 1
+		for k < len(timed) && fl[timed[k]].Start == fl[timed[0]].Start {
+			k++
+		}
+		group := timed[:k:k]
+		timed = timed[k:]
+		n.At(fl[group[0]].Start, func() {
+			for _, i := range group {
+				r.post(int(i))
+			}
+		})
 	}
 	return r, row, nil
 }
@@ -559,15 +613,13 @@ func (r *runner) run(row Row) Row {
 	if row.Makespan > 0 && row.Done == row.Flows {
 		row.AlgBW = float64(cfg.Workload.PerRank) / row.Makespan.Seconds() / 1e9
 	}
-	for _, p := range r.pairs {
-		for _, q := range []*transport.QP{p.src, p.dst} {
-			st := q.Stats()
-			row.Retransmits += st.Retransmits
-			row.Duplicates += st.Duplicates
-			row.Timeouts += st.Timeouts
-			row.ECNMarks += st.ECNMarked
-			row.TLPs += q.RetransmitStats().TLPs
-		}
+	for _, q := range r.qps {
+		st := q.Stats()
+		row.Retransmits += st.Retransmits
+		row.Duplicates += st.Duplicates
+		row.Timeouts += st.Timeouts
+		row.ECNMarks += st.ECNMarked
+		row.TLPs += q.RetransmitStats().TLPs
 	}
 	fst := n.Stats()
 	row.Drops = fst.Drops
@@ -688,19 +740,19 @@ func (r *runner) post(i int) {
 	fs.start = r.n.now
 	data := r.src[:f.Size]
 	var to transport.Remote
-	mr := fs.qp.de.mr
+	mr := fs.to.mr
 	if r.cfg.Verify {
 		data = r.src[fs.off : fs.off+f.Size]
 		to = mr.Remote(uint64(fs.off))
 	} else {
 		to = mr.Remote(0)
 	}
-	err := fs.qp.src.Post(transport.WorkRequest{ID: uint64(i), Op: transport.OpWriteImm, Data: data, Remote: to, Imm: uint32(i)})
+	err := fs.qp.Post(transport.WorkRequest{ID: uint64(i), Op: transport.OpWriteImm, Data: data, Remote: to, Imm: uint32(i)})
 	if err != nil {
 		r.fail(i)
 		return
 	}
-	r.n.hosts[f.Src].Kick(fs.qp.se.link)
+	r.n.hosts[f.Src].Kick(fs.from.link)
 }
 
 func (r *runner) fail(i int) {

@@ -3,11 +3,13 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/transport"
 )
 
 func mustTopo(t *testing.T, s string) Topo {
@@ -113,7 +115,7 @@ func TestINTReachesHPCC(t *testing.T) {
 	n.Run(clockMax, func() bool { return r.done == len(r.flows) })
 	var acks, stamped uint64
 	for _, f := range r.flows {
-		acks += f.qp.src.Stats().INTAcks
+		acks += f.qp.Stats().INTAcks
 	}
 	stamped = n.Stats().INTStamped
 	if acks == 0 || stamped == 0 {
@@ -193,7 +195,7 @@ func TestOneFlowLineRate(t *testing.T) {
 		if row.Done != 1 {
 			t.Fatalf("%s: flow not done: %s", prof, row.Err)
 		}
-		st := r.pairs[0].se.eng.Stats()
+		st := r.hosts[w.Flows[0].Src].queues[0].eng.Stats()
 		tp := r.n.topo
 		wire := int64(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e12 / float64(tp.HostRate))
 		last := 3*serPs(int(st.TxBytes/st.TxFrames), tp.Rate) + 4*int64(time.Microsecond)*1000
@@ -206,12 +208,208 @@ func TestOneFlowLineRate(t *testing.T) {
 	}
 }
 
-// TestTooManyPairs: an all-to-all too large for memory is refused with
-// an error, not run out of memory.
-func TestTooManyPairs(t *testing.T) {
+// TestMemoryBound: a run whose estimate exceeds Config.Memory is refused
+// with ErrMemory before anything runs, and one that fits runs; the
+// estimate counts one QP per host and peer.
+func TestMemoryBound(t *testing.T) {
 	tp := mustTopo(t, "leafspine:16x16x16")
-	_, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:1M", tp.Hosts())})
-	if err == nil || !strings.Contains(err.Error(), "pairs of hosts") {
-		t.Fatalf("256-host all-to-all... err %v", err)
+	big := Config{Topo: tp, Workload: mustWork(t, "alltoall:1M", tp.Hosts())}
+	fp, err := Estimate(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("256 hosts: %+v", fp)
+	if fp.Hosts != 256 || fp.QPs != 256*255 || fp.QPBytes <= 0 || fp.EngineBytes <= 0 || fp.Total < int64(fp.QPs)*fp.QPBytes {
+		t.Fatalf("estimate %+v", fp)
+	}
+	big.Memory = fp.Total / 2
+	if _, err := Run(big); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "65280 QPs") {
+		t.Fatalf("256-host all-to-all in half its estimate: %v", err)
+	}
+	tp = mustTopo(t, "leafspine:2x2x2")
+	small := Config{Topo: tp, Workload: mustWork(t, "alltoall:64k", tp.Hosts()), Scenarios: []string{ScenarioLossless}, Profiles: []string{ProfileSpray}}
+	if fp, err = Estimate(small); err != nil {
+		t.Fatal(err)
+	}
+	// The measured QP cost varies by a few bytes from one measurement to
+	// the next (the runtime's own allocations): 10% either side.
+	small.Memory = fp.Total * 9 / 10
+	if _, err := Run(small); !errors.Is(err, ErrMemory) {
+		t.Fatalf("10%% short of the estimate: %v", err)
+	}
+	small.Memory = fp.Total * 11 / 10
+	res, err := Run(small)
+	if err != nil || res.Rows[0].Done != res.Rows[0].Flows {
+		t.Fatalf("within the estimate: %v %+v", err, res.Rows)
+	}
+}
+
+// TestNICRefill: a host sending to three peers through one engine keeps
+// its NIC busy (the flows end when the sender's frames have serialized,
+// within 1%), and its engine is stepped far less often than once per
+// frame it sends and receives: a free NIC slot wakes it only once half
+// the queue has drained.
+func TestNICRefill(t *testing.T) {
+	tp := mustTopo(t, "leafspine:2x2x1,rate=100gbit")
+	w := Workload{Name: "fanout", PerRank: 3 << 20}
+	for d := 1; d <= 3; d++ {
+		w.Flows = append(w.Flows, Flow{Src: 0, Dst: d, Size: 1 << 20})
+	}
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 1, SprayCC: "fixed", RoCECC: "fixed", Window: 256, Entropies: 32, Samples: 10, Limit: time.Second}
+		r, row, err := newRunner(cfg, ScenarioLossless, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := 0
+		h := r.n.hosts[0]
+		on := h.OnStep
+		h.OnStep = func(e *transport.Engine) { steps++; on(e) }
+		row = r.run(row)
+		if row.Done != 3 {
+			t.Fatalf("%s: %d flows done: %s", prof, row.Done, row.Err)
+		}
+		st := r.hosts[0].queues[0].eng.Stats()
+		wire := time.Duration(float64(st.TxBytes+uint64(wireOverhead)*st.TxFrames) * 8e9 / float64(r.n.topo.HostRate))
+		ratio := float64(row.Makespan) / float64(wire)
+		t.Logf("%s: %d frames sent, %d received, in %d steps; makespan %v, the sender's serialization %v (%.4f)", prof, st.TxFrames, st.RxFrames, steps, row.Makespan, wire, ratio)
+		if ratio < 1 || ratio > 1.01 {
+			t.Errorf("%s: the fan-out took %v, its serialization %v: the NIC idled", prof, row.Makespan, wire)
+		}
+		// Every frame received (ACKs) may take a step; the NIC's slots
+		// add one per half queue of frames sent, where a wake-up per
+		// free slot would add one per frame.
+		if uint64(steps) > st.RxFrames+st.TxFrames/8 {
+			t.Errorf("%s: %d steps for %d frames sent and %d received", prof, steps, st.TxFrames, st.RxFrames)
+		}
+	}
+}
+
+// TestOneQPPerPeer: in an all-to-all every host runs one engine holding
+// one QP per peer, and both directions between two hosts go over the
+// same connected pair of QPs; every flow's bytes arrive intact.
+func TestOneQPPerPeer(t *testing.T) {
+	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit")
+	w := mustWork(t, "alltoall:256k", tp.Hosts())
+	cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second, Verify: true}
+	r, row, err := newRunner(cfg, ScenarioLossless, ProfileSpray)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := tp.Hosts()
+	if len(r.qps) != hosts*(hosts-1) {
+		t.Fatalf("%d QPs for %d hosts, want %d", len(r.qps), hosts, hosts*(hosts-1))
+	}
+	byPair := map[[2]int]*transport.QP{}
+	for i, f := range w.Flows {
+		q, from := r.flows[i].qp, r.flows[i].from
+		if len(r.hosts[f.Src].queues) != 1 || r.hosts[f.Src].queues[0] != from || from.eng.QP(q.QPN()) != q {
+			t.Fatalf("flow %d->%d: its QP is not on the sender's engine", f.Src, f.Dst)
+		}
+		byPair[[2]int{f.Src, f.Dst}] = q
+	}
+	// r.qps holds each connection's two ends side by side.
+	conn := map[*transport.QP]int{}
+	for i, q := range r.qps {
+		conn[q] = i / 2
+	}
+	for k, q := range byPair {
+		back := byPair[[2]int{k[1], k[0]}]
+		if back == nil || back == q || conn[back] != conn[q] {
+			t.Fatalf("%d->%d and back: QPs %d and %v are not the two ends of one connection", k[0], k[1], q.QPN(), back)
+		}
+	}
+	row = r.run(row)
+	if row.Err != "" || row.Done != row.Flows {
+		t.Fatalf("%d of %d flows: %s", row.Done, row.Flows, row.Err)
+	}
+}
+
+// TestQueues: with three queues per host, each host's QPs are spread over
+// three engines, the NIC steers every frame to the engine of its QP (none
+// arrives at an engine that does not know its QP), and every flow's bytes
+// arrive intact, under loss too.
+func TestQueues(t *testing.T) {
+	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit")
+	w := mustWork(t, "alltoall:256k", tp.Hosts())
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second, Verify: true, Queues: 3}
+		r, row, err := newRunner(cfg, ScenarioLoss01, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row = r.run(row)
+		if row.Err != "" || row.Done != row.Flows {
+			t.Fatalf("%s: %d of %d flows: %s", prof, row.Done, row.Flows, row.Err)
+		}
+		for h, sh := range r.hosts {
+			if len(sh.queues) != 3 {
+				t.Fatalf("%s: host %d runs %d engines", prof, h, len(sh.queues))
+			}
+			for i, q := range sh.queues {
+				st := q.eng.Stats()
+				if st.RxFrames == 0 || st.UnknownQP != 0 || st.Malformed() != 0 {
+					t.Errorf("%s: host %d queue %d: %d frames received, %d for QPs it does not hold, %d malformed", prof, h, i, st.RxFrames, st.UnknownQP, st.Malformed())
+				}
+			}
+			if m := r.n.hosts[h].Misuse(); m != 0 {
+				t.Errorf("%s: host %d: %d link misuses", prof, h, m)
+			}
+		}
+	}
+}
+
+// TestReadyInPostOrder: a host's QPs take their first turns in the order
+// the host posts to them, not in the order they were connected. In an
+// all-to-all host s posts to s+1, s+2, ... (mod hosts) while its QPs were
+// connected in peer order, so connect order would send every host's first
+// bursts to the same few hosts. After each host's first step that sends
+// data, the QPs that sent are a proper prefix of its post order.
+func TestReadyInPostOrder(t *testing.T) {
+	tp := mustTopo(t, "leafspine:8x2x4,rate=100gbit")
+	w := mustWork(t, "alltoall:2M", tp.Hosts())
+	for _, prof := range []string{ProfileRoCE, ProfileSpray} {
+		cfg := Config{Topo: tp, Workload: w, Seed: 5, Window: 256, Entropies: 32, Samples: 10, Limit: time.Second}
+		r, row, err := newRunner(cfg, ScenarioLossless, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts := tp.Hosts()
+		order := make([][]*transport.QP, hosts) // by host, in post order
+		for i, f := range w.Flows {
+			order[f.Src] = append(order[f.Src], r.flows[i].qp)
+		}
+		checked := 0
+		for h := range hosts {
+			on, first := r.n.hosts[h].OnStep, true
+			r.n.hosts[h].OnStep = func(e *transport.Engine) {
+				on(e)
+				if !first || e.Stats().TxFrames == 0 {
+					return
+				}
+				first = false
+				k := 0
+				for k < len(order[h]) && order[h][k].Stats().TxPackets > 0 {
+					k++
+				}
+				sent := k
+				for _, q := range order[h][k:] {
+					if q.Stats().TxPackets > 0 {
+						sent++
+					}
+				}
+				if k == 0 || k == len(order[h]) || sent != k {
+					t.Errorf("%s: host %d's first data went out on %d QPs, the first %d in post order", prof, h, sent, k)
+				}
+				checked++
+			}
+		}
+		row = r.run(row)
+		if row.Err != "" || row.Done != row.Flows {
+			t.Fatalf("%s: %d of %d flows: %s", prof, row.Done, row.Flows, row.Err)
+		}
+		if checked != hosts {
+			t.Fatalf("%s: %d hosts checked of %d", prof, checked, hosts)
+		}
 	}
 }

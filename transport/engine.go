@@ -79,19 +79,21 @@ type Engine struct {
 	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
 	stepBytes int
 
-	// The schedule (sched.go): the ready list is ready[readyHead:], timers
-	// the heap of the other QPs' deadlines, compl the QPs that may hold
-	// completions, order every QP in creation order with holes for the
-	// destroyed ones. visits counts the engine's calls into QPs
-	// (TestStepVisitsActiveQPs).
+	// The schedule (sched.go): the ready list is ready[readyHead:], turn
+	// the packets its front QP sent in its current turn (output), timers
+	// the heap of the QPs' deadlines, dirty the QPs whose key may be
+	// stale, compl the QPs that may hold completions, order every QP in
+	// creation order with holes for the destroyed ones. visits counts the
+	// engine's calls into QPs (TestStepVisitsActiveQPs).
 	ready      []*QP
 	readyHead  int
-	timers     []*QP
+	turn       int
+	timers     []timerEntry
+	dirty      []*QP
 	compl      []*QP
 	complSpare []*QP
 	order      []*QP
 	holes      int
-	stepNo     uint64 // steps begun (runTimers)
 	visits     uint64
 	// check, when set, runs after every Step: tests that verify the
 	// schedule against a pass over every QP (sched_test.go).
@@ -294,7 +296,9 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 // maxStepBytes.
 func (e *Engine) transmit(now clock.Time) (bool, error) {
 	e.stepBytes = 0
-	return e.output(now)
+	sent, err := e.output(now)
+	e.settle()
+	return sent, err
 }
 
 // SetRxClock makes the engine take a received frame's arrival from its
@@ -362,26 +366,21 @@ const maxStepBytes = 64 << 10
 
 // output transmits, round robin over the ready list, what is due at now,
 // up to maxStepBytes (the link batch that crosses it goes whole). A QP
-// sends up to burst packets before the next one's turn and leaves the list
-// when it has nothing more. Transmit buffers that the link lent and no
-// packet used stay with the engine for the next round.
+// sends up to burst packets before the next one's turn, counted across
+// steps, so that a link that lends a few buffers per step still shares
+// them among the QPs (TestBurstAcrossSteps), and leaves the list when it
+// has nothing more. Without a transmit buffer, output returns at once:
+// the timers due ran in runTimers. Transmit buffers that the link lent and
+// no packet used stay with the engine for the next round.
 func (e *Engine) output(now clock.Time) (bool, error) {
 	const burst = 8 // packets a QP sends before the next QP's turn
 	any := false
-	turn := 0
 	for e.readyLen() > 0 {
 		if e.have < len(e.tx) {
 			e.have += e.link.Alloc(e.tx[e.have:])
 		}
 		if e.have == 0 {
 			e.stats.TxNoBuffer++
-			// Timers wait for no transmit buffer: a QP may fail or
-			// complete on one.
-			for i := e.readyHead; i < len(e.ready); i++ {
-				if q := e.ready[i]; q.sch.eng == e && q.sch.timed != e.stepNo {
-					e.checkTimers(q, now)
-				}
-			}
 			return any, nil
 		}
 		filled := 0
@@ -391,9 +390,6 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 				e.popReady()
 				continue
 			}
-			if q.sch.timed != e.stepNo {
-				e.checkTimers(q, now)
-			}
 			e.visits++
 			m, err := q.PollTransmit(now, e.tx[filled].Buf)
 			if err != nil {
@@ -402,17 +398,16 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			if m == 0 {
 				e.popReady()
 				e.unready(q)
-				turn = 0
 				continue
 			}
+			e.markDirty(q) // a packet sent arms its timers
 			e.tx[filled].Buf = e.tx[filled].Buf[:m]
 			e.stats.TxBytes += uint64(m)
 			e.stepBytes += m
 			filled++
-			if turn++; turn == burst {
+			if e.turn++; e.turn == burst {
 				e.popReady()
 				e.ready = append(e.ready, q)
-				turn = 0
 			}
 		}
 		if filled > 0 {
@@ -431,19 +426,17 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 	return any, nil
 }
 
-// NextDeadline returns the earliest NextTimeout of the engine's QPs.
+// NextDeadline returns the engine's next deadline: the earliest expiry of
+// the timers of the QPs on the ready list, and the earliest NextTimeout of
+// the others. A QP left on the ready list by a Step is waiting for a
+// transmit buffer, which wakes the link's Wait, or for the next Step of a
+// Step that reported work.
 func (e *Engine) NextDeadline() clock.Time {
-	t := clock.Never
+	e.settle()
 	if len(e.timers) > 0 {
-		t = e.timers[0].sch.deadline
+		return e.timers[0].at
 	}
-	for i := e.readyHead; i < len(e.ready); i++ {
-		if q := e.ready[i]; q.sch.eng == e {
-			e.visits++
-			t = clock.Min(t, q.NextTimeout())
-		}
-	}
-	return t
+	return clock.Never
 }
 
 // Completions appends the completions of every QP to dst.

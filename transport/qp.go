@@ -671,7 +671,7 @@ func (q *QP) NextTimeout() clock.Time {
 	if q.state != stateReady {
 		return clock.Never
 	}
-	t := clock.Min(q.sb.NextTimeout(), q.ctrl.NextTimer())
+	t := q.timerDeadline()
 	if q.ackPending > 0 && !q.rcv.responding() {
 		t = clock.Min(t, q.ackDue)
 	}
@@ -680,6 +680,18 @@ func (q *QP) NextTimeout() clock.Time {
 			t = clock.Min(t, q.pacer.Next(q.lastNow, r))
 		}
 	}
+	return t
+}
+
+// timerDeadline returns when HandleTimeout next has work (a retransmission
+// or congestion-control timer, or trimming), or clock.Never: the part of
+// NextTimeout that does not depend on PollTransmit's turn, which is what
+// the engine waits on for a QP already on its ready list (sched.go).
+func (q *QP) timerDeadline() clock.Time {
+	if q.state != stateReady {
+		return clock.Never
+	}
+	t := clock.Min(q.sb.NextTimeout(), q.ctrl.NextTimer())
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}

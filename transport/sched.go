@@ -3,42 +3,53 @@ package transport
 import "github.com/sprayfabric/spray/clock"
 
 // An engine's schedule keeps its work proportional to what moves, not to
-// the QPs it holds. Every QP of an engine is at any time in exactly one of
-// two places:
+// the QPs it holds. It has three parts:
 //
-//   - the ready list, a FIFO of QPs that may have something to do: a packet
-//     to send, an acknowledgement owed, a timer due. A QP joins it when it
-//     receives a packet, when a timer of its fires, and when the
-//     application changes it (Post, PostRecv, Connect, taking a received
-//     message: QP.touch). output polls the list round robin, running a
-//     QP's expired timers before its first poll of a step, and a QP leaves
-//     the list when PollTransmit has nothing more;
-//   - otherwise, the timer heap, keyed on its NextTimeout as computed when
-//     it left the ready list (absent when that is clock.Never). Nothing but
-//     the engine's own calls and those that touch it change a QP's
-//     NextTimeout, so the key stays exact; an expired key puts the QP back
-//     on the ready list.
+//   - the ready list, a FIFO of QPs that may have something to send: a
+//     packet, an acknowledgement owed. A QP joins it when it receives a
+//     packet, when a deadline of its passes, and when the application
+//     changes it (Post, PostRecv, Connect, taking a received message:
+//     QP.touch). output polls the list round robin, a QP leaving it when
+//     PollTransmit has nothing more;
+//   - the timer heap, keyed on a QP's next deadline: for a QP on the ready
+//     list, when its timers next expire (QP.timerDeadline: retransmission,
+//     congestion control, trimming), which HandleTimeout serves; for any
+//     other, NextTimeout, which adds the times pacing or a delayed
+//     acknowledgement let it send. A QP whose deadline is clock.Never is
+//     not in it. runTimers pops the expired keys at the start of a step,
+//     runs their QPs' timers and puts them on the ready list, so a step
+//     runs only the timers that expire, whether or not the link has a
+//     transmit buffer, and NextDeadline is the heap's top;
+//   - the dirty list, the QPs whose key may be stale: every call that
+//     changes a QP (a packet handled, a poll that sent, a timer run, a
+//     touch) marks it, and settle recomputes the keys of the marked QPs
+//     before the heap is read (runTimers, the end of transmit,
+//     NextDeadline). Nothing else changes a QP's deadlines, so the keys
+//     are exact when read.
 //
 // A QP that may hold completions (it was touched, or PollTransmit left
 // some) is also on the completion list, which Completions and the
 // endpoint's dispatch drain instead of visiting every QP. No step passes
-// over a whole list but output's: with every QP busy (an all-to-all), a
-// step still costs what it moves. TestStepVisitsActiveQPs guards the cost; the transport's transfer
-// and golden tests that a QP with work is never passed over.
+// over a whole list: with every QP busy (an all-to-all) and the link out
+// of transmit buffers, a step costs the packets it moves, the QPs they
+// belong to and the timers that expire. TestStepVisitsActiveQPs and
+// TestStepNoBufferVisits guard the cost; TestSchedMatchesFullPass and the
+// transport's transfer and golden tests that a QP with work is never
+// passed over.
 
 // qpSched is a QP's place in its engine's schedule.
 type qpSched struct {
 	eng      *Engine    // nil: on no engine, or destroyed
 	ready    bool       // on eng.ready
 	compl    bool       // on eng.compl
+	dirty    bool       // on eng.dirty
 	heapIdx  int        // index in eng.timers, -1 when not there
 	order    int        // index in eng.order
 	deadline clock.Time // key in eng.timers
-	timed    uint64     // the engine's step in which its timers were last checked
 }
 
-// touch puts the QP on its engine's ready and completion lists: a packet
-// or a call from outside the engine changed it, and it may now have
+// touch puts the QP on its engine's ready, completion and dirty lists: a
+// packet or a call from outside the engine changed it, and it may now have
 // something to send, a new deadline or completions.
 func (q *QP) touch() {
 	e := q.sch.eng
@@ -46,12 +57,14 @@ func (q *QP) touch() {
 		return
 	}
 	if !q.sch.ready {
-		e.makeReady(q)
+		q.sch.ready = true
+		e.ready = append(e.ready, q)
 	}
 	if !q.sch.compl {
 		q.sch.compl = true
 		e.compl = append(e.compl, q)
 	}
+	e.markDirty(q)
 }
 
 // hasCompletions reports whether the QP holds completions to hand out.
@@ -89,23 +102,65 @@ func (e *Engine) schedRemove(q *QP) {
 	q.sch.eng = nil
 }
 
-// makeReady appends q, which is not on it, to the ready list.
-func (e *Engine) makeReady(q *QP) {
-	if q.sch.heapIdx >= 0 {
-		e.heapRemove(q.sch.heapIdx)
+// markDirty puts q on the dirty list: its key is recomputed at the next
+// settle.
+func (e *Engine) markDirty(q *QP) {
+	if !q.sch.dirty {
+		q.sch.dirty = true
+		e.dirty = append(e.dirty, q)
 	}
-	q.sch.ready = true
-	e.ready = append(e.ready, q)
+}
+
+// settle recomputes the timer heap's keys of the QPs on the dirty list
+// and empties it.
+func (e *Engine) settle() {
+	for i, q := range e.dirty {
+		e.dirty[i] = nil
+		q.sch.dirty = false
+		if q.sch.eng != e { // destroyed
+			continue
+		}
+		e.visits++
+		var d clock.Time
+		if q.sch.ready {
+			d = q.timerDeadline()
+		} else {
+			d = q.NextTimeout()
+		}
+		e.rekey(q, d)
+	}
+	e.dirty = e.dirty[:0]
+}
+
+// rekey sets q's key in the timer heap to d, taking it out for
+// clock.Never.
+func (e *Engine) rekey(q *QP, d clock.Time) {
+	switch {
+	case d == clock.Never:
+		if q.sch.heapIdx >= 0 {
+			e.heapRemove(q.sch.heapIdx)
+		}
+	case q.sch.heapIdx < 0:
+		q.sch.deadline = d
+		e.heapPush(q)
+	case q.sch.deadline != d:
+		q.sch.deadline = d
+		e.timers[q.sch.heapIdx].at = d
+		if !e.heapDown(q.sch.heapIdx) {
+			e.heapUp(q.sch.heapIdx)
+		}
+	}
 }
 
 // readyLen returns the number of entries on the ready list (destroyed QPs
 // included until popped).
 func (e *Engine) readyLen() int { return len(e.ready) - e.readyHead }
 
-// popReady removes the front of the ready list.
+// popReady removes the front of the ready list; the next QP's turn starts.
 func (e *Engine) popReady() {
 	e.ready[e.readyHead] = nil
 	e.readyHead++
+	e.turn = 0
 	switch {
 	case e.readyHead == len(e.ready):
 		e.ready, e.readyHead = e.ready[:0], 0
@@ -116,15 +171,12 @@ func (e *Engine) popReady() {
 	}
 }
 
-// unready takes q, just popped off the ready list, to the timer heap under
-// its new deadline, and to the completion list if it holds completions.
+// unready takes q, just popped off the ready list, off it: its key
+// becomes its NextTimeout at the next settle, and it joins the completion
+// list if it holds completions.
 func (e *Engine) unready(q *QP) {
 	q.sch.ready = false
-	e.visits++
-	if d := q.NextTimeout(); d != clock.Never {
-		q.sch.deadline = d
-		e.heapPush(q)
-	}
+	e.markDirty(q)
 	e.noteCompl(q)
 }
 
@@ -136,27 +188,20 @@ func (e *Engine) noteCompl(q *QP) {
 	}
 }
 
-// runTimers starts a step: it moves the QPs whose deadline passed to the
-// ready list and runs their expired timers. The timers of the QPs already
-// on the list run when output reaches them, before their first poll of the
-// step (checkTimers): a step does not pass over the whole list twice.
+// runTimers starts a step: it settles the keys that changed since the
+// last, then moves every QP whose key passed to the ready list and runs
+// its expired timers.
 func (e *Engine) runTimers(now clock.Time) {
-	e.stepNo++
-	for len(e.timers) > 0 && e.timers[0].sch.deadline <= now {
-		q := e.timers[0]
+	e.settle()
+	for len(e.timers) > 0 && e.timers[0].at <= now {
+		q := e.timers[0].q
 		e.heapRemove(0)
 		q.touch()
-		e.checkTimers(q, now)
-	}
-}
-
-// checkTimers runs q's expired timers, once per step.
-func (e *Engine) checkTimers(q *QP, now clock.Time) {
-	q.sch.timed = e.stepNo
-	e.visits++
-	if now >= q.NextTimeout() {
 		e.visits++
-		q.HandleTimeout(now)
+		if now >= q.NextTimeout() {
+			e.visits++
+			q.HandleTimeout(now)
+		}
 	}
 }
 
@@ -177,25 +222,33 @@ func (e *Engine) putCompl(list []*QP) {
 	e.complSpare = list[:0]
 }
 
-// The timer heap: a binary min-heap on qpSched.deadline whose entries know
-// their index, so that a QP leaves it in O(log n) when it becomes ready or
-// is destroyed.
+// The timer heap: a binary min-heap of QPs and their keys, the key beside
+// the pointer so that sifting compares without touching the QPs (a
+// host's engine holds a QP per peer, and a paced QP goes through the heap
+// once per packet); each QP knows its index, so that it leaves in
+// O(log n) when it is destroyed or its key changes.
+
+// timerEntry is a QP in the timer heap under its key.
+type timerEntry struct {
+	at clock.Time
+	q  *QP
+}
 
 func (e *Engine) heapPush(q *QP) {
 	q.sch.heapIdx = len(e.timers)
-	e.timers = append(e.timers, q)
+	e.timers = append(e.timers, timerEntry{q.sch.deadline, q})
 	e.heapUp(q.sch.heapIdx)
 }
 
 func (e *Engine) heapRemove(i int) {
 	h := e.timers
-	q := h[i]
+	q := h[i].q
 	last := len(h) - 1
 	if i != last {
 		h[i] = h[last]
-		h[i].sch.heapIdx = i
+		h[i].q.sch.heapIdx = i
 	}
-	h[last] = nil
+	h[last] = timerEntry{}
 	e.timers = h[:last]
 	q.sch.heapIdx = -1
 	if i != last {
@@ -207,36 +260,42 @@ func (e *Engine) heapRemove(i int) {
 
 func (e *Engine) heapUp(i int) {
 	h := e.timers
+	x := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if h[p].sch.deadline <= h[i].sch.deadline {
+		if h[p].at <= x.at {
 			break
 		}
-		h[p], h[i] = h[i], h[p]
-		h[p].sch.heapIdx, h[i].sch.heapIdx = p, i
+		h[i] = h[p]
+		h[i].q.sch.heapIdx = i
 		i = p
 	}
+	h[i] = x
+	x.q.sch.heapIdx = i
 }
 
 // heapDown sifts entry i down and reports whether it moved.
 func (e *Engine) heapDown(i int) bool {
 	h := e.timers
 	start := i
+	x := h[i]
 	for {
 		l := 2*i + 1
 		if l >= len(h) {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && h[r].sch.deadline < h[l].sch.deadline {
+		if r := l + 1; r < len(h) && h[r].at < h[l].at {
 			m = r
 		}
-		if h[i].sch.deadline <= h[m].sch.deadline {
+		if x.at <= h[m].at {
 			break
 		}
-		h[i], h[m] = h[m], h[i]
-		h[i].sch.heapIdx, h[m].sch.heapIdx = i, m
+		h[i] = h[m]
+		h[i].q.sch.heapIdx = i
 		i = m
 	}
+	h[i] = x
+	x.q.sch.heapIdx = i
 	return i > start
 }

@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // With SPRAY_SCHEDCHECK=1 every engine the package's tests make checks
@@ -23,36 +26,50 @@ func init() {
 }
 
 // schedChecker returns a check for e (Engine.check) that holds its
-// schedule to the pass over every QP that it replaces: after a Step, a QP
-// off the ready list is in the timer heap exactly under its NextTimeout
-// (absent when that is clock.Never), and has nothing to send at the Step's
-// time. It reports each violation to fail. The QPs it polls get their
-// deadlines recomputed, as the pass they model would.
+// schedule to the pass over every QP that it replaces: after a Step, no QP
+// is left to settle; a QP on the ready list is in the timer heap exactly
+// under when its timers expire (timerDeadline), and one off it exactly
+// under its NextTimeout (absent when that is clock.Never) and has nothing
+// to send at the Step's time; the heap is ordered. It reports each
+// violation to fail. The QPs it polls get their deadlines recomputed, as
+// the pass they model would.
 func schedChecker(e *Engine, fail func(string)) func(now clock.Time) {
 	buf := make([]byte, e.cfg.MTU+64)
 	return func(now clock.Time) {
+		if len(e.dirty) > 0 {
+			fail(fmt.Sprintf("%d QPs left dirty after a Step", len(e.dirty)))
+		}
+		for i, t := range e.timers {
+			if q := t.q; q.sch.heapIdx != i || q.sch.deadline != t.at {
+				fail(fmt.Sprintf("QP %#x: at %d in the timer heap under %v, its index and key say %d, %v", q.qpn, i, t.at, q.sch.heapIdx, q.sch.deadline))
+			}
+			if p := (i - 1) / 2; i > 0 && e.timers[p].at > t.at {
+				fail(fmt.Sprintf("timer heap out of order at %d", i))
+			}
+		}
 		for _, q := range e.order {
-			if q == nil || q.sch.ready {
+			if q == nil {
 				continue
 			}
-			switch d := q.NextTimeout(); {
+			d, what := q.NextTimeout(), "NextTimeout"
+			if q.sch.ready {
+				d, what = q.timerDeadline(), "timer deadline"
+			}
+			switch {
 			case d == clock.Never && q.sch.heapIdx >= 0:
-				fail(fmt.Sprintf("QP %#x: in the timer heap at %v, NextTimeout is Never", q.qpn, q.sch.deadline))
+				fail(fmt.Sprintf("QP %#x: in the timer heap at %v, %s is Never", q.qpn, q.sch.deadline, what))
 			case d != clock.Never && q.sch.heapIdx < 0:
-				fail(fmt.Sprintf("QP %#x: NextTimeout %v, not in the timer heap", q.qpn, d))
+				fail(fmt.Sprintf("QP %#x: %s %v, not in the timer heap", q.qpn, what, d))
 			case d != clock.Never && q.sch.deadline != d:
-				fail(fmt.Sprintf("QP %#x: in the timer heap at %v, NextTimeout %v", q.qpn, q.sch.deadline, d))
+				fail(fmt.Sprintf("QP %#x: in the timer heap at %v, %s %v", q.qpn, q.sch.deadline, what, d))
+			}
+			if q.sch.ready {
+				continue
 			}
 			if n, err := q.PollTransmit(now, buf); n > 0 || err != nil {
 				fail(fmt.Sprintf("QP %#x: off the ready list with a packet of %d bytes to send at %v (err %v)", q.qpn, n, now, err))
 			}
-			if q.sch.heapIdx >= 0 {
-				e.heapRemove(q.sch.heapIdx)
-			}
-			if d := q.NextTimeout(); d != clock.Never {
-				q.sch.deadline = d
-				e.heapPush(q)
-			}
+			e.rekey(q, q.NextTimeout())
 		}
 	}
 }
@@ -69,8 +86,16 @@ type multiPair struct {
 
 func newMultiPair(t testing.TB, mc mem.Config, cfg Config, n int) *multiPair {
 	t.Helper()
+	return newMultiPairOn(t, mc, cfg, n, nil)
+}
+
+// newMultiPairOn is newMultiPair with A's engine on wrap(A's port) when
+// wrap is not nil.
+func newMultiPairOn(t testing.TB, mc mem.Config, cfg Config, n int, wrap func(link.Link) link.Link) *multiPair {
+	t.Helper()
 	m := &multiPair{clk: &clock.Sim{}}
 	m.fab = mem.NewFabric(mc, m.clk)
+	var pa link.Link
 	pa, err := m.fab.NewPort(macA, ipA)
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +105,9 @@ func newMultiPair(t testing.TB, mc mem.Config, cfg Config, n int) *multiPair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pa.Close(); pb.Close() })
+	if wrap != nil {
+		pa = wrap(pa)
+	}
 	if m.ea, err = NewEngine(pa, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +231,161 @@ func TestStepVisitsActiveQPs(t *testing.T) {
 	}
 	if a1 == 0 || b1 == 0 {
 		t.Fatal("no visits counted")
+	}
+}
+
+// gateLink lends at most budget transmit buffers, all it has when budget
+// is negative, and records the destination QP of every frame sent.
+type gateLink struct {
+	link.Link
+	budget int
+	sentTo []uint32
+}
+
+func (g *gateLink) Alloc(fs []link.Frame) int {
+	if g.budget >= 0 {
+		fs = fs[:min(len(fs), g.budget)]
+	}
+	n := g.Link.Alloc(fs)
+	if g.budget >= 0 {
+		g.budget -= n
+	}
+	return n
+}
+
+func (g *gateLink) Send(fs []link.Frame) (int, error) {
+	var pk wire.Packet
+	for _, f := range fs {
+		if wire.Decode(f.Buf, &pk) == nil {
+			g.sentTo = append(g.sentTo, pk.BTH.DestQP)
+		}
+	}
+	return g.Link.Send(fs)
+}
+
+// TestStepNoBufferVisits holds a step's cost when the link has no
+// transmit buffer to what expires: with n QPs on the ready list, each
+// with a message to send, and one QP whose retransmission timer runs out
+// meanwhile, the engine's calls into QPs over the starved steps are the
+// same for n = 16 and n = 1,024, and the timer does run (the QP's probes
+// or timeouts count up). Once the link lends buffers again, every
+// message arrives intact: no QP was dropped from the schedule.
+func TestStepNoBufferVisits(t *testing.T) {
+	seed := testutil.Seed(t)
+	run := func(n int) (visits, timers uint64) {
+		cfg := Config{Seed: seed, Window: 64, SendQueue: 4, MaxMessages: 4, MinRTO: time.Millisecond}
+		var g *gateLink
+		// A's engine holds no buffer it did not use: the link lends
+		// exactly what the test gives.
+		m := newMultiPairOn(t, mem.Config{Seed: seed, Delay: 2 * time.Microsecond}, cfg, n+1,
+			func(l link.Link) link.Link { g = &gateLink{Link: l}; return g })
+		for range 10 {
+			m.step(t)
+		}
+		msgs := randomMessages(testutil.Rand(t), n+1, 32<<10)
+		// QP 0 sends 4 packets while B does not step: no ACK comes
+		// back, and its timers are armed.
+		msgs[0] = append(msgs[0], make([]byte, 32<<10)...)
+		if err := m.qa[0].Post(WorkRequest{ID: 1, Op: OpSend, Data: msgs[0]}); err != nil {
+			t.Fatal(err)
+		}
+		g.budget = 4
+		if _, err := m.ea.Step(m.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if g.budget != 0 || len(g.sentTo) != 4 {
+			t.Fatalf("QP 0 sent %d packets, want 4", len(g.sentTo))
+		}
+		for i := 1; i <= n; i++ {
+			if err := m.qa[i].Post(WorkRequest{ID: 1, Op: OpSend, Data: msgs[i]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := m.ea.Step(m.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		rs0 := m.qa[0].RetransmitStats()
+		v0 := m.ea.visits
+		for range 50 {
+			m.clk.Set(m.clk.Now() + clock.Time(200*time.Microsecond))
+			if _, err := m.ea.Step(m.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			m.ea.NextDeadline()
+		}
+		visits = m.ea.visits - v0
+		rs := m.qa[0].RetransmitStats()
+		timers = rs.TLPs + rs.RTOs - rs0.TLPs - rs0.RTOs
+		if m.ea.Stats().TxNoBuffer < 50 {
+			t.Fatalf("the link ran short of buffers %d times, want every step", m.ea.Stats().TxNoBuffer)
+		}
+		g.budget = -1
+		m.ca, m.cb = m.ca[:0], m.cb[:0]
+		got := map[uint32][32]byte{}
+		for limit := 0; len(got) < n+1; limit++ {
+			if limit > 1_000_000 {
+				t.Fatalf("%d of %d messages arrived", len(got), n+1)
+			}
+			m.mustStep(t)
+			for _, c := range m.cb {
+				if c.Err != nil {
+					t.Fatal(c.Err)
+				}
+				got[c.QPN] = hash(c.Data)
+			}
+			m.cb = m.cb[:0]
+		}
+		for i, q := range m.qb {
+			if got[q.qpn] != hash(msgs[i]) {
+				t.Fatalf("QP %d: the message arrived altered", i)
+			}
+		}
+		return visits, timers
+	}
+	v16, t16 := run(16)
+	v1k, t1k := run(1024)
+	t.Logf("starved steps: 16 ready QPs %d visits (%d timers), 1,024 ready QPs %d visits (%d timers)", v16, t16, v1k, t1k)
+	if t16 == 0 || t1k == 0 {
+		t.Fatalf("the sender's timers did not run while the link had no buffer (%d, %d)", t16, t1k)
+	}
+	if v16 != v1k {
+		t.Fatalf("the starved steps visited QPs %d times beside 16 ready QPs, %d beside 1,024", v16, v1k)
+	}
+}
+
+// TestBurstAcrossSteps: a QP's turn on the ready list lasts burst packets
+// however few buffers each step gets, so QPs with data share a link that
+// lends one buffer per step in turns of 8, not one QP until it runs dry.
+func TestBurstAcrossSteps(t *testing.T) {
+	seed := testutil.Seed(t)
+	var g *gateLink
+	cfg := Config{Seed: seed, CC: func() cc.Controller { return &cc.Fixed{} }}
+	m := newMultiPairOn(t, mem.Config{Seed: seed}, cfg, 3,
+		func(l link.Link) link.Link { g = &gateLink{Link: l}; return g })
+	for range 10 {
+		m.step(t)
+	}
+	msg := make([]byte, 64<<10)
+	for _, q := range m.qa {
+		if err := q.Post(WorkRequest{ID: 1, Op: OpSend, Data: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.sentTo = g.sentTo[:0]
+	for range 48 {
+		g.budget = 1
+		if _, err := m.ea.Step(m.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(g.sentTo) != 48 {
+		t.Fatalf("%d frames sent in 48 steps of one buffer", len(g.sentTo))
+	}
+	for i, to := range g.sentTo {
+		want := m.qb[i/8%3].qpn
+		if to != want {
+			t.Fatalf("frame %d went to QP %#x, want %#x: turns of 8 packets in creation order, sent to %x", i, to, want, g.sentTo)
+		}
 	}
 }
 

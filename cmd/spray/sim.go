@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -31,7 +32,9 @@ HPCC on INT, PFC off), spray-ecmp (spray's transport on one path per QP). Scenar
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
-moe:SIZE[,compute=DUR,iters=N], htsim:FILE; options iters=N, cdf=FILE.
+moe:SIZE[,compute=DUR,iters=N], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
+transport engine with one QP per peer (--queues: one engine per NIC queue); a workload whose QPs,
+flows and buffers are estimated above --mem is refused before it runs.
 
 moe:SIZE,compute=DUR,iters=N is an MoE layer's training steps: each rank sends SIZE/hosts to every
 other (dispatch), computes for DUR (default 1ms) once all of its dispatch is in, sends SIZE/hosts
@@ -68,6 +71,9 @@ func runSim(args []string) error {
 	jsonFile := fs.String("json", "", "write the rows here as JSON")
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
+	queues := fs.Int("queues", 1, "transport engines per host, one per NIC queue, the host's QPs spread over them and its frames steered to them by QP")
+	var mem sizeFlag
+	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -77,6 +83,7 @@ func runSim(args []string) error {
 	}
 	c := check{cmd: "sim"}
 	c.atLeast("window", int64(*window), 1)
+	c.atLeast("queues", int64(*queues), 1)
 	c.positiveDur("limit", *limit)
 	if *pfc != "" && *pfc != "on" && *pfc != "off" {
 		c.fail("pfc", *pfc, "on or off")
@@ -117,7 +124,10 @@ func runSim(args []string) error {
 		return f.Close()
 	}
 	cfg := sim.Config{Topo: t, Workload: w, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues}
+	if mem > 0 {
+		debug.SetMemoryLimit(int64(mem))
+	}
 	if !*quiet {
 		cfg.Progress = func(p sim.Progress) {
 			fmt.Fprintf(os.Stderr, "sim: %s/%s: simulated %v, wall %v, %.2fM events/s, %d/%d flows done\n",
