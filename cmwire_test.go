@@ -146,3 +146,39 @@ func TestCMLinkBlock(t *testing.T) {
 		t.Fatalf("link kind 9: %v", err)
 	}
 }
+
+// The version-4 security block, byte for byte: after the link block, the
+// flags (packets protected 1, integrity only 2), the proof's length and
+// the proof; a version-3 encoding of the same reply has none, and unknown
+// flags or a proof of another length do not parse.
+func TestCMSecBlock(t *testing.T) {
+	if cmMaxBody4 != 8817 { // the package doc's figure
+		t.Fatalf("cmMaxBody4 %d", cmMaxBody4)
+	}
+	qp := transport.QPInfo{QPN: 0x010203, PSN: 0x040506, MAC: macA, IP: ipA}
+	proof := bytes.Repeat([]byte{0xab}, pskProofLen)
+	rep := connRep{qp: qp, sec: secBlock{flags: secPackets | secIntegrityOnly, proof: proof}}
+	got := rep.marshalV(cmVersion)
+	want := append(appendQPInfo(nil, qp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 32)
+	want = append(want, proof...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("REP %x, want %x", got, want)
+	}
+	back, err := parseRep(got, cmVersion)
+	if err != nil || back.sec.flags != rep.sec.flags || !bytes.Equal(back.sec.proof, proof) {
+		t.Fatalf("parsed %+v, %v", back, err)
+	}
+	if v3 := rep.marshalV(cmVersion3); !bytes.Equal(v3, want[:len(want)-2-pskProofLen]) {
+		t.Fatalf("version-3 REP %x", v3)
+	}
+	bad := bytes.Clone(got)
+	bad[len(bad)-2-pskProofLen] = 4
+	if _, err := parseRep(bad, cmVersion); !errors.Is(err, errBadMessage) {
+		t.Fatalf("security flags 4: %v", err)
+	}
+	short := append(appendQPInfo(nil, qp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 16)
+	short = append(short, proof[:16]...)
+	if _, err := parseRep(short, cmVersion); !errors.Is(err, errBadMessage) {
+		t.Fatalf("a proof of 16 bytes: %v", err)
+	}
+}
