@@ -652,6 +652,7 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	defer stop()
 	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
 	var ts *tls.Conn
+	var recording *recConn
 	if secure {
 		rc := &recConn{Conn: raw}
 		ts = tls.Client(rc, ep.sec.clientConfig(addr))
@@ -660,6 +661,10 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 			next, err := ep.sec.tlsDialError(err, rc, addr)
 			return nil, next, err
 		}
+		// A listener that drops this request for a newer one answers
+		// in clear from here on (a REJ of reason 9): record it afresh.
+		rc.rec = rc.rec[:0]
+		recording = rc
 		if ep.sec.integrityOnly {
 			req.sec.flags = secIntegrityOnly
 		}
@@ -676,6 +681,11 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		// says so after the dialer's handshake ended: on this read.
 		if e := authError(err, addr); secure && e != nil {
 			return nil, dialRetry{}, e
+		}
+		var rh tls.RecordHeaderError
+		if secure && errors.As(err, &rh) {
+			next, err := ep.sec.tlsDialError(err, recording, addr)
+			return nil, next, err
 		}
 		// A full listener closes a connection it has no room to answer.
 		full := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)

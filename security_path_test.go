@@ -137,14 +137,18 @@ func waitStats(t *testing.T, c *Conn, what string, ok func(transport.QPStats) bo
 // against a clear connection it reads the payload, fails the listener's
 // QP with a WRITE under a wrong key, and fails the dialer's with a NAK
 // naming the message it is sending; against a secured one it finds no
-// payload in any frame, and every forged frame (the WRITE, the NAK) and
+// payload in any frame (unless both sides asked for integrity only,
+// where it reads but cannot forge), and every forged frame (the WRITE, the NAK) and
 // every frame of the connection it replays is dropped and counted before
 // it touches the QP, whose messages then cross intact (SHA-256).
 func TestSecureOnPath(t *testing.T) {
 	marker := []byte("a secret that must not cross in clear")
-	for _, sec := range []*Security{nil, {PSK: testPSK}} {
+	for _, sec := range []*Security{nil, {PSK: testPSK}, {PSK: testPSK, IntegrityOnly: true}} {
 		name := "clear"
-		if sec != nil {
+		switch {
+		case sec != nil && sec.IntegrityOnly:
+			name = "integrity"
+		case sec != nil:
 			name = "secured"
 		}
 		secured := sec != nil
@@ -192,8 +196,8 @@ func TestSecureOnPath(t *testing.T) {
 			for _, f := range o.seen() {
 				found = found || bytes.Contains(f, marker)
 			}
-			if found == secured {
-				t.Fatalf("the payload found in a frame on the path: %v, want %v", found, !secured)
+			if want := !secured || sec.IntegrityOnly; found != want {
+				t.Fatalf("the payload found in a frame on the path: %v, want %v", found, want)
 			}
 		})
 		t.Run(name+"/write-wrong-rkey", func(t *testing.T) {
