@@ -31,7 +31,7 @@ var (
 // memEndpoint opens an Endpoint on a new port of fab whose connection
 // manager listens on a free loopback TCP port; each of set may change the
 // options first.
-func memEndpoint(t *testing.T, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64, set ...func(*Options)) *Endpoint {
+func memEndpoint(t testing.TB, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64, set ...func(*Options)) *Endpoint {
 	t.Helper()
 	p, err := fab.NewPort(mac, ip)
 	if err != nil {

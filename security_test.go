@@ -33,7 +33,7 @@ type pki struct {
 	key  ed25519.PrivateKey
 }
 
-func newPKI(t *testing.T, name string) *pki {
+func newPKI(t testing.TB, name string) *pki {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -56,7 +56,7 @@ func newPKI(t *testing.T, name string) *pki {
 
 // leaf returns a certificate for 127.0.0.1 (where the test endpoints'
 // connection managers listen), good for either role.
-func (p *pki) leaf(t *testing.T, name string) tls.Certificate {
+func (p *pki) leaf(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -78,7 +78,7 @@ func (p *pki) leaf(t *testing.T, name string) tls.Certificate {
 
 // certSecurity is a Security whose certificate p signed and which
 // verifies peers against p (dialers too when mutual).
-func certSecurity(t *testing.T, p *pki, name string, mutual bool) *Security {
+func certSecurity(t testing.TB, p *pki, name string, mutual bool) *Security {
 	c := &tls.Config{Certificates: []tls.Certificate{p.leaf(t, name)}, RootCAs: p.pool}
 	if mutual {
 		c.ClientCAs, c.ClientAuth = p.pool, tls.RequireAndVerifyClientCert
@@ -92,7 +92,7 @@ func withSec(s *Security) func(*Options) { return func(o *Options) { o.Security 
 
 // secPair opens two endpoints on a link/mem fabric with the securities
 // given (nil: clear).
-func secPair(t *testing.T, seed uint64, a, b *Security) (*mem.Fabric, *Endpoint, *Endpoint) {
+func secPair(t testing.TB, seed uint64, a, b *Security) (*mem.Fabric, *Endpoint, *Endpoint) {
 	t.Helper()
 	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
 	t.Cleanup(func() { fab.Close() })
