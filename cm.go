@@ -3,6 +3,7 @@ package spray
 import (
 	"container/list"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ func (ep *Endpoint) Listen(service string) (*Listener, error) {
 	}
 	if ep.listeners[service] != nil {
 		return nil, fmt.Errorf("%w: service %q already has a Listener", ErrOptions, service)
+	}
+	if ep.sec != nil && !ep.sec.canServe {
+		return nil, fmt.Errorf("%w: Security.TLS has no certificate to present as listener (set Certificates, or a PSK for a throwaway one)", ErrOptions)
 	}
 	if ep.ln == nil {
 		ln, err := net.Listen("tcp", ep.opts.CMAddr)
@@ -144,6 +148,11 @@ type CMStats struct {
 	// AcceptErrors counts TCP accepts that failed (out of file
 	// descriptors); the connection manager keeps serving.
 	AcceptErrors uint64
+	// AuthFailed counts requests that failed for their security: a TLS
+	// handshake that failed (either side refused the other's
+	// certificate, or the dialer sent none), or a dialer that did not
+	// prove the pre-shared key.
+	AuthFailed uint64
 }
 
 // CMStats returns the connection manager's counters.
@@ -233,7 +242,7 @@ func (ep *Endpoint) refuse(tc net.Conn) {
 	if cw, ok := tc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	io.Copy(io.Discard, io.LimitReader(tc, cmHdrLen+cmMaxBody3))
+	io.Copy(io.Discard, io.LimitReader(tc, cmHdrLen+cmMaxBody4))
 	tc.Close()
 	ep.mu.Lock()
 	ep.refusing--
@@ -302,6 +311,33 @@ func (ep *Endpoint) handle(h *handshake) {
 		ep.mu.Unlock()
 		tc.Close()
 	}()
+	// The first byte tells a TLS ClientHello from a clear request
+	// ("SPCM"), so that one port serves both.
+	var first [1]byte
+	if _, err := io.ReadFull(tc, first[:]); err != nil {
+		ioErr = err
+		return
+	}
+	tc = &prefixConn{Conn: tc, prefix: first[:]}
+	var ts *tls.Conn // the TLS session, when the dialer has security
+	if first[0] == tlsRecordHandshake {
+		if ep.sec == nil {
+			// A dialer with security reads this REJ as a record that
+			// is not TLS, and reports a listener in clear.
+			reject(rejSecurity, "the listener at %s has no security (Options.Security): its connection manager runs in clear", tc.LocalAddr())
+			lingerClose(tc)
+			return
+		}
+		ts = tls.Server(tc, ep.sec.server)
+		if err := ts.Handshake(); err != nil {
+			ep.mu.Lock()
+			ep.cm.AuthFailed++
+			ep.mu.Unlock()
+			ioErr = err
+			return
+		}
+		tc = ts
+	}
 	m, err := readMsg(tc)
 	switch {
 	case errors.Is(err, errBadMessage):
@@ -319,10 +355,29 @@ func (ep *Endpoint) handle(h *handshake) {
 		reject(rejBadRequest, "message type %d where a request was expected", m.typ)
 		return
 	}
+	if ts != nil && ver < cmVersion {
+		reject(rejBadRequest, "version %d inside TLS (only version %d and later carry the security block)", ver, cmVersion)
+		return
+	}
+	if ts == nil && ep.sec != nil && !ep.sec.allowClear {
+		reject(rejSecurity, "the listener at %s requires security (TLS): set Options.Security on the dialer", tc.LocalAddr())
+		return
+	}
 	req, err := parseReq(m.body, ver)
 	if err != nil {
 		reject(rejBadRequest, "%v", err)
 		return
+	}
+	var cs tls.ConnectionState
+	if ts != nil {
+		cs = ts.ConnectionState()
+		if !ep.sec.checkProof(req.sec.proof, cs, "dialer") {
+			ep.mu.Lock()
+			ep.cm.AuthFailed++
+			ep.mu.Unlock()
+			reject(rejAuth, "the dialer did not prove the listener's pre-shared key (Security.PSK differs)")
+			return
+		}
 	}
 	if req.profile != ep.opts.Profile {
 		reject(rejProfile, "profile %v asked, this endpoint runs %v", req.profile, ep.opts.Profile)
@@ -332,7 +387,7 @@ func (ep *Endpoint) handle(h *handshake) {
 		reject(rejAddr, "%v", err)
 		return
 	}
-	if ver >= cmVersion {
+	if ver >= cmVersion3 {
 		if err := checkLink(req.link, ep.linkInfo()); err != nil {
 			reject(rejLink, "%v", err)
 			return
@@ -368,11 +423,33 @@ func (ep *Endpoint) handle(h *handshake) {
 		reject(rejInternal, "creating a QP: %v", err)
 		return
 	}
+	rep := connRep{qp: qc.Info(), steer: ep.steering(qc), link: ep.linkInfo()}
+	prot := ProtectionClear
+	if ts != nil {
+		// Encrypted unless both sides ask for integrity only; the keys
+		// are in place before the QP's first packet.
+		rep.sec.flags = secPackets
+		prot = ProtectionEncrypted
+		if ep.sec.integrityOnly && req.sec.flags&secIntegrityOnly != 0 {
+			rep.sec.flags |= secIntegrityOnly
+			prot = ProtectionIntegrity
+		}
+		toListener, toDialer, err := qpSecrets(cs, req.qp.QPN, rep.qp.QPN)
+		if err == nil {
+			err = secureQP(ctx, qc, toDialer, toListener, prot == ProtectionIntegrity)
+		}
+		if err == nil {
+			rep.sec.proof, err = ep.sec.proof(cs, "listener")
+		}
+		if err != nil {
+			reject(rejInternal, "securing the QP: %v", err)
+			return
+		}
+	}
 	if err := qc.Connect(ctx, req.qp); err != nil {
 		reject(rejBadRequest, "connecting to QP %#x at %s: %v", req.qp.QPN, req.qp.IP, err)
 		return
 	}
-	rep := connRep{qp: qc.Info(), steer: ep.steering(qc), link: ep.linkInfo()}
 	if _, err := tc.Write(appendMsgV(nil, ver, msgREP, rep.marshalV(ver))); err != nil {
 		ioErr = err
 		return
@@ -395,7 +472,7 @@ func (ep *Endpoint) handle(h *handshake) {
 	}
 	tc.SetDeadline(time.Time{})
 	ep.mu.Unlock()
-	c, err := ep.newConn(qc, tc, ver, req.service, req.qp)
+	c, err := ep.newConn(qc, tc, ver, req.service, req.qp, prot)
 	if err != nil {
 		return
 	}
@@ -406,6 +483,19 @@ func (ep *Endpoint) handle(h *handshake) {
 	if !l.push(c) {
 		c.Close()
 	}
+}
+
+// lingerClose closes the writing half of tc and reads what the peer
+// still sends (bounded by tc's deadline and 16 KB), so that the close does
+// not reset the connection before the peer read what was written.
+func lingerClose(tc net.Conn) {
+	if pc, ok := tc.(*prefixConn); ok {
+		tc = pc.Conn
+	}
+	if cw, ok := tc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(tc, 16<<10))
 }
 
 // linkInfo returns this endpoint's link block for REQ and REP: the UDP
@@ -495,11 +585,17 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 		return nil, err
 	}
 	ver := ep.cmTop()
+	secure := ep.sec != nil
 	wait := time.Millisecond
 	for {
-		c, next, err := ep.dialOnce(ctx, qc, ver, addr, service)
+		c, next, err := ep.dialOnce(ctx, qc, ver, secure, addr, service)
 		if err == nil {
 			return c, nil
+		}
+		if next.clear && secure {
+			ep.opts.logf("spray: dial %s: %v; dialing again in clear (Security.AllowClear)", addr, err)
+			secure = false
+			continue
 		}
 		if next.ver != 0 {
 			ver = next.ver
@@ -524,23 +620,26 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 }
 
 // dialRetry says how Dial may try again after a failed handshake: in
-// version ver (an older listener's rejection), or again in the same one
-// (the listener was full, or closed the connection unanswered).
+// version ver (an older listener's rejection), again in the same one
+// (the listener was full, or closed the connection unanswered), or in
+// clear (a listener without security, and Security.AllowClear).
 type dialRetry struct {
 	ver   uint8
 	again bool
+	clear bool
 }
 
 // dialOnce runs one handshake in version ver on a new TCP connection
-// for qc.
-func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, addr, service string) (_ *Conn, _ dialRetry, _ error) {
-	tc, err := ep.dialTCP(ctx, addr)
+// for qc, inside TLS when secure.
+func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, secure bool, addr, service string) (_ *Conn, _ dialRetry, _ error) {
+	raw, err := ep.dialTCP(ctx, addr)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, dialRetry{}, fmt.Errorf("%w: nothing listens at %s (the peer must call Listen(%q))", ErrRefused, addr, service)
 		}
 		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
+	tc := raw
 	ok := false
 	defer func() {
 		if !ok {
@@ -548,15 +647,46 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		}
 	}()
 	dl, _ := ctx.Deadline()
-	tc.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
+	raw.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
+	var ts *tls.Conn
+	var recording *recConn
+	if secure {
+		rc := &recConn{Conn: raw}
+		ts = tls.Client(rc, ep.sec.clientConfig(addr))
+		tc = ts
+		if err := ts.HandshakeContext(ctx); err != nil {
+			next, err := ep.sec.tlsDialError(err, rc, addr)
+			return nil, next, err
+		}
+		// A listener that drops this request for a newer one answers
+		// in clear from here on (a REJ of reason 9): record it afresh.
+		rc.rec = rc.rec[:0]
+		recording = rc
+		if ep.sec.integrityOnly {
+			req.sec.flags = secIntegrityOnly
+		}
+		if req.sec.proof, err = ep.sec.proof(ts.ConnectionState(), "dialer"); err != nil {
+			return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
+		}
+	}
 	if _, err := tc.Write(appendMsgV(nil, ver, msgREQ, req.marshalV(ver))); err != nil {
 		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	m, err := readMsg(tc)
 	if err != nil {
+		// In TLS 1.3 a listener that refuses this side's certificate
+		// says so after the dialer's handshake ended: on this read.
+		if e := authError(err, addr); secure && e != nil {
+			return nil, dialRetry{}, e
+		}
+		var rh tls.RecordHeaderError
+		if secure && errors.As(err, &rh) {
+			next, err := ep.sec.tlsDialError(err, recording, addr)
+			return nil, next, err
+		}
 		// A full listener closes a connection it has no room to answer.
 		full := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 		return nil, dialRetry{again: full}, fmt.Errorf("spray: dial %s: no reply: %w", addr, err)
@@ -587,18 +717,43 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 	}
 	// A reply this side refuses gets a REJ, so that the listener frees
-	// its QP at once.
+	// its QP at once; Dial returns once it has (it closes the channel
+	// after), so that no QP of the attempt is left on either side.
 	refuse := func(reason uint8, sentinel, err error) (*Conn, dialRetry, error) {
 		r := rejection{reason: reason, version: ep.cmTop(), text: err.Error()}
 		tc.Write(appendMsgV(nil, ver, msgREJ, r.marshal()))
+		io.Copy(io.Discard, io.LimitReader(tc, cmHdrLen+cmMaxBody4))
 		return nil, dialRetry{}, fmt.Errorf("dial %s: %w: %w", addr, sentinel, err)
 	}
 	if err := ep.checkPeerIP(rep.qp.IP, tc.RemoteAddr(), "listener", "was dialed"); err != nil {
 		return refuse(rejAddr, ErrPeerAddr, err)
 	}
-	if ver >= cmVersion {
+	if ver >= cmVersion3 {
 		if err := checkLink(ep.linkInfo(), rep.link); err != nil {
 			return refuse(rejLink, ErrIncompatible, err)
+		}
+	}
+	prot := ProtectionClear
+	if ts != nil {
+		cs := ts.ConnectionState()
+		if !ep.sec.checkProof(rep.sec.proof, cs, "listener") {
+			return refuse(rejAuth, ErrAuth, fmt.Errorf("the listener did not prove this side's pre-shared key (Security.PSK differs, or a man in the middle relays the connection)"))
+		}
+		prot = ProtectionEncrypted
+		switch {
+		case rep.sec.flags&secPackets == 0:
+			return refuse(rejBadRequest, ErrRejected, fmt.Errorf("the listener did not protect its QP's packets"))
+		case rep.sec.flags&secIntegrityOnly != 0 && !ep.sec.integrityOnly:
+			return refuse(rejBadRequest, ErrRejected, fmt.Errorf("the listener chose integrity only, which this side did not ask for"))
+		case rep.sec.flags&secIntegrityOnly != 0:
+			prot = ProtectionIntegrity
+		}
+		toListener, toDialer, err := qpSecrets(cs, qc.Info().QPN, rep.qp.QPN)
+		if err == nil {
+			err = secureQP(ctx, qc, toListener, toDialer, prot == ProtectionIntegrity)
+		}
+		if err != nil {
+			return nil, dialRetry{}, fmt.Errorf("spray: dial %s: securing the QP: %w", addr, err)
 		}
 	}
 	// The QP was created before the listener's steering was known: steer
@@ -617,8 +772,8 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	if !stop() {
 		return nil, dialRetry{}, ctx.Err()
 	}
-	tc.SetDeadline(time.Time{})
-	c, err := ep.newConn(qc, tc, ver, service, rep.qp)
+	raw.SetDeadline(time.Time{})
+	c, err := ep.newConn(qc, tc, ver, service, rep.qp, prot)
 	if err != nil {
 		return nil, dialRetry{}, err
 	}

@@ -3,11 +3,10 @@ package spray
 import (
 	"context"
 	"errors"
-	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -194,118 +193,73 @@ func TestCMPeerAddr(t *testing.T) {
 	}
 }
 
-// cmProxy relays one connection manager channel between a dialer and a
-// listener, as a box on the path would. inject sends the listener a
-// message the dialer never wrote; the listener's close never reaches the
-// dialer, whose TCP connection stays open (as when the injection put the
-// two ends' sequence numbers out of step).
-type cmProxy struct {
-	ln       net.Listener
-	mu       sync.Mutex
-	toLister net.Conn
-	ready    chan struct{}
-}
-
-func newCMProxy(t *testing.T, target string) *cmProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cmProxy{ln: ln, ready: make(chan struct{})}
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range conns {
-			c.Close()
+// A DREQ injected on the path of a clear connection closes the
+// listener's side, which answers with a DREP; the dialer, which never
+// asked, closes at once: Err says why, and Send fails at once with that
+// error instead of timing out against a QP that is gone. Against a
+// secured connection the same bytes are not a DREQ but a record that
+// fails TLS: the listener's channel ends, and neither side believes
+// it. Both Conns stay open and move messages both ways (SHA-256).
+func TestCMInjectedDREQ(t *testing.T) {
+	for _, sec := range []*Security{nil, {PSK: testPSK}} {
+		name := "clear"
+		if sec != nil {
+			name = "secured"
 		}
-		p.mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		d, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		l, err := net.Dial("tcp", target)
-		if err != nil {
-			d.Close()
-			return
-		}
-		p.mu.Lock()
-		conns = append(conns, d, l)
-		p.toLister = l
-		p.mu.Unlock()
-		close(p.ready)
-		wg.Go(func() { io.Copy(d, l) }) // the listener's close stops here
-		wg.Go(func() {
-			for {
-				m, err := readMsg(d)
-				if err != nil {
-					return
+		t.Run(name, func(t *testing.T) {
+			seed := testutil.Seed(t)
+			_, ea, eb := secPair(t, seed, sec, sec)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ln, err := eb.Listen("x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newTapProxy(t, ln.Addr())
+			a, b := connectVia(t, ea, eb, ln, p.addr())
+			if err := exchange(ctx, a, b, [][]byte{[]byte("before")}); err != nil {
+				t.Fatal(err)
+			}
+			p.inject(appendMsgV(nil, a.ver, msgDREQ, nil))
+			if sec != nil {
+				<-b.rdone // the listener's channel has ended
+				r := rand.New(rand.NewPCG(seed, 3))
+				if err := exchange(ctx, a, b, randomMsgs(r, 8, 64<<10)); err != nil {
+					t.Fatalf("dialer to listener after the injection: %v", err)
 				}
-				p.mu.Lock()
-				l.Write(appendMsgV(nil, m.version, m.typ, m.body))
-				p.mu.Unlock()
+				if err := exchange(ctx, b, a, randomMsgs(r, 8, 64<<10)); err != nil {
+					t.Fatalf("listener to dialer after the injection: %v", err)
+				}
+				if a.Err() != nil || b.Err() != nil {
+					t.Fatalf("after the injection: Err %v and %v, want both open", a.Err(), b.Err())
+				}
+				a.Close()
+				b.Close()
+				if qps(t, ea) != 0 || qps(t, eb) != 0 {
+					t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
+				}
+				return
+			}
+			<-b.Done()
+			if b.Err() != ErrPeerClosed {
+				t.Fatalf("listener's Err %v, want ErrPeerClosed", b.Err())
+			}
+			select {
+			case <-a.Done():
+			case <-ctx.Done():
+				t.Fatalf("the dialer's Conn never closed (Err %v)", a.Err())
+			}
+			if err := a.Err(); !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "never sent") {
+				t.Fatalf("dialer's Err %v, want ErrPeerGone saying it never sent a DREQ", err)
+			}
+			err = a.Send(ctx, []byte("after"))
+			if !errors.Is(err, ErrPeerGone) || !errors.Is(err, net.ErrClosed) || errors.Is(err, transport.ErrPeerUnreachable) {
+				t.Fatalf("Send after: %v, want the dialer's Err", err)
+			}
+			t.Logf("Send after the injection: %v", err)
+			if qps(t, ea) != 0 || qps(t, eb) != 0 {
+				t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
 			}
 		})
-	})
-	return p
-}
-
-func (p *cmProxy) inject(ver, typ uint8) {
-	<-p.ready
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.toLister.Write(appendMsgV(nil, ver, typ, nil))
-}
-
-// A DREQ injected on the path closes the listener's side, which answers
-// with a DREP; the dialer, which never asked, closes at once: Err says
-// why, and Send fails at once with that error instead of timing out
-// against a QP that is gone.
-func TestCMInjectedDREQ(t *testing.T) {
-	seed := testutil.Seed(t)
-	_, ea, eb := memPair(t, mem.Config{Seed: seed})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ln, err := eb.Listen("x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newCMProxy(t, ln.Addr())
-	a, err := ea.Dial(ctx, p.ln.Addr().String(), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := exchange(ctx, a, b, [][]byte{[]byte("before")}); err != nil {
-		t.Fatal(err)
-	}
-	p.inject(a.ver, msgDREQ)
-	<-b.Done()
-	if b.Err() != ErrPeerClosed {
-		t.Fatalf("listener's Err %v, want ErrPeerClosed", b.Err())
-	}
-	select {
-	case <-a.Done():
-	case <-ctx.Done():
-		t.Fatalf("the dialer's Conn never closed (Err %v)", a.Err())
-	}
-	if err := a.Err(); !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "never sent") {
-		t.Fatalf("dialer's Err %v, want ErrPeerGone saying it never sent a DREQ", err)
-	}
-	err = a.Send(ctx, []byte("after"))
-	if !errors.Is(err, ErrPeerGone) || !errors.Is(err, net.ErrClosed) || errors.Is(err, transport.ErrPeerUnreachable) {
-		t.Fatalf("Send after: %v, want the dialer's Err", err)
-	}
-	t.Logf("Send after the injection: %v", err)
-	if qps(t, ea) != 0 || qps(t, eb) != 0 {
-		t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
 	}
 }

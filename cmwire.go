@@ -17,20 +17,25 @@ import (
 // can always read a rejection. Version 2 adds each side's steering (its
 // RSS key and table and the queue of the QP's engine) to REQ and REP;
 // version 3 adds each side's link (kind, IP MTU, UDP data ports) after
-// it. A listener answers a request in the request's version (1 to 3),
-// and a dialer that an older listener rejects dials again in the version
-// its rejection names.
+// it; version 4 adds each side's security block (the integrity-only
+// choice and the pre-shared key's proof) after that. A listener answers a
+// request in the request's version (1 to 4), and a dialer that an older
+// listener rejects dials again in the version its rejection names.
+// Inside TLS, only version 4 and later are spoken.
 const (
-	cmVersion  = 3
+	cmVersion  = 4
+	cmVersion3 = 3
 	cmVersion2 = 2
 	cmVersion1 = 1
 	cmHdrLen   = 8
 	// cmMaxBody bounds a version-1 body, cmMaxBody2 a version-2 one (room
-	// for a steering block with the largest table), cmMaxBody3 one of any
-	// later version (a link block more).
+	// for a steering block with the largest table), cmMaxBody3 a
+	// version-3 one (a link block more), cmMaxBody4 one of any later
+	// version (a security block more).
 	cmMaxBody  = 512
 	cmMaxBody2 = cmMaxBody + 2 + maxSteering
 	cmMaxBody3 = cmMaxBody2 + linkBlockLen
+	cmMaxBody4 = cmMaxBody3 + secBlockMax
 	// maxSteering is the longest steering block's content: queue, table.
 	maxSteering = 2 + rss.MaxEncodedLen
 	// MaxService is the longest service name, in bytes.
@@ -63,6 +68,9 @@ const (
 	rejLink = 7 // the links cannot talk: kind, MTU or UDP port differ
 	rejAddr = 8 // the QP's IP is not the address the request came from
 	rejFull = 9 // the listener holds as many requests as it may: try again
+	// Version 4's reasons.
+	rejSecurity = 10 // one side runs the connection manager in TLS, the other in clear
+	rejAuth     = 11 // the dialer did not prove the listener's pre-shared key
 )
 
 var errBadMessage = errors.New("spray: malformed connection message")
@@ -74,7 +82,7 @@ type cmMsg struct {
 }
 
 // readMsg reads one message. A wrong magic or an oversized body (beyond
-// cmMaxBody in version 1, cmMaxBody2 in any other) is errBadMessage; a
+// its version's bodyLimit) is errBadMessage; a
 // version this side does not speak is returned as read, with its body, for
 // the caller to reject.
 func readMsg(r io.Reader) (cmMsg, error) {
@@ -106,8 +114,10 @@ func bodyLimit(v uint8) int {
 		return cmMaxBody
 	case v == cmVersion2:
 		return cmMaxBody2
+	case v == cmVersion3:
+		return cmMaxBody3
 	}
-	return cmMaxBody3
+	return cmMaxBody4
 }
 
 // appendMsg appends a message of this side's version.
@@ -124,22 +134,66 @@ func appendMsgV(b []byte, v, typ uint8, body []byte) []byte {
 }
 
 // connReq is a connection request: the dialer's QP, the service, from
-// version 2 the dialer's steering (nil: none) and from version 3 its
-// link.
+// version 2 the dialer's steering (nil: none), from version 3 its link
+// and from version 4 its security block.
 type connReq struct {
 	profile transport.Profile
 	qp      transport.QPInfo
 	service string
 	steer   *transport.Steering
 	link    linkInfo
+	sec     secBlock
 }
 
-// connRep is a reply: the listener's QP, from version 2 its steering and
-// from version 3 its link.
+// connRep is a reply: the listener's QP, from version 2 its steering,
+// from version 3 its link and from version 4 its security block.
 type connRep struct {
 	qp    transport.QPInfo
 	steer *transport.Steering
 	link  linkInfo
+	sec   secBlock
+}
+
+// secBlock is version 4's security block: flags (1 byte), then the length
+// of the sender's proof of the pre-shared key (1 byte, 0 or pskProofLen)
+// and the proof. In a request, secIntegrityOnly asks for authenticated
+// packets with payloads in clear; in a reply it says what the listener
+// chose, and secPackets that the QP's packets are protected (keys
+// installed). In clear, both sides send 0 and no proof.
+type secBlock struct {
+	flags uint8
+	proof []byte
+}
+
+const (
+	secPackets       = 1 << 0
+	secIntegrityOnly = 1 << 1
+	secFlagsKnown    = secPackets | secIntegrityOnly
+	// secBlockMax is the longest security block: flags, length, proof.
+	secBlockMax = 2 + pskProofLen
+)
+
+func (s secBlock) append(b []byte) []byte {
+	b = append(b, s.flags, byte(len(s.proof)))
+	return append(b, s.proof...)
+}
+
+func parseSec(b []byte) (secBlock, []byte, error) {
+	if len(b) < 2 {
+		return secBlock{}, nil, fmt.Errorf("%w: short security block", errBadMessage)
+	}
+	s := secBlock{flags: b[0]}
+	n := int(b[1])
+	if s.flags&^secFlagsKnown != 0 {
+		return secBlock{}, nil, fmt.Errorf("%w: security flags %#x", errBadMessage, s.flags)
+	}
+	if (n != 0 && n != pskProofLen) || len(b) < 2+n {
+		return secBlock{}, nil, fmt.Errorf("%w: key proof of %d bytes", errBadMessage, n)
+	}
+	if n > 0 {
+		s.proof = b[2 : 2+n]
+	}
+	return s, b[2+n:], nil
 }
 
 // linkInfo is version 3's link block: the sender's link kind, its IP MTU
@@ -253,7 +307,7 @@ func parseQPInfo(b []byte) (transport.QPInfo, []byte, error) {
 func (r connReq) marshal() []byte { return r.marshalV(cmVersion) }
 
 // marshalV encodes a request of version v: the steering from version 2,
-// the link from version 3.
+// the link from version 3, the security block from version 4.
 func (r connReq) marshalV(v uint8) []byte {
 	b := []byte{byte(r.profile)}
 	b = appendQPInfo(b, r.qp)
@@ -262,8 +316,11 @@ func (r connReq) marshalV(v uint8) []byte {
 	if v >= cmVersion2 {
 		b = appendSteering(b, r.steer)
 	}
-	if v >= cmVersion {
+	if v >= cmVersion3 {
 		b = r.link.append(b)
+	}
+	if v >= cmVersion {
+		b = r.sec.append(b)
 	}
 	return b
 }
@@ -290,8 +347,13 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 			return r, err
 		}
 	}
-	if v >= cmVersion {
+	if v >= cmVersion3 {
 		if r.link, rest, err = parseLink(rest); err != nil {
+			return r, err
+		}
+	}
+	if v >= cmVersion {
+		if r.sec, rest, err = parseSec(rest); err != nil {
 			return r, err
 		}
 	}
@@ -302,14 +364,17 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 }
 
 // marshalV encodes a reply of version v: the steering from version 2, the
-// link from version 3.
+// link from version 3, the security block from version 4.
 func (r connRep) marshalV(v uint8) []byte {
 	b := appendQPInfo(nil, r.qp)
 	if v >= cmVersion2 {
 		b = appendSteering(b, r.steer)
 	}
-	if v >= cmVersion {
+	if v >= cmVersion3 {
 		b = r.link.append(b)
+	}
+	if v >= cmVersion {
+		b = r.sec.append(b)
 	}
 	return b
 }
@@ -327,8 +392,13 @@ func parseRep(b []byte, v uint8) (connRep, error) {
 			return r, err
 		}
 	}
-	if v >= cmVersion {
+	if v >= cmVersion3 {
 		if r.link, rest, err = parseLink(rest); err != nil {
+			return r, err
+		}
+	}
+	if v >= cmVersion {
+		if r.sec, rest, err = parseSec(rest); err != nil {
 			return r, err
 		}
 	}
@@ -373,8 +443,15 @@ func (r rejection) err() error {
 		s = ErrIncompatible
 	case rejAddr:
 		s = ErrPeerAddr
+	case rejSecurity:
+		s = ErrSecurityMismatch
+	case rejAuth:
+		s = ErrAuth
 	default:
 		s = ErrRejected
 	}
 	return fmt.Errorf("%w: %s", s, r.text)
 }
+
+// marshal encodes a reply of this side's version.
+func (r connRep) marshal() []byte { return r.marshalV(cmVersion) }

@@ -12,7 +12,7 @@ import (
 
 // FuzzConnRequest feeds arbitrary bytes to the listener's decoding: it
 // never panics, never reads a body beyond its version's bound (cmMaxBody
-// in version 1, cmMaxBody2 in 2, cmMaxBody3 in 3), and a request, reply or
+// in version 1, cmMaxBody2 in 2, cmMaxBody3 in 3, cmMaxBody4 in 4), and a request, reply or
 // rejection it accepts, in any version, encodes back to the same bytes.
 func FuzzConnRequest(f *testing.F) {
 	good := connReq{qp: transport.QPInfo{QPN: 0x123, PSN: 0xabcdef, MAC: macA, IP: ipA}, service: "train"}
@@ -31,7 +31,12 @@ func FuzzConnRequest(f *testing.F) {
 	f.Add(appendMsgV(nil, cmVersion2, msgREQ, wide.marshalV(cmVersion2)))
 	linked := steered
 	linked.link = linkInfo{kind: LinkUDP, mtu: 1500, port: 4791, peerPort: 4791}
+	f.Add(appendMsgV(nil, cmVersion3, msgREQ, linked.marshalV(cmVersion3)))
 	f.Add(appendMsg(nil, msgREQ, linked.marshal()))
+	proved := linked
+	proved.sec = secBlock{flags: secIntegrityOnly, proof: bytes.Repeat([]byte{7}, pskProofLen)}
+	f.Add(appendMsg(nil, msgREQ, proved.marshal()))
+	f.Add(appendMsg(nil, msgREP, connRep{qp: good.qp, sec: secBlock{flags: secPackets, proof: proved.sec.proof}}.marshal()))
 	f.Add(appendMsg(nil, msgREP, connRep{qp: good.qp, steer: steered.steer}.marshalV(cmVersion)))
 	f.Add(appendMsg(nil, msgREJ, rejection{reason: rejService, version: 1, text: "no"}.marshal()))
 	f.Add([]byte("SPCM\x01\x01\xff\xff"))
@@ -42,13 +47,13 @@ func FuzzConnRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody3 {
+		if len(m.body) > bodyLimit(m.version) || len(m.body) > cmMaxBody4 {
 			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
 		if m.version == cmVersion1 && len(m.body) > cmMaxBody || m.version == cmVersion2 && len(m.body) > cmMaxBody2 {
 			t.Fatalf("version %d: body of %d bytes accepted", m.version, len(m.body))
 		}
-		for _, v := range []uint8{cmVersion1, cmVersion2, cmVersion} {
+		for _, v := range []uint8{cmVersion1, cmVersion2, cmVersion3, cmVersion} {
 			if r, err := parseReq(m.body, v); err == nil {
 				if !bytes.Equal(r.marshalV(v), m.body) {
 					t.Fatalf("v%d request %x decodes to %+v, which encodes to %x", v, m.body, r, r.marshalV(v))
@@ -123,12 +128,12 @@ func TestCMLinkBlock(t *testing.T) {
 	}
 	qp := transport.QPInfo{QPN: 0x010203, PSN: 0x040506, MAC: macA, IP: ipA}
 	rep := connRep{qp: qp, link: linkInfo{kind: LinkUDP, mtu: 9000, port: 4791, peerPort: 4792}}
-	got := rep.marshalV(cmVersion)
+	got := rep.marshalV(cmVersion3)
 	want := append(appendQPInfo(nil, qp), 0, 0, 2, 0x23, 0x28, 0x12, 0xb7, 0x12, 0xb8)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("REP %x, want %x", got, want)
 	}
-	back, err := parseRep(got, cmVersion)
+	back, err := parseRep(got, cmVersion3)
 	if err != nil || back.link != rep.link {
 		t.Fatalf("parsed %+v, %v", back, err)
 	}
@@ -137,7 +142,43 @@ func TestCMLinkBlock(t *testing.T) {
 	}
 	bad := bytes.Clone(got)
 	bad[len(bad)-linkBlockLen] = 9
-	if _, err := parseRep(bad, cmVersion); !errors.Is(err, errBadMessage) {
+	if _, err := parseRep(bad, cmVersion3); !errors.Is(err, errBadMessage) {
 		t.Fatalf("link kind 9: %v", err)
+	}
+}
+
+// The version-4 security block, byte for byte: after the link block, the
+// flags (packets protected 1, integrity only 2), the proof's length and
+// the proof; a version-3 encoding of the same reply has none, and unknown
+// flags or a proof of another length do not parse.
+func TestCMSecBlock(t *testing.T) {
+	if cmMaxBody4 != 8817 { // the package doc's figure
+		t.Fatalf("cmMaxBody4 %d", cmMaxBody4)
+	}
+	qp := transport.QPInfo{QPN: 0x010203, PSN: 0x040506, MAC: macA, IP: ipA}
+	proof := bytes.Repeat([]byte{0xab}, pskProofLen)
+	rep := connRep{qp: qp, sec: secBlock{flags: secPackets | secIntegrityOnly, proof: proof}}
+	got := rep.marshalV(cmVersion)
+	want := append(appendQPInfo(nil, qp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 32)
+	want = append(want, proof...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("REP %x, want %x", got, want)
+	}
+	back, err := parseRep(got, cmVersion)
+	if err != nil || back.sec.flags != rep.sec.flags || !bytes.Equal(back.sec.proof, proof) {
+		t.Fatalf("parsed %+v, %v", back, err)
+	}
+	if v3 := rep.marshalV(cmVersion3); !bytes.Equal(v3, want[:len(want)-2-pskProofLen]) {
+		t.Fatalf("version-3 REP %x", v3)
+	}
+	bad := bytes.Clone(got)
+	bad[len(bad)-2-pskProofLen] = 4
+	if _, err := parseRep(bad, cmVersion); !errors.Is(err, errBadMessage) {
+		t.Fatalf("security flags 4: %v", err)
+	}
+	short := append(appendQPInfo(nil, qp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 16)
+	short = append(short, proof[:16]...)
+	if _, err := parseRep(short, cmVersion); !errors.Is(err, errBadMessage) {
+		t.Fatalf("a proof of 16 bytes: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ type Conn struct {
 	qp      *transport.Conn
 	tc      net.Conn
 	ver     uint8 // of the connection protocol, agreed in the handshake
+	prot    Protection
 	service string
 	remote  transport.QPInfo
 
@@ -48,8 +49,8 @@ const (
 	byGone                   // channel broke: tear down at once
 )
 
-func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ver uint8, service string, remote transport.QPInfo) (*Conn, error) {
-	c := &Conn{ep: ep, qp: qc, tc: tc, ver: ver, service: service, remote: remote,
+func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ver uint8, service string, remote transport.QPInfo, prot Protection) (*Conn, error) {
+	c := &Conn{ep: ep, qp: qc, tc: tc, ver: ver, prot: prot, service: service, remote: remote,
 		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	ep.mu.Lock()
@@ -78,10 +79,32 @@ func (w *wrapped) Error() string { return w.text }
 func (w *wrapped) Unwrap() error { return w.err }
 
 // read follows the peer's messages on the channel until it breaks.
+//
+// A secured connection believes only what TLS authenticates: DREQ, DREP
+// and, from the peer, a message it cannot parse. The end of its channel
+// (a FIN, a reset, a record that fails its tag) can be forged on the
+// path, so it leaves the QP running, whose packets are authenticated:
+// a peer that is really gone shows as transport.ErrPeerUnreachable on
+// the next operation, and Close frees this side's QP without the
+// peer's confirmation (TestCMInjectedDREQ's secured row).
 func (c *Conn) read() {
 	defer close(c.rdone)
 	for {
 		m, err := readMsg(c.tc)
+		if err != nil && c.prot != ProtectionClear {
+			c.mu.Lock()
+			c.eof = true
+			open := c.cause == nil
+			c.mu.Unlock()
+			if open {
+				c.ep.opts.logf("spray: connection %q to QP %#x: the connection manager's channel ended (%v); the QP carries on", c.service, c.remote.QPN, err)
+			}
+			select {
+			case c.notify <- struct{}{}:
+			default:
+			}
+			return
+		}
 		c.mu.Lock()
 		unasked := false
 		switch {
@@ -218,6 +241,11 @@ func (c *Conn) Err() error {
 	defer c.mu.Unlock()
 	return c.cause
 }
+
+// Protection returns how the connection's traffic is protected: in clear,
+// or, when both endpoints have Options.Security, authenticated and
+// (unless both asked for integrity only) encrypted.
+func (c *Conn) Protection() Protection { return c.prot }
 
 // Service returns the service the connection was set up for.
 func (c *Conn) Service() string { return c.service }

@@ -31,7 +31,7 @@ var (
 // memEndpoint opens an Endpoint on a new port of fab whose connection
 // manager listens on a free loopback TCP port; each of set may change the
 // options first.
-func memEndpoint(t *testing.T, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64, set ...func(*Options)) *Endpoint {
+func memEndpoint(t testing.TB, fab *mem.Fabric, mac [6]byte, ip netip.Addr, seed uint64, set ...func(*Options)) *Endpoint {
 	t.Helper()
 	p, err := fab.NewPort(mac, ip)
 	if err != nil {
@@ -396,13 +396,13 @@ func TestDialVersionMismatch(t *testing.T) {
 		}
 		defer c.Close()
 		readMsg(c)
-		c.Write(appendMsgV(nil, 3, msgREJ, rejection{reason: rejVersion, version: 3, text: "version 2 not supported"}.marshal()))
+		c.Write(appendMsgV(nil, cmVersion+1, msgREJ, rejection{reason: rejVersion, version: cmVersion + 1, text: fmt.Sprintf("version %d not supported", cmVersion)}.marshal()))
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err = ea.Dial(ctx, tl.Addr().String(), "x")
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "version 3") {
-		t.Fatalf("Dial: %v, want ErrVersion naming version 3", err)
+	if later := fmt.Sprintf("version %d", cmVersion+1); !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), later) {
+		t.Fatalf("Dial: %v, want ErrVersion naming %s", err, later)
 	}
 	if qps(t, ea) != 0 {
 		t.Fatalf("QPs left: %d", qps(t, ea))

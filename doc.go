@@ -42,12 +42,12 @@
 // first Listen binds Options.CMAddr (default the endpoint's address, port
 // CMPort, 4791), and each connection keeps its TCP connection open as the
 // channel that tells the peer about the end of the QP. Every message is an
-// 8-byte header ("SPCM", version 3, type, body length, big endian) and a
+// 8-byte header ("SPCM", version 4, type, body length, big endian) and a
 // body of at most 512 bytes in version 1, 8776 in version 2, 8783 in
-// version 3:
+// version 3, 8817 in version 4:
 //
-//	REQ   profile, QPN, first PSN, MAC, IP, service, steering, link   dialer to listener
-//	REP   QPN, first PSN, MAC, IP, steering, link                     listener: QP created and connected
+//	REQ   profile, QPN, first PSN, MAC, IP, service, steering, link, security   dialer to listener
+//	REP   QPN, first PSN, MAC, IP, steering, link, security                     listener: QP created and connected
 //	REJ   reason, version, text                                       either side: refused
 //	RTU   -                                                           dialer: QP connected; Accept returns
 //	DREQ  -                                                           either side: drained, closing
@@ -112,9 +112,9 @@
 // the peer destroys its own when it sends DREP. Calls pending on either
 // side then return an error wrapping net.ErrClosed, and the peer's Recv
 // returns the messages that arrived before, then io.EOF. A peer whose
-// process ends breaks the channel: its Conns fail at once with ErrPeerGone,
-// as does a Conn whose peer confirms a DREQ this side never sent (one was
-// injected on the path).
+// process ends breaks the channel: its Conns fail at once with ErrPeerGone
+// (in clear; see Security), as does a Conn whose peer confirms a DREQ this
+// side never sent (one was injected on the path).
 // A peer whose host disappears fails the QP as the transport does,
 // transport.ErrPeerUnreachable after its retransmission timeouts; errors
 // of a QP whose peer never answers are a *transport.QPError, which carries
@@ -122,10 +122,38 @@
 // endpoint dropped) and what to check. A restarted peer is dialled again
 // like a new one.
 //
+// # Security
+//
+// Options.Security protects an endpoint's connections. The connection
+// manager's channel runs TLS 1.3 (crypto/tls), authenticated by
+// certificates (Security.TLS), a pre-shared key (Security.PSK), or both;
+// REQ, REP, RTU, REJ, DREQ and DREP all travel inside it. With a key,
+// each side sends in its REQ or REP an HMAC-SHA256, keyed with the key, of
+// material exported from its TLS session (RFC 8446 section 7.5), and
+// checks the other's: a man in the middle holds two sessions and cannot
+// forge either proof; listeners then present throwaway certificates that
+// nobody verifies. Each QP gets two 32-byte secrets exported from the same
+// session with both QPNs as context, one per direction, and installs them
+// (transport.Conn.Secure) before its first packet: every packet of the QP
+// is then authenticated with AES-GCM and its payload encrypted, unless
+// both sides set Security.IntegrityOnly. Conn.Protection says which.
+//
+// Security is on when both sides set it. One connection manager port
+// serves TLS and clear dialers (the first byte tells them apart); a
+// listener with Security refuses a clear dialer, and a dialer with
+// Security refuses a clear listener, both with ErrSecurityMismatch, unless
+// Security.AllowClear, which lets the connection run in clear. A wrong
+// key, CA, certificate or name fails Dial with ErrAuth naming the cause.
+// A secured Conn believes only what TLS authenticates: the end of its
+// channel (a reset, a FIN, a record that fails its tag) can be forged on
+// the path, so it leaves the QP running; a peer that is really gone shows
+// as transport.ErrPeerUnreachable on the next operation, and Close frees
+// this side's QP without waiting for the peer.
+//
 // # Errors
 //
 // errors.Is works with ErrOptions, ErrRefused, ErrUnknownService,
-// ErrVersion, ErrIncompatible, ErrPeerAddr, ErrRejected, ErrPeerClosed,
+// ErrVersion, ErrIncompatible, ErrPeerAddr, ErrSecurityMismatch, ErrAuth, ErrRejected, ErrPeerClosed,
 // ErrPeerGone, ErrClosed (the last three wrap net.ErrClosed), and the transport's sentinels
 // (transport.ErrPeerUnreachable, transport.ErrRemoteAccess, ...).
 package spray

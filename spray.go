@@ -88,6 +88,16 @@ var (
 	// other than the one its connection manager's TCP connection has (see
 	// Options.TrustPeerIP).
 	ErrPeerAddr = errors.New("spray: the peer's QP address is not its own")
+	// ErrSecurityMismatch is returned by Dial when one side runs its
+	// connection manager in TLS (Options.Security) and the other in clear,
+	// and the side that has security does not allow clear peers
+	// (Security.AllowClear). The message says which side has none.
+	ErrSecurityMismatch = errors.New("spray: one side requires security, the other has none")
+	// ErrAuth is returned by Dial when a peer is not who it should be: its
+	// certificate does not verify against this side's CAs (or this
+	// side's against its), or it does not hold the same pre-shared key.
+	// The message names the cause.
+	ErrAuth = errors.New("spray: peer not authenticated")
 	// ErrPeerClosed is returned by calls on a Conn whose peer closed it.
 	ErrPeerClosed = fmt.Errorf("spray: peer closed the connection: %w", net.ErrClosed)
 	// ErrPeerGone is returned by calls on a Conn whose peer went away
@@ -159,6 +169,16 @@ type Options struct {
 	// sends from the endpoint's address when the host has it. Multicast
 	// and broadcast addresses are refused either way.
 	TrustPeerIP bool
+	// Security, when set, protects every connection of the endpoint: the
+	// connection manager's messages travel inside TLS 1.3, authenticated
+	// by certificates or a pre-shared key, and each QP's packets are
+	// authenticated (and their payloads encrypted) with keys derived from
+	// that TLS session. Security is on for a connection when both sides
+	// set it; a side that sets it refuses a peer that has none unless
+	// Security.AllowClear. nil (the default): every connection in clear,
+	// and a peer that requires security is refused with
+	// ErrSecurityMismatch.
+	Security *Security
 	// Logf receives the endpoint's few log lines (the link chosen and why).
 	// nil: log/slog's default logger at Info.
 	Logf func(format string, args ...any)
@@ -179,6 +199,7 @@ func (o *Options) logf(format string, args ...any) {
 type Endpoint struct {
 	*transport.Endpoint
 	opts   Options
+	sec    *security // nil: in clear
 	kind   LinkKind
 	reason string
 	stop   func() // metrics
@@ -237,7 +258,7 @@ func Open(ctx context.Context, opts Options) (*Endpoint, error) {
 // NewEndpoint starts an endpoint over a link the caller opened (link/mem in
 // tests, a link of its own). It owns l from then on, even on error. Of
 // opts it uses Profile, MTU, Transport, CMAddr, CloseTimeout,
-// HandshakeTimeout, MaxHandshakes, TrustPeerIP, Metrics and Logf; CMAddr
+// HandshakeTimeout, MaxHandshakes, TrustPeerIP, Security, Metrics and Logf; CMAddr
 // is required unless the link's IP can be listened on. Its handshakes
 // send no link kind nor UDP ports (the link is the caller's), only the
 // MTU.
@@ -264,6 +285,11 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 	if opts.MaxHandshakes == 0 {
 		opts.MaxHandshakes = DefaultMaxHandshakes
 	}
+	sec, err := newSecurity(opts.Security)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
 	// The transport's default frame (transport.Config.MTU): the link's,
 	// at most 1514 bytes.
 	frame := cfg.MTU
@@ -281,7 +307,7 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 		l.Close()
 		return nil, err
 	}
-	ep := &Endpoint{Endpoint: te, opts: opts, kind: kind, reason: reason, mtu: frame - 14,
+	ep := &Endpoint{Endpoint: te, opts: opts, sec: sec, kind: kind, reason: reason, mtu: frame - 14,
 		listeners: map[string]*Listener{}, conns: map[*Conn]struct{}{}}
 	if opts.Metrics != nil {
 		name := l.Info().Name

@@ -228,6 +228,10 @@ type Config struct {
 	// Config this is (QP.scr), allocated with its first QP; withDefaults
 	// clears it, so that no two engines share one.
 	scratch *qpScratch
+	// secEpochPackets is the packets a secured QP sends under one key
+	// epoch; 0 means defaultEpochPackets. Tests lower it to force key
+	// rotations (secure_test.go).
+	secEpochPackets uint64
 }
 
 // DefaultLocalAckTimeout is Config.LocalAckTimeout's default: 14, a timer

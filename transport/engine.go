@@ -351,6 +351,9 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 		e.stats.UnknownQP++
 		return
 	}
+	if !q.admit(frame, &e.pkt) { // secure.go: authenticated before any state
+		return
+	}
 	e.visits++
 	q.handle(now, at, &e.pkt)
 	q.touch()

@@ -18,6 +18,9 @@ var (
 	fuzzMACB = [6]byte{0x02, 0, 0, 0, 0, 0x0b}
 	fuzzIPA  = netip.MustParseAddr("10.0.0.1")
 	fuzzIPB  = netip.MustParseAddr("10.0.0.2")
+	// fuzzSecA secures the victim A (flag bit 3), fuzzSecB its peer.
+	fuzzSecA = transport.Security{Send: [32]byte{0xA}, Recv: [32]byte{0xB}}
+	fuzzSecB = transport.Security{Send: [32]byte{0xB}, Recv: [32]byte{0xA}}
 )
 
 // recorder is a link that keeps a copy of every frame it receives.
@@ -44,7 +47,7 @@ type fuzzVictim struct {
 	pa, pb *mem.Port
 }
 
-func newFuzzVictim(tb testing.TB, prof transport.Profile, wrap func(link.Link) link.Link) *fuzzVictim {
+func newFuzzVictim(tb testing.TB, prof transport.Profile, secure bool, wrap func(link.Link) link.Link) *fuzzVictim {
 	v := &fuzzVictim{clk: &clock.Sim{}}
 	v.fab = mem.NewFabric(mem.Config{Seed: 1, Delay: 5 * time.Microsecond}, v.clk)
 	var err error
@@ -64,6 +67,11 @@ func newFuzzVictim(tb testing.TB, prof transport.Profile, wrap func(link.Link) l
 	}
 	if v.q, err = v.e.CreateQP(); err != nil {
 		tb.Fatal(err)
+	}
+	if secure {
+		if err := v.q.Secure(fuzzSecA); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	return v
 }
@@ -114,9 +122,9 @@ func (v *fuzzVictim) step(tb testing.TB, limit time.Duration, peer *transport.En
 // the other a message) and returns the frames A received: data, ACKs,
 // SACKs and CNPs as the transport makes them, the seeds of the fuzz
 // target. It also returns B's QP info, which the victim connects to.
-func capture(tb testing.TB, prof transport.Profile) ([][]byte, transport.QPInfo) {
+func capture(tb testing.TB, prof transport.Profile, secure bool) ([][]byte, transport.QPInfo) {
 	var rec *recorder
-	v := newFuzzVictim(tb, prof, func(l link.Link) link.Link { rec = &recorder{Link: l}; return rec })
+	v := newFuzzVictim(tb, prof, secure, func(l link.Link) link.Link { rec = &recorder{Link: l}; return rec })
 	eb, err := transport.NewEngine(v.pb, transport.Config{Profile: prof, Seed: 2, MTU: 1514, INTHops: 2})
 	if err != nil {
 		tb.Fatal(err)
@@ -124,6 +132,11 @@ func capture(tb testing.TB, prof transport.Profile) ([][]byte, transport.QPInfo)
 	qb, err := eb.CreateQP()
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if secure {
+		if err := qb.Secure(fuzzSecB); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	if err := v.q.Connect(qb.Info()); err != nil {
 		tb.Fatal(err)
@@ -188,14 +201,23 @@ func fixFrame(fr []byte, qpn uint32, setQPN bool) {
 // (that is a counted, reported outcome), the engine may not.
 //
 // Layout: byte 0 flags (bit 0: the RoCE profile; bit 1: name A's QP;
-// bit 2: fix the checksum and ICRC), then frames, each a 2-byte length
-// and its bytes. The seeds are the frames of a real exchange.
+// bit 2: fix the checksum and ICRC; bit 3: A's QP is secured, and must
+// drop and count what does not authenticate), then frames, each a 2-byte
+// length and its bytes. The seeds are the frames of a real exchange,
+// clear and secured.
 func FuzzEngineReceive(f *testing.F) {
-	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
-		frames, _ := capture(f, prof)
+	for i := range 4 {
+		prof, secure := transport.Spray, i >= 2
+		if i%2 == 1 {
+			prof = transport.RoCE
+		}
+		frames, _ := capture(f, prof, secure)
 		flags := byte(6)
 		if prof == transport.RoCE {
 			flags |= 1
+		}
+		if secure {
+			flags |= 8
 		}
 		for i := range frames {
 			in := []byte{flags}
@@ -219,7 +241,7 @@ func FuzzEngineReceive(f *testing.F) {
 		if flags&1 != 0 {
 			prof = transport.RoCE
 		}
-		v := newFuzzVictim(t, prof, nil)
+		v := newFuzzVictim(t, prof, flags&8 != 0, nil)
 		peer := transport.QPInfo{QPN: 0x123, PSN: 0x1000, MAC: fuzzMACB, IP: fuzzIPB}
 		if err := v.q.Connect(peer); err != nil {
 			t.Fatal(err)

@@ -182,6 +182,10 @@ type QPStats struct {
 	// at delivery: they arrived before the receiver knew their buffer
 	// (Spray; see Conn.PostRecv). The others were placed straight there.
 	RecvCopied uint64
+
+	// Security counts a secured QP's dropped packets and key rotations
+	// (QP.Secure); zero for a clear QP.
+	Security SecurityStats
 }
 
 type sendMsg struct {
@@ -302,6 +306,8 @@ type QP struct {
 	stats  QPStats
 	pstats pathTable // per-path counters: stats_telemetry.go; from activate
 	sch    qpSched   // place in the engine's schedule: sched.go
+	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
+	sec *secState
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -410,10 +416,14 @@ func newPolicy(cfg *Config, set []uint16, rng *rand.Rand) multipath.Policy {
 }
 
 // payloadSize is the payload of every full data packet: what is left of the
-// MTU after the largest header stack the profile can send, rounded down to
-// 64 bytes (Spray) or to a power of two, the path MTU of classic RoCE.
-func payloadSize(cfg *Config, v6 bool) int {
-	hdr := wire.EthLen + wire.IPv4Len + wire.UDPLen + wire.BTHLen + wire.RETHLen + wire.ImmLen + wire.ICRCLen
+// MTU after the largest header stack the profile can send and extra bytes
+// (a secured QP's header and tag), rounded down to 64 bytes (Spray) or to
+// a power of two, the path MTU of classic RoCE.
+func payloadSize(cfg *Config, v6 bool) int { return payloadSizeOver(cfg, v6, 0) }
+
+// payloadSizeOver is payloadSize with extra bytes of headers per packet.
+func payloadSizeOver(cfg *Config, v6 bool, extra int) int {
+	hdr := wire.EthLen + wire.IPv4Len + wire.UDPLen + wire.BTHLen + wire.RETHLen + wire.ImmLen + wire.ICRCLen + extra
 	if v6 {
 		hdr += wire.IPv6Len - wire.IPv4Len
 	}
@@ -446,6 +456,9 @@ func (q *QP) Err() error { return q.err }
 func (q *QP) Stats() QPStats {
 	s := q.stats
 	s.ReorderHeld = q.rcv.held()
+	if q.sec != nil {
+		s.Security = q.sec.stats
+	}
 	return s
 }
 
@@ -923,6 +936,7 @@ func (q *QP) headers(pk *wire.Packet, entropy uint16) {
 	pk.UDP = wire.UDP{Src: entropy, Dst: wire.UDPPort}
 	pk.BTH = wire.BTH{PKey: 0xFFFF, DestQP: q.rqpn}
 	pk.INT = nil
+	q.seal(pk)
 }
 
 // encodeData builds the data packet of message m at offset off with PSN p.

@@ -33,9 +33,12 @@ const (
 	capOpcodes = "opcodes.pcap"
 	capSpray   = "spray-transfer.pcap"
 	capRoCE    = "roce-transfer.pcap"
+	// capSecure: secured QPs, encrypted (spray, with INT records stamped
+	// and CE marks) and integrity only (RoCE).
+	capSecure = "secure-transfer.pcap"
 )
 
-var goldenCaptures = []string{capOpcodes, capSpray, capRoCE}
+var goldenCaptures = []string{capOpcodes, capSpray, capRoCE, capSecure}
 
 // epoch is the time of the first frame of every golden capture.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -250,7 +253,7 @@ func ackSyndromes(r *rand.Rand) []uint8 {
 // peer refuses) and returns every frame the fabric's ports sent, with its
 // simulated send time. Every ce-th data frame is marked CE; with stamp, every
 // data frame with an INT region gets a hop record, as a switch would write.
-func transferFrames(t *testing.T, cfg transport.Config, mc mem.Config, ce int, stamp bool) ([][]byte, []time.Duration) {
+func transferFrames(t *testing.T, cfg transport.Config, mc mem.Config, ce int, stamp bool, o transporttest.Options) ([][]byte, []time.Duration) {
 	t.Helper()
 	var frames [][]byte
 	var ts []time.Duration
@@ -275,7 +278,7 @@ func transferFrames(t *testing.T, cfg transport.Config, mc mem.Config, ce int, s
 		ts = append(ts, time.Duration(clk.Now()))
 		return true
 	}
-	p := transporttest.NewPairWith(t, mc, cfg, transporttest.Options{})
+	p := transporttest.NewPairWith(t, mc, cfg, o)
 	clk = p.Clock
 	region := make([]byte, 64<<10)
 	mr := p.B.Register(region, transport.AccessRemoteWrite|transport.AccessRemoteRead)
@@ -364,13 +367,30 @@ func buildCapture(t *testing.T, name string) []byte {
 	case capSpray:
 		fs, ts := transferFrames(t, transport.Config{Profile: transport.Spray, Seed: 21, MTU: 1514, Window: 64,
 			MinRTO: time.Millisecond, ECN: true, INTHops: 2, AckEvery: 2, Paths: transport.PathsAdaptive},
-			mem.Config{Loss: 0.03, Dup: 0.01, Reorder: 0.1, ReorderDelay: 20 * time.Microsecond, Jitter: 2 * time.Microsecond}, 7, true)
+			mem.Config{Loss: 0.03, Dup: 0.01, Reorder: 0.1, ReorderDelay: 20 * time.Microsecond, Jitter: 2 * time.Microsecond}, 7, true,
+			transporttest.Options{})
 		return writeCapture(t, fs, ts)
 	case capRoCE:
 		fs, ts := transferFrames(t, transport.Config{Profile: transport.RoCE, Seed: 22, MTU: 1514, Window: 64,
 			LocalAckTimeout: 8},
-			mem.Config{Loss: 0.1, Dup: 0.02, Reorder: 0.02, ReorderDelay: 10 * time.Microsecond}, 5, false)
+			mem.Config{Loss: 0.1, Dup: 0.02, Reorder: 0.02, ReorderDelay: 10 * time.Microsecond}, 5, false,
+			transporttest.Options{})
 		return writeCapture(t, fs, ts)
+	case capSecure:
+		sec := &transport.Security{Send: [32]byte{1, 2, 3}, Recv: [32]byte{4, 5, 6}}
+		fs, ts := transferFrames(t, transport.Config{Profile: transport.Spray, Seed: 23, MTU: 1514, Window: 64,
+			MinRTO: time.Millisecond, ECN: true, INTHops: 2, Paths: transport.PathsAdaptive},
+			mem.Config{Loss: 0.03, Dup: 0.01}, 7, true, transporttest.Options{Secure: sec})
+		integrity := *sec
+		integrity.IntegrityOnly = true
+		fr, tr := transferFrames(t, transport.Config{Profile: transport.RoCE, Seed: 24, MTU: 1514, Window: 64,
+			LocalAckTimeout: 8},
+			mem.Config{Loss: 0.05}, 0, false, transporttest.Options{Secure: &integrity})
+		last := ts[len(ts)-1]
+		for i := range tr {
+			tr[i] += last + time.Millisecond
+		}
+		return writeCapture(t, append(fs, fr...), append(ts, tr...))
 	}
 	t.Fatalf("no golden capture %q", name)
 	return nil

@@ -102,6 +102,8 @@ var fields = []string{
 	"spraywire.ack.echotime", "spraywire.ack.hold", "spraywire.ack.hold.ns", "spraywire.ack.hold.from_arrival",
 	"spraywire.ack.ecncount", "spraywire.ack.entropy", "spraywire.ack.syndrome", "spraywire.ack.sackwords",
 	"spraywire.ack.inthops", "spraywire.ack.sack", "spraywire.ack.sack.psns",
+	"spraywire.secured", "spraywire.sec.version", "spraywire.sec.flags", "spraywire.sec.integrity",
+	"spraywire.sec.epoch", "spraywire.sec.counter", "spraywire.sec.ciphertext", "spraywire.sec.tag",
 	"spraywire.payload", "spraywire.payload.len", "spraywire.pad",
 	"spraywire.icrc", "spraywire.icrc.status", "spraywire.icrc.computed",
 }
@@ -184,6 +186,8 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 	set("destqp", u(uint64(b.DestQP)))
 	set("ackreq", b2s(b.AckReq))
 	set("psn", u(uint64(b.PSN)))
+	set("secured", b2s(b.Secured))
+	encrypted := wantSec(frame, p, set)
 	set("entropy", u(uint64(p.UDP.Src)))
 	set("ecn", u(uint64(p.IP.TOS&3)))
 
@@ -271,7 +275,12 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 		set("hop.qlen", qlen...)
 		set("hop.txbytes", tx...)
 	}
-	if payload {
+	if payload && encrypted {
+		set("payload.len", u(uint64(len(p.Payload))))
+		if n := len(p.Payload) + int(b.PadCnt); n > 0 {
+			set("sec.ciphertext", hex.EncodeToString(p.Payload[:n]))
+		}
+	} else if payload {
 		set("payload.len", u(uint64(len(p.Payload))))
 		if len(p.Payload) > 0 {
 			set("payload", hex.EncodeToString(p.Payload))
@@ -287,6 +296,23 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 	set("icrc.computed", icrc)
 	set("icrc.status", "1")
 	return w
+}
+
+// wantSec sets the security header's fields and the tag of a secured
+// packet, and reports whether its payload is encrypted.
+func wantSec(frame []byte, p *wire.Packet, set func(k string, vs ...string)) bool {
+	if !p.BTH.Secured {
+		return false
+	}
+	s := &p.Sec
+	set("sec.version", u(wire.SecVersion))
+	set("sec.flags", u(uint64(s.Flags)))
+	set("sec.integrity", b2s(s.Flags&wire.SecIntegrityOnly != 0))
+	set("sec.epoch", u(uint64(s.Epoch)))
+	set("sec.counter", u(s.Counter))
+	end := ipEnd(frame) - wire.ICRCLen
+	set("sec.tag", hex.EncodeToString(frame[end-wire.TagLen:end]))
+	return s.Flags&wire.SecIntegrityOnly == 0
 }
 
 // ipEnd returns the end of the IP packet in an Ethernet frame that
@@ -307,6 +333,7 @@ func ipEnd(f []byte) int {
 // field separately.
 func normalize(field, v string) string {
 	if v == "" || field == "spraywire.payload" || field == "spraywire.pad" || field == "spraywire.cnp.reserved" ||
+		field == "spraywire.sec.ciphertext" || field == "spraywire.sec.tag" ||
 		field == "spraywire.nak" || field == "spraywire.ack.sack.psns" {
 		return v
 	}

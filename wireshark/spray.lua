@@ -11,7 +11,10 @@
 --   E0     spray Data: data header, INT region, RETH, ImmDt, payload
 --   E1     spray ACK: ACK header, SACK words, echoed INT hop records
 --
--- and verifies the ICRC (with spray's INT region masked, as the codec does).
+-- the security header of secured QPs (BTH byte 8 bit 6: a security header
+-- after the BTH, an authentication tag before the ICRC; the payload
+-- encrypted unless the header says integrity only), and verifies the ICRC
+-- (with spray's INT region masked, as the codec does).
 -- Every other opcode (UD, UC, atomics, ...) goes to Wireshark's own
 -- InfiniBand dissector. The protocol is "spraywire" ("spray" is Sun RPC's
 -- SPRAY in Wireshark); every field is under it: filter on spraywire.psn,
@@ -30,10 +33,10 @@
 -- spray data header is one entry in `data_exts` (when it is present and
 -- how to dissect it) and, if a flag announces it, one bit in
 -- DATA_FLAGS_KNOWN; a new header after the spray ACK header is one entry in
--- `ack_exts`. A header that covers every opcode (a security header before
--- the payload, a tag before the ICRC) goes in spray.dissector, between the
--- extension headers and the payload; a trailer moves ctx.limit (the end of
--- payload and pad) back by its length.
+-- `ack_exts`. A header that covers every opcode goes in spray.dissector,
+-- as the security header does (dissect_sec, after the BTH); a trailer
+-- moves ctx.limit (the end of payload and pad) back by its length, as the
+-- tag does.
 -- wireshark/dissector_test.go decodes the captures in wireshark/testdata
 -- with tshark and compares every field with spray's own decoder.
 
@@ -60,6 +63,9 @@ local INT_SHIM_LEN, HOP_LEN, MAX_INT_HOPS = 4, 24, 8
 local INT_VERSION = 1
 local MAX_SACK_WORDS = 4
 local FLAG_INT = 0x01
+-- The security header (transport/wire/sec.go).
+local SEC_BIT, SEC_LEN, TAG_LEN, SEC_VERSION = 0x40, 16, 16, 1
+local SEC_INTEGRITY_ONLY = 0x01
 -- DATA_FLAGS_KNOWN is every data header flag this dissector understands;
 -- any other bit set is an error, as in wire.Decode.
 local DATA_FLAGS_KNOWN = FLAG_INT
@@ -106,7 +112,8 @@ local F = {
     resv6 = ProtoField.uint8("spraywire.resv6", "Reserved", base.HEX, nil, 0x3F),
     destqp = ProtoField.uint24("spraywire.destqp", "Destination QP", base.HEX),
     ackreq = ProtoField.bool("spraywire.ackreq", "Acknowledge request", 8, nil, 0x80),
-    resv7 = ProtoField.uint8("spraywire.resv7", "Reserved", base.HEX, nil, 0x7F),
+    secured = ProtoField.bool("spraywire.secured", "Secured (security header and tag)", 8, nil, SEC_BIT),
+    resv7 = ProtoField.uint8("spraywire.resv7", "Reserved", base.HEX, nil, 0x3F),
     psn = ProtoField.uint24("spraywire.psn", "PSN", base.DEC),
     entropy = ProtoField.uint16("spraywire.entropy", "Entropy (UDP source port)", base.DEC),
     ecn = ProtoField.uint8("spraywire.ecn", "ECN", base.DEC,
@@ -173,6 +180,16 @@ local F = {
     ack_sack_block = ProtoField.none("spraywire.ack.sacks", "SACK"),
     ack_sack = ProtoField.uint64("spraywire.ack.sack", "SACK word", base.HEX),
     ack_sack_psns = ProtoField.string("spraywire.ack.sack.psns", "SACKed PSNs"),
+
+    sec = ProtoField.none("spraywire.sec", "Security header"),
+    sec_version = ProtoField.uint8("spraywire.sec.version", "Version", base.DEC, nil, 0xF0),
+    sec_flags = ProtoField.uint8("spraywire.sec.flags", "Flags", base.HEX, nil, 0x0F),
+    sec_integrity = ProtoField.bool("spraywire.sec.integrity", "Integrity only (payload in clear)", 8, nil, SEC_INTEGRITY_ONLY),
+    sec_reserved = ProtoField.bytes("spraywire.sec.reserved", "Reserved"),
+    sec_epoch = ProtoField.uint32("spraywire.sec.epoch", "Key epoch", base.DEC),
+    sec_counter = ProtoField.uint64("spraywire.sec.counter", "Packet counter", base.DEC),
+    sec_ciphertext = ProtoField.bytes("spraywire.sec.ciphertext", "Encrypted payload and pad"),
+    sec_tag = ProtoField.bytes("spraywire.sec.tag", "Authentication tag (AES-GCM)"),
 
     payload = ProtoField.bytes("spraywire.payload", "Payload"),
     payload_len = ProtoField.uint32("spraywire.payload.len", "Payload length", base.DEC),
@@ -416,6 +433,39 @@ local function dissect_int(tvb, off, tree, ctx)
     return off + n
 end
 
+-- dissect_sec: the security header of a secured packet, after the BTH.
+-- The tag before the ICRC moves the end of payload and pad (ctx.limit)
+-- back; ctx.encrypted says the payload and pad are ciphertext.
+local function dissect_sec(tvb, off, tree, ctx)
+    if not need(ctx, tree, off, SEC_LEN + TAG_LEN, "security header and tag") then return nil end
+    local t = tree:add(F.sec, tvb(off, SEC_LEN))
+    local vi = t:add(F.sec_version, tvb(off, 1))
+    local fi = t:add(F.sec_flags, tvb(off, 1))
+    fi:add(F.sec_integrity, tvb(off, 1))
+    local ri = t:add(F.sec_reserved, tvb(off + 1, 3))
+    t:add(F.sec_epoch, tvb(off + 4, 4))
+    t:add(F.sec_counter, tvb(off + 8, 8))
+    local b0 = tvb(off, 1):uint()
+    local flags = bit32.band(b0, 0x0F)
+    ctx.limit = ctx.limit - TAG_LEN
+    ctx.tag_off = ctx.limit
+    ctx.encrypted = bit32.band(flags, SEC_INTEGRITY_ONLY) == 0
+    local mode = "encrypted"
+    if not ctx.encrypted then mode = "integrity only" end
+    t:append_text(string.format(", epoch %d, counter %s, %s", tvb(off + 4, 4):uint(), tvb(off + 8, 8):uint64(), mode))
+    ctx.info[#ctx.info + 1] = string.format("secured (%s) epoch %d ctr %s", mode, tvb(off + 4, 4):uint(), tvb(off + 8, 8):uint64())
+    if bit32.rshift(b0, 4) ~= SEC_VERSION then
+        return fail(ctx, vi, string.format("security header version %d, want %d", bit32.rshift(b0, 4), SEC_VERSION))
+    end
+    if bit32.band(flags, bit32.bnot(SEC_INTEGRITY_ONLY)) ~= 0 then
+        return fail(ctx, fi, string.format("unknown security flags 0x%x", flags))
+    end
+    if tvb(off + 1, 3):uint() ~= 0 then
+        return fail(ctx, ri, "reserved bytes of the security header are not 0")
+    end
+    return off + SEC_LEN
+end
+
 -- Headers after the spray data header, in wire order: present(ctx) says
 -- whether the packet has it (from the data header's fields, in ctx),
 -- dissect(tvb, off, tree, ctx) adds it and returns the offset after it, or
@@ -637,6 +687,7 @@ function spray.dissector(tvb, pinfo, root)
     bth:add(F.resv6, tvb(4, 1))
     bth:add(F.destqp, tvb(5, 3))
     bth:add(F.ackreq, tvb(8, 1))
+    bth:add(F.secured, tvb(8, 1))
     bth:add(F.resv7, tvb(8, 1))
     bth:add(F.psn, tvb(9, 3))
     tree:add(F.entropy, pinfo.src_port):set_generated()
@@ -652,7 +703,10 @@ function spray.dissector(tvb, pinfo, root)
     end
 
     local off = BTH_LEN
-    if not ctx.err then off = d(tvb, off, tree, ctx) end
+    if not ctx.err and bit32.band(tvb(8, 1):uint(), SEC_BIT) ~= 0 then
+        off = dissect_sec(tvb, off, tree, ctx)
+    end
+    if off and not ctx.err then off = d(tvb, off, tree, ctx) end
 
     if off then
         -- Payload and pad, up to the trailer (the ICRC).
@@ -669,14 +723,20 @@ function spray.dissector(tvb, pinfo, root)
             fail(ctx, pi, string.format("pad count %d, %d bytes after the headers", pad, rest))
         else
             local n = rest - pad
-            if n > 0 then
-                tree:add(F.payload, tvb(off, n))
+            if ctx.encrypted then
+                if rest > 0 then tree:add(F.sec_ciphertext, tvb(off, rest)) end
+            else
+                if n > 0 then
+                    tree:add(F.payload, tvb(off, n))
+                end
+                if pad > 0 then tree:add(F.pad, tvb(off + n, pad)) end
             end
             tree:add(F.payload_len, n):set_generated()
-            if pad > 0 then tree:add(F.pad, tvb(off + n, pad)) end
             ctx.info[#ctx.info + 1] = string.format("len %d", n)
         end
     end
+
+    if ctx.tag_off then tree:add(F.sec_tag, tvb(ctx.tag_off, TAG_LEN)) end
 
     -- ICRC, stored little-endian.
     local ir = tvb(len - ICRC_LEN, ICRC_LEN)

@@ -60,6 +60,9 @@ type Options struct {
 	// to NewPairWith, with Seed already set to its Seed+1) before B is
 	// made; for example, to give only the sender a congestion controller.
 	ConfigB func(*transport.Config)
+	// Secure, when not nil, secures A's QP with it and B's with its
+	// mirror (Send and Recv swapped) before they connect (QP.Secure).
+	Secure *transport.Security
 }
 
 // NewPair returns a connected Pair: a fabric with config mc, engine A with
@@ -111,6 +114,14 @@ func NewPairWith(tb testing.TB, mc mem.Config, cfg transport.Config, o Options) 
 	}
 	if p.QB, err = p.B.CreateQP(); err != nil {
 		tb.Fatal(err)
+	}
+	if s := o.Secure; s != nil {
+		if err := p.QA.Secure(*s); err != nil {
+			tb.Fatal(err)
+		}
+		if err := p.QB.Secure(transport.Security{Send: s.Recv, Recv: s.Send, IntegrityOnly: s.IntegrityOnly}); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	if err := p.QA.Connect(p.QB.Info()); err != nil {
 		tb.Fatal(err)

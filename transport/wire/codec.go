@@ -31,6 +31,12 @@ type layout struct {
 	end       int  // end of the UDP datagram; the ICRC is the 4 bytes before
 	intOff    int  // INT shim of a spray data packet with FlagINT
 	intLen    int  // INT region length (shim and slots), 0 if none
+	sec       bool // BTH.Secured: a security header and a tag (sec.go)
+	ext       int  // extension headers: after the BTH and security header
+	tag       int  // end of the payload area: the tag or the ICRC
+	// bad is a secured frame's layout error, which Decode reports after
+	// the ICRC check: a bit flipped into the Secured bit is a bad ICRC.
+	bad error
 }
 
 // parse checks the Ethernet, IP and UDP headers and the lengths they carry,
@@ -127,9 +133,32 @@ func parse(frame []byte, l *layout) error {
 	}
 	l.udp, l.bth, l.end = udp, udp+UDPLen, ipEnd
 	l.intOff, l.intLen = 0, 0
+	l.ext, l.tag = l.bth+BTHLen, l.end-ICRCLen
+	l.sec, l.bad = false, nil
+	if frame[l.bth+8]&secBit != 0 {
+		if len(u) < UDPLen+BTHLen+SecLen+TagLen+ICRCLen {
+			l.bad = errSecShort
+			return nil
+		}
+		l.sec = true
+		l.ext += SecLen
+		l.tag -= TagLen
+	}
+	if err := parseINT(frame, l); err != nil {
+		if l.sec {
+			l.bad, l.intOff, l.intLen = err, 0, 0
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// parseINT finds the INT region of a spray data packet.
+func parseINT(frame []byte, l *layout) error {
 	if Opcode(frame[l.bth]) == OpSprayData {
-		d := l.bth + BTHLen
-		if d+DataHdrLen > l.end-ICRCLen {
+		d := l.ext
+		if d+DataHdrLen > l.tag {
 			return errDataShort
 		}
 		if frame[d+13]&FlagINT != 0 {
@@ -138,7 +167,7 @@ func parse(frame []byte, l *layout) error {
 				return errINTMax
 			}
 			n := INTShimLen + max*HopLen
-			if d+DataHdrLen+n > l.end-ICRCLen {
+			if d+DataHdrLen+n > l.tag {
 				return errINTShort
 			}
 			l.intOff, l.intLen = d+DataHdrLen, n
@@ -172,6 +201,9 @@ func Decode(frame []byte, p *Packet) error {
 	if icrc(frame, &l) != binary.LittleEndian.Uint32(frame[l.end-ICRCLen:]) {
 		return errICRC
 	}
+	if l.bad != nil {
+		return l.bad
+	}
 
 	copy(p.Eth.Dst[:], frame[0:6])
 	copy(p.Eth.Src[:], frame[6:12])
@@ -200,17 +232,18 @@ func Decode(frame []byte, p *Packet) error {
 	b := frame[l.bth : l.bth+BTHLen]
 	op := Opcode(b[0])
 	p.BTH = BTH{
-		Opcode: op,
-		SE:     b[1]&0x80 != 0,
-		M:      b[1]&0x40 != 0,
-		PadCnt: b[1] >> 4 & 3,
-		TVer:   b[1] & 0x0F,
-		PKey:   binary.BigEndian.Uint16(b[2:]),
-		FECN:   b[4]&0x80 != 0,
-		BECN:   b[4]&0x40 != 0,
-		DestQP: binary.BigEndian.Uint32(b[4:]) & 0xFFFFFF,
-		AckReq: b[8]&0x80 != 0,
-		PSN:    binary.BigEndian.Uint32(b[8:]) & 0xFFFFFF,
+		Opcode:  op,
+		SE:      b[1]&0x80 != 0,
+		M:       b[1]&0x40 != 0,
+		PadCnt:  b[1] >> 4 & 3,
+		TVer:    b[1] & 0x0F,
+		PKey:    binary.BigEndian.Uint16(b[2:]),
+		FECN:    b[4]&0x80 != 0,
+		BECN:    b[4]&0x40 != 0,
+		DestQP:  binary.BigEndian.Uint32(b[4:]) & 0xFFFFFF,
+		AckReq:  b[8]&0x80 != 0,
+		Secured: l.sec,
+		PSN:     binary.BigEndian.Uint32(b[8:]) & 0xFFFFFF,
 	}
 	if !op.Known() {
 		return errOpcode
@@ -219,8 +252,14 @@ func Decode(frame []byte, p *Packet) error {
 		return errTVer
 	}
 
+	if l.sec {
+		if err := getSec(frame[l.bth+BTHLen:], &p.Sec); err != nil {
+			return err
+		}
+	}
+
 	// rest: extension headers, payload and pad.
-	rest := frame[l.bth+BTHLen : l.end-ICRCLen]
+	rest := frame[l.ext:l.tag]
 	var err error
 	switch op {
 	case OpSprayData:
@@ -234,6 +273,9 @@ func Decode(frame []byte, p *Packet) error {
 		return err
 	}
 
+	if l.sec {
+		p.sec = secLayout{bth: l.bth, area: l.tag - len(rest), tag: l.tag, intOff: l.intOff, intLen: l.intLen}
+	}
 	pad := int(p.BTH.PadCnt)
 	if !op.HasPayload() {
 		if len(rest) != 0 {
@@ -433,6 +475,9 @@ func extLen(p *Packet) int {
 // an IPv6 address.
 func HeaderLen(p *Packet) int {
 	n := EthLen + UDPLen + BTHLen + extLen(p)
+	if p.BTH.Secured {
+		n += SecLen
+	}
 	if p.Eth.HasVLAN {
 		n += VLANLen
 	}
@@ -448,9 +493,18 @@ func HeaderLen(p *Packet) int {
 func padLen(payloadLen int) int { return -payloadLen & 3 }
 
 // FrameLen returns the length of the frame that Encode writes for p and a
-// payload of payloadLen bytes: HeaderLen, payload, pad and ICRC.
+// payload of payloadLen bytes: HeaderLen, payload, pad, the tag of a
+// secured packet and ICRC.
 func FrameLen(p *Packet, payloadLen int) int {
-	return HeaderLen(p) + payloadLen + padLen(payloadLen) + ICRCLen
+	return HeaderLen(p) + payloadLen + padLen(payloadLen) + tagLen(p) + ICRCLen
+}
+
+// tagLen is the length of p's authentication tag: TagLen if it is secured.
+func tagLen(p *Packet) int {
+	if p.BTH.Secured {
+		return TagLen
+	}
+	return 0
 }
 
 // validate checks that Encode can encode p with a payload of n bytes.
@@ -478,6 +532,9 @@ func validate(p *Packet, n int) error {
 	}
 	if n > 0 && !op.HasPayload() {
 		return fmt.Errorf("%w: %v carries no payload, got %d bytes", ErrBadHeader, op, n)
+	}
+	if b.Secured && p.Sec.Flags&^SecIntegrityOnly != 0 {
+		return fmt.Errorf("%w: security header flags %#x", ErrBadHeader, p.Sec.Flags)
 	}
 	if opTable[op]&opAETH != 0 && p.AETH.MSN > 0xFFFFFF {
 		return fmt.Errorf("%w: AETH MSN %#x wider than 24 bits", ErrBadHeader, p.AETH.MSN)
@@ -534,7 +591,7 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	}
 	hl := HeaderLen(p)
 	pad := padLen(len(payload))
-	n := hl + len(payload) + pad + ICRCLen
+	n := hl + len(payload) + pad + tagLen(p) + ICRCLen
 	if len(buf) < n {
 		return 0, fmt.Errorf("%w: frame needs %d bytes, buffer has %d", ErrTooSmall, n, len(buf))
 	}
@@ -553,6 +610,10 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	l.udp = l.ip + l.ipLen
 	l.bth = l.udp + UDPLen
 	l.end = n
+	l.sec, l.ext, l.tag = p.BTH.Secured, l.bth+BTHLen, n-ICRCLen-tagLen(p)
+	if l.sec {
+		l.ext += SecLen
+	}
 	if (v6 && n-l.udp > 0xFFFF) || (!v6 && n-l.ip > 0xFFFF) {
 		return 0, fmt.Errorf("%w: a %d-byte IP packet overflows the IP length field", ErrBadLength, n-l.ip)
 	}
@@ -608,10 +669,13 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	b[1] = bit(bt.SE, 0x80) | bit(bt.M, 0x40) | byte(pad)<<4 | bt.TVer
 	binary.BigEndian.PutUint16(b[2:], bt.PKey)
 	binary.BigEndian.PutUint32(b[4:], uint32(bit(bt.FECN, 0x80)|bit(bt.BECN, 0x40))<<24|bt.DestQP)
-	binary.BigEndian.PutUint32(b[8:], uint32(bit(bt.AckReq, 0x80))<<24|bt.PSN)
+	binary.BigEndian.PutUint32(b[8:], uint32(bit(bt.AckReq, 0x80)|bit(bt.Secured, secBit))<<24|bt.PSN)
+	if l.sec {
+		putSec(buf[l.bth+BTHLen:], &p.Sec)
+	}
 
-	// The extension headers fill buf[l.bth+BTHLen:hl] exactly.
-	x := buf[l.bth+BTHLen : hl]
+	// The extension headers fill buf[l.ext:hl] exactly.
+	x := buf[l.ext:hl]
 	switch bt.Opcode {
 	case OpSprayData:
 		encodeData(x, p, &l)
@@ -625,6 +689,10 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 		copy(buf[hl:], payload)
 	}
 	clear(buf[hl+len(payload) : n-ICRCLen])
+	if l.sec && p.Cipher != nil {
+		sl := secLayout{bth: l.bth, area: hl, tag: l.tag, intOff: l.intOff, intLen: l.intLen}
+		seal(buf[:n], &sl, &p.Sec, p.Cipher, false)
+	}
 	binary.LittleEndian.PutUint32(buf[n-ICRCLen:], icrc(buf[:n], &l))
 	if v6 {
 		putUDPChecksum6(buf, l.ip, l.udp, n)
@@ -678,7 +746,7 @@ func encodeData(x []byte, p *Packet, l *layout) []byte {
 	x = x[DataHdrLen:]
 	if d.Flags&FlagINT != 0 {
 		n := INTShimLen + int(d.INTMax)*HopLen
-		l.intOff, l.intLen = l.bth+BTHLen+DataHdrLen, n
+		l.intOff, l.intLen = l.ext+DataHdrLen, n
 		shim := x[:n]
 		shim[INTShimVersionOff] = INTVersion
 		shim[INTShimCountOff] = byte(len(p.INT) / HopLen)

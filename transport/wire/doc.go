@@ -175,6 +175,14 @@
 // CNP: the BTH (opcode 0x81, BECN set by convention) and 16 reserved bytes
 // (zero on encode, ignored on decode), then the ICRC.
 //
+// Secured packets (BTH byte 8, bit 6: BTH.Secured) carry a 16-byte security
+// header (Sec: version and flags, key epoch, counter) between the BTH and
+// the extension headers, and a 16-byte authentication tag between the pad
+// and the ICRC; every offset above that counts from the BTH moves 16 bytes
+// on (the INT shim is at INTShimOff+SecLen). Encode seals such a packet
+// with Packet.Cipher; Open checks and decrypts one that Decode decoded.
+// sec.go has the layout and what the tag covers.
+//
 // # ICRC
 //
 // The ICRC is CRC-32 with the IEEE 802.3 polynomial (hash/crc32.IEEE:

@@ -243,10 +243,20 @@ func modelICRC(frame []byte) uint32 {
 	}
 	f[o.udp+6], f[o.udp+7] = 0xFF, 0xFF
 	f[o.bth+4] = 0xFF
-	if f[o.bth] == byte(OpSprayData) && f[o.bth+12+13]&FlagINT != 0 {
-		n := 4 + 24*int(f[o.bth+12+14])
+	// A secured frame's data header follows its security header; an
+	// INT region that does not fit before its tag is not masked (Decode
+	// rejects such a frame after the ICRC).
+	d, tag := o.bth+12, o.end-4
+	if f[o.bth+8]&0x40 != 0 && o.end-o.udp >= 8+12+16+16+4 {
+		d, tag = d+16, tag-16
+	}
+	if f[o.bth] == byte(OpSprayData) && d+24 <= tag && f[d+13]&FlagINT != 0 && f[d+14] <= 8 {
+		n := 4 + 24*int(f[d+14])
 		for i := range n {
-			f[o.bth+36+i] = 0xFF
+			if d+24+n > tag {
+				break
+			}
+			f[d+24+i] = 0xFF
 		}
 	}
 	in := append(bytes.Repeat([]byte{0xFF}, 8), f[o.ip:o.end-4]...)

@@ -63,6 +63,9 @@ func StampHop(frame []byte, h Hop) (bool, error) {
 	if err := parse(frame, &l); err != nil {
 		return false, err
 	}
+	if l.bad != nil {
+		return false, l.bad
+	}
 	if l.intLen == 0 {
 		return false, nil
 	}

@@ -91,6 +91,8 @@ const (
 	HopLen       = 24
 	MaxINTHops   = 8
 	MaxSackWords = 4
+	SecLen       = 16 // spray security header, after the BTH of a secured packet
+	TagLen       = 16 // authentication tag of a secured packet, before the ICRC
 )
 
 // Data header flags.
@@ -146,7 +148,11 @@ type BTH struct {
 	BECN   bool
 	DestQP uint32 // 24 bits
 	AckReq bool
-	PSN    uint32 // 24 bits
+	// Secured says a security header (Sec) follows the BTH and an
+	// authentication tag precedes the ICRC: bit 6 of byte 8, reserved in
+	// IBA, in the invariant part of the BTH (sec.go).
+	Secured bool
+	PSN     uint32 // 24 bits
 }
 
 // RETH is the RDMA extended transport header.
@@ -250,4 +256,15 @@ type Packet struct {
 	// Payload is the payload, without pad and ICRC. Decode sets it to a slice
 	// of the frame.
 	Payload []byte
+
+	// Sec is the security header of a packet whose BTH.Secured is set.
+	Sec Sec
+	// Cipher, when set, seals a secured packet as Encode writes it: it
+	// authenticates the headers and the payload and encrypts the payload
+	// in place (unless Sec says integrity only). Without it Encode leaves
+	// the tag zero. Decode leaves it alone; see Open.
+	Cipher Cipher
+
+	// sec holds, after Decode of a secured frame, where Open finds its parts.
+	sec secLayout
 }
