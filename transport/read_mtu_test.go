@@ -29,35 +29,7 @@ func TestReadResponseNeverArrives(t *testing.T) {
 			}}
 			small := readConfig(prof, seed)
 			small.MTU = 1514
-			s := &simPair{t: t, clk: &clock.Sim{}}
-			s.fab = mem.NewFabric(mc, s.clk)
-			pa, err := s.fab.NewPort(macA, ipA)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pb, err := s.fab.NewPort(macB, ipB)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { pa.Close(); pb.Close() })
-			if s.ea, err = NewEngine(pa, small); err != nil {
-				t.Fatal(err)
-			}
-			if s.eb, err = NewEngine(pb, readConfig(prof, seed+1)); err != nil {
-				t.Fatal(err)
-			}
-			if s.qa, err = s.ea.CreateQP(); err != nil {
-				t.Fatal(err)
-			}
-			if s.qb, err = s.eb.CreateQP(); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.qa.Connect(s.qb.Info()); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.qb.Connect(s.qa.Info()); err != nil {
-				t.Fatal(err)
-			}
+			s := newSimPairOf(t, mc, small, readConfig(prof, seed+1), nil)
 			src := make([]byte, 64<<10)
 			mr := s.eb.Register(src, AccessRemoteRead)
 			if err := s.qa.Post(WorkRequest{ID: 1, Op: OpRead, Data: make([]byte, len(src)), Remote: mr.Remote(0)}); err != nil {

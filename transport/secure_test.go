@@ -38,44 +38,16 @@ func newSecPair(t testing.TB, mc mem.Config, cfg Config, integrity bool, epoch u
 		cfg.Seed = testutil.Seed(t)
 	}
 	cfg.secEpochPackets = epoch
-	s := &simPair{t: t, clk: &clock.Sim{}}
-	s.fab = mem.NewFabric(mc, s.clk)
-	pa, err := s.fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := s.fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pa.Close(); pb.Close() })
-	if s.ea, err = NewEngine(pa, cfg); err != nil {
-		t.Fatal(err)
-	}
 	cfgB := cfg
 	cfgB.Seed = cfg.Seed + 1
-	if s.eb, err = NewEngine(pb, cfgB); err != nil {
-		t.Fatal(err)
-	}
-	if s.qa, err = s.ea.CreateQP(); err != nil {
-		t.Fatal(err)
-	}
-	if s.qb, err = s.eb.CreateQP(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.qa.Secure(secA(integrity)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.qb.Secure(secB(integrity)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.qa.Connect(s.qb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.qb.Connect(s.qa.Info()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return newSimPairOf(t, mc, cfg, cfgB, func(s *simPair) {
+		if err := s.qa.Secure(secA(integrity)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.qb.Secure(secB(integrity)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestSecureTransfer: two secured QPs move SENDs byte-exact over a fabric

@@ -35,6 +35,15 @@ func newSimPair(t testing.TB, mc mem.Config, cfg Config) *simPair {
 	if cfg.Seed == 0 {
 		cfg.Seed = testutil.Seed(t)
 	}
+	cfgB := cfg
+	cfgB.Seed = cfg.Seed + 1
+	return newSimPairOf(t, mc, cfg, cfgB, nil)
+}
+
+// newSimPairOf is newSimPair with a Config for each side; before, when
+// set, runs on the two QPs before they connect.
+func newSimPairOf(t testing.TB, mc mem.Config, cfgA, cfgB Config, before func(s *simPair)) *simPair {
+	t.Helper()
 	s := &simPair{t: t, clk: &clock.Sim{}}
 	s.fab = mem.NewFabric(mc, s.clk)
 	pa, err := s.fab.NewPort(macA, ipA)
@@ -45,11 +54,10 @@ func newSimPair(t testing.TB, mc mem.Config, cfg Config) *simPair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ea, err = NewEngine(pa, cfg); err != nil {
+	t.Cleanup(func() { pa.Close(); pb.Close() })
+	if s.ea, err = NewEngine(pa, cfgA); err != nil {
 		t.Fatal(err)
 	}
-	cfgB := cfg
-	cfgB.Seed = cfg.Seed + 1
 	if s.eb, err = NewEngine(pb, cfgB); err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +67,15 @@ func newSimPair(t testing.TB, mc mem.Config, cfg Config) *simPair {
 	if s.qb, err = s.eb.CreateQP(); err != nil {
 		t.Fatal(err)
 	}
+	if before != nil {
+		before(s)
+	}
 	if err := s.qa.Connect(s.qb.Info()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.qb.Connect(s.qa.Info()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pa.Close(); pb.Close() })
 	return s
 }
 
