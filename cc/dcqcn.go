@@ -50,6 +50,10 @@ type DCQCNConfig struct {
 // rate by under 0.01%, and an idle QP then has no timer armed.
 const alphaFloor = 1e-4
 
+// maxAlphaSteps bounds the alpha periods one catch-up runs one by one;
+// with the default G alpha reaches alphaFloor in 2,353.
+const maxAlphaSteps = 1 << 16
+
 // maxIncreaseEvents bounds the rate-increase events one call runs (a late
 // OnTimer or a huge OnSend); fast recovery and hyper increase reach the
 // line rate well within it.
@@ -66,6 +70,14 @@ const maxIncreaseEvents = 4096
 // above F, and hyper increase (Rt += i·R_HAI, i = min(T,BC) - F) when both
 // are. The timers are armed by the first CNP and stop when the rate is back
 // at LineRate and alpha has decayed below 1e-4.
+//
+// The alpha timer changes nothing a caller sees until the next CNP, and
+// the rate timer nothing until Rate is read: both run lazily, every call
+// that takes a time (OnCNP, OnAck, OnSend, OnTimer) first running, one
+// period at a time, the periods that ended at or before it. NextTimer is
+// the rate timer only, for a sender that waits on its pacing; a sender
+// calls OnTimer(now) before it reads Rate at now. The result is the
+// periodic form's, rate for rate (TestDCQCNLazyMatchesPeriodic).
 //
 // Its zero value is not usable: use NewDCQCN. It is not safe for concurrent
 // use.
@@ -148,6 +160,7 @@ func (d *DCQCN) CNPs() uint64 { return d.cnps }
 // OnCNP cuts the rate: Rt = Rc, Rc = Rc(1 - alpha/2), alpha = (1-g)alpha +
 // g; it resets the increase counters and restarts both timers.
 func (d *DCQCN) OnCNP(now clock.Time) {
+	d.catchUp(now)
 	d.cnps++
 	d.lastCNP, d.cnpSeen = now, true
 	d.rt = d.rc
@@ -164,6 +177,7 @@ func (d *DCQCN) recovering() bool { return d.rc < d.line }
 // OnSend runs the byte counter: every ByteCounter bytes sent while the
 // rate is below LineRate is a rate-increase event.
 func (d *DCQCN) OnSend(now clock.Time, bytes int) {
+	d.catchUp(now)
 	if !d.recovering() || bytes <= 0 {
 		return
 	}
@@ -208,16 +222,29 @@ func (d *DCQCN) stopIfDone() {
 	}
 }
 
-// NextTimer returns the earlier of the alpha and rate-increase timers, or
-// clock.Never when neither is armed.
-func (d *DCQCN) NextTimer() clock.Time { return clock.Min(d.alphaNext, d.rateNext) }
+// NextTimer returns when the rate-increase timer next raises the rate, or
+// clock.Never when the rate is at LineRate. The alpha timer is not in it:
+// alpha matters at the next CNP only, which runs its missed periods.
+func (d *DCQCN) NextTimer() clock.Time { return d.rateNext }
 
 // OnTimer runs the timers due at now, including periods that a late call
-// missed.
-func (d *DCQCN) OnTimer(now clock.Time) {
+// missed. Calling it early is harmless.
+func (d *DCQCN) OnTimer(now clock.Time) { d.catchUp(now) }
+
+// catchUp runs the alpha and rate-increase periods that ended at or before
+// now, one at a time, as the periodic timers would have: alpha stops at
+// alphaFloor, the rate at LineRate, and at most maxIncreaseEvents rate
+// periods run (the rest are skipped, as a late timer skipped them).
+func (d *DCQCN) catchUp(now clock.Time) {
 	if d.alphaNext <= now {
 		n := int64(now.Sub(d.alphaNext)/d.k) + 1
-		d.alpha *= math.Pow(1-d.g, float64(n))
+		i := int64(0)
+		for ; i < n && i < maxAlphaSteps && d.alpha >= alphaFloor; i++ {
+			d.alpha *= 1 - d.g
+		}
+		if i < n && d.alpha >= alphaFloor { // a tiny G: the rest at once
+			d.alpha *= math.Pow(1-d.g, float64(n-i))
+		}
 		d.alphaNext = d.alphaNext.Add(time.Duration(n) * d.k)
 		if d.alpha < alphaFloor {
 			d.alphaNext = clock.Never

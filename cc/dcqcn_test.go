@@ -13,8 +13,10 @@ const us = clock.Time(time.Microsecond)
 
 // dcqcnRun runs d's timers up to end, with a CNP at each time in cnps
 // (sorted), and sends sendBytes every µs while sendBytes > 0. A CNP and a
-// timer due at the same time: the CNP comes first.
+// timer due at the same time: the timer comes first, as in an engine's
+// step. It ends with OnTimer(end), so that Alpha is alpha at end.
 func dcqcnRun(d *DCQCN, from, end clock.Time, cnps []clock.Time, sendBytes int) {
+	defer d.OnTimer(end)
 	now := from
 	for now < end {
 		next := min(end, d.NextTimer())
@@ -25,12 +27,12 @@ func dcqcnRun(d *DCQCN, from, end clock.Time, cnps []clock.Time, sendBytes int) 
 			next = min(next, (now/us+1)*us)
 		}
 		now = max(now, next)
+		if d.NextTimer() <= now {
+			d.OnTimer(now)
+		}
 		if len(cnps) > 0 && cnps[0] <= now {
 			d.OnCNP(now)
 			cnps = cnps[1:]
-		}
-		if d.NextTimer() <= now {
-			d.OnTimer(now)
 		}
 		if sendBytes > 0 && now%us == 0 {
 			d.OnSend(now, sendBytes)
@@ -200,8 +202,8 @@ func TestDCQCNLateTimer(t *testing.T) {
 	if want := math.Pow(1-1.0/256, 1000); math.Abs(d.Alpha()-want) > 1e-9 {
 		t.Fatalf("alpha %v, want %v", d.Alpha(), want)
 	}
-	if d.Rate() != 12.5e9 || d.NextTimer() != 1001*55*us {
-		t.Fatalf("rate %v next %v", d.Rate(), d.NextTimer())
+	if d.Rate() != 12.5e9 || d.NextTimer() != clock.Never {
+		t.Fatalf("rate %v next %v: want the line rate and no timer (alpha waits for the next CNP)", d.Rate(), d.NextTimer())
 	}
 	d.OnCNP(0)
 	d.OnSend(1, math.MaxInt)
@@ -326,17 +328,9 @@ func (m *dcqcnModel) increase(line float64) {
 	}
 }
 
-// tick runs one µs: a CNP if cnp, then the timers, then a send of bytes.
+// tick runs one µs: the timers, then a CNP if cnp, else a send of bytes.
 func (m *dcqcnModel) tick(cnp bool, bytes int) {
 	const line, g, b = 12.5e9, 1.0 / 256, 1 << 20
-	if cnp {
-		m.rt = m.rc
-		m.rc = max(1.25e6, m.rc*(1-m.alpha/2))
-		m.alpha = (1-g)*m.alpha + g
-		m.tCount, m.bcCount, m.bytes = 0, 0, 0
-		m.alphaLeft, m.rateLeft = 55, 55
-		return // the timers fire 55 µs from now, the send does not count yet
-	}
 	if m.alphaLeft > 0 {
 		if m.alphaLeft--; m.alphaLeft == 0 {
 			m.alpha *= 1 - g
@@ -352,6 +346,17 @@ func (m *dcqcnModel) tick(cnp bool, bytes int) {
 			m.increase(line)
 			m.rateLeft = 55
 		}
+	}
+	if m.rc >= line {
+		m.rateLeft, m.bytes = -1, 0
+	}
+	if cnp {
+		m.rt = m.rc
+		m.rc = max(1.25e6, m.rc*(1-m.alpha/2))
+		m.alpha = (1-g)*m.alpha + g
+		m.tCount, m.bcCount, m.bytes = 0, 0, 0
+		m.alphaLeft, m.rateLeft = 55, 55
+		return // the timers fire 55 µs from now, the send does not count yet
 	}
 	if m.rc < line {
 		m.bytes += bytes
@@ -430,5 +435,59 @@ func TestByNameDCQCNCalibration(t *testing.T) {
 	d.OnCNP(0)
 	if next := d.NextTimer(); next != clock.Time(300*time.Microsecond) {
 		t.Fatalf("no base RTT: timer %v, want 3 × SoftwareBaseRTT", next)
+	}
+}
+
+// TestDCQCNLazyMatchesPeriodic drives the model, whose timers fire every
+// 55 µs, and DCQCN, which sees only the CNPs, the sends and a read now and
+// then (OnTimer(now), then Rate), on the same recorded sequence: rate,
+// target and alpha must be equal, bit for bit, at every read and every
+// CNP, while DCQCN's NextTimer asks for at most half the wake-ups the
+// model's two timers take (the alpha timer needs none).
+func TestDCQCNLazyMatchesPeriodic(t *testing.T) {
+	r := testutil.Rand(t)
+	for round := range 20 {
+		d := NewDCQCN(DCQCNConfig{ByteCounter: 1 << 20})
+		m := &dcqcnModel{rc: 12.5e9, rt: 12.5e9, alpha: 1, alphaLeft: -1, rateLeft: -1}
+		cnpEvery := 20 + r.IntN(2000)
+		sendEvery := 1 + r.IntN(50)
+		readEvery := 1 + r.IntN(300)
+		fired, wakes := 0, 0
+		for tick := range 30000 {
+			now := clock.Time(tick) * us
+			cnp := r.IntN(cnpEvery) == 0
+			bytes := 0
+			if r.IntN(sendEvery) == 0 {
+				bytes = 4096 * (1 + r.IntN(64))
+			}
+			a, rl := m.alphaLeft, m.rateLeft
+			m.tick(cnp, bytes)
+			if a == 1 {
+				fired++
+			}
+			if rl == 1 {
+				fired++
+			}
+			if d.NextTimer() <= now && r.IntN(2) == 0 {
+				wakes++ // a sender waiting on its pacing wakes here
+				d.OnTimer(now)
+			}
+			switch {
+			case cnp:
+				d.OnCNP(now)
+			case bytes > 0:
+				d.OnSend(now, bytes)
+			}
+			if cnp || r.IntN(readEvery) == 0 {
+				d.OnTimer(now)
+				if d.Rate() != m.rc || d.TargetRate() != m.rt || d.Alpha() != m.alpha {
+					t.Fatalf("round %d (CNP 1/%dµs, send 1/%dµs, read 1/%dµs), %v: rate %v target %v alpha %v; periodic %v %v %v",
+						round, cnpEvery, sendEvery, readEvery, now, d.Rate(), d.TargetRate(), d.Alpha(), m.rc, m.rt, m.alpha)
+				}
+			}
+		}
+		if fired == 0 || 2*wakes > fired {
+			t.Errorf("round %d: %d rate-timer wake-ups against %d periodic expiries", round, wakes, fired)
+		}
 	}
 }

@@ -689,6 +689,10 @@ func (q *QP) NextTimeout() clock.Time {
 		t = clock.Min(t, q.ackDue)
 	}
 	if q.hasData() {
+		// The controller's timers change only its rate, which matters to
+		// a sender that waits on its pacing; PollTransmit runs them first
+		// (TestLazyCCTimers).
+		t = clock.Min(t, q.ctrl.NextTimer())
 		if r := q.ctrl.Rate(); r > 0 {
 			t = clock.Min(t, q.pacer.Next(q.lastNow, r))
 		}
@@ -697,14 +701,16 @@ func (q *QP) NextTimeout() clock.Time {
 }
 
 // timerDeadline returns when HandleTimeout next has work (a retransmission
-// or congestion-control timer, or trimming), or clock.Never: the part of
+// timer, trimming, a READ's deadline), or clock.Never: the part of
 // NextTimeout that does not depend on PollTransmit's turn, which is what
 // the engine waits on for a QP already on its ready list (sched.go).
+// Congestion control's timers are not in it: they move the pacing rate
+// only, which PollTransmit brings up to date before it reads it.
 func (q *QP) timerDeadline() clock.Time {
 	if q.state != stateReady {
 		return clock.Never
 	}
-	t := clock.Min(q.sb.NextTimeout(), q.ctrl.NextTimer())
+	t := q.sb.NextTimeout()
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}
@@ -843,6 +849,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
+	q.ctrl.OnTimer(now) // the rate timers that expired while the QP waited its turn
 	rate := q.ctrl.Rate()
 	if rate > 0 && q.pacer.Next(now, rate) > now {
 		return 0, nil

@@ -13,9 +13,12 @@ import "github.com/sprayfabric/spray/clock"
 //     PollTransmit has nothing more;
 //   - the timer heap, keyed on a QP's next deadline: for a QP on the ready
 //     list, when its timers next expire (QP.timerDeadline: retransmission,
-//     congestion control, trimming), which HandleTimeout serves; for any
-//     other, NextTimeout, which adds the times pacing or a delayed
-//     acknowledgement let it send. A QP whose deadline is clock.Never is
+//     trimming), which HandleTimeout serves; for any other, NextTimeout,
+//     which adds the times pacing, a delayed acknowledgement or, for a QP
+//     with data, congestion control's rate timer let it send (a QP on the
+//     ready list runs that timer when PollTransmit reads its rate, so
+//     DCQCN's timers wake no QP that waits its turn or has nothing to
+//     send: TestLazyCCTimers). A QP whose deadline is clock.Never is
 //     not in it. runTimers pops the expired keys at the start of a step,
 //     runs their QPs' timers and puts them on the ready list, so a step
 //     runs only the timers that expire, whether or not the link has a
