@@ -192,7 +192,7 @@ func runPerf(args []string) error {
 	}
 	logger := log.New(os.Stderr, "spray: ", 0)
 	if f.cpuProfile != "" {
-		stop, err := startCPUProfile(f.cpuProfile)
+		stop, err := startCPUProfile("perf", f.cpuProfile)
 		if err != nil {
 			return err
 		}

@@ -7,16 +7,16 @@ import (
 )
 
 // startCPUProfile writes a CPU profile of the process to path (perf's
-// --cpuprofile) until the returned function is called; read it with
+// and sim's --cpuprofile) until the returned function is called; read it with
 // `go tool pprof spray PATH`.
-func startCPUProfile(path string) (stop func(), err error) {
+func startCPUProfile(cmd, path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("perf: --cpuprofile: %w", err)
+		return nil, fmt.Errorf("%s: --cpuprofile: %w", cmd, err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("perf: --cpuprofile: %w", err)
+		return nil, fmt.Errorf("%s: --cpuprofile: %w", cmd, err)
 	}
 	return func() {
 		pprof.StopCPUProfile()

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -75,6 +77,9 @@ func runSim(args []string) error {
 	var mem sizeFlag
 	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	memProf := fs.String("memprofile", "", "write a heap profile to this file at the first progress report (about one a second of wall time) past --memprofile-at of simulated time (go tool pprof)")
+	memProfAt := fs.Duration("memprofile-at", time.Millisecond, "simulated time of the heap profile")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -135,6 +140,16 @@ func runSim(args []string) error {
 				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows)
 		}
 	}
+	if *cpuProf != "" {
+		stop, err := startCPUProfile("sim", *cpuProf)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if *memProf != "" {
+		cfg.Progress = heapProfileAt(*memProf, *memProfAt, cfg.Progress)
+	}
 	// sim.Run takes no context: a signal ends the command here, and the
 	// process with it (main reports the signal and exits 128+signal).
 	ctx, cancel := signalContext()
@@ -183,4 +198,31 @@ func runSim(args []string) error {
 		}
 	}
 	return nil
+}
+
+// heapProfileAt returns a Progress function that calls next and, at the
+// first report past the simulated time at, writes a heap profile of the
+// live objects to path (errors on stderr: the run goes on).
+func heapProfileAt(path string, at time.Duration, next func(sim.Progress)) func(sim.Progress) {
+	done := false
+	return func(p sim.Progress) {
+		if next != nil {
+			next(p)
+		}
+		if done || p.Sim < at {
+			return
+		}
+		done = true
+		runtime.GC()
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.WriteHeapProfile(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sim: --memprofile: %v\n", err)
+		}
+	}
 }

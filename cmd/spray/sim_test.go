@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/sim"
@@ -166,5 +167,40 @@ func TestSimMoE(t *testing.T) {
 		if err := runSim(append([]string{"-q"}, args...)); !errors.As(err, &u) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestSimProfiles: --cpuprofile writes a CPU profile of a run, and the
+// heap profile is written once, at the first progress report past
+// --memprofile-at, and passes the reports on.
+func TestSimProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu := filepath.Join(dir, "cpu.pb.gz")
+	if err := runSim([]string{"-q", "--topo", "leafspine:2x2x2,rate=10gbit", "--workload", "alltoall:256k",
+		"--scenarios", "lossless", "--cpuprofile", cpu}); err != nil {
+		t.Fatal(err)
+	}
+	gzipped := func(p string) bool {
+		b, err := os.ReadFile(p)
+		return err == nil && len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b
+	}
+	if !gzipped(cpu) {
+		t.Fatal("no CPU profile written")
+	}
+	heap := filepath.Join(dir, "heap.pb.gz")
+	reports := 0
+	f := heapProfileAt(heap, time.Millisecond, func(sim.Progress) { reports++ })
+	f(sim.Progress{Sim: time.Microsecond})
+	if _, err := os.Stat(heap); err == nil {
+		t.Fatal("heap profile written before --memprofile-at")
+	}
+	f(sim.Progress{Sim: 2 * time.Millisecond})
+	if !gzipped(heap) {
+		t.Fatal("no heap profile written past --memprofile-at")
+	}
+	os.Remove(heap)
+	f(sim.Progress{Sim: 3 * time.Millisecond})
+	if _, err := os.Stat(heap); err == nil || reports != 3 {
+		t.Fatalf("heap profile written twice, or %d of 3 reports passed on", reports)
 	}
 }
