@@ -2,6 +2,7 @@ package cc
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -113,9 +114,10 @@ type HPCC struct {
 	updated        bool // lastTime is set
 	rtt            time.Duration
 
-	hops  [hpccHops]hpccHop
-	nhops int // entries in use
-	next  int // round-robin victim when the table is full
+	// hops grows with the egress ports seen, up to hpccHops entries: a
+	// QP that crosses a few ports holds a few (TestHPCCHopTableGrows).
+	hops []hpccHop
+	next int // round-robin victim when the table is full
 }
 
 var _ Controller = (*HPCC)(nil)
@@ -261,16 +263,19 @@ func (h *HPCC) measure(records []Hop) (float64, bool) {
 
 // lookup returns the table entry for an egress port and true, or else a
 // free entry (or the round-robin victim when the table is full) and false.
-// Entries [0, nhops) are in use.
+// The entry is valid until the next lookup.
 func (h *HPCC) lookup(sw, port uint16) (*hpccHop, bool) {
-	for i := range h.nhops {
+	for i := range h.hops {
 		if e := &h.hops[i]; e.sw == sw && e.port == port {
 			return e, true
 		}
 	}
-	if h.nhops < hpccHops {
-		h.nhops++
-		return &h.hops[h.nhops-1], false
+	if len(h.hops) < hpccHops {
+		if len(h.hops) == cap(h.hops) {
+			h.hops = slices.Grow(h.hops, min(max(4, len(h.hops)), hpccHops-len(h.hops)))
+		}
+		h.hops = h.hops[:len(h.hops)+1]
+		return &h.hops[len(h.hops)-1], false
 	}
 	e := &h.hops[h.next]
 	h.next = (h.next + 1) % hpccHops

@@ -266,6 +266,30 @@ func TestHPCCManyHops(t *testing.T) {
 	if u := h.Utilization(); math.Abs(u-1.5) > 0.05 {
 		t.Fatalf("utilization %.3f, want 1.5", u)
 	}
+	if cap(h.hops) > hpccHops {
+		t.Fatalf("hop table of %d entries, want at most %d", cap(h.hops), hpccHops)
+	}
+}
+
+// TestHPCCHopTableGrows: the hop table holds what the records named, not
+// its largest size: three ports seen take at most 4 entries, and the
+// utilization is measured all the same.
+func TestHPCCHopTableGrows(t *testing.T) {
+	h := NewHPCC(HPCCConfig{})
+	if cap(h.hops) != 0 {
+		t.Fatalf("a new controller holds %d hop entries", cap(h.hops))
+	}
+	a, b, c := port{sw: 1, port: 1, mbps: 100000}, port{sw: 2, port: 7, mbps: 100000}, port{sw: 3, port: 2, mbps: 100000}
+	r := newHPCCRun(h, 10, 1000, time.Microsecond)
+	r.acks(200, func() []Hop {
+		return records(a.step(time.Microsecond, 0.5, 0), b.step(time.Microsecond, 1.2, 0), c.step(time.Microsecond, 0.3, 0))
+	})
+	if u := h.Utilization(); math.Abs(u-1.2) > 0.05 {
+		t.Fatalf("utilization %.3f, want 1.2 (the busiest hop)", u)
+	}
+	if len(h.hops) != 3 || cap(h.hops) > 4 {
+		t.Fatalf("hop table %d of %d entries for 3 ports", len(h.hops), cap(h.hops))
+	}
 }
 
 // TestHPCCConverges runs four HPCC senders through a fluid model of one

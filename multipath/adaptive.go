@@ -215,12 +215,11 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 // fractions of it.
 const unit = 1 << 16
 
-// pathState is the adaptive policy's per-path state beside PathStats.
+// pathState is the adaptive policy's per-path state beside PathStats. Its
+// flags sit together at the end: a QP holds one per entropy.
 type pathState struct {
-	down bool
-	// pending: a packet was sent since the path's last ACK, the first at
-	// pendingSince.
-	pending      bool
+	// pendingSince: the first packet sent since the path's last ACK (valid
+	// while pending).
 	pendingSince clock.Time
 	consecLoss   int
 	lossRate     float64 // EWMA: ack 0, loss 1
@@ -228,18 +227,22 @@ type pathState struct {
 	credit       uint32  // spraying credit, < 2*unit
 	weight       uint32  // at the last round, in [1, unit]
 	group        uint64  // path signature from OnPath; 0: unknown, a path of its own
-	intSeen      bool    // OnINT reported the path's queue delay
 	// Probing of a down path.
-	probing       bool
 	probeSent     clock.Time
 	probeAt       clock.Time
 	probeInterval time.Duration
-	// ackLost: an acknowledgement sent on the path was probably lost
-	// (AckLost) and no ACK of a data packet on it came since.
-	ackLost bool
 	// ackedSent is the latest send time of a packet acknowledged on the
 	// path with an RTT (0: none).
 	ackedSent clock.Time
+
+	down bool
+	// pending: a packet was sent since the path's last ACK.
+	pending bool
+	intSeen bool // OnINT reported the path's queue delay
+	probing bool
+	// ackLost: an acknowledgement sent on the path was probably lost
+	// (AckLost) and no ACK of a data packet on it came since.
+	ackLost bool
 }
 
 // pathPool sums the state of the active entropies on one physical path.

@@ -49,6 +49,9 @@ func Entropies(seed uint64, n int) []uint16 {
 // PathStats are the counters a policy keeps for one entropy.
 type PathStats struct {
 	Entropy uint16
+	// Down reports that the path is out of the spray set and being probed
+	// (the adaptive policy only).
+	Down bool
 	// Packets counts the packets Next sent on this entropy.
 	Packets uint64
 	// Acks and Losses count OnAck and OnLoss reports for it.
@@ -64,8 +67,6 @@ type PathStats struct {
 	// The fields below are kept by the adaptive policy (NewAdaptive) only;
 	// they stay zero for the others.
 
-	// Down reports that the path is out of the spray set and being probed.
-	Down bool
 	// Removals counts the times the path was taken out of the set, Probes
 	// the probe packets sent on it while out (also counted in Packets).
 	Removals, Probes uint64
@@ -99,40 +100,66 @@ type Policy interface {
 
 // paths is the per-entropy bookkeeping that every policy shares.
 type paths struct {
-	set   []uint16
-	index map[uint16]int // for sets above indexAbove; smaller ones are scanned
-	stats []PathStats    // nil until initStats
+	set []uint16
+	// index holds entropy<<16 | position for sets above indexAbove,
+	// sorted, for a binary search; smaller sets are scanned. Four bytes a
+	// path: a QP holds one per policy (TestPathsIndex).
+	index []uint32
+	stats []PathStats // nil until initStats
 }
 
-// indexAbove is the largest set that find scans rather than looks up in a
-// map: a scan of a few entropies is as fast as a lookup and takes no map.
+// indexAbove is the largest set that find scans rather than searches in
+// its index: a scan of a few entropies is as fast.
 const indexAbove = 16
 
 // newPaths returns the bookkeeping of set with duplicates removed, order
 // kept, and no stats yet (initStats).
 func newPaths(set []uint16) paths {
 	var p paths
-	var seen map[uint16]bool
-	if len(set) > indexAbove {
-		seen = make(map[uint16]bool, len(set))
+	if len(set) <= indexAbove {
+		p.set = make([]uint16, 0, len(set))
+		for _, e := range set {
+			if !slices.Contains(p.set, e) {
+				p.set = append(p.set, e)
+			}
+		}
+		return p
+	}
+	// Sorted by entropy then position, the first of equal entropies is
+	// the one to keep. The set then holds at most NumEntropies values, so
+	// a position fits the index's 16 bits.
+	type kp struct {
+		e   uint16
+		pos int
+	}
+	keys := make([]kp, len(set))
+	for i, e := range set {
+		keys[i] = kp{e, i}
+	}
+	slices.SortFunc(keys, func(a, b kp) int {
+		if a.e != b.e {
+			return int(a.e) - int(b.e)
+		}
+		return a.pos - b.pos
+	})
+	dup := make([]bool, len(set))
+	for k := 1; k < len(keys); k++ {
+		if keys[k].e == keys[k-1].e {
+			dup[keys[k].pos] = true
+		}
 	}
 	p.set = make([]uint16, 0, len(set))
-	for _, e := range set {
-		if seen != nil {
-			if seen[e] {
-				continue
-			}
-			seen[e] = true
-		} else if slices.Contains(p.set, e) {
-			continue
+	for i, e := range set {
+		if !dup[i] {
+			p.set = append(p.set, e)
 		}
-		p.set = append(p.set, e)
 	}
 	if len(p.set) > indexAbove {
-		p.index = make(map[uint16]int, len(p.set))
+		p.index = make([]uint32, len(p.set))
 		for i, e := range p.set {
-			p.index[e] = i
+			p.index[i] = uint32(e)<<16 | uint32(i)
 		}
+		slices.Sort(p.index)
 	}
 	return p
 }
@@ -148,8 +175,11 @@ func (p *paths) initStats() {
 // find returns the index of entropy in the set.
 func (p *paths) find(entropy uint16) (int, bool) {
 	if p.index != nil {
-		i, ok := p.index[entropy]
-		return i, ok
+		k, _ := slices.BinarySearch(p.index, uint32(entropy)<<16)
+		if k < len(p.index) && uint16(p.index[k]>>16) == entropy {
+			return int(p.index[k] & 0xffff), true
+		}
+		return 0, false
 	}
 	for i, e := range p.set {
 		if e == entropy {

@@ -200,3 +200,43 @@ func BenchmarkSprayNext(b *testing.B) {
 		p.Next(0)
 	}
 }
+
+// TestPathsIndex: newPaths drops duplicates keeping the first of each in
+// order, and find returns every entropy's position and nothing for one
+// outside the set, whether the set is scanned (up to indexAbove) or
+// searched in its sorted index of four bytes a path.
+func TestPathsIndex(t *testing.T) {
+	r := testutil.Rand(t)
+	for _, n := range []int{1, 5, indexAbove, indexAbove + 1, 32, 100, 3000} {
+		in := make([]uint16, n)
+		for i := range in {
+			in[i] = uint16(MinEntropy + r.IntN(max(n, 2))) // duplicates at every size
+		}
+		p := newPaths(in)
+		var want []uint16
+		for _, e := range in {
+			if !slices.Contains(want, e) {
+				want = append(want, e)
+			}
+		}
+		if !slices.Equal(p.set, want) {
+			t.Fatalf("n=%d: set %v, want %v", n, p.set, want)
+		}
+		if (len(p.set) > indexAbove) != (p.index != nil) || (p.index != nil && cap(p.index) != len(p.set)) {
+			t.Fatalf("n=%d: %d paths, index of %d (cap %d)", n, len(p.set), len(p.index), cap(p.index))
+		}
+		for i, e := range p.set {
+			if j, ok := p.find(e); !ok || j != i {
+				t.Fatalf("n=%d: find(%d) = %d, %v, want %d", n, e, j, ok, i)
+			}
+		}
+		for e := MinEntropy; e <= MinEntropy+n+1; e++ {
+			if _, ok := p.find(uint16(e)); ok != slices.Contains(p.set, uint16(e)) {
+				t.Fatalf("n=%d: find(%d) found %v", n, e, ok)
+			}
+		}
+		if _, ok := p.find(0); ok {
+			t.Fatalf("n=%d: found entropy 0", n)
+		}
+	}
+}

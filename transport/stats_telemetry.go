@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -37,15 +38,26 @@ type PathCounters struct {
 }
 
 // pathTable keeps PathCounters in the order of the path policy's Paths,
-// and the QP's delay histograms.
+// and the QP's delay histograms. A path's counters take room from its
+// first packet or INT record on: a QP that sends a few packets over many
+// entropies holds counters for those it used (TestPathTableGrows).
 type pathTable struct {
 	ents []uint16
-	idx  map[uint16]int // for large sets; small ones are scanned
+	// idx holds entropy<<16 | position for sets above 16 paths, sorted,
+	// for a binary search; small ones are scanned.
+	idx []uint32
+	// slot is each path's place in c plus 1 (0: no counters yet), and
+	// slotHot when the path's last INT queue delay was above the
+	// threshold.
+	slot []uint16
 	c    []PathCounters
-	hot  []bool // the path's last INT queue delay was above the threshold
 
 	rtt, qdelay DelayHistogram
 }
+
+// slotHot marks a hot path in pathTable.slot (a set has at most 1,024
+// paths).
+const slotHot = 1 << 15
 
 // DelayBuckets is the number of buckets of a DelayHistogram.
 const DelayBuckets = 24
@@ -88,21 +100,22 @@ func DelayBucketBound(i int) time.Duration {
 
 func (t *pathTable) init(ents []uint16) {
 	t.ents = append([]uint16(nil), ents...)
-	t.c = make([]PathCounters, len(ents))
-	t.hot = make([]bool, len(ents))
+	t.slot = make([]uint16, len(ents))
 	if len(ents) > 16 {
-		t.idx = make(map[uint16]int, len(ents))
+		t.idx = make([]uint32, len(ents))
 		for i, e := range ents {
-			t.idx[e] = i
+			t.idx[i] = uint32(e)<<16 | uint32(i)
 		}
+		slices.Sort(t.idx)
 	}
 }
 
 // index returns the index of entropy e, or -1 if e is not a path.
 func (t *pathTable) index(e uint16) int {
 	if t.idx != nil {
-		if i, ok := t.idx[e]; ok {
-			return i
+		k, _ := slices.BinarySearch(t.idx, uint32(e)<<16)
+		if k < len(t.idx) && uint16(t.idx[k]>>16) == e {
+			return int(t.idx[k] & 0xffff)
 		}
 		return -1
 	}
@@ -114,12 +127,33 @@ func (t *pathTable) index(e uint16) int {
 	return -1
 }
 
+// entry returns the counters of path i, making room for them: c grows
+// by doubling, up to one entry per path.
+func (t *pathTable) entry(i int) *PathCounters {
+	if t.slot[i]&^slotHot == 0 {
+		if len(t.c) == cap(t.c) {
+			t.c = slices.Grow(t.c, min(max(4, len(t.c)), len(t.slot)-len(t.c)))
+		}
+		t.c = append(t.c, PathCounters{})
+		t.slot[i] |= uint16(len(t.c))
+	}
+	return &t.c[t.slot[i]&^slotHot-1]
+}
+
 // at returns the counters of entropy e, or nil if e is not a path.
 func (t *pathTable) at(e uint16) *PathCounters {
 	if i := t.index(e); i >= 0 {
-		return &t.c[i]
+		return t.entry(i)
 	}
 	return nil
+}
+
+// counters returns a copy of path i's counters (zero when unused).
+func (t *pathTable) counters(i int) PathCounters {
+	if i < 0 || i >= len(t.slot) || t.slot[i]&^slotHot == 0 {
+		return PathCounters{}
+	}
+	return t.c[t.slot[i]&^slotHot-1]
 }
 
 func (t *pathTable) onSend(e uint16, n int, retx bool) {
@@ -170,25 +204,36 @@ func (q *QP) noteINT(entropy uint16, delay time.Duration) {
 	if i < 0 {
 		return
 	}
-	c := &q.pstats.c[i]
+	c := q.pstats.entry(i)
 	c.INTQueueDelay = ewma8(c.INTQueueDelay, delay, c.INTAcks == 0)
 	c.INTAcks++
 	c.MaxINTQueueDelay = max(c.MaxINTQueueDelay, delay)
 	if above {
 		s.MicroburstAcks++
 		c.MicroburstAcks++
-		if !q.pstats.hot[i] {
+		if q.pstats.slot[i]&slotHot == 0 {
 			s.Microbursts++
 			c.Microbursts++
 		}
 	}
-	q.pstats.hot[i] = above
+	if above {
+		q.pstats.slot[i] |= slotHot
+	} else {
+		q.pstats.slot[i] &^= slotHot
+	}
 }
 
 // PathCounters returns a copy of the QP's per-path counters, in the order
 // of PathStats (the path policy's Paths).
 func (q *QP) PathCounters() []PathCounters {
-	return append([]PathCounters(nil), q.pstats.c...)
+	if q.pstats.ents == nil {
+		return nil
+	}
+	c := make([]PathCounters, len(q.pstats.ents))
+	for i := range c {
+		c[i] = q.pstats.counters(i)
+	}
+	return c
 }
 
 // Histograms returns the QP's round-trip times (the samples of
@@ -256,10 +301,10 @@ func (e *Engine) appendQPs(dst *Snapshot) {
 		s.Paths = s.Paths[:0]
 		for i, p := range q.paths.Stats() {
 			ps := PathSnapshot{PathStats: p}
-			if i < len(q.pstats.c) && q.pstats.ents[i] == p.Entropy {
-				ps.PathCounters = q.pstats.c[i]
-			} else if c := q.pstats.at(p.Entropy); c != nil {
-				ps.PathCounters = *c
+			if i < len(q.pstats.ents) && q.pstats.ents[i] == p.Entropy {
+				ps.PathCounters = q.pstats.counters(i)
+			} else {
+				ps.PathCounters = q.pstats.counters(q.pstats.index(p.Entropy))
 			}
 			s.Paths = append(s.Paths, ps)
 		}
