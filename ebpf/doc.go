@@ -76,7 +76,10 @@
 //     (opcode 0xE0) with FlagINT and a consistent INT region (version 1,
 //     1 <= max <= 8, max equal to the data header's INTMax, count <= max,
 //     region inside the datagram) with a free slot gets hop record <count>
-//     and count+1 (INTStamped); a full region counts INTFull. The record:
+//     and count+1 (INTStamped); a full region counts INTFull. In a secured
+//     packet (BTH byte 8 bit 6) the data header and the INT region follow
+//     the 16-byte security header and the region must end before the
+//     16-byte tag. The record:
 //     Switch, Port = cfg.ID; RateMbps = cfg.RateMbps; TS = bpf_ktime_get_ns()
 //     (CLOCK_MONOTONIC of the machine, ns) when the frame leaves the egress
 //     program, that is before the port's qdisc; QLen = 0 until the next
@@ -99,7 +102,8 @@
 // the header checksum incrementally; IPv6 has none in its header. INT writes
 // fix an IPv6 (or non-zero IPv4) UDP checksum; spray's zero IPv4 UDP
 // checksum stays zero. The ICRC masks the INT region, TOS and traffic class,
-// so it stays valid.
+// so it stays valid, and so does a secured packet's tag, which reads the INT
+// region as ones.
 //
 // A Fabric normally lives as long as the process (its tcx links and maps go
 // away with their file descriptors). Fabric.Pin pins the maps and every

@@ -10,7 +10,8 @@
 //     on every frame or only on RoCE frames: drop and count the cause.
 //  2. Count packets and bytes; add the bytes to P's transmit counter.
 //  3. RoCE frames (IPv4/IPv6, UDP destination 4791, a whole BTH): a spray
-//     data packet with an INT region that has a free slot gets a hop record
+//     data packet with an INT region that has a free slot (after the
+//     security header in a secured packet) gets a hop record
 //     (switch, port, rate, TS = now, QLen 0, TxBytes); every RoCE frame
 //     leaves its egress time and P in fabric_inflight, keyed by the packet.
 //
@@ -47,6 +48,9 @@
 #define FLAG_INT 0x01
 #define INT_VERSION 1
 #define INT_SHIM_OFF (BTH_LEN + DATA_HLEN)  // from the BTH
+#define BTH_SECURED 0x40  // BTH byte 8: a security header follows the BTH
+#define SEC_LEN 16        // the security header
+#define TAG_LEN 16        // a secured packet's tag, before the ICRC
 #define INT_SHIM_LEN 4
 #define HOP_LEN 24
 #define MAX_HOPS 8
@@ -246,8 +250,13 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 
 	if (bth[0] != OP_SPRAY_DATA)
 		return 0;
+	// A secured packet's extension headers, INT among them, follow its
+	// security header; its tag reads the INT region as ones, so a record
+	// stamped here leaves it valid (TestFabricINTSecured).
+	__u32 sec = (bth[8] & BTH_SECURED) ? SEC_LEN : 0;
+	__u32 tag = sec ? TAG_LEN : 0;
 	__u32 bthoff = off + UDP_HLEN;
-	if (bpf_skb_load_bytes(skb, bthoff + BTH_LEN, b, DATA_HLEN + INT_SHIM_LEN) < 0)
+	if (bpf_skb_load_bytes(skb, bthoff + BTH_LEN + sec, b, DATA_HLEN + INT_SHIM_LEN) < 0)
 		return 0;
 	__u8 *shim = b + DATA_HLEN;
 	if (!(b[13] & FLAG_INT) || shim[0] != INT_VERSION)
@@ -255,10 +264,10 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	__u8 max = shim[2];
 	if (max == 0 || max > MAX_HOPS || max != b[14] || shim[1] > max)
 		return 0;
-	// The region must lie before the ICRC.
-	if (UDP_HLEN + INT_SHIM_OFF + INT_SHIM_LEN + (__u32)max * HOP_LEN + ICRC_LEN > ulen)
+	// The region must lie before the tag and the ICRC.
+	if (UDP_HLEN + INT_SHIM_OFF + sec + INT_SHIM_LEN + (__u32)max * HOP_LEN + tag + ICRC_LEN > ulen)
 		return 0;
-	p->shim = bthoff + INT_SHIM_OFF;
+	p->shim = bthoff + INT_SHIM_OFF + sec;
 	p->count = shim[1];
 	p->max = max;
 	return 0;

@@ -174,6 +174,41 @@ func TestRTOResendsOldestOnly(t *testing.T) {
 	}
 }
 
+// TestRTOResendEchoBeatsMinRTT: the ACK of a timeout's resend that echoes
+// the resend's own send time is the resend's, even when it comes sooner
+// than the smallest RTT measured (the fabric drained since the samples were
+// taken under load): RACK declares lost the packets sent before it. An ACK
+// with no echoed time that soon is still taken for the original's.
+func TestRTOResendEchoBeatsMinRTT(t *testing.T) {
+	for _, echo := range []bool{true, false} {
+		s := mustNew(t, Config{NoTLP: true}, 0)
+		start := queued(t, s)
+		first := s.Next()
+		sendOn(t, s, start, 1)
+		sendOn(t, s, start+10*us, 2)
+		sendOn(t, s, start+20*us, 3)
+		now := s.NextTimeout()
+		s.OnTimeout(now, nil)
+		if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0)) {
+			t.Fatalf("echo %v: RTO resent %v, want the oldest", echo, got)
+		}
+		a := sackOf(first.Next(), first)
+		if echo {
+			a.AckedSentAt = now
+		}
+		at := now + 5*us // under the 10µs minimum RTT
+		s.OnAck(at, a, nil)
+		want := []psn.PSN(nil)
+		if echo {
+			want = psns(first, 1, 2)
+		}
+		if got := resendLost(t, s, at); !samePSNs(got, want) {
+			t.Fatalf("echo %v: after the resend's ACK resent %v, want %v", echo, got, want)
+		}
+		mustCheck(t, s)
+	}
+}
+
 // TestSpuriousRTO: a queue longer than the timer, not a loss. The
 // originals' ACK comes after the timeout's resend left; the timeout is
 // counted spurious and one packet was resent, not the window.

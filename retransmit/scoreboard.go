@@ -45,7 +45,9 @@ type Ack struct {
 	// packet carried and the ACK echoes (SelectiveRepeat only). When it is
 	// earlier than the packet's latest transmission, the ACK is for an
 	// earlier one: the resend was spurious, and the reordering window grows
-	// (the timestamp test of RFC 3522, standing in for DSACK).
+	// (the timestamp test of RFC 3522, standing in for DSACK); when it is
+	// the latest transmission's, the ACK is the resend's, however soon it
+	// came.
 	AckedSentAt clock.Time
 }
 
@@ -608,7 +610,13 @@ type ackState struct {
 
 // ackOne marks p acknowledged. RFC 8985 6.2 step 2: the RACK state follows
 // the most recently sent packet delivered, skipping a retransmitted one
-// whose ACK came sooner than the minimum RTT (it acknowledges the original).
+// whose ACK acknowledges an earlier transmission: as the send time the ACK
+// echoes says when p triggered it (RFC 3522's timestamp test), otherwise
+// when the ACK came sooner than the minimum RTT. The echo wins over the
+// minimum: a fabric that drained after a failure returns a resend's ACK
+// sooner than any RTT measured under load, and the packets sent before the
+// resend must then be declared lost, not left to the next timeout
+// (TestRTOResendEchoBeatsMinRTT, TestSpineFailAllToAll).
 func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, dst []Event) []Event {
 	if e.flags&fLost == 0 {
 		s.inPkts--
@@ -616,8 +624,8 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	}
 	retx := e.flags&fRetx != 0
 	early := retx && s.hasRTT && now.Sub(e.sentAt) < s.minRTT
-	if retx && st.hasTrig && p == st.trigger && st.trigTx != 0 && st.trigTx.Before(e.sentAt) {
-		early = true // the echoed send time is an earlier transmission's
+	if retx && st.hasTrig && p == st.trigger && st.trigTx != 0 {
+		early = st.trigTx.Before(e.sentAt)
 	}
 	if e.flags&fLost != 0 || early {
 		s.spurious(e)
@@ -643,7 +651,12 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 	st.res.AckedPkts++
 	st.res.AckedBytes += int(e.bytes)
 	s.stats.Acked++
-	if !retx && !now.Before(e.sentAt) {
+	// Karn's rule takes no sample from a resend, unless the ACK echoes the
+	// resend's own send time (RFC 7323 3.3's timestamps): a QP resending
+	// after a failure would otherwise keep its timer backed off until a
+	// first transmission is acknowledged (TestRTOResendEchoBeatsMinRTT).
+	echoed := retx && st.hasTrig && p == st.trigger && st.trigTx == e.sentAt
+	if (!retx || echoed) && !now.Before(e.sentAt) {
 		if !st.sampOK || e.sentAt.After(st.sampAt) {
 			st.sampOK, st.sampAt = true, e.sentAt
 		}

@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "f785b97f9c38efed2998ab925acbd9be13f88818af5e7639340e3429875c86e5",
+		frames: "773f43aae96652da55631ef65970b926f6da483bbef69071bc927af8ac1f14c6",
+		state:  "69b9691c212b14f8476074cbff6d4ae7a95594a4e0c76b6215739ca66e643558",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "b2c0e956a68119d131c0cc0dcf4f8190e35fde2514c6773e5762cb3dd94c942b",
+		frames: "f42e14fadd864c1251c5fb39e2b47749a44799727c6a1abe51e5337a4283dc16",
+		state:  "810337792da4ab16dffd984f8294011c0e35670c0a4092221ea141d989fcd1d9",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "1f6701eac9c3991c9022b32e99a2ac855ecc1a8e88e7d0435782d27ec23e2fe3",
-		state:  "99f4cb63cd18a910f6e390679a8f2c26a94ae5dbe34bd2ada6d9b094cd95fdcc",
+		frames: "cde686ed56276ee2425006a1757be163a4626a15e224d5d30536297e4caf0531",
+		state:  "749197a7048e8abeb19042b3c4b3be1d4978eacd2b449079627dbd1508651441",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

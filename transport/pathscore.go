@@ -34,11 +34,17 @@ func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 // nextEntropy picks the entropy of the packet being encoded: a
 // retransmission (q.resending) from the policy's Resender when it has one,
 // so that a resend does not become the probe of a path out of the spray
-// set, and, after a retransmission timeout with no progress since
-// (q.inRTO), goes on the path with the freshest proof of delivery.
+// set, and, after a retransmission timeout (q.inRTO) and until the
+// cumulative ACK passes the PSNs outstanding when it fired
+// (q.rtoRecovery), goes on the path with the freshest proof of delivery:
+// when the round trip shows a queue the timeout resends the oldest packet
+// alone (F-RTO), and the packets RACK declares lost once its ACK arrives
+// are those of a dead path; resent on paths that lost nothing yet, they
+// met the same dead spine and waited for another, doubled, timeout
+// (TestSpineFailAllToAll).
 func (q *QP) nextEntropy(now clock.Time) uint16 {
 	if r, ok := q.paths.(multipath.Resender); ok && q.resending {
-		return r.NextResend(now, q.inRTO)
+		return r.NextResend(now, q.inRTO || q.rtoRecovery)
 	}
 	return q.paths.Next(now)
 }

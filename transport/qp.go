@@ -268,6 +268,10 @@ type QP struct {
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
 	inRTO bool
+	// rtoRecovery: a retransmission timeout fired and the cumulative ACK
+	// has not yet passed rtoEnd, the next PSN at the time (see nextEntropy)
+	rtoRecovery bool
+	rtoEnd      psn.PSN
 
 	// received messages and the acknowledgement owed; recvq grows with
 	// them (pushRecv) and is given back when idle (trim)
@@ -823,6 +827,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 		q.onEvents(now)
 		if kind == retransmit.RTO {
 			q.inRTO = true
+			q.rtoRecovery, q.rtoEnd = true, q.sb.Next()
 			q.stats.Timeouts++
 			q.ctrl.OnTimeout(now)
 		}

@@ -159,6 +159,15 @@ func (s *spineFabric) run(limit clock.Time, during func(now clock.Time), done fu
 // data packets, acknowledgements and probes that hash onto it are lost.
 // Every message of every later burst must still arrive byte-exact, with no
 // QP failing for an unreachable peer.
+//
+// The burst in which the spine dies must also end within failPeriods
+// MinRTO periods of simulated time, no QP taking more than failTimeouts
+// timeouts in it. The receivers' queues keep SRTT above twice the smallest
+// RTT, so every first timeout is an F-RTO (the oldest packet resent
+// alone); the packets RACK then declares lost must go on a path that
+// delivers, and the resend's ACK, though it comes sooner than any RTT
+// measured under the queue, must count (nextEntropy, ackOne). Without
+// either the burst took 7.5 periods here, three timeouts in a row.
 func TestSpineFailAllToAll(t *testing.T) { spineFail(t, false) }
 
 // TestSpineFailOneWay is TestSpineFailAllToAll with data from the hosts of
@@ -174,6 +183,10 @@ func spineFail(t *testing.T, oneWay bool) {
 		failAt = 6
 		size   = 80 << 10 // about 24 packets of the compare run's MTU
 		gap    = 200 * time.Millisecond
+		// failPeriods and failTimeouts bound the burst of the failure
+		// (TestSpineFailAllToAll).
+		failPeriods  = 5
+		failTimeouts = 3
 	)
 	seed := testutil.Seed(t)
 	rng := testutil.Rand(t)
@@ -215,6 +228,7 @@ func spineFail(t *testing.T, oneWay bool) {
 			s.comps[i] = s.comps[i][:0]
 		}
 		start := s.clk.Now()
+		before := s.timeouts()
 		during := func(now clock.Time) {
 			if it == failAt && !s.dead && now.Sub(start) > time.Millisecond {
 				s.dead = true
@@ -247,10 +261,35 @@ func spineFail(t *testing.T, oneWay bool) {
 				}
 			}
 		}
+		if it == failAt && !oneWay {
+			after, most := s.timeouts(), uint64(0)
+			for k := range after {
+				most = max(most, after[k]-before[k])
+			}
+			took := s.clk.Now().Sub(start)
+			t.Logf("the burst of the failure took %v (%.1f MinRTO periods), at most %d timeouts on one QP", took, float64(took)/float64(cfg.MinRTO), most)
+			if took > failPeriods*cfg.MinRTO || most > failTimeouts {
+				t.Fatalf("the burst of the failure took %v, over %d MinRTO periods (%v), or a QP took %d timeouts, over %d",
+					took, failPeriods, failPeriods*cfg.MinRTO, most, failTimeouts)
+			}
+		}
 		s.clk.Set(s.clk.Now().Add(gap))
 	}
 	if !s.dead || s.dropped == 0 {
 		t.Fatalf("the spine never died (%d frames dropped)", s.dropped)
 	}
 	t.Logf("%d frames dropped on the dead spine", s.dropped)
+}
+
+// timeouts returns the retransmission timeouts of every QP, host by host.
+func (s *spineFabric) timeouts() []uint64 {
+	var n []uint64
+	for _, row := range s.qps {
+		for _, q := range row {
+			if q != nil {
+				n = append(n, q.Stats().Timeouts)
+			}
+		}
+	}
+	return n
 }

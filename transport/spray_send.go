@@ -146,9 +146,10 @@ func (s *spraySender) pollCopy(now clock.Time, buf []byte, rate float64) (int, e
 	}
 	m := q.msgTag(s.copyTag)
 	q.resending = true
-	q.inRTO = false // the next path of the round, not the freshest again
+	rec := q.rtoRecovery
+	q.inRTO, q.rtoRecovery = false, false // the next path of the round, not the freshest again
 	n, entropy, err := q.encodeData(now, buf, m, uint32(s.copyTag), s.copyPSN)
-	q.inRTO, q.resending = true, false
+	q.inRTO, q.rtoRecovery, q.resending = true, rec, false
 	if err != nil {
 		return 0, err
 	}
@@ -240,6 +241,9 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q.takeEvents(ev)
 	if res.Progress {
 		q.inRTO = false
+		if q.rtoRecovery && !q.sb.Oldest().Less(q.rtoEnd) {
+			q.rtoRecovery = false
+		}
 	}
 	q.onEvents(now)
 	q.scorePaths(now, psn.New(a.AckedPSN))
