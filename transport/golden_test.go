@@ -54,7 +54,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "f785b97f9c38efed2998ab925acbd9be13f88818af5e7639340e3429875c86e5",
+		state:  "837e5c1f358774747ad0115127b666b21cc2673371962085ba773fa92eaed986",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -69,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "b2c0e956a68119d131c0cc0dcf4f8190e35fde2514c6773e5762cb3dd94c942b",
+		state:  "3490e7b2bc9665bc09fa4865096044b93ca0858a13ec64e0151a1a97f3a850e7",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "033d826d7fd046b753c4889b2dbd05ee1f69634b64fa41cde351260b655f7021",
+		state:  "c0afc735f332a123ba7e11ecffd189802b4ed13eee9642a011951e0cd2fcaa4f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
-		state:  "18bc68ee6c4494156a46445af58ad919b2fe4c94125ac5107fc1924ce55cd6dc",
+		state:  "34ceaae394e56fbde565b889ae1dd54beede0e018dfcef0910a179d40823e9cd",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -106,7 +106,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
 		frames: "1f6701eac9c3991c9022b32e99a2ac855ecc1a8e88e7d0435782d27ec23e2fe3",
-		state:  "99f4cb63cd18a910f6e390679a8f2c26a94ae5dbe34bd2ada6d9b094cd95fdcc",
+		state:  "71b40564ef74f012535ce5c6069ad832a6502afffbf0a9cbb551577af33d5225",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "6bd1d2075a6ffd79b467b54c74f904ef218f64e8d48d373cfe354c6cfe5c4f13",
+		state:  "9c531b6d3c817718398a5d460318dc2750bd4cfd2730a0a7bd592a61986fbd7f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

@@ -183,6 +183,20 @@ type QPStats struct {
 	// (Spray; see Conn.PostRecv). The others were placed straight there.
 	RecvCopied uint64
 
+	// Receiver-paced credits (Config.Credits). A sender counts the
+	// requests it sent, the grants it received (ACKs that carried credit
+	// not included), the packets it sent unsolicited, the times it had
+	// data that only credit held back (CreditWaits) and the times it gave
+	// up on its peer's credit and sent freely (CreditFallbacks: the
+	// peer's ACKs carry none, or it answered no request); a receiver the
+	// grants it sent and the requests it received. CreditRejected counts
+	// grants and requests dropped as nonsense (far beyond what was sent
+	// or granted).
+	CreditRequestsSent, CreditGrantsReceived uint64
+	CreditGrantsSent, CreditRequestsReceived uint64
+	UnsolicitedPackets, CreditWaits          uint64
+	CreditFallbacks, CreditRejected          uint64
+
 	// Security counts a secured QP's dropped packets and key rotations
 	// (QP.Secure); zero for a clear QP.
 	Security SecurityStats
@@ -308,6 +322,10 @@ type QP struct {
 	sch    qpSched   // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
+	// cs and cr are the sender's and the receiver's credit state
+	// (Config.Credits; credit.go).
+	cs creditSend
+	cr creditRecv
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -528,6 +546,7 @@ func (q *QP) push(wr WorkRequest) {
 		q.growSend()
 	}
 	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
+	q.creditPosted(n)
 	q.nextID++
 	q.tail++
 }
@@ -705,6 +724,7 @@ func (q *QP) timerDeadline() clock.Time {
 		return clock.Never
 	}
 	t := clock.Min(q.sb.NextTimeout(), q.ctrl.NextTimer())
+	t = clock.Min(t, q.creditDeadline())
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}
@@ -771,14 +791,14 @@ func (q *QP) trim() {
 // hasData reports whether the sender has packets waiting to go that only
 // pacing may hold back.
 func (q *QP) hasData() bool {
-	return q.sb.HasLost() || q.canSendNew() || q.rcv.responding()
+	return q.sb.HasLost() && q.mayCredit() || q.canSendNew() || q.rcv.responding()
 }
 
 func (q *QP) canSendNew() bool {
 	if q.cursor >= q.tail || q.sb.Full() {
 		return false
 	}
-	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) {
+	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) || !q.mayCredit() {
 		return false
 	}
 	if n := q.snd.span(q.msg(q.cursor), q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
@@ -805,6 +825,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 	if now >= q.ctrl.NextTimer() {
 		q.ctrl.OnTimer(now)
 	}
+	q.creditTimeout(now)
 	if now >= q.readDeadline() {
 		q.fail(fmt.Errorf("%w: a READ's response did not arrive: nothing from the peer for %v (a response in frames larger than this side's MTU never arrives: check that both sides' MTUs match)",
 			ErrPeerUnreachable, q.readPatience()))
@@ -843,6 +864,13 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
+	if q.cr.due {
+		return q.encodeGrant(buf)
+	}
+	if q.creditRequestDue() {
+		return q.encodeCreditRequest(now, buf)
+	}
+	q.creditWait()
 	rate := q.ctrl.Rate()
 	if rate > 0 && q.pacer.Next(now, rate) > now {
 		return 0, nil
@@ -861,7 +889,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if n, err := q.snd.pollCopy(now, buf, rate); n > 0 || err != nil {
 		return n, err
 	}
-	for q.sb.HasLost() {
+	for q.sb.HasLost() && q.mayCredit() {
 		p, tag, _ := q.sb.PopLost()
 		off := uint32(tag)
 		m := q.msgTag(tag)
@@ -873,6 +901,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 			}
 			continue
 		}
+		q.takeCredit(true)
 		q.resending = true
 		n, entropy, err := q.encodeData(now, buf, m, off, p)
 		q.resending = false
@@ -895,6 +924,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	off := q.curOff
 	p := q.sb.Next()
 	span := q.snd.span(m, off)
+	q.takeCredit(false)
 	n, entropy, err := q.encodeData(now, buf, m, off, p)
 	if err != nil {
 		return 0, err
@@ -1054,6 +1084,10 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		if !q.snd.onCNP(now) {
 			q.stats.RejectedCNPs++
 		}
+	case op == wire.OpCreditGrant:
+		q.onGrant(now, pk)
+	case op == wire.OpCreditRequest:
+		q.onCreditRequest(pk)
 	default:
 		q.stats.BadPackets++
 	}
@@ -1115,6 +1149,7 @@ func (q *QP) onEvents(now clock.Time) {
 	for i := range q.events {
 		e := &q.events[i]
 		if e.Lost {
+			q.creditLost()
 			q.paths.OnLoss(now, e.Entropy)
 			q.ctrl.OnLoss(now, e.Bytes)
 			continue
