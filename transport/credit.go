@@ -320,6 +320,17 @@ func (q *QP) grantable() int {
 	return int(min(int64(creditGrantPkts), int64(cr.want-cr.limit), int64(creditMaxOut-out)))
 }
 
+// granted notes credit the pacer just added. While the sender has at
+// least AckEvery packets of the credit it was told still to arrive, the
+// ACK those packets bring carries the new credit: no grant packet of its
+// own (TestCreditGrantsRideAcks).
+func (q *QP) granted() {
+	if int32(q.cr.told-q.cr.got) < int32(q.cfg.AckEvery) {
+		q.cr.due = true
+		q.touch()
+	}
+}
+
 // fillCredit puts the receiver's credit into an ACK.
 func (q *QP) fillCredit(a *wire.Ack) {
 	if !q.cfg.Credits {
@@ -430,8 +441,7 @@ func (p *creditPacer) run(e *Engine, now clock.Time) {
 			q.cr.queued = false
 		} else {
 			q.cr.limit += uint32(n)
-			q.cr.due = true
-			q.touch()
+			q.granted()
 			p.book(now, n*p.cost)
 			p.ring = append(p.ring, q)
 		}
