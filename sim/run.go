@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -731,12 +729,6 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		}
 		if prof == ProfileSprayCredits {
 			tc.Credits, tc.LineRate = true, float64(t.HostRate)/8
-			if v, err := strconv.Atoi(os.Getenv("XUNSOL")); err == nil { // EXPERIMENT
-				tc.CreditUnsolicited = v
-			}
-			if v, err := strconv.ParseFloat(os.Getenv("XRATE"), 64); err == nil { // EXPERIMENT
-				tc.LineRate *= v
-			}
 		}
 		if t.Kind == FatTree {
 			tc.INTHops = 5
