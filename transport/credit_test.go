@@ -222,6 +222,9 @@ func TestCreditFanIn(t *testing.T) {
 		s := creditSum(f.qs)
 		t.Logf("credits %v: %v, queue peak %d B, retransmits %d of %d packets; sender %+v", on, took[i], peak[i], s.Retransmits, s.TxPackets, s)
 	}
+	if peak[0] < 32*1514 {
+		t.Errorf("queue peak %d B without credits: below one frame per sender", peak[0])
+	}
 	if peak[1]*4 > peak[0] {
 		t.Errorf("queue peak %d B with credits, %d B without: want under a quarter", peak[1], peak[0])
 	}
@@ -245,22 +248,26 @@ func dropFirst(op wire.Opcode, n int, dropped *int) func([]byte) bool {
 	}
 }
 
-// TestCreditLostGrant: with every grant packet lost for a while (and the
-// credit in ACKs), the transfer still completes: the sender asks again
-// and the receiver answers.
+// TestCreditLostGrant: the first grant packets are lost (and with them
+// the credit of senders that have nothing in flight to be ACKed): the
+// senders ask again, the receiver answers, and the transfer completes
+// on credit.
 func TestCreditLostGrant(t *testing.T) {
 	seed := testutil.Seed(t)
 	cfg := creditConfig(seed, true)
 	cfg.CreditUnsolicited = 2 << 10
 	mc := fanInFabric(seed)
 	dropped := 0
-	mc.Filter = dropFirst(wire.OpCreditGrant, 20, &dropped)
+	mc.Filter = dropFirst(wire.OpCreditGrant, 6, &dropped)
 	f := newFanIn(t, 4, mc, cfg, cfg)
 	f.transfer(64<<10, rand.New(rand.NewPCG(seed, 3)))
 	s := creditSum(f.qs)
 	t.Logf("dropped %d grants; %+v", dropped, s)
-	if dropped < 20 {
+	if dropped < 6 {
 		t.Fatalf("only %d grants sent to drop", dropped)
+	}
+	if s.CreditRequestsSent <= 4 {
+		t.Errorf("%d requests: no sender asked again", s.CreditRequestsSent)
 	}
 	if s.CreditFallbacks != 0 {
 		t.Errorf("%d senders gave up on credits", s.CreditFallbacks)
@@ -321,5 +328,56 @@ func TestCreditReceiverOnly(t *testing.T) {
 	f.transfer(256<<10, rand.New(rand.NewPCG(seed, 6)))
 	if r := creditSum(f.qr); r.CreditGrantsSent != 0 {
 		t.Errorf("%d grants to senders that asked for none", r.CreditGrantsSent)
+	}
+}
+
+// TestCreditHostileRequests: a peer that asks for far more than it sends
+// gets at most creditMaxOut packets of credit while it sends nothing; one
+// that also claims to have used every grant gets no more than the link's
+// rate; requests that are nonsense (more used than granted, a count far
+// beyond the credit) are dropped and counted.
+func TestCreditHostileRequests(t *testing.T) {
+	seed := testutil.Seed(t)
+	f := newFanIn(t, 1, fanInFabric(seed), creditConfig(seed, true), creditConfig(seed, true))
+	q := f.qr[0]
+	req := func(count, used uint32) {
+		pk := wire.Packet{IP: wire.IP{Src: f.qs[0].lip}, BTH: wire.BTH{Opcode: wire.OpCreditRequest},
+			Credit: wire.Credit{Count: count, Used: used}}
+		q.Handle(f.clk.Now(), &pk)
+	}
+	step := func(d time.Duration) { // runs the engines for d, idle or not
+		end := f.clk.Now().Add(d)
+		for f.clk.Now() < end {
+			for _, e := range append([]*Engine{f.recv}, f.sends...) {
+				if _, err := e.Step(f.clk.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			next := clock.Min(f.fab.NextDelivery(), clock.Min(f.recv.NextDeadline(), f.sends[0].NextDeadline()))
+			f.clk.Set(min(max(next, f.clk.Now()+1), end))
+		}
+	}
+	req(1<<20, 0)
+	step(time.Millisecond)
+	if got := q.cr.limit; got != creditMaxOut {
+		t.Fatalf("granted %d packets to a sender that sent none, want %d", got, creditMaxOut)
+	}
+	// Claiming every grant used, for 1 ms: at 10 Gb/s and 1,538 bytes a
+	// packet (nothing arrived: MTU and overhead) the link carries 812.
+	start := q.cr.limit
+	for range 100 {
+		req(1<<20, q.cr.limit)
+		step(10 * time.Microsecond)
+	}
+	perMs := uint32(int(fanInRate/8/1e3) / (1514 + creditWireOverhead))
+	t.Logf("granted %d packets in 1 ms of claimed use (link: %d)", q.cr.limit-start, perMs)
+	if got := q.cr.limit - start; got > perMs+creditGrantPkts {
+		t.Errorf("granted %d packets in 1 ms, the link carries %d", got, perMs)
+	}
+	rej := q.Stats().CreditRejected
+	req(q.cr.limit+1<<25, 0)  // far beyond the credit
+	req(1<<20, q.cr.limit+10) // more used than granted
+	if got := q.Stats().CreditRejected - rej; got != 2 {
+		t.Errorf("%d nonsense requests counted, want 2", got)
 	}
 }
