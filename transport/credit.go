@@ -72,7 +72,6 @@ type creditSend struct {
 	used    uint32 // packets sent against credit, in all
 	unsol   int    // packets left of the burst's unsolicited window
 	backlog int    // new packets posted and not sent yet
-	lost    int    // packets declared lost and not resent yet (an estimate)
 	asked   uint32 // the count last requested
 	reqDue  bool   // a request is owed
 	retry   bool   // it is a retry: the receiver answers at once
@@ -108,17 +107,10 @@ func (q *QP) creditPosted(n int) {
 		return
 	}
 	cs := &q.cs
-	if cs.backlog == 0 && cs.lost == 0 && q.sb.Outstanding() == 0 {
+	if cs.backlog == 0 && q.sb.Outstanding() == 0 {
 		cs.unsol = q.creditUnsolPkts()
 	}
 	cs.backlog += n
-}
-
-// creditLost notes a packet declared lost: it needs credit again.
-func (q *QP) creditLost() {
-	if q.cfg.Credits {
-		q.cs.lost++
-	}
 }
 
 // mayCredit reports whether credit lets the next data packet go.
@@ -130,19 +122,18 @@ func (q *QP) mayCredit() bool {
 	return cs.unsol > 0 || serialLess(cs.used, cs.limit)
 }
 
-// takeCredit spends the credit of a data packet about to be encoded (new,
-// or a resend) and sets the bit it carries.
+// takeCredit spends the credit of a data packet about to be encoded and
+// sets the bit it carries. A resend takes none and goes at once: losses
+// are rare, the receiver books it as it arrives, and a tail probe or a
+// timeout's resend that waited for credit would wait for a request's
+// round trip, or for creditRetry, on top of the loss's detection.
 func (q *QP) takeCredit(resend bool) {
 	cs := &q.cs
 	cs.bit = 0
-	if !q.cfg.Credits {
+	if !q.cfg.Credits || resend {
 		return
 	}
-	if resend {
-		cs.lost = max(cs.lost-1, 0)
-	} else {
-		cs.backlog = max(cs.backlog-1, 0)
-	}
+	cs.backlog = max(cs.backlog-1, 0)
 	if cs.mode == creditOff {
 		return
 	}
@@ -161,7 +152,7 @@ func (q *QP) takeCredit(resend bool) {
 
 // creditWait notes that the sender has data that only credit holds back.
 func (q *QP) creditWait() {
-	if q.credits() && !q.cs.waiting && (q.cs.backlog > 0 || q.sb.HasLost()) && !q.mayCredit() {
+	if q.credits() && !q.cs.waiting && q.cs.backlog > 0 && !q.mayCredit() {
 		q.cs.waiting = true
 		q.stats.CreditWaits++
 	}
@@ -171,12 +162,7 @@ func (q *QP) creditWait() {
 // and what it has to send beyond the unsolicited window.
 func (q *QP) creditWant() uint32 {
 	cs := &q.cs
-	need := cs.backlog + cs.lost
-	if !q.sb.HasLost() {
-		cs.lost = 0
-		need = cs.backlog
-	}
-	return cs.used + uint32(max(need-cs.unsol, 0))
+	return cs.used + uint32(max(cs.backlog-cs.unsol, 0))
 }
 
 // creditRequestDue reports whether a credit request is owed.
@@ -189,7 +175,7 @@ func (q *QP) creditRequestDue() bool {
 
 // creditDeadline is when a sender that waits for credit asks again.
 func (q *QP) creditDeadline() clock.Time {
-	if !q.credits() || q.mayCredit() || (q.cs.backlog == 0 && !q.sb.HasLost()) {
+	if !q.credits() || q.mayCredit() || q.cs.backlog == 0 {
 		return clock.Never
 	}
 	return max(q.cs.reqAt, q.cs.heardAt).Add(q.creditRetry())

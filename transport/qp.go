@@ -791,7 +791,7 @@ func (q *QP) trim() {
 // hasData reports whether the sender has packets waiting to go that only
 // pacing may hold back.
 func (q *QP) hasData() bool {
-	return q.sb.HasLost() && q.mayCredit() || q.canSendNew() || q.rcv.responding()
+	return q.sb.HasLost() || q.canSendNew() || q.rcv.responding()
 }
 
 func (q *QP) canSendNew() bool {
@@ -889,7 +889,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if n, err := q.snd.pollCopy(now, buf, rate); n > 0 || err != nil {
 		return n, err
 	}
-	for q.sb.HasLost() && q.mayCredit() {
+	for q.sb.HasLost() {
 		p, tag, _ := q.sb.PopLost()
 		off := uint32(tag)
 		m := q.msgTag(tag)
@@ -1149,7 +1149,6 @@ func (q *QP) onEvents(now clock.Time) {
 	for i := range q.events {
 		e := &q.events[i]
 		if e.Lost {
-			q.creditLost()
 			q.paths.OnLoss(now, e.Entropy)
 			q.ctrl.OnLoss(now, e.Bytes)
 			continue
