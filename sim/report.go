@@ -75,6 +75,13 @@ func WriteTable(w io.Writer, res Result) {
 	for i, n := range notes {
 		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
 	}
+	for _, r := range res.Rows {
+		if r.CreditGrants+r.CreditRequests+r.Unsolicited > 0 {
+			fmt.Fprintf(w, "# %s/%s credits: %d grants, %d requests, %d packets unsolicited, %d waits, %d fallbacks; %d data packets, %.3f%% retransmitted\n",
+				r.Scenario, r.Profile, r.CreditGrants, r.CreditRequests, r.Unsolicited, r.CreditWaits, r.CreditFallbacks,
+				r.DataPackets, 100*float64(r.Retransmits)/float64(max(r.DataPackets, 1)))
+		}
+	}
 	if short {
 		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)
 	}
@@ -193,9 +200,10 @@ func WriteJSON(w io.Writer, res Result) error {
 }
 
 var profileColors = map[string]color.Color{
-	ProfileRoCE:      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	ProfileSpray:     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	ProfileSprayECMP: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	ProfileRoCE:         color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	ProfileSpray:        color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	ProfileSprayECMP:    color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	ProfileSprayCredits: color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
 // ErrNoSamples is returned by WritePNG when no row completed a flow.

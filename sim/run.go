@@ -27,6 +27,10 @@ const (
 	// that isolates spraying (htsim's comparison of ECMP and spraying
 	// under one transport).
 	ProfileSprayECMP = "spray-ecmp"
+	// ProfileSprayCredits is spray with receiver-paced credits
+	// (transport.Config.Credits): each host's engine grants its senders
+	// its link's rate.
+	ProfileSprayCredits = "spray-credits"
 )
 
 // Scenarios that Run knows.
@@ -133,7 +137,9 @@ type Row struct {
 	// flow posted to last flow received), for collectives.
 	Iterations []time.Duration `json:"iterations_ns,omitempty"`
 	AlgBW      float64         `json:"algbw_gbps"`
-	// Transport counters, summed over every QP.
+	// Transport counters, summed over every QP. DataPackets counts the
+	// data packets sent, retransmissions included.
+	DataPackets uint64 `json:"data_packets"`
 	Retransmits uint64 `json:"retransmits"`
 	// TLPs counts the tail loss probes among the retransmits.
 	TLPs       uint64 `json:"tlps"`
@@ -141,6 +147,14 @@ type Row struct {
 	Timeouts   uint64 `json:"timeouts"`
 	ECNMarks   uint64 `json:"ecn_marks"`
 	Drops      Drops  `json:"drops"`
+	// Credits (spray-credits): grant packets and credit requests sent,
+	// packets sent unsolicited, waits for credit, and senders that gave
+	// up on their receiver's credit (transport.QPStats).
+	CreditGrants    uint64 `json:"credit_grants,omitempty"`
+	CreditRequests  uint64 `json:"credit_requests,omitempty"`
+	Unsolicited     uint64 `json:"unsolicited_packets,omitempty"`
+	CreditWaits     uint64 `json:"credit_waits,omitempty"`
+	CreditFallbacks uint64 `json:"credit_fallbacks,omitempty"`
 	// Simulated is the simulated time the row's counters cover.
 	Simulated time.Duration `json:"simulated_ns"`
 	// PFC: PAUSE frames sent, per minute of simulated time (0 and left
@@ -193,8 +207,8 @@ func Run(cfg Config) (Result, error) {
 		cfg.Scenarios = DefaultScenarios
 	}
 	for _, p := range cfg.Profiles {
-		if p != ProfileRoCE && p != ProfileSpray && p != ProfileSprayECMP {
-			return Result{}, fmt.Errorf("%w: profile %q (want roce, spray or spray-ecmp)", ErrConfig, p)
+		if p != ProfileRoCE && p != ProfileSpray && p != ProfileSprayECMP && p != ProfileSprayCredits {
+			return Result{}, fmt.Errorf("%w: profile %q (want roce, spray, spray-ecmp or spray-credits)", ErrConfig, p)
 		}
 	}
 	for _, s := range cfg.Scenarios {
@@ -615,7 +629,13 @@ func (r *runner) run(row Row) Row {
 	}
 	for _, q := range r.qps {
 		st := q.Stats()
+		row.DataPackets += st.TxPackets
 		row.Retransmits += st.Retransmits
+		row.CreditGrants += st.CreditGrantsSent
+		row.CreditRequests += st.CreditRequestsSent
+		row.Unsolicited += st.UnsolicitedPackets
+		row.CreditWaits += st.CreditWaits
+		row.CreditFallbacks += st.CreditFallbacks
 		row.Duplicates += st.Duplicates
 		row.Timeouts += st.Timeouts
 		row.ECNMarks += st.ECNMarked
@@ -701,11 +721,14 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		if cfg.RoCECC != "" {
 			name = cfg.RoCECC
 		}
-	case ProfileSpray, ProfileSprayECMP:
+	case ProfileSpray, ProfileSprayECMP, ProfileSprayCredits:
 		// INT records for every switch on the longest path.
 		tc.Profile, tc.Paths, tc.INTHops = transport.Spray, transport.PathsAdaptive, 3
 		if prof == ProfileSprayECMP {
 			tc.Paths = transport.PathsECMP
+		}
+		if prof == ProfileSprayCredits {
+			tc.Credits, tc.LineRate = true, float64(t.HostRate)/8
 		}
 		if t.Kind == FatTree {
 			tc.INTHops = 5

@@ -168,6 +168,22 @@ type Config struct {
 	// rate and increase step (cc.Params.LineRate); unknown, they start
 	// from 100 Gb/s (HPCC, DCQCN) or 16 packets (Swift) and come down.
 	LineRate float64
+	// Credits makes the Spray profile's receivers pace their senders:
+	// the engine shares its link's rate (LineRate, which must be set)
+	// among the QPs whose senders have data for it, by credit grants of
+	// a couple of packets at a time, round robin, and the engine's
+	// senders send an unsolicited window (CreditUnsolicited) at the
+	// start of a burst and the rest against their receiver's credit. A
+	// sender whose peer grants nothing (its ACKs carry no credit) sends
+	// as without credits. Off by default: on a 128-host all-to-all
+	// ("Receiver credits under fan-in" in docs/results.md) the mean and
+	// p99.9 completion times decide it. The RoCE profile refuses it.
+	Credits bool
+	// CreditUnsolicited is the bytes a sender with Credits sends without
+	// credit at the start of a burst (a message posted to a QP with
+	// nothing to send); 0 means DefaultCreditUnsolicited (16 KiB), a
+	// negative value none.
+	CreditUnsolicited int
 	// PacingBurst is the pacer's burst in bytes; 0 means 16 KiB.
 	PacingBurst int
 	// ECN marks data packets ECN-capable (ECT(0)): DCQCN and ECN echo
@@ -377,6 +393,20 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.LocalAckTimeout > MaxLocalAckTimeout {
 		return c, fmt.Errorf("%w: LocalAckTimeout %d above %d", ErrConfig, c.LocalAckTimeout, MaxLocalAckTimeout)
+	}
+	if c.Credits && c.Profile != Spray {
+		return c, fmt.Errorf("%w: Credits needs the Spray profile", ErrConfig)
+	}
+	if c.Credits && c.LineRate == 0 {
+		return c, fmt.Errorf("%w: Credits needs LineRate, the rate the receiver shares", ErrConfig)
+	}
+	switch {
+	case c.CreditUnsolicited == 0:
+		c.CreditUnsolicited = DefaultCreditUnsolicited
+	case c.CreditUnsolicited < 0:
+		c.CreditUnsolicited = 0
+	case c.CreditUnsolicited > 1<<30:
+		return c, fmt.Errorf("%w: CreditUnsolicited %d above 1 GiB", ErrConfig, c.CreditUnsolicited)
 	}
 	if c.PacingBurst == 0 {
 		c.PacingBurst = 16 << 10

@@ -108,6 +108,10 @@ type Engine struct {
 	// rxClock converts link.Frame.RxTime into the engine's time; nil:
 	// frames arrive when Step runs.
 	rxClock func(ns int64) clock.Time
+
+	// credit paces the credit of the senders towards this engine's link
+	// (Config.Credits; credit.go); nil without credits.
+	credit *creditPacer
 }
 
 // QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
@@ -138,6 +142,9 @@ func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable)
 		cfg: c, link: l, info: info, rng: rng, seeded: seeded, mrs: mrs,
 		qps: map[uint32]*QP{}, nextQPN: minQPN + rng.Uint32N(0x1000),
 		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
+	}
+	if c.Credits {
+		e.credit = newCreditPacer(&c)
 	}
 	if checkEngines != nil {
 		e.check = checkEngines(e)
@@ -329,7 +336,16 @@ func (e *Engine) arrival(now clock.Time, rx int64) clock.Time {
 // input decodes a frame that arrived at at and hands it to its QP. The
 // caller counts it in RxFrames: the engine whose link received it.
 func (e *Engine) input(now, at clock.Time, frame []byte) {
-	if err := wire.Decode(frame, &e.pkt); err != nil {
+	err := wire.Decode(frame, &e.pkt)
+	if e.credit != nil {
+		// Every frame but the data that credit booked takes the link.
+		if err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited {
+			e.credit.credited(len(frame))
+		} else {
+			e.credit.arrived(now, len(frame))
+		}
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, wire.ErrTruncated), errors.Is(err, wire.ErrBadLength):
 			e.stats.Truncated++
@@ -436,10 +452,14 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 // Step that reported work.
 func (e *Engine) NextDeadline() clock.Time {
 	e.settle()
+	t := clock.Never
 	if len(e.timers) > 0 {
-		return e.timers[0].at
+		t = e.timers[0].at
 	}
-	return clock.Never
+	if e.credit != nil {
+		t = clock.Min(t, e.credit.deadline())
+	}
+	return t
 }
 
 // Completions appends the completions of every QP to dst.

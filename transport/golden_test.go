@@ -54,7 +54,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
 		frames: "773f43aae96652da55631ef65970b926f6da483bbef69071bc927af8ac1f14c6",
-		state:  "69b9691c212b14f8476074cbff6d4ae7a95594a4e0c76b6215739ca66e643558",
+		state:  "8781edd585d1a9490b3828e12990a1b5619c9d452f4a8428ca822386938dfdd3",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -69,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "f42e14fadd864c1251c5fb39e2b47749a44799727c6a1abe51e5337a4283dc16",
-		state:  "810337792da4ab16dffd984f8294011c0e35670c0a4092221ea141d989fcd1d9",
+		state:  "d167cd6e1af2f875db75ce97357d96803fc43e629a03dea01f33cbaa5afbe271",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "033d826d7fd046b753c4889b2dbd05ee1f69634b64fa41cde351260b655f7021",
+		state:  "c0afc735f332a123ba7e11ecffd189802b4ed13eee9642a011951e0cd2fcaa4f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
-		state:  "18bc68ee6c4494156a46445af58ad919b2fe4c94125ac5107fc1924ce55cd6dc",
+		state:  "34ceaae394e56fbde565b889ae1dd54beede0e018dfcef0910a179d40823e9cd",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -106,7 +106,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
 		frames: "cde686ed56276ee2425006a1757be163a4626a15e224d5d30536297e4caf0531",
-		state:  "749197a7048e8abeb19042b3c4b3be1d4978eacd2b449079627dbd1508651441",
+		state:  "4cf855fac3b9cffadbf8a58a40ed7919863b7558edf071d0608f71d4163a9957",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "6bd1d2075a6ffd79b467b54c74f904ef218f64e8d48d373cfe354c6cfe5c4f13",
+		state:  "9c531b6d3c817718398a5d460318dc2750bd4cfd2730a0a7bd592a61986fbd7f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

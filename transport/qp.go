@@ -183,6 +183,20 @@ type QPStats struct {
 	// (Spray; see Conn.PostRecv). The others were placed straight there.
 	RecvCopied uint64
 
+	// Receiver-paced credits (Config.Credits). A sender counts the
+	// requests it sent, the grants it received (ACKs that carried credit
+	// not included), the packets it sent unsolicited, the times it had
+	// data that only credit held back (CreditWaits) and the times it gave
+	// up on its peer's credit and sent freely (CreditFallbacks: the
+	// peer's ACKs carry none, or it answered no request); a receiver the
+	// grants it sent and the requests it received. CreditRejected counts
+	// grants and requests dropped as nonsense (far beyond what was sent
+	// or granted).
+	CreditRequestsSent, CreditGrantsReceived uint64
+	CreditGrantsSent, CreditRequestsReceived uint64
+	UnsolicitedPackets, CreditWaits          uint64
+	CreditFallbacks, CreditRejected          uint64
+
 	// Security counts a secured QP's dropped packets and key rotations
 	// (QP.Secure); zero for a clear QP.
 	Security SecurityStats
@@ -312,6 +326,10 @@ type QP struct {
 	sch    qpSched   // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
+	// cs and cr are the sender's and the receiver's credit state
+	// (Config.Credits; credit.go).
+	cs creditSend
+	cr creditRecv
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -532,6 +550,7 @@ func (q *QP) push(wr WorkRequest) {
 		q.growSend()
 	}
 	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
+	q.creditPosted(n)
 	q.nextID++
 	q.tail++
 }
@@ -714,7 +733,7 @@ func (q *QP) timerDeadline() clock.Time {
 	if q.state != stateReady {
 		return clock.Never
 	}
-	t := q.sb.NextTimeout()
+	t := clock.Min(q.sb.NextTimeout(), q.creditDeadline())
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}
@@ -788,7 +807,7 @@ func (q *QP) canSendNew() bool {
 	if q.cursor >= q.tail || q.sb.Full() {
 		return false
 	}
-	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) {
+	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) || !q.mayCredit() {
 		return false
 	}
 	if n := q.snd.span(q.msg(q.cursor), q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
@@ -815,6 +834,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 	if now >= q.ctrl.NextTimer() {
 		q.ctrl.OnTimer(now)
 	}
+	q.creditTimeout(now)
 	if now >= q.readDeadline() {
 		q.fail(fmt.Errorf("%w: a READ's response did not arrive: nothing from the peer for %v (a response in frames larger than this side's MTU never arrives: check that both sides' MTUs match)",
 			ErrPeerUnreachable, q.readPatience()))
@@ -854,6 +874,13 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
+	if q.cr.due {
+		return q.encodeGrant(buf)
+	}
+	if q.creditRequestDue() {
+		return q.encodeCreditRequest(now, buf)
+	}
+	q.creditWait()
 	q.ctrl.OnTimer(now) // the rate timers that expired while the QP waited its turn
 	rate := q.ctrl.Rate()
 	if rate > 0 && q.pacer.Next(now, rate) > now {
@@ -885,6 +912,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 			}
 			continue
 		}
+		q.takeCredit(true)
 		q.resending = true
 		n, entropy, err := q.encodeData(now, buf, m, off, p)
 		q.resending = false
@@ -907,6 +935,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	off := q.curOff
 	p := q.sb.Next()
 	span := q.snd.span(m, off)
+	q.takeCredit(false)
 	n, entropy, err := q.encodeData(now, buf, m, off, p)
 	if err != nil {
 		return 0, err
@@ -1066,6 +1095,10 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		if !q.snd.onCNP(now) {
 			q.stats.RejectedCNPs++
 		}
+	case op == wire.OpCreditGrant:
+		q.onGrant(now, pk)
+	case op == wire.OpCreditRequest:
+		q.onCreditRequest(pk)
 	default:
 		q.stats.BadPackets++
 	}

@@ -195,6 +195,9 @@ func (e *Engine) noteCompl(q *QP) {
 // last, then moves every QP whose key passed to the ready list and runs
 // its expired timers.
 func (e *Engine) runTimers(now clock.Time) {
+	if e.credit != nil {
+		e.credit.run(e, now)
+	}
 	e.settle()
 	for len(e.timers) > 0 && e.timers[0].at <= now {
 		q := e.timers[0].q

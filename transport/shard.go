@@ -51,6 +51,9 @@ func NewShards(l link.Multi, cfg Config) (*Shards, error) {
 			return nil, err
 		}
 		e.sh, e.shard = s, i
+		if e.credit != nil {
+			e.credit.perNs /= float64(len(qs)) // the link's rate, shared by its queues' engines
+		}
 		e.woken = make([]bool, len(qs))
 		s.engs = append(s.engs, e)
 	}

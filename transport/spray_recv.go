@@ -138,6 +138,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		}
 		return
 	}
+	q.creditArrived(pk)
 	p := psn.New(pk.BTH.PSN)
 	d := p.Diff(r.win.Cum())
 	switch {
@@ -453,6 +454,7 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		r.q.stats.RNRNaksSent++
 	}
 	r.rnr = false
+	r.q.fillCredit(a)
 	pk.BTH.PSN = a.CumPSN
 	return r.rxErr != 0
 }

@@ -202,6 +202,7 @@ func allKinds(r *rand.Rand, nv netVariant) []kase {
 			if k.HasImm() {
 				p.Imm = r.Uint32()
 			}
+			p.Data.Credit = []uint8{0, wire.DataUnsolicited, wire.DataCredited}[int(k)%3]
 			var payload []byte
 			if k != wire.KindReadReq {
 				payload = pl()
@@ -232,7 +233,17 @@ func allKinds(r *rand.Rand, nv netVariant) []kase {
 				p.Ack.Sack[1] |= 1
 			}
 			p.INT = randHops(r, h)
+			if w%2 == 0 {
+				p.Ack.Flags, p.Ack.Credit = wire.AckCredit, r.Uint32()
+			}
 			add(fmt.Sprintf("spray ACK sack %d hops %d", w, h), p, nil)
+		}
+	}
+	for _, op := range []wire.Opcode{wire.OpCreditGrant, wire.OpCreditRequest} {
+		for _, f := range []uint8{0, wire.CreditRetry} {
+			p := lower(r, nv, op)
+			p.Credit = wire.Credit{Count: r.Uint32(), Used: r.Uint32(), Flags: f}
+			add(fmt.Sprintf("%v flags %#x", op, f), p, nil)
 		}
 	}
 	return ks

@@ -94,6 +94,7 @@ var fields = []string{
 	"spraywire.immdt", "spraywire.cnp.reserved",
 	"spraywire.data.msgid", "spraywire.data.offset", "spraywire.data.msglen", "spraywire.data.kind",
 	"spraywire.data.flags", "spraywire.data.flags.int", "spraywire.data.intmax", "spraywire.data.txtime",
+	"spraywire.data.credit", "spraywire.data.credit.unsolicited", "spraywire.data.credit.credited",
 	"spraywire.data.readreq",
 	"spraywire.int.version", "spraywire.int.count", "spraywire.int.max",
 	"spraywire.hop.switch", "spraywire.hop.port", "spraywire.hop.rate", "spraywire.hop.ts",
@@ -102,6 +103,8 @@ var fields = []string{
 	"spraywire.ack.echotime", "spraywire.ack.hold", "spraywire.ack.hold.ns", "spraywire.ack.hold.from_arrival",
 	"spraywire.ack.ecncount", "spraywire.ack.entropy", "spraywire.ack.syndrome", "spraywire.ack.sackwords",
 	"spraywire.ack.inthops", "spraywire.ack.sack", "spraywire.ack.sack.psns",
+	"spraywire.ack.flags", "spraywire.ack.flags.credit", "spraywire.ack.credit",
+	"spraywire.credit.count", "spraywire.credit.used", "spraywire.credit.flags", "spraywire.credit.flags.retry",
 	"spraywire.secured", "spraywire.sec.version", "spraywire.sec.flags", "spraywire.sec.integrity",
 	"spraywire.sec.epoch", "spraywire.sec.counter", "spraywire.sec.ciphertext", "spraywire.sec.tag",
 	"spraywire.payload", "spraywire.payload.len", "spraywire.pad",
@@ -207,6 +210,9 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 		set("data.flags.int", b2s(d.Flags&wire.FlagINT != 0))
 		set("data.intmax", u(uint64(d.INTMax)))
 		set("data.txtime", u(d.TxTime))
+		set("data.credit", u(uint64(d.Credit)))
+		set("data.credit.unsolicited", b2s(d.Credit&wire.DataUnsolicited != 0))
+		set("data.credit.credited", b2s(d.Credit&wire.DataCredited != 0))
 		if d.Kind == wire.KindReadResp {
 			set("data.readreq", u(uint64(p.Imm)))
 		}
@@ -230,6 +236,9 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 		set("ack.syndrome", u(uint64(a.Syndrome)))
 		set("ack.sackwords", u(uint64(a.SackWords)))
 		set("ack.inthops", u(uint64(a.INTHops)))
+		set("ack.flags", u(uint64(a.Flags)))
+		set("ack.flags.credit", b2s(a.Flags&wire.AckCredit != 0))
+		set("ack.credit", u(uint64(a.Credit)))
 		var ws []string
 		for _, x := range a.Sack[:a.SackWords] {
 			ws = append(ws, u(x))
@@ -239,6 +248,12 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 		syns = append(syns, a.Syndrome)
 	case wire.OpCNP:
 		set("cnp.reserved", strings.Repeat("00", wire.CNPPadLen))
+	case wire.OpCreditGrant, wire.OpCreditRequest:
+		c := &p.Credit
+		set("credit.count", u(uint64(c.Count)))
+		set("credit.used", u(uint64(c.Used)))
+		set("credit.flags", u(uint64(c.Flags)))
+		set("credit.flags.retry", b2s(c.Flags&wire.CreditRetry != 0))
 	}
 	if slices.Contains(opAETH, b.Opcode) {
 		set("aeth.syndrome", u(uint64(p.AETH.Syndrome)))
@@ -738,7 +753,7 @@ func TestDissectorClassicToInfiniband(t *testing.T) {
 		if len(v) != 3 {
 			t.Fatalf("frame %d: tshark says %q", i+1, line)
 		}
-		own := p.BTH.Opcode == wire.OpSprayData || p.BTH.Opcode == wire.OpSprayAck
+		own := p.BTH.Opcode >= wire.OpSprayData // spray's own range, 0xE0-0xFF
 		if own && (v[1] == "" || v[2] != "") || !own && (v[1] != "" || !strings.Contains(v[0], ":infiniband")) {
 			t.Errorf("frame %d (%v): tshark says %q", i+1, p.BTH.Opcode, line)
 		}

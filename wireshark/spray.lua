@@ -63,6 +63,12 @@ local INT_SHIM_LEN, HOP_LEN, MAX_INT_HOPS = 4, 24, 8
 local INT_VERSION = 1
 local MAX_SACK_WORDS = 4
 local FLAG_INT = 0x01
+-- Credits: the data header's credit byte, the ACK's flags, the credit
+-- header of grants and requests (12 bytes).
+local DATA_UNSOLICITED, DATA_CREDITED = 0x01, 0x02
+local ACK_CREDIT = 0x01
+local CREDIT_RETRY = 0x01
+local CREDIT_LEN = 12
 -- The security header (transport/wire/sec.go).
 local SEC_BIT, SEC_LEN, TAG_LEN, SEC_VERSION = 0x40, 16, 16, 1
 local SEC_INTEGRITY_ONLY = 0x01
@@ -80,6 +86,7 @@ local op_names = {
     [0x0D] = "RDMA READ Response First", [0x0E] = "RDMA READ Response Middle",
     [0x0F] = "RDMA READ Response Last", [0x10] = "RDMA READ Response Only",
     [0x11] = "Acknowledge", [0x81] = "CNP", [0xE0] = "spray Data", [0xE1] = "spray ACK",
+    [0xE2] = "spray Credit Grant", [0xE3] = "spray Credit Request",
 }
 
 local kind_names = {
@@ -143,7 +150,9 @@ local F = {
     data_flags = ProtoField.uint8("spraywire.data.flags", "Flags", base.HEX),
     data_flag_int = ProtoField.bool("spraywire.data.flags.int", "INT region follows", 8, nil, FLAG_INT),
     data_intmax = ProtoField.uint8("spraywire.data.intmax", "INT hop slots", base.DEC),
-    data_reserved = ProtoField.uint8("spraywire.data.reserved", "Reserved", base.HEX),
+    data_credit = ProtoField.uint8("spraywire.data.credit", "Credit", base.HEX),
+    data_credit_unsol = ProtoField.bool("spraywire.data.credit.unsolicited", "Sent unsolicited", 8, nil, DATA_UNSOLICITED),
+    data_credit_credited = ProtoField.bool("spraywire.data.credit.credited", "Sent against credit", 8, nil, DATA_CREDITED),
     data_txtime = ProtoField.uint64("spraywire.data.txtime", "Transmit time (ns)", base.DEC),
     data_readreq = ProtoField.uint32("spraywire.data.readreq", "Answers the READ request of MsgID", base.DEC),
 
@@ -176,7 +185,16 @@ local F = {
     ack_syndrome = ProtoField.uint8("spraywire.ack.syndrome", "Syndrome", base.HEX),
     ack_sackwords = ProtoField.uint8("spraywire.ack.sackwords", "SACK words", base.DEC),
     ack_inthops = ProtoField.uint8("spraywire.ack.inthops", "Echoed hop records", base.DEC),
-    ack_reserved = ProtoField.bytes("spraywire.ack.reserved", "Reserved"),
+    ack_flags = ProtoField.uint8("spraywire.ack.flags", "Flags", base.HEX),
+    ack_flag_credit = ProtoField.bool("spraywire.ack.flags.credit", "Carries credit", 8, nil, ACK_CREDIT),
+    ack_credit = ProtoField.uint32("spraywire.ack.credit", "Credit (packets, cumulative)", base.DEC),
+
+    credit = ProtoField.none("spraywire.credit", "spray credit header"),
+    credit_count = ProtoField.uint32("spraywire.credit.count", "Count (packets, cumulative)", base.DEC),
+    credit_used = ProtoField.uint32("spraywire.credit.used", "Used (packets sent against credit)", base.DEC),
+    credit_flags = ProtoField.uint8("spraywire.credit.flags", "Flags", base.HEX),
+    credit_flag_retry = ProtoField.bool("spraywire.credit.flags.retry", "Retry", 8, nil, CREDIT_RETRY),
+    credit_reserved = ProtoField.bytes("spraywire.credit.reserved", "Reserved"),
     ack_sack_block = ProtoField.none("spraywire.ack.sacks", "SACK"),
     ack_sack = ProtoField.uint64("spraywire.ack.sack", "SACK word", base.HEX),
     ack_sack_psns = ProtoField.string("spraywire.ack.sack.psns", "SACKed PSNs"),
@@ -486,8 +504,11 @@ local function dissect_data(tvb, off, tree, ctx)
     local fi = t:add(F.data_flags, tvb(off + 13, 1))
     fi:add(F.data_flag_int, tvb(off + 13, 1))
     local xi = t:add(F.data_intmax, tvb(off + 14, 1))
-    t:add(F.data_reserved, tvb(off + 15, 1))
+    local ci = t:add(F.data_credit, tvb(off + 15, 1))
+    ci:add(F.data_credit_unsol, tvb(off + 15, 1))
+    ci:add(F.data_credit_credited, tvb(off + 15, 1))
     t:add(F.data_txtime, tvb(off + 16, 8))
+    local credit = tvb(off + 15, 1):uint()
     ctx.kind, ctx.flags, ctx.intmax = tvb(off + 12, 1):uint(), tvb(off + 13, 1):uint(), tvb(off + 14, 1):uint()
     ctx.info[#ctx.info + 1] = string.format("%s MsgID %d off %d/%d", kind_names[ctx.kind] or "?",
         tvb(off, 4):uint(), tvb(off + 4, 4):uint(), tvb(off + 8, 4):uint())
@@ -496,6 +517,9 @@ local function dissect_data(tvb, off, tree, ctx)
     end
     if bit32.band(ctx.flags, bit32.bnot(DATA_FLAGS_KNOWN)) ~= 0 then
         return fail(ctx, fi, string.format("unknown flags 0x%02x", bit32.band(ctx.flags, bit32.bnot(DATA_FLAGS_KNOWN))))
+    end
+    if credit ~= 0 and credit ~= DATA_UNSOLICITED and credit ~= DATA_CREDITED then
+        return fail(ctx, ci, string.format("credit byte 0x%02x, want 0, 0x01 or 0x02", credit))
     end
     if bit32.band(ctx.flags, FLAG_INT) == 0 and ctx.intmax ~= 0 then
         return fail(ctx, xi, string.format("%d INT hop slots without the INT flag", ctx.intmax))
@@ -595,7 +619,10 @@ local function dissect_ack(tvb, off, tree, ctx)
     local syn = add_syndrome(ctx, t, F.ack_syndrome, tvb(off + 32, 1))
     local si = t:add(F.ack_sackwords, tvb(off + 33, 1))
     local ii = t:add(F.ack_inthops, tvb(off + 34, 1))
-    t:add(F.ack_reserved, tvb(off + 35, 5))
+    local fi = t:add(F.ack_flags, tvb(off + 35, 1))
+    fi:add(F.ack_flag_credit, tvb(off + 35, 1))
+    local ci = t:add(F.ack_credit, tvb(off + 36, 4))
+    local aflags, acredit = tvb(off + 35, 1):uint(), tvb(off + 36, 4):uint()
     ctx.sackbase, ctx.sackwords, ctx.inthops = tvb(off + 8, 4):uint(), tvb(off + 33, 1):uint(), tvb(off + 34, 1):uint()
     table.insert(ctx.info, #ctx.info, string.format("cum %d acked %d", tvb(off, 4):uint(), tvb(off + 4, 4):uint()))
     if bit32.band(syn, 0xE0) == 0x60 then
@@ -612,6 +639,15 @@ local function dissect_ack(tvb, off, tree, ctx)
     if ctx.inthops > MAX_INT_HOPS then
         return fail(ctx, ii, string.format("%d echoed hop records, at most %d", ctx.inthops, MAX_INT_HOPS))
     end
+    if bit32.band(aflags, bit32.bnot(ACK_CREDIT)) ~= 0 then
+        return fail(ctx, fi, string.format("unknown ACK flags 0x%02x", aflags))
+    end
+    if aflags == 0 and acredit ~= 0 then
+        return fail(ctx, ci, "credit without the credit flag")
+    end
+    if aflags ~= 0 then
+        ctx.info[#ctx.info + 1] = string.format("credit %d", acredit)
+    end
     ctx.payload = false
     off = off + ACK_HDR_LEN
     for _, x in ipairs(ack_exts) do
@@ -621,6 +657,28 @@ local function dissect_ack(tvb, off, tree, ctx)
         end
     end
     return off
+end
+
+-- dissect_credit dissects the header of a credit grant or request.
+local function dissect_credit(tvb, off, tree, ctx)
+    if not need(ctx, tree, off, CREDIT_LEN, "spray credit header") then return nil end
+    local t = tree:add(F.credit, tvb(off, CREDIT_LEN))
+    t:add(F.credit_count, tvb(off, 4))
+    t:add(F.credit_used, tvb(off + 4, 4))
+    local fi = t:add(F.credit_flags, tvb(off + 8, 1))
+    fi:add(F.credit_flag_retry, tvb(off + 8, 1))
+    local ri = t:add(F.credit_reserved, tvb(off + 9, 3))
+    local flags = tvb(off + 8, 1):uint()
+    ctx.info[#ctx.info + 1] = string.format("count %d used %d", tvb(off, 4):uint(), tvb(off + 4, 4):uint())
+    if bit32.band(flags, CREDIT_RETRY) ~= 0 then ctx.info[#ctx.info + 1] = "retry" end
+    if bit32.band(flags, bit32.bnot(CREDIT_RETRY)) ~= 0 then
+        return fail(ctx, fi, string.format("unknown credit flags 0x%02x", flags))
+    end
+    if tvb(off + 9, 3):uint() ~= 0 then
+        return fail(ctx, ri, "reserved bytes of the credit header are not 0")
+    end
+    ctx.payload = false
+    return off + CREDIT_LEN
 end
 
 -- classic returns the dissect function of a classic opcode: its extension
@@ -652,6 +710,8 @@ local opcodes = {
     [0x81] = classic({ C }, false),
     [0xE0] = dissect_data,
     [0xE1] = dissect_ack,
+    [0xE2] = dissect_credit,
+    [0xE3] = dissect_credit,
 }
 
 local infiniband = Dissector.get("infiniband")

@@ -191,6 +191,9 @@ type FabricStats struct {
 	Reordered uint64
 	// QueueDrops counts tail drops at full egress queues.
 	QueueDrops uint64
+	// MaxQueueBytes is the most bytes an egress queue held (the frame
+	// being serialized included): the peak of a fan-in at its receiver.
+	MaxQueueBytes uint64
 	// NoRoute counts frames for a MAC that no open port has.
 	NoRoute uint64
 	// RxDrops counts frames dropped at the receiving port: Frames already
@@ -726,6 +729,7 @@ func (f *Fabric) enqueue(src, dst *Port, b uint32, n int, seq uint64, now clock.
 			src.put(b)
 			return
 		}
+		f.stats.MaxQueueBytes = max(f.stats.MaxQueueBytes, uint64(backlog)+uint64(n))
 		dst.busyF += float64(n) * 8e9 / bw
 		whole := math.Floor(dst.busyF)
 		dst.busy += clock.Time(whole)

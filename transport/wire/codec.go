@@ -266,6 +266,8 @@ func Decode(frame []byte, p *Packet) error {
 		rest, err = decodeData(rest, p)
 	case OpSprayAck:
 		rest, err = decodeAck(rest, p)
+	case OpCreditGrant, OpCreditRequest:
+		rest, err = decodeCredit(rest, p)
 	default:
 		rest, err = decodeClassic(rest, p, opTable[op])
 	}
@@ -350,10 +352,14 @@ func decodeData(rest []byte, p *Packet) ([]byte, error) {
 	d.Kind = OpKind(rest[12])
 	d.Flags = rest[13]
 	d.INTMax = rest[14]
+	d.Credit = rest[15]
 	d.TxTime = binary.BigEndian.Uint64(rest[16:])
 	rest = rest[DataHdrLen:]
 	if d.Kind > KindReadReq {
 		return nil, errDataKind
+	}
+	if !validDataCredit(d.Credit) {
+		return nil, errDataCredit
 	}
 	if d.Flags&^FlagINT != 0 {
 		return nil, errDataFlags
@@ -413,7 +419,12 @@ func decodeAck(rest []byte, p *Packet) ([]byte, error) {
 	a.Syndrome = rest[32]
 	a.SackWords = rest[33]
 	a.INTHops = rest[34]
+	a.Flags = rest[35]
+	a.Credit = binary.BigEndian.Uint32(rest[36:])
 	rest = rest[AckHdrLen:]
+	if !validAckCredit(a) {
+		return nil, errAckFlags
+	}
 	if (a.CumPSN|a.AckedPSN|a.SackBase)>>24 != 0 {
 		return nil, errAckPSN
 	}
@@ -434,6 +445,37 @@ func decodeAck(rest []byte, p *Packet) ([]byte, error) {
 	return rest[ns+nh:], nil
 }
 
+// validDataCredit reports whether a data header's credit byte is 0 or one
+// of its bits.
+func validDataCredit(c uint8) bool { return c == 0 || c == DataUnsolicited || c == DataCredited }
+
+// validAckCredit reports whether an ACK's flags are known and its credit
+// is 0 without AckCredit.
+func validAckCredit(a *Ack) bool { return a.Flags&^AckCredit == 0 && (a.Flags != 0 || a.Credit == 0) }
+
+func decodeCredit(rest []byte, p *Packet) ([]byte, error) {
+	if len(rest) < CreditLen {
+		return nil, errExtShort
+	}
+	c := &p.Credit
+	c.Count = binary.BigEndian.Uint32(rest[0:])
+	c.Used = binary.BigEndian.Uint32(rest[4:])
+	c.Flags = rest[8]
+	if c.Flags&^CreditRetry != 0 || rest[9]|rest[10]|rest[11] != 0 {
+		return nil, errCreditFlags
+	}
+	return rest[CreditLen:], nil
+}
+
+func encodeCredit(x []byte, p *Packet) []byte {
+	c := &p.Credit
+	binary.BigEndian.PutUint32(x[0:], c.Count)
+	binary.BigEndian.PutUint32(x[4:], c.Used)
+	x[8] = c.Flags
+	clear(x[9:CreditLen])
+	return x[CreditLen:]
+}
+
 // extLen returns the length of the extension headers that follow the BTH of
 // p, from the fields of p, without validating them.
 func extLen(p *Packet) int {
@@ -452,6 +494,8 @@ func extLen(p *Packet) int {
 		return n
 	case OpSprayAck:
 		return AckHdrLen + int(p.Ack.SackWords)*8 + int(p.Ack.INTHops)*HopLen
+	case OpCreditGrant, OpCreditRequest:
+		return CreditLen
 	}
 	f, n := opTable[p.BTH.Opcode], 0
 	if f&opRETH != 0 {
@@ -548,6 +592,9 @@ func validate(p *Packet, n int) error {
 		if d.Flags&^FlagINT != 0 {
 			return fmt.Errorf("%w: spray data flags %#x", ErrBadHeader, d.Flags)
 		}
+		if !validDataCredit(d.Credit) {
+			return fmt.Errorf("%w: spray data credit byte %#x", ErrBadHeader, d.Credit)
+		}
 		if d.Flags&FlagINT == 0 {
 			if d.INTMax != 0 || len(p.INT) != 0 {
 				return fmt.Errorf("%w: spray data INTMax %d or %d INT bytes without FlagINT", ErrBadHeader, d.INTMax, len(p.INT))
@@ -565,6 +612,13 @@ func validate(p *Packet, n int) error {
 		}
 		if a.INTHops > MaxINTHops || len(p.INT) != int(a.INTHops)*HopLen {
 			return fmt.Errorf("%w: spray ACK INTHops %d (max %d) with %d INT bytes", ErrBadHeader, a.INTHops, MaxINTHops, len(p.INT))
+		}
+		if !validAckCredit(a) {
+			return fmt.Errorf("%w: spray ACK flags %#x with credit %d", ErrBadHeader, a.Flags, a.Credit)
+		}
+	case OpCreditGrant, OpCreditRequest:
+		if p.Credit.Flags&^CreditRetry != 0 {
+			return fmt.Errorf("%w: spray credit flags %#x", ErrBadHeader, p.Credit.Flags)
 		}
 	}
 	return nil
@@ -681,6 +735,8 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 		encodeData(x, p, &l)
 	case OpSprayAck:
 		encodeAck(x, p)
+	case OpCreditGrant, OpCreditRequest:
+		encodeCredit(x, p)
 	default:
 		encodeClassic(x, p, opTable[bt.Opcode])
 	}
@@ -741,7 +797,7 @@ func encodeData(x []byte, p *Packet, l *layout) []byte {
 	x[12] = byte(d.Kind)
 	x[13] = d.Flags
 	x[14] = d.INTMax
-	x[15] = 0
+	x[15] = d.Credit
 	binary.BigEndian.PutUint64(x[16:], d.TxTime)
 	x = x[DataHdrLen:]
 	if d.Flags&FlagINT != 0 {
@@ -779,7 +835,8 @@ func encodeAck(x []byte, p *Packet) []byte {
 	x[32] = a.Syndrome
 	x[33] = a.SackWords
 	x[34] = a.INTHops
-	clear(x[35:AckHdrLen])
+	x[35] = a.Flags
+	binary.BigEndian.PutUint32(x[36:], a.Credit)
 	x = x[AckHdrLen:]
 	for i := range int(a.SackWords) {
 		binary.BigEndian.PutUint64(x[8*i:], a.Sack[i])

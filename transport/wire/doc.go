@@ -111,7 +111,8 @@
 //	 12    1 Kind: 0 Send, 1 SendImm, 2 Write, 3 WriteImm, 4 ReadResp, 5 ReadReq
 //	 13    1 Flags: bit 0 FlagINT; other bits must be 0
 //	 14    1 INTMax: hop slots reserved (0-8); 0 without FlagINT
-//	 15    1 reserved, 0
+//	 15    1 Credit: 0x01 DataUnsolicited, 0x02 DataCredited, or 0 (a sender
+//	         without credits); peers that do not know it ignore it
 //	 16    8 TxTime: sender's transmit timestamp, ns
 //
 // It is followed by the INT region if Flags has FlagINT, then RETH for
@@ -162,7 +163,10 @@
 //	 32    1 Syndrome: SyndromeAck or a NAK code (AETH encoding)
 //	 33    1 SackWords: 1-4
 //	 34    1 INTHops: echoed hop records, 0-8
-//	 35    5 reserved, 0
+//	 35    1 Flags: bit 0 AckCredit; other bits must be 0
+//	 36    4 Credit: with AckCredit, the receiver's cumulative credit for
+//	         the sender in packets; 0 without (older peers write and
+//	         ignore 0 in bytes 35-39)
 //
 // It is followed by SackWords 8-byte SACK words (bit i of word w, counting
 // from the least significant bit, is PSN SackBase+64w+i) and INTHops hop
@@ -171,6 +175,18 @@
 // carried records since its previous ACK when only some data packets
 // carry an INT region (transport.Config.INTHops with AckEvery above 1);
 // an ACK with no such packet echoes the trigger with INTHops 0.
+//
+// Credit header (12 bytes), after the BTH of OpCreditGrant (0xE2) and
+// OpCreditRequest (0xE3); no payload; BTH PSN 0:
+//
+//	off size field
+//	  0    4 Count: grant, the packets the sender may have sent against
+//	         credit in all; request, the packets it wants that to reach
+//	  4    4 Used: request, the packets sent against credit so far; grant 0
+//	  8    1 Flags: bit 0 CreditRetry (a request sent again); others 0
+//	  9    3 reserved, 0
+//
+// Counts are cumulative and wrap at 2^32 (serial order).
 //
 // CNP: the BTH (opcode 0x81, BECN set by convention) and 16 reserved bytes
 // (zero on encode, ignored on decode), then the ICRC.

@@ -155,6 +155,10 @@ func allKinds(r *rand.Rand, nv netVariant, maxPayload int) []kase {
 			if kindImm(k) {
 				p.Imm = r.Uint32()
 			}
+			if c := []uint8{0, DataUnsolicited, DataCredited}[r.IntN(3)]; c != 0 {
+				p.Data.Credit = c
+				name += fmt.Sprintf(" credit %#x", c)
+			}
 			add(name, p, pl())
 		}
 	}
@@ -171,7 +175,17 @@ func allKinds(r *rand.Rand, nv netVariant, maxPayload int) []kase {
 				p.Ack.Sack[i] = r.Uint64()
 			}
 			p.INT = randHops(r, h)
+			if h%2 == 1 {
+				p.Ack.Flags, p.Ack.Credit = AckCredit, r.Uint32()
+			}
 			add(fmt.Sprintf("spray ACK sack %d hops %d", w, h), p, nil)
+		}
+	}
+	for _, op := range []Opcode{OpCreditGrant, OpCreditRequest} {
+		for _, f := range []uint8{0, CreditRetry} {
+			p := lower(r, nv, op)
+			p.Credit = Credit{Count: r.Uint32(), Used: r.Uint32(), Flags: f}
+			add(fmt.Sprintf("%v flags %#x", op, f), p, nil)
 		}
 	}
 	return ks

@@ -36,6 +36,8 @@ var opTable = [256]uint8{
 	OpCNP:                opKnown | opCNP,
 	OpSprayData:          opKnown | opPayload,
 	OpSprayAck:           opKnown,
+	OpCreditGrant:        opKnown,
+	OpCreditRequest:      opKnown,
 }
 
 // Known reports whether Encode and Decode handle the opcode.
@@ -66,6 +68,8 @@ var opNames = [256]string{
 	OpCNP:                "CNP",
 	OpSprayData:          "spray Data",
 	OpSprayAck:           "spray ACK",
+	OpCreditGrant:        "spray Credit Grant",
+	OpCreditRequest:      "spray Credit Request",
 }
 
 // String returns the opcode's name, or its number for an unknown opcode.

@@ -33,6 +33,12 @@ const (
 	OpCNP                Opcode = 0x81
 	OpSprayData          Opcode = 0xE0
 	OpSprayAck           Opcode = 0xE1
+	// OpCreditGrant carries a receiver's credit for a spray sender: the
+	// cumulative count of data packets it may have sent (Credit).
+	OpCreditGrant Opcode = 0xE2
+	// OpCreditRequest carries a spray sender's demand: the cumulative
+	// count of data packets it wants credit for (Credit).
+	OpCreditRequest Opcode = 0xE3
 )
 
 // OpKind is the operation a spray data packet belongs to.
@@ -87,6 +93,7 @@ const (
 	CNPPadLen    = 16 // reserved bytes after the BTH of a CNP
 	DataHdrLen   = 24 // spray data header
 	AckHdrLen    = 40 // spray ACK header, before its SACK words and hop records
+	CreditLen    = 12 // credit grant and request header
 	INTShimLen   = 4
 	HopLen       = 24
 	MaxINTHops   = 8
@@ -100,6 +107,30 @@ const (
 	// FlagINT says an INT region (shim + Data.INTMax hop slots) follows the
 	// data header.
 	FlagINT uint8 = 1 << 0
+)
+
+// Data.Credit bits: how a data packet stands towards its receiver's credit.
+// A packet with neither bit comes from a sender that does not use credits.
+const (
+	// DataUnsolicited: sent without credit, in the unsolicited window a
+	// sender may send at the start of a burst.
+	DataUnsolicited uint8 = 1 << 0
+	// DataCredited: sent against credit the receiver granted.
+	DataCredited uint8 = 1 << 1
+)
+
+// Ack.Flags bits.
+const (
+	// AckCredit says Ack.Credit holds the receiver's credit for the
+	// sender: the receiver paces its senders with credit grants.
+	AckCredit uint8 = 1 << 0
+)
+
+// Credit.Flags bits.
+const (
+	// CreditRetry marks a request sent again because no credit came for
+	// a while: the receiver answers it at once with a grant.
+	CreditRetry uint8 = 1 << 0
 )
 
 // Ack.HoldNs: the hold time in the low 31 bits (up to 2.1 s), and a flag.
@@ -180,6 +211,11 @@ type Data struct {
 	INTMax uint8
 	// TxTime is the sender's transmit timestamp (its own clock, ns).
 	TxTime uint64
+	// Credit says whether the packet was sent unsolicited or against a
+	// grant (DataUnsolicited, DataCredited); 0 from a sender without
+	// credits. It is the header's byte 15, which peers that do not know
+	// it ignore.
+	Credit uint8
 }
 
 // Ack is spray's acknowledgement header, after the BTH of an OpSprayAck
@@ -215,6 +251,28 @@ type Ack struct {
 	SackWords uint8 // 1..MaxSackWords
 	INTHops   uint8 // echoed hop records, at most MaxINTHops
 	Sack      [MaxSackWords]uint64
+	// Flags holds AckCredit; Credit, with AckCredit, the receiver's
+	// cumulative credit for the sender (as Credit.Count of a grant). A
+	// receiver without credits leaves both 0 (bytes 35-39, reserved
+	// before, which older peers ignore).
+	Flags  uint8
+	Credit uint32
+}
+
+// Credit is the header of OpCreditGrant and OpCreditRequest, after the BTH.
+// Counts are of data packets, cumulative over the QP's life and wrapping
+// at 2^32 (compared as serial numbers): a grant or request lost is
+// replaced by any later one, and a duplicate changes nothing.
+type Credit struct {
+	// Count is, in a grant, the data packets the sender may have sent
+	// against credit in all; in a request, the data packets the sender
+	// wants that count to reach.
+	Count uint32
+	// Used is, in a request, the data packets the sender has sent against
+	// credit so far; 0 in a grant.
+	Used uint32
+	// Flags holds CreditRetry (requests); other bits must be 0.
+	Flags uint8
 }
 
 // Hop is one INT hop record, written in place by a switch (HPCC's fields).
@@ -243,6 +301,8 @@ type Packet struct {
 	Imm  uint32 // classic *Imm opcodes; spray KindSendImm/KindWriteImm
 	Data Data   // OpSprayData
 	Ack  Ack    // OpSprayAck
+	// Credit is the header of OpCreditGrant and OpCreditRequest.
+	Credit Credit
 
 	// INT is, after Decode of a spray data packet with FlagINT, the filled hop
 	// records (the shim's hop count of them); after Decode of a spray ACK, the

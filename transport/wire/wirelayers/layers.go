@@ -10,7 +10,7 @@ import (
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
-// Layer types, registered with gopacket under the numbers 1791-1798.
+// Layer types, registered with gopacket under the numbers 1791-1799.
 var (
 	LayerTypeBTH   = gopacket.RegisterLayerType(1791, gopacket.LayerTypeMetadata{Name: "BTH", Decoder: gopacket.DecodeFunc(decodeRoCE)})
 	LayerTypeRETH  = gopacket.RegisterLayerType(1792, gopacket.LayerTypeMetadata{Name: "RETH", Decoder: decoderOf[RETH]()})
@@ -20,6 +20,8 @@ var (
 	LayerTypeData  = gopacket.RegisterLayerType(1796, gopacket.LayerTypeMetadata{Name: "SprayData", Decoder: decoderOf[Data]()})
 	LayerTypeAck   = gopacket.RegisterLayerType(1797, gopacket.LayerTypeMetadata{Name: "SprayAck", Decoder: decoderOf[Ack]()})
 	LayerTypeINT   = gopacket.RegisterLayerType(1798, gopacket.LayerTypeMetadata{Name: "SprayINT", Decoder: decoderOf[INT]()})
+	// LayerTypeCredit is the header of a credit grant or request.
+	LayerTypeCredit = gopacket.RegisterLayerType(1799, gopacket.LayerTypeMetadata{Name: "SprayCredit", Decoder: decoderOf[Credit]()})
 )
 
 func init() {
@@ -139,6 +141,8 @@ func firstAfterBTH(op wire.Opcode, rest []byte) gopacket.LayerType {
 		return LayerTypeData
 	case wire.OpSprayAck:
 		return LayerTypeAck
+	case wire.OpCreditGrant, wire.OpCreditRequest:
+		return LayerTypeCredit
 	}
 	return payloadOrZero(rest)
 }
@@ -276,6 +280,7 @@ func (d *Data) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		Kind:   wire.OpKind(data[12]),
 		Flags:  data[13],
 		INTMax: data[14],
+		Credit: data[15],
 		TxTime: binary.BigEndian.Uint64(data[16:]),
 	}
 	d.Contents, d.Payload = data[:wire.DataHdrLen], data[wire.DataHdrLen:]
@@ -370,6 +375,8 @@ func (a *Ack) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		Syndrome:  data[32],
 		SackWords: data[33],
 		INTHops:   data[34],
+		Flags:     data[35],
+		Credit:    binary.BigEndian.Uint32(data[36:]),
 	}
 	if a.SackWords == 0 || a.SackWords > wire.MaxSackWords || a.INTHops > wire.MaxINTHops {
 		return fmt.Errorf("%w: spray ACK with %d SACK words, %d hops", wire.ErrBadHeader, a.SackWords, a.INTHops)
@@ -427,6 +434,8 @@ func decodeRoCE(data []byte, pb gopacket.PacketBuilder) error {
 		chain[n], n = &Ack{}, n+1
 	case op == wire.OpCNP:
 		chain[n], n = &CNP{}, n+1
+	case op == wire.OpCreditGrant || op == wire.OpCreditRequest:
+		chain[n], n = &Credit{}, n+1
 	default:
 		switch firstAfterBTH(op, nil) {
 		case LayerTypeRETH:
@@ -456,4 +465,33 @@ func decodeRoCE(data []byte, pb gopacket.PacketBuilder) error {
 		return nil
 	}
 	return pb.NextDecoder(gopacket.LayerTypePayload)
+}
+
+// Credit is the header layer of a credit grant or request.
+type Credit struct {
+	layers.BaseLayer
+	wire.Credit
+	next
+}
+
+// LayerType returns LayerTypeCredit.
+func (c *Credit) LayerType() gopacket.LayerType { return LayerTypeCredit }
+
+// CanDecode returns LayerTypeCredit.
+func (c *Credit) CanDecode() gopacket.LayerClass { return LayerTypeCredit }
+
+// DecodeFromBytes decodes a credit header.
+func (c *Credit) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
+	if len(data) < wire.CreditLen {
+		df.SetTruncated()
+		return truncated("spray credit header", wire.CreditLen, len(data))
+	}
+	c.Credit = wire.Credit{
+		Count: binary.BigEndian.Uint32(data[0:]),
+		Used:  binary.BigEndian.Uint32(data[4:]),
+		Flags: data[8],
+	}
+	c.Contents, c.Payload = data[:wire.CreditLen], data[wire.CreditLen:]
+	c.nextType = payloadOrZero(c.Payload)
+	return nil
 }

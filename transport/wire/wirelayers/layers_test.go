@@ -90,7 +90,7 @@ func kinds(r *rand.Rand, v6 bool) []kase {
 				want = append(want, I)
 			}
 			add(wire.OpSprayData, pl(), func(p *wire.Packet) {
-				p.Data = wire.Data{MsgID: 5, Offset: 4096, MsgLen: 1 << 20, Kind: k, TxTime: r.Uint64()}
+				p.Data = wire.Data{MsgID: 5, Offset: 4096, MsgLen: 1 << 20, Kind: k, TxTime: r.Uint64(), Credit: uint8(k) % 3}
 				if withINT {
 					p.Data.Flags, p.Data.INTMax = wire.FlagINT, 5
 					p.INT = make([]byte, 2*wire.HopLen)
@@ -104,7 +104,15 @@ func kinds(r *rand.Rand, v6 bool) []kase {
 			p.Ack = wire.Ack{CumPSN: 100, AckedPSN: 105, SackBase: 100, SackWords: uint8(w), INTHops: uint8(w - 1), EchoTime: 12345}
 			p.Ack.Sack[w-1] = 0xF0F0
 			p.INT = make([]byte, (w-1)*wire.HopLen)
+			if w%2 == 0 {
+				p.Ack.Flags, p.Ack.Credit = wire.AckCredit, 77
+			}
 		}, LayerTypeAck)
+	}
+	for _, op := range []wire.Opcode{wire.OpCreditGrant, wire.OpCreditRequest} {
+		add(op, nil, func(p *wire.Packet) {
+			p.Credit = wire.Credit{Count: 9, Used: 7, Flags: wire.CreditRetry}
+		}, LayerTypeCredit)
 	}
 	return ks
 }
@@ -184,6 +192,9 @@ func TestNewPacket(t *testing.T) {
 					t.Fatalf("%s: Ack %+v, wire %+v", name, l.Ack, wp.Ack)
 				}
 			}
+			if l, ok := pkt.Layer(LayerTypeCredit).(*Credit); ok && l.Credit != wp.Credit {
+				t.Fatalf("%s: Credit %+v, wire %+v", name, l.Credit, wp.Credit)
+			}
 			if len(k.payload) > 0 {
 				app := pkt.ApplicationLayer()
 				if app == nil || !bytes.Equal(app.Payload(), k.payload) {
@@ -248,9 +259,10 @@ func TestDecodingLayerParser(t *testing.T) {
 		data Data
 		in   INT
 		ack  Ack
+		crd  Credit
 		pl   gopacket.Payload
 	)
-	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, &eth, &ip4, &udp, &bth, &reth, &aeth, &imm, &cnp, &data, &in, &ack, &pl)
+	parser := gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, &eth, &ip4, &udp, &bth, &reth, &aeth, &imm, &cnp, &data, &in, &ack, &crd, &pl)
 	r := testutil.Rand(t)
 	for _, k := range kinds(r, false) {
 		k.p.Eth.HasVLAN = false

@@ -1,0 +1,443 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// Receiver-paced credits (Config.Credits). A receiver's engine owns its
+// link's rate: a creditPacer hands its senders credit, a couple of packets
+// at a time, round robin over the QPs whose senders want some, at the
+// rate the link has left after what else arrives on it (ACKs, grants,
+// unsolicited data, data of senders without credits). A sender sends an
+// unsolicited window at the start of a burst (no round trip lost when it
+// is alone) and the rest against credit. Counts are cumulative packets
+// (wire.Credit), so a lost grant or request is replaced by the next; a
+// sender that waits creditRetry for credit asks again, and the receiver
+// answers that at once (TestCreditLostGrant, TestCreditLostRequest). A
+// sender whose peer's ACKs carry no credit, or that hears nothing for
+// creditMaxMisses asks, sends without credits from then on
+// (TestCreditPeerWithout).
+
+// creditMode is what a sender knows of its peer's credits.
+type creditMode uint8
+
+const (
+	creditUnknown creditMode = iota // no ACK or grant yet
+	creditOn                        // the peer grants: send against credit
+	creditOff                       // the peer does not: send freely
+)
+
+const (
+	// creditGrantPkts is the packets one grant adds: a couple, so that
+	// the senders' packets interleave finely at the receiver's link.
+	creditGrantPkts = 2
+	// creditMaxOut bounds the credit a QP holds granted and not yet used
+	// (by the receiver's count of credited packets that arrived, or the
+	// sender's own count in a request): a sender that takes credit and
+	// sends nothing cannot hoard it. 256 packets are several round trips
+	// at 100 Gb/s.
+	creditMaxOut = 256
+	// creditMaxAhead bounds how far a grant may run ahead of the packets
+	// a sender has sent, and a request ahead of the credit granted:
+	// beyond it the packet is nonsense, dropped and counted
+	// (QPStats.CreditRejected).
+	creditMaxAhead = 1 << 24
+	// creditRetryMin is the least creditRetry.
+	creditRetryMin = 250 * time.Microsecond
+	// creditMaxMisses is the retries without an answer after which a
+	// sender stops waiting for credit and sends freely (the peer is gone
+	// or does not grant; the retransmission timer takes over).
+	creditMaxMisses = 3
+	// creditWireOverhead is what a frame takes on an Ethernet link beyond
+	// its bytes: preamble and start delimiter (8), FCS (4), gap (12).
+	creditWireOverhead = 24
+	// creditMaxBooked bounds how far ahead the pacer books its link, so
+	// that a flood of arrivals delays grants by at most this much.
+	creditMaxBooked = 200 * time.Microsecond
+)
+
+// DefaultCreditUnsolicited is Config.CreditUnsolicited's default.
+const DefaultCreditUnsolicited = 16 << 10
+
+// serialLess reports whether a comes before b in 32-bit serial order.
+func serialLess(a, b uint32) bool { return int32(a-b) < 0 }
+
+// creditSend is a QP's sender side of credits.
+type creditSend struct {
+	mode    creditMode
+	limit   uint32 // the receiver's credit: packets that may be sent against it, in all
+	used    uint32 // packets sent against credit, in all
+	unsol   int    // packets left of the burst's unsolicited window
+	backlog int    // new packets posted and not sent yet
+	asked   uint32 // the count last requested
+	reqDue  bool   // a request is owed
+	retry   bool   // it is a retry: the receiver answers at once
+	waiting bool   // the QP waits for credit (counted once per wait)
+	misses  int    // retries since credit last came
+	reqAt   clock.Time
+	heardAt clock.Time
+	bit     uint8 // the wire.Data.Credit of the packet being encoded
+}
+
+// creditRecv is a QP's receiver side of credits.
+type creditRecv struct {
+	want   uint32 // the sender's latest requested count
+	limit  uint32 // credit granted, in all
+	told   uint32 // the limit last sent to the sender
+	got    uint32 // credited packets arrived (or the sender's count of those sent)
+	due    bool   // a grant is owed
+	queued bool   // on the pacer's ring
+}
+
+// credits reports whether the QP's sender paces by its peer's credit.
+func (q *QP) credits() bool { return q.cfg.Credits && q.cs.mode != creditOff }
+
+// creditUnsolPkts is the unsolicited window in packets.
+func (q *QP) creditUnsolPkts() int {
+	return (q.cfg.CreditUnsolicited + q.cfg.MTU - 1) / q.cfg.MTU
+}
+
+// creditPosted notes n new packets posted: a burst that starts on an idle
+// sender gets the unsolicited window.
+func (q *QP) creditPosted(n int) {
+	if !q.cfg.Credits {
+		return
+	}
+	cs := &q.cs
+	if cs.backlog == 0 && q.sb.Outstanding() == 0 {
+		cs.unsol = q.creditUnsolPkts()
+	}
+	cs.backlog += n
+}
+
+// mayCredit reports whether credit lets the next data packet go.
+func (q *QP) mayCredit() bool {
+	if !q.credits() {
+		return true
+	}
+	cs := &q.cs
+	return cs.unsol > 0 || serialLess(cs.used, cs.limit)
+}
+
+// takeCredit spends the credit of a data packet about to be encoded and
+// sets the bit it carries. A resend takes none and goes at once: losses
+// are rare, the receiver books it as it arrives, and a tail probe or a
+// timeout's resend that waited for credit would wait for a request's
+// round trip, or for creditRetry, on top of the loss's detection.
+func (q *QP) takeCredit(resend bool) {
+	cs := &q.cs
+	cs.bit = 0
+	if !q.cfg.Credits || resend {
+		return
+	}
+	cs.backlog = max(cs.backlog-1, 0)
+	if cs.mode == creditOff {
+		return
+	}
+	cs.waiting = false
+	if serialLess(cs.used, cs.limit) {
+		cs.used++
+		cs.bit = wire.DataCredited
+		return
+	}
+	if cs.unsol > 0 {
+		cs.unsol--
+		cs.bit = wire.DataUnsolicited
+		q.stats.UnsolicitedPackets++
+	}
+}
+
+// creditWait notes that the sender has data that only credit holds back.
+func (q *QP) creditWait() {
+	if q.credits() && !q.cs.waiting && q.cs.backlog > 0 && !q.mayCredit() {
+		q.cs.waiting = true
+		q.stats.CreditWaits++
+	}
+}
+
+// creditWant is the count the sender wants credit up to: what it used,
+// and what it has to send beyond the unsolicited window.
+func (q *QP) creditWant() uint32 {
+	cs := &q.cs
+	return cs.used + uint32(max(cs.backlog-cs.unsol, 0))
+}
+
+// creditRequestDue reports whether a credit request is owed.
+func (q *QP) creditRequestDue() bool {
+	if !q.credits() {
+		return false
+	}
+	return q.cs.reqDue || serialLess(q.cs.asked, q.creditWant())
+}
+
+// creditDeadline is when a sender that waits for credit asks again.
+func (q *QP) creditDeadline() clock.Time {
+	if !q.credits() || q.mayCredit() || q.cs.backlog == 0 {
+		return clock.Never
+	}
+	return max(q.cs.reqAt, q.cs.heardAt).Add(q.creditRetry())
+}
+
+// creditRetry is how long a sender waits for credit before it asks
+// again: four round trips, and at least creditRetryMin, since a receiver
+// shared by many senders grants each in turn (127 senders at 100 Gb/s:
+// 31µs a round) and only a grant lost after the last, with every ACK
+// after it, leaves a sender waiting.
+func (q *QP) creditRetry() time.Duration {
+	return max(4*q.sb.SRTT(), creditRetryMin)
+}
+
+// creditTimeout runs the credit timer: ask again, or after
+// creditMaxMisses asks without an answer, send without credits.
+func (q *QP) creditTimeout(now clock.Time) {
+	if now < q.creditDeadline() {
+		return
+	}
+	cs := &q.cs
+	cs.misses++
+	if cs.misses > creditMaxMisses {
+		cs.mode = creditOff
+		q.stats.CreditFallbacks++
+		return
+	}
+	cs.reqDue, cs.retry = true, true
+	cs.reqAt = now // the next retry counts from this one
+}
+
+// creditHeard takes the receiver's credit count, from a grant or an ACK.
+func (q *QP) creditHeard(now clock.Time, count uint32) {
+	cs := &q.cs
+	if cs.mode == creditOff {
+		return
+	}
+	if d := count - cs.used; int32(d) > 0 && d > creditMaxAhead {
+		q.stats.CreditRejected++
+		return
+	}
+	cs.mode = creditOn
+	if serialLess(cs.limit, count) {
+		cs.limit = count
+	}
+	cs.heardAt, cs.misses = now, 0
+}
+
+// creditAck takes the credit field of a spray ACK: one without it says
+// the peer does not pace its senders.
+func (q *QP) creditAck(now clock.Time, a *wire.Ack) {
+	if !q.cfg.Credits {
+		return
+	}
+	if a.Flags&wire.AckCredit == 0 {
+		if q.cs.mode != creditOff {
+			q.cs.mode = creditOff
+			q.stats.CreditFallbacks++
+		}
+		return
+	}
+	q.creditHeard(now, a.Credit)
+}
+
+// onGrant takes a credit grant.
+func (q *QP) onGrant(now clock.Time, pk *wire.Packet) {
+	if q.cfg.Profile != Spray {
+		q.stats.BadPackets++
+		return
+	}
+	q.stats.CreditGrantsReceived++
+	if q.cfg.Credits {
+		q.creditHeard(now, pk.Credit.Count)
+	}
+}
+
+// onCreditRequest takes a sender's request. A receiver without credits
+// ignores it: its ACKs, without credit, tell the sender.
+func (q *QP) onCreditRequest(pk *wire.Packet) {
+	if q.cfg.Profile != Spray {
+		q.stats.BadPackets++
+		return
+	}
+	q.stats.CreditRequestsReceived++
+	e := q.sch.eng
+	if !q.cfg.Credits || e == nil || e.credit == nil {
+		return
+	}
+	cr, c := &q.cr, &pk.Credit
+	if serialLess(cr.limit, c.Used) || c.Count-cr.limit > creditMaxAhead && serialLess(cr.limit, c.Count) {
+		q.stats.CreditRejected++
+		return
+	}
+	if serialLess(cr.want, c.Count) {
+		cr.want = c.Count
+	}
+	if serialLess(cr.got, c.Used) {
+		cr.got = c.Used
+	}
+	if c.Flags&wire.CreditRetry != 0 {
+		cr.due = true
+	}
+	e.credit.add(q)
+}
+
+// creditArrived notes a data packet sent against credit.
+func (q *QP) creditArrived(pk *wire.Packet) {
+	if pk.Data.Credit != wire.DataCredited || !q.cfg.Credits {
+		return
+	}
+	cr := &q.cr
+	if !serialLess(cr.got, cr.limit) {
+		return // more than was granted: the sender's count will say
+	}
+	cr.got++
+	if e := q.sch.eng; e != nil && e.credit != nil && serialLess(cr.limit, cr.want) {
+		e.credit.add(q)
+	}
+}
+
+// grantable returns the packets the pacer may grant the QP now.
+func (q *QP) grantable() int {
+	cr := &q.cr
+	if q.state != stateReady || !serialLess(cr.limit, cr.want) {
+		return 0
+	}
+	out := int(int32(cr.limit - cr.got))
+	return int(min(int64(creditGrantPkts), int64(cr.want-cr.limit), int64(creditMaxOut-out)))
+}
+
+// granted notes credit the pacer just added. While the sender has at
+// least AckEvery packets of the credit it was told still to arrive, the
+// ACK those packets bring carries the new credit: no grant packet of its
+// own (TestCreditGrantsRideAcks).
+func (q *QP) granted() {
+	if int32(q.cr.told-q.cr.got) < int32(q.cfg.AckEvery) {
+		q.cr.due = true
+		q.touch()
+	}
+}
+
+// fillCredit puts the receiver's credit into an ACK.
+func (q *QP) fillCredit(a *wire.Ack) {
+	if !q.cfg.Credits {
+		return
+	}
+	a.Flags, a.Credit = wire.AckCredit, q.cr.limit
+	q.cr.told, q.cr.due = q.cr.limit, false
+}
+
+// encodeGrant builds a credit grant.
+func (q *QP) encodeGrant(buf []byte) (int, error) {
+	pk := &q.scr.pkt
+	q.headers(pk, q.nextAckEntropy())
+	pk.BTH.Opcode = wire.OpCreditGrant
+	pk.Credit = wire.Credit{Count: q.cr.limit}
+	n, err := wire.Encode(buf, pk, nil)
+	if err != nil {
+		return 0, err
+	}
+	q.cr.told, q.cr.due = q.cr.limit, false
+	q.stats.CreditGrantsSent++
+	return n, nil
+}
+
+// encodeCreditRequest builds a credit request.
+func (q *QP) encodeCreditRequest(now clock.Time, buf []byte) (int, error) {
+	cs := &q.cs
+	pk := &q.scr.pkt
+	q.headers(pk, q.nextAckEntropy())
+	pk.BTH.Opcode = wire.OpCreditRequest
+	want := q.creditWant()
+	pk.Credit = wire.Credit{Count: want, Used: cs.used}
+	if cs.retry {
+		pk.Credit.Flags = wire.CreditRetry
+	}
+	n, err := wire.Encode(buf, pk, nil)
+	if err != nil {
+		return 0, err
+	}
+	cs.asked, cs.reqDue, cs.retry, cs.reqAt = want, false, false, now
+	q.stats.CreditRequestsSent++
+	return n, nil
+}
+
+// creditPacer is an engine's pacer of credit: it owns the rate of the
+// engine's link towards the host and shares it among the QPs whose
+// senders want credit.
+type creditPacer struct {
+	perNs float64 // the link's bytes per nanosecond
+	// cost is what a granted packet takes on the link: the largest
+	// credited data frame that arrived (a full one), MTU before the first.
+	cost int
+	next clock.Time // the link is booked until then
+	seen bool       // cost is from a frame that arrived
+	ring []*QP      // QPs whose senders want credit, round robin
+	head int
+}
+
+func newCreditPacer(c *Config) *creditPacer {
+	return &creditPacer{perNs: c.LineRate / 1e9, cost: c.MTU + creditWireOverhead}
+}
+
+// book books bytes of the link from now (or from when it is free).
+func (p *creditPacer) book(now clock.Time, bytes int) {
+	p.next = max(p.next, now).Add(time.Duration(float64(bytes) / p.perNs))
+	p.next = min(p.next, now.Add(creditMaxBooked))
+}
+
+// arrived books a frame that arrived and that no grant booked.
+func (p *creditPacer) arrived(now clock.Time, frameLen int) {
+	p.book(now, max(frameLen, 60)+creditWireOverhead) // padded to Ethernet's least
+}
+
+// credited notes the length of a data frame that credit booked.
+func (p *creditPacer) credited(frameLen int) {
+	if !p.seen || frameLen+creditWireOverhead > p.cost {
+		p.cost, p.seen = frameLen+creditWireOverhead, true
+	}
+}
+
+// add puts q on the ring if it is not there.
+func (p *creditPacer) add(q *QP) {
+	if !q.cr.queued {
+		q.cr.queued = true
+		p.ring = append(p.ring, q)
+	}
+}
+
+// deadline is when the pacer next grants, or clock.Never.
+func (p *creditPacer) deadline() clock.Time {
+	if len(p.ring) == p.head {
+		return clock.Never
+	}
+	return p.next
+}
+
+// run grants what the link has room for at now, a QP at a time.
+func (p *creditPacer) run(e *Engine, now clock.Time) {
+	for p.head < len(p.ring) && p.next <= now {
+		q := p.ring[p.head]
+		p.ring[p.head] = nil
+		p.head++
+		n := 0
+		if q.sch.eng == e {
+			n = q.grantable()
+		}
+		if n <= 0 {
+			q.cr.queued = false
+		} else {
+			q.cr.limit += uint32(n)
+			q.granted()
+			p.book(now, n*p.cost)
+			p.ring = append(p.ring, q)
+		}
+		if p.head >= 64 && 2*p.head >= len(p.ring) {
+			k := copy(p.ring, p.ring[p.head:])
+			clear(p.ring[k:])
+			p.ring, p.head = p.ring[:k], 0
+		}
+	}
+	if p.head == len(p.ring) {
+		p.ring, p.head = p.ring[:0], 0
+	}
+}
