@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,69 +21,62 @@ import (
 // testbed, on the path of every frame between the leaves: an AF_PACKET
 // socket on the spine's port towards one leaf sees the frames it sends
 // there (and receives), and injects frames of its own on that port.
+//
+// The tap reads its socket only when asked (drain), never from a
+// goroutine of its own: the kernel queues a copy of a frame on the socket
+// before the frame leaves the port, so once a message has been delivered
+// every frame it crossed is already queued, and a non-blocking read takes
+// them all however loaded the machine is (a reader goroutine that had not
+// yet been scheduled made TestSecureAcrossSpine see no frame).
 type spineTap struct {
 	fd     int
 	ifidx  int
-	mu     sync.Mutex
 	frames [][]byte
-	done   chan struct{}
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 func newSpineTap(t *testing.T, sw *testbed.Switch, port testbed.Port) *spineTap {
 	t.Helper()
-	tp := &spineTap{ifidx: port.Ifindex, done: make(chan struct{})}
+	tp := &spineTap{ifidx: port.Ifindex}
 	err := sw.Do(func() error {
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
 		tp.fd = fd
-		tv := unix.Timeval{Usec: 100000}
-		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		// Room for every frame of the message the test watches.
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
 		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: port.Ifindex})
 	})
 	if err != nil {
 		t.Fatalf("AF_PACKET socket on %s in %s: %v", port.Name, sw.Name, err)
 	}
-	var stop sync.WaitGroup
-	quit := make(chan struct{})
-	stop.Go(func() {
-		buf := make([]byte, 1<<16)
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(tp.fd, buf, 0)
-			if err != nil {
-				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-					continue
-				}
-				return
-			}
-			tp.mu.Lock()
-			if len(tp.frames) < 100000 {
-				tp.frames = append(tp.frames, bytes.Clone(buf[:n]))
-			}
-			tp.mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		close(quit)
-		stop.Wait()
-		unix.Close(tp.fd)
-	})
+	t.Cleanup(func() { unix.Close(tp.fd) })
 	return tp
+}
+
+// drain takes every frame queued on the tap's socket.
+func (tp *spineTap) drain() {
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(tp.fd, buf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if len(tp.frames) < 100000 {
+			tp.frames = append(tp.frames, bytes.Clone(buf[:n]))
+		}
+	}
 }
 
 // roce returns the decoded RoCE frames seen so far going to dst, with
 // their raw bytes.
 func (tp *spineTap) roce(dst *testbed.Host) ([]wire.Packet, [][]byte) {
-	tp.mu.Lock()
-	defer tp.mu.Unlock()
+	tp.drain()
 	var ps []wire.Packet
 	var raw [][]byte
 	for _, f := range tp.frames {
@@ -98,8 +90,7 @@ func (tp *spineTap) roce(dst *testbed.Host) ([]wire.Packet, [][]byte) {
 }
 
 func (tp *spineTap) contains(b []byte) bool {
-	tp.mu.Lock()
-	defer tp.mu.Unlock()
+	tp.drain()
 	for _, f := range tp.frames {
 		if bytes.Contains(f, b) {
 			return true
