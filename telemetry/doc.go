@@ -74,6 +74,17 @@
 //	spray_qp_microburst_acks_total    every ACK above that threshold
 //	spray_qp_reorder_held             packets held ahead of a hole now,
 //	                                  spray_qp_reorder_held_max the most at once
+//	spray_qp_credit_requests_total{direction}, spray_qp_credit_grants_total{direction}
+//	                                  receiver-paced credits (transport.Config.Credits):
+//	                                  requests and grants sent and received
+//	spray_qp_credit_unsolicited_total packets sent before any credit
+//	spray_qp_credit_waits_total       times only credit held data back;
+//	                                  spray_qp_credit_fallbacks_total (gave up on the
+//	                                  peer's credit), spray_qp_credit_rejected_total
+//	spray_qp_security_drops_total{reason}   a secured QP's drops: bad_tag, replayed,
+//	                                  too_old, bad_epoch, unsecured
+//	spray_qp_security_rotations_total{direction}, spray_qp_security_epoch{direction}
+//	                                  key rotations and the current key epochs
 //	spray_qp_rtt_histogram_seconds    histograms (_bucket, _sum, _count) of the RTT
 //	spray_qp_int_queue_delay_histogram_seconds   samples and of the INT queue delays;
 //	                                  buckets at powers of two from 1µs to 4.2 s

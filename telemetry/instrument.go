@@ -149,6 +149,10 @@ type instruments struct {
 	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
 	drops, ecn, cnps, msgs, intAcks, mbursts metric.Int64ObservableCounter
 	mburstAcks, rnrNaks                      metric.Int64ObservableCounter
+	creditReqs, creditGrants, unsolicited    metric.Int64ObservableCounter
+	creditWaits, creditFallbacks, creditRej  metric.Int64ObservableCounter
+	secDrops, secRotations                   metric.Int64ObservableCounter
+	secEpoch                                 metric.Int64ObservableGauge
 	rttSmooth, rttMin, qdelay, qdelayMax     metric.Float64ObservableGauge
 	held, heldMax                            metric.Int64ObservableGauge
 	// path
@@ -210,6 +214,15 @@ func (in *instruments) create(m metric.Meter) error {
 	fgauge(&in.qdelayMax, "spray.qp.int.queue_delay.max", "s", "Largest INT queue delay seen.")
 	igauge(&in.held, "spray.qp.reorder.held", "{packet}", "Data packets held ahead of a hole now.")
 	igauge(&in.heldMax, "spray.qp.reorder.held.max", "{packet}", "Most data packets held ahead of a hole at once.")
+	counter(&in.creditReqs, "spray.qp.credit.requests", "{packet}", "Receiver-paced credit requests, by direction (sent, received).")
+	counter(&in.creditGrants, "spray.qp.credit.grants", "{packet}", "Credit grants, by direction (sent, received); credit carried by ACKs not included.")
+	counter(&in.unsolicited, "spray.qp.credit.unsolicited", "{packet}", "Data packets sent before any credit, within the unsolicited allowance.")
+	counter(&in.creditWaits, "spray.qp.credit.waits", "{event}", "Times the sender had data that only credit held back.")
+	counter(&in.creditFallbacks, "spray.qp.credit.fallbacks", "{event}", "Times the sender gave up on its peer's credit and sent freely.")
+	counter(&in.creditRej, "spray.qp.credit.rejected", "{packet}", "Credit grants and requests dropped as beyond what was sent or granted.")
+	counter(&in.secDrops, "spray.qp.security.drops", "{packet}", "Packets of a secured QP dropped before reaching its state, by reason (bad_tag, replayed, too_old, bad_epoch, unsecured).")
+	counter(&in.secRotations, "spray.qp.security.rotations", "{event}", "Key rotations of a secured QP, by direction (sent: send keys, received: receive epochs).")
+	igauge(&in.secEpoch, "spray.qp.security.epoch", "{epoch}", "Current key epoch of a secured QP, by direction (sent, received).")
 
 	counter(&in.pTxPkts, "spray.path.tx.packets", "{packet}", "Data packets sent on the path (entropy), retransmissions included.")
 	counter(&in.pTxBytes, "spray.path.tx", "By", "Bytes of the data packets sent on the path.")
@@ -313,6 +326,28 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 		sec(in.qdelayMax, s.MaxINTQueueDelay, a)
 		i64(in.held, s.ReorderHeld, a)
 		i64(in.heldMax, s.MaxReorderHeld, a)
+		i64(in.creditReqs, s.CreditRequestsSent, with(ep, qp, sent))
+		i64(in.creditReqs, s.CreditRequestsReceived, with(ep, qp, recv))
+		i64(in.creditGrants, s.CreditGrantsSent, with(ep, qp, sent))
+		i64(in.creditGrants, s.CreditGrantsReceived, with(ep, qp, recv))
+		i64(in.unsolicited, s.UnsolicitedPackets, a)
+		i64(in.creditWaits, s.CreditWaits, a)
+		i64(in.creditFallbacks, s.CreditFallbacks, a)
+		i64(in.creditRej, s.CreditRejected, a)
+		ss := s.Security
+		for _, d := range []struct {
+			r string
+			v uint64
+		}{
+			{"bad_tag", ss.BadTag}, {"replayed", ss.Replayed}, {"too_old", ss.TooOld},
+			{"bad_epoch", ss.BadEpoch}, {"unsecured", ss.Unsecured},
+		} {
+			i64(in.secDrops, d.v, with(ep, qp, reason(d.r)))
+		}
+		i64(in.secRotations, ss.TxRotations, with(ep, qp, sent))
+		i64(in.secRotations, ss.RxRotations, with(ep, qp, recv))
+		i64(in.secEpoch, uint64(ss.TxEpoch), with(ep, qp, sent))
+		i64(in.secEpoch, uint64(ss.RxEpoch), with(ep, qp, recv))
 
 		for pi := range q.Paths {
 			p := &q.Paths[pi]

@@ -195,6 +195,9 @@ var allSeries = []string{
 	"spray_qp_rtt_smoothed_seconds", "spray_qp_rtt_min_seconds",
 	"spray_qp_int_acks_total", "spray_qp_int_queue_delay_seconds", "spray_qp_int_queue_delay_max_seconds",
 	"spray_qp_microbursts_total", "spray_qp_microburst_acks_total", "spray_qp_reorder_held", "spray_qp_reorder_held_max",
+	"spray_qp_credit_requests_total", "spray_qp_credit_grants_total", "spray_qp_credit_unsolicited_total",
+	"spray_qp_credit_waits_total", "spray_qp_credit_fallbacks_total", "spray_qp_credit_rejected_total",
+	"spray_qp_security_drops_total", "spray_qp_security_rotations_total", "spray_qp_security_epoch",
 	"spray_path_tx_packets_total", "spray_path_tx_bytes_total", "spray_path_retransmits_total",
 	"spray_path_losses_total", "spray_path_acks_total", "spray_path_ecn_total",
 	"spray_path_rtt_smoothed_seconds", "spray_path_int_queue_delay_seconds", "spray_path_int_queue_delay_max_seconds",
@@ -284,6 +287,58 @@ func TestScrapeDuringTransfer(t *testing.T) {
 	for k, v := range series(second, "spray_qp_reorder_held_max", b) {
 		if v <= 0 {
 			t.Errorf("receiver {%s} never held a packet for reordering at 20%% reordering", k)
+		}
+	}
+}
+
+// TestCreditSeries streams with receiver-paced credits on: the sender's
+// unsolicited packets and credit requests, and the receiver's grants,
+// show in their series.
+func TestCreditSeries(t *testing.T) {
+	seed := testutil.Seed(t)
+	p := newPair(t, mem.Config{Seed: seed},
+		transport.Config{Seed: seed, Credits: true, LineRate: 1.25e9})
+	srv, err := Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	for name, ep := range map[string]*transport.Endpoint{"a": p.ea, "b": p.eb} {
+		stop, err := InstrumentWith(srv.MeterProvider(), ep, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got atomic.Int64
+	wait := p.stream(ctx, t, 64<<10, &got)
+	defer wait()
+	defer cancel()
+	waitFor(t, ctx, "20 messages", func() bool { return got.Load() >= 20 })
+	m := scrape(t, srv.URL())
+	positive := func(name string, lab map[string]string) {
+		t.Helper()
+		s := series(m, name, lab)
+		if len(s) == 0 {
+			t.Errorf("%s%v: no series", name, lab)
+		}
+		for k, v := range s {
+			if !(v > 0) {
+				t.Errorf("%s%v{%s} = %v, want > 0", name, lab, k, v)
+			}
+		}
+	}
+	positive("spray_qp_credit_unsolicited_total", map[string]string{"endpoint": "a"})
+	positive("spray_qp_credit_requests_total", map[string]string{"endpoint": "a", "direction": "sent"})
+	positive("spray_qp_credit_requests_total", map[string]string{"endpoint": "b", "direction": "received"})
+	positive("spray_qp_credit_grants_total", map[string]string{"endpoint": "b", "direction": "sent"})
+	for _, name := range []string{"spray_qp_security_drops_total", "spray_qp_security_rotations_total", "spray_qp_security_epoch"} {
+		for k, v := range series(m, name, map[string]string{"endpoint": "a"}) {
+			if v != 0 {
+				t.Errorf("%s{%s} = %v on a clear QP, want 0", name, k, v)
+			}
 		}
 	}
 }
