@@ -209,6 +209,7 @@ type Endpoint struct {
 	closed    bool
 	ln        net.Listener // the connection manager's, once Listen was called
 	listeners map[string]*Listener
+	cmSec     *security // the connection manager's TLS identity, once a secured Listen set it
 	conns     map[*Conn]struct{}
 	hs        list.List      // *handshake answered now, oldest first
 	wg        sync.WaitGroup // the connection manager's goroutines
