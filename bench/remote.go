@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,6 +79,13 @@ type hello struct {
 	Port    uint16            `json:"port,omitempty"`
 	// ClientPort is the UDP port a udp client receives on (0: 4791).
 	ClientPort uint16 `json:"client_port,omitempty"`
+	// Protection is what the client asks for its spray QP (clear when
+	// empty); Nonce and Proof secure it: each side's fresh nonce, and its
+	// proof that it holds the pre-shared key (perfProof over both nonces,
+	// the server's in its QP's hello, the client's in its own).
+	Protection string `json:"protection,omitempty"`
+	Nonce      []byte `json:"nonce,omitempty"`
+	Proof      []byte `json:"proof,omitempty"`
 	Ready      bool   `json:"ready,omitempty"`
 	Done       bool   `json:"done,omitempty"`
 	Err        string `json:"error,omitempty"`
@@ -386,13 +395,17 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	if h.Seed != 0 { // 0: unpredictable on both sides
 		run.Transport.Seed = h.Seed + 1 + uint64(max(port, udp.RoCEPort)-udp.RoCEPort)<<32
 	}
+	sec, err := serverSecurity(run.Perf, h)
+	if err != nil {
+		return refuse(err)
+	}
 	peer := ta.AddrPort().Addr().Unmap()
 	ep, nextHop, err := localEndpoint(ctx, run, peer, port, h.ClientPort)
 	if err != nil {
 		return refuse(err)
 	}
 	defer ep.Close()
-	qp, err := serverQP(ctx, k, ep, h.Kind, port, nextHop)
+	qp, err := serverQP(ctx, k, ep, h.Kind, port, nextHop, sec)
 	if err != nil {
 		return err
 	}
@@ -410,13 +423,17 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 // (and port, udp links), reads the client's QP, steers its own to the
 // client's queue when the client sent its steering, connects it (through
 // nextHop) and answers Ready.
-func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind string, port uint16, nextHop [6]byte) (*transport.Conn, error) {
+func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind string, port uint16, nextHop [6]byte, sec *runSecurity) (*transport.Conn, error) {
 	qp, err := ep.CreateQP(ctx)
 	if err != nil {
 		return nil, k.refuse(ctx, err)
 	}
 	info := qp.Info()
-	if err := k.send(ctx, hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}); err != nil {
+	sh := hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}
+	if sec != nil {
+		sh.Nonce, sh.Proof = sec.salt[perfNonceLen:], perfProof(sec.cfg.PSK, sec.salt, "server")
+	}
+	if err := k.send(ctx, sh); err != nil {
 		return nil, err
 	}
 	ch, err := k.recv(ctx, "client's QP")
@@ -428,6 +445,14 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 	}
 	remote := *ch.QP
 	remote.MAC = nextHop
+	if sec != nil {
+		if !hmac.Equal(ch.Proof, perfProof(sec.cfg.PSK, sec.salt, "client")) {
+			return nil, k.refuse(ctx, fmt.Errorf("%w: the client did not prove the server's pre-shared key (--psk differs)", ErrPerfAuth))
+		}
+		if err := sec.cfg.secureQP(ctx, qp, sec.salt, remote.QPN, info.QPN, false); err != nil {
+			return nil, k.refuse(ctx, err)
+		}
+	}
 	st, err := ch.Steer.steering(remote)
 	if err == nil && st != nil {
 		err = qp.Steer(ctx, *st)
@@ -450,9 +475,18 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 // server's answer sh: it creates a QP on ep steered to the server's queue
 // when sh has the server's steering, connects it (through nextHop), sends
 // it with its own steering and waits for Ready.
-func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello, nextHop [6]byte) (*transport.Conn, error) {
+func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello, nextHop [6]byte, sec *runSecurity) (*transport.Conn, error) {
 	if sh.QP == nil {
 		return nil, fmt.Errorf("bench: server sent no QP")
+	}
+	if sec != nil {
+		if len(sh.Nonce) != perfNonceLen {
+			return nil, fmt.Errorf("%w: the server did not secure its QP (a server without --psk support)", ErrPerfAuth)
+		}
+		copy(sec.salt[perfNonceLen:], sh.Nonce)
+		if !hmac.Equal(sh.Proof, perfProof(sec.cfg.PSK, sec.salt, "server")) {
+			return nil, fmt.Errorf("%w: the server did not prove this side's pre-shared key (--psk differs)", ErrPerfAuth)
+		}
 	}
 	remote := *sh.QP
 	remote.MAC = nextHop
@@ -469,11 +503,18 @@ func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello,
 	if err != nil {
 		return nil, err
 	}
+	info := qp.Info()
+	ch := hello{QP: &info, Steer: helloSteeringOf(ep, qp)}
+	if sec != nil {
+		if err := sec.cfg.secureQP(ctx, qp, sec.salt, info.QPN, remote.QPN, true); err != nil {
+			return nil, err
+		}
+		ch.Proof = perfProof(sec.cfg.PSK, sec.salt, "client")
+	}
 	if err := qp.Connect(ctx, remote); err != nil {
 		return nil, err
 	}
-	info := qp.Info()
-	if err := k.send(ctx, hello{QP: &info, Steer: helloSteeringOf(ep, qp)}); err != nil {
+	if err := k.send(ctx, ch); err != nil {
 		return nil, err
 	}
 	if _, err := k.recv(ctx, "server's ready"); err != nil {
@@ -537,6 +578,12 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	}
 	peer := ta.AddrPort().Addr().Unmap()
 	h := hello{Kind: run.Kind, Profile: run.Transport.Profile.String(), MTU: run.Transport.MTU, Seed: run.Transport.Seed}
+	var sec *runSecurity
+	if run.Kind != KindTCP && run.Perf.PSK != nil {
+		sec = &runSecurity{cfg: run.Perf, salt: make([]byte, 2*perfNonceLen)}
+		rand.Read(sec.salt[:perfNonceLen])
+		h.Protection, h.Nonce = run.Perf.protection(), sec.salt[:perfNonceLen]
+	}
 	if run.Kind == KindUDP {
 		// Another client on this host may hold the RoCE port.
 		var release func()
@@ -568,14 +615,14 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 		return PerfResult{}, err
 	}
 	defer ep.Close()
-	qp, err := clientQP(ctx, k, ep, sh, nextHop)
+	qp, err := clientQP(ctx, k, ep, sh, nextHop, sec)
 	if err != nil {
 		return PerfResult{}, err
 	}
 	done, closeWatch := k.watch(cancel, "perf server")
 	defer closeWatch()
 	res, err := PerfClient(ctx, &SprayConn{C: qp, CQ: ep.CQ()}, run.Perf)
-	res.Link, res.Profile = run.Kind, run.Transport.Profile.String()
+	res.Link, res.Profile, res.Protection = run.Kind, run.Transport.Profile.String(), run.Perf.protection()
 	if err != nil {
 		return res, runErr(ctx, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
@@ -46,6 +47,9 @@ const perfUsage = `usage: spray perf [server|client] [flags]
   spray perf server [--listen :18515]         on one host: answer clients (the link kind
                                               and profile come from the client)
   spray perf client --peer HOST [--link udp]  on another host: measure against the server
+  spray perf --psk FILE [--integrity-only]    any of the above with secured QPs: every packet
+                                              authenticated, payloads encrypted unless
+                                              --integrity-only; a server needs the same --psk
 
 Link kinds: xdp (AF_XDP with the eBPF steering program; root), raw (AF_PACKET; root),
 udp (kernel UDP sockets; no privilege), tcp (kernel TCP, the reference), mem (in-process).
@@ -55,14 +59,14 @@ flags:
 
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
-	metrics, fault, cpuProfile                              string
+	metrics, fault, cpuProfile, pskFile                     string
 	pings, mtu, paths, window, qps, queues, engines         int
 	busyPoll                                                busyPollFlag
 	size, total, windowBytes                                sizeFlag
 	restore                                                 time.Duration
 	loss, gbps                                              float64
 	seed                                                    uint64
-	jsonOut, pathsSet                                       bool
+	jsonOut, pathsSet, integrityOnly                        bool
 	timeout                                                 time.Duration
 
 	// Set by check from --testbed and --fault.
@@ -117,11 +121,19 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole the leaf-spine link `PORT@TIME` into the transfer (PORT as in spray testbed fault --port, e.g. leaf0:up1@5s) and report the failover")
 	fs.DurationVar(&f.restore, "restore", 0, "with --fault: restore the link this long into the transfer (0: never)")
 	fs.Var(&f.windowBytes, "window-bytes", "with --fault and --cc fixed: the QP's fixed window in bytes (default: (spines-1) x half a port buffer)")
+	fs.StringVar(&f.pskFile, "psk", "", "secure the spray QPs with the pre-shared key in this `FILE` (at least 16 bytes, e.g. openssl rand -hex 32): packets authenticated, payloads encrypted; a server needs the same key")
+	fs.BoolVar(&f.integrityOnly, "integrity-only", false, "with --psk: authenticate packets but leave payloads in clear")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("perf: unexpected argument %q (the mode comes first: spray perf [server|client] [flags])", fs.Arg(0))
+	}
+	if f.integrityOnly && f.pskFile == "" {
+		return usagef("perf: --integrity-only needs --psk FILE")
+	}
+	if f.pskFile != "" && f.fault != "" {
+		return usagef("perf: --psk does not apply to --fault runs")
 	}
 	if err := f.check(); err != nil {
 		return err
@@ -176,6 +188,12 @@ func runPerf(args []string) error {
 	if f.pings <= 0 {
 		pcfg.Pings = -1 // none; PerfConfig's 0 means its default
 	}
+	if f.pskFile != "" {
+		if pcfg.PSK, err = spray.LoadPSK(f.pskFile); err != nil {
+			return usagef("perf: --psk: %v", err)
+		}
+		pcfg.IntegrityOnly = f.integrityOnly
+	}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
 	if f.pcapFile != "" {
@@ -211,7 +229,7 @@ func runPerf(args []string) error {
 			return err
 		}
 		logger.Printf("perf server listening on %v", ln.Addr())
-		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Wrap: wrap, Logf: logger.Printf})
+		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Perf: bench.PerfConfig{PSK: pcfg.PSK}, Wrap: wrap, Logf: logger.Printf})
 	case "client":
 		if f.peer == "" {
 			return usagef("perf client: --peer HOST is required")
@@ -469,13 +487,17 @@ func (b *busyPollFlag) Set(s string) error {
 
 func printPerf(w io.Writer, results []bench.PerfResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "link\tprofile\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
+	fmt.Fprintln(tw, "link\tprofile\tprotection\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
 	for _, r := range results {
 		verdict := "ok"
 		if !r.Integrity {
 			verdict = "MISMATCH"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, r.MsgSize, r.Bytes,
+		prot := r.Protection
+		if prot == "" {
+			prot = bench.ProtectionClear // kernel TCP
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, prot, r.MsgSize, r.Bytes,
 			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, verdict)
 	}
 	tw.Flush()
