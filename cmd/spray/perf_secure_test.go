@@ -95,3 +95,50 @@ func TestPerfSecure(t *testing.T) {
 		}
 	}
 }
+
+// spray bench --psk FILE runs a collective over secured QPs, every rank
+// with the key: the header says the protection and every result checks
+// (#wrong 0); --integrity-only without a key, a key with kernel TCP, and
+// a key too short are refused before anything runs.
+func TestBenchSecure(t *testing.T) {
+	dir := t.TempDir()
+	psk := filepath.Join(dir, "psk")
+	if err := os.WriteFile(psk, []byte("00112233445566778899aabbccddeeff\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--psk", psk}, "encrypted"},
+		{[]string{"--psk", psk, "--integrity-only"}, "integrity"},
+	} {
+		out, _ := runBenchCLI(t, append([]string{"alltoall", "-b", "4K", "-e", "256K", "-f", "8", "-w", "1", "-n", "3", "--world", "3"}, tc.args...)...)
+		if !strings.Contains(strings.SplitN(out, "\n", 2)[0], ", "+tc.want) {
+			t.Fatalf("bench %v: the header does not say %s:\n%s", tc.args, tc.want, out)
+		}
+		rows := parseBenchTable(t, out)
+		if len(rows) != 3 {
+			t.Fatalf("bench %v: %d rows, want 3:\n%s", tc.args, len(rows), out)
+		}
+		for _, r := range rows {
+			if r.wrong != "0" {
+				t.Fatalf("bench %v: row %+v", tc.args, r)
+			}
+		}
+	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"alltoall", "--integrity-only"},
+		{"alltoall", "--psk", psk, "--transport", "tcp"},
+		{"alltoall", "--psk", short},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := benchMain(args, &stdout, &stderr, -1); err == nil {
+			t.Errorf("spray bench %q: no error", args)
+		}
+	}
+}
