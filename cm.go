@@ -48,8 +48,9 @@ type ListenOptions struct {
 	// one without is refused unless Security.AllowClear. nil: the
 	// endpoint's. The connection manager presents one TLS identity for
 	// every service, set by the first Listener whose Security has
-	// certificates (Security.TLS; a pre-shared key alone needs none):
-	// another Listener's Security.TLS must be nil or the same *tls.Config.
+	// certificates (Security.TLS; a pre-shared key alone needs none),
+	// whose ClientAuth then applies to every secured dialer: another
+	// Listener's Security.TLS must be nil or the same *tls.Config.
 	Security *Security
 	// Clear runs this service in clear whatever Options.Security says: a
 	// dialer with security is refused with ErrSecurityMismatch (it dials

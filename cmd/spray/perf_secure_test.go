@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sprayfabric/spray/bench"
 )
 
 // runPerfJSON runs spray perf with args and --json, and returns the
@@ -139,6 +141,46 @@ func TestBenchSecure(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if err := benchMain(args, &stdout, &stderr, -1); err == nil {
 			t.Errorf("spray bench %q: no error", args)
+		}
+	}
+}
+
+// spray compare --psk FILE --loopback runs the spray and roce rows over
+// secured QPs, every element right, and its JSON says the protection; a
+// key in the simulator, and --integrity-only without one, are refused.
+func TestCompareSecure(t *testing.T) {
+	dir := t.TempDir()
+	psk := filepath.Join(dir, "psk")
+	if err := os.WriteFile(psk, []byte("00112233445566778899aabbccddeeff\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if err := runCompare([]string{"--loopback", "--scenarios", "lossless", "--size", "64K", "--iters", "3",
+		"--psk", psk, "--integrity-only", "--png", "", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "compare.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.CompareResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Protection != bench.ProtectionIntegrity || len(res.Rows) != 3 {
+		t.Fatalf("protection %q, %d rows, want integrity and 3", res.Protection, len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Err != "" || r.Wrong != 0 || r.Iters != 3 {
+			t.Errorf("%s: %d iterations, %d wrong, error %q", r.Profile, r.Iters, r.Wrong, r.Err)
+		}
+	}
+	for _, args := range [][]string{
+		{"--sim", "--psk", psk},
+		{"--loopback", "--integrity-only"},
+	} {
+		if err := runCompare(args); err == nil {
+			t.Errorf("compare %v: no error", args)
 		}
 	}
 }
