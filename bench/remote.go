@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,14 @@ type RemoteRun struct {
 	Kind      string
 	Transport transport.Config
 	Perf      PerfConfig
+	// TLS, when set, runs the control connection inside TLS 1.3 with
+	// this configuration (the server's certificate, or the client's CAs;
+	// either side's ClientCAs, Certificates for clients' certificates), and
+	// secures the spray QP with keys exported from the session: payloads
+	// encrypted unless Perf.IntegrityOnly; a kernel TCP run then travels
+	// inside the session. A server with TLS refuses clear clients and a
+	// server without it TLS ones. Not with Perf.PSK.
+	TLS *tls.Config
 	// Wrap, when set, wraps the local link (a capture, say).
 	Wrap func(link.Link) link.Link
 	// Logf receives progress lines; nil discards them.
@@ -139,11 +148,17 @@ type control struct {
 }
 
 func newControl(ctx context.Context, c net.Conn) *control {
+	setKeepAlive(c)
+	return &control{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c),
+		stop: context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })}
+}
+
+// setKeepAlive turns on c's TCP keepalives (a control connection's), when
+// it is TCP.
+func setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount})
 	}
-	return &control{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c),
-		stop: context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })}
 }
 
 // recv decodes the next message, refusing an Err one.
@@ -353,12 +368,22 @@ func (s *perfServer) acquire(ctx context.Context, kind string) (uint16, func(), 
 func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	setKeepAlive(c)
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	c, cs, err := acceptTLS(ctx, c, s.run.TLS)
+	stopTLS()
+	if err != nil {
+		return err
+	}
 	k := newControl(ctx, c)
 	defer k.stop()
-	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	h, err := k.recv(ctx, "client's hello")
 	if err != nil {
 		return err
+	}
+	if s.run.TLS != nil && cs == nil {
+		return k.refuse(ctx, fmt.Errorf("%w: the perf server requires TLS: give the client --ca (and --cert, --key when the server checks clients)", ErrPerfAuth))
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	if ctx.Err() != nil { // its deadline may just have been cleared
@@ -395,7 +420,7 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	if h.Seed != 0 { // 0: unpredictable on both sides
 		run.Transport.Seed = h.Seed + 1 + uint64(max(port, udp.RoCEPort)-udp.RoCEPort)<<32
 	}
-	sec, err := serverSecurity(run.Perf, h)
+	sec, err := serverSecurity(run.Perf, h, cs)
 	if err != nil {
 		return refuse(err)
 	}
@@ -430,7 +455,7 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 	}
 	info := qp.Info()
 	sh := hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}
-	if sec != nil {
+	if sec != nil && sec.cs == nil {
 		sh.Nonce, sh.Proof = sec.salt[perfNonceLen:], perfProof(sec.cfg.PSK, sec.salt, "server")
 	}
 	if err := k.send(ctx, sh); err != nil {
@@ -446,10 +471,10 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 	remote := *ch.QP
 	remote.MAC = nextHop
 	if sec != nil {
-		if !hmac.Equal(ch.Proof, perfProof(sec.cfg.PSK, sec.salt, "client")) {
+		if sec.cs == nil && !hmac.Equal(ch.Proof, perfProof(sec.cfg.PSK, sec.salt, "client")) {
 			return nil, k.refuse(ctx, fmt.Errorf("%w: the client did not prove the server's pre-shared key (--psk differs)", ErrPerfAuth))
 		}
-		if err := sec.cfg.secureQP(ctx, qp, sec.salt, remote.QPN, info.QPN, false); err != nil {
+		if err := sec.secure(ctx, qp, remote.QPN, info.QPN, false); err != nil {
 			return nil, k.refuse(ctx, err)
 		}
 	}
@@ -479,7 +504,7 @@ func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello,
 	if sh.QP == nil {
 		return nil, fmt.Errorf("bench: server sent no QP")
 	}
-	if sec != nil {
+	if sec != nil && sec.cs == nil {
 		if len(sh.Nonce) != perfNonceLen {
 			return nil, fmt.Errorf("%w: the server did not secure its QP (a server without --psk support)", ErrPerfAuth)
 		}
@@ -506,10 +531,12 @@ func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello,
 	info := qp.Info()
 	ch := hello{QP: &info, Steer: helloSteeringOf(ep, qp)}
 	if sec != nil {
-		if err := sec.cfg.secureQP(ctx, qp, sec.salt, info.QPN, remote.QPN, true); err != nil {
+		if err := sec.secure(ctx, qp, info.QPN, remote.QPN, true); err != nil {
 			return nil, err
 		}
-		ch.Proof = perfProof(sec.cfg.PSK, sec.salt, "client")
+		if sec.cs == nil {
+			ch.Proof = perfProof(sec.cfg.PSK, sec.salt, "client")
+		}
 	}
 	if err := qp.Connect(ctx, remote); err != nil {
 		return nil, err
@@ -570,6 +597,21 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 		return PerfResult{}, err
 	}
 	defer c.Close()
+	if run.TLS != nil && run.Perf.PSK != nil {
+		return PerfResult{}, fmt.Errorf("bench: a pre-shared key or TLS, not both")
+	}
+	var cs *tls.ConnectionState
+	if run.TLS != nil {
+		setKeepAlive(c)
+		stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		ts, err := dialTLS(ctx, c, run.TLS, addr)
+		stopTLS()
+		if err != nil {
+			return PerfResult{}, err
+		}
+		st := ts.ConnectionState()
+		c, cs = ts, &st
+	}
 	k := newControl(ctx, c)
 	defer k.stop()
 	ta, ok := c.RemoteAddr().(*net.TCPAddr)
@@ -579,6 +621,10 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	peer := ta.AddrPort().Addr().Unmap()
 	h := hello{Kind: run.Kind, Profile: run.Transport.Profile.String(), MTU: run.Transport.MTU, Seed: run.Transport.Seed}
 	var sec *runSecurity
+	if run.Kind != KindTCP && cs != nil {
+		sec = &runSecurity{cfg: PerfConfig{IntegrityOnly: run.Perf.IntegrityOnly}, cs: cs}
+		h.Protection = sec.protection()
+	}
 	if run.Kind != KindTCP && run.Perf.PSK != nil {
 		sec = &runSecurity{cfg: run.Perf, salt: make([]byte, 2*perfNonceLen)}
 		rand.Read(sec.salt[:perfNonceLen])
@@ -597,11 +643,14 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	}
 	sh, err := k.recv(ctx, "server's answer")
 	if err != nil {
-		return PerfResult{}, err
+		return PerfResult{}, tlsRefusal(err, addr)
 	}
 	if run.Kind == KindTCP {
 		res, err := PerfClient(ctx, NewTCPConn(c), run.Perf)
 		res.Link, res.Profile = KindTCP, "kernel"
+		if cs != nil {
+			res.Protection = ProtectionTLS
+		}
 		if err != nil {
 			err = runErr(ctx, err)
 		}
@@ -623,6 +672,9 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	defer closeWatch()
 	res, err := PerfClient(ctx, &SprayConn{C: qp, CQ: ep.CQ()}, run.Perf)
 	res.Link, res.Profile, res.Protection = run.Kind, run.Transport.Profile.String(), run.Perf.protection()
+	if sec != nil {
+		res.Protection = sec.protection()
+	}
 	if err != nil {
 		return res, runErr(ctx, err)
 	}

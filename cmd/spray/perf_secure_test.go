@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sprayfabric/spray/bench"
 )
@@ -181,6 +189,92 @@ func TestCompareSecure(t *testing.T) {
 	} {
 		if err := runCompare(args); err == nil {
 			t.Errorf("compare %v: no error", args)
+		}
+	}
+}
+
+// writePKI writes a CA and a certificate it signed for 127.0.0.1, with its
+// key, as PEM files in dir, and returns their paths.
+func writePKI(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	caPub, caKey, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "perf CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(crand.Reader, caTmpl, caTmpl, caPub, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	pub, priv, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, caCert, pub, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for f, b := range map[string]*pem.Block{ca: {Type: "CERTIFICATE", Bytes: caDER}, cert: {Type: "CERTIFICATE", Bytes: der}, key: {Type: "PRIVATE KEY", Bytes: pk}} {
+		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// spray perf server --cert --key --ca and client --ca --cert --key run
+// their control connection in TLS, both sides verified: a kernel TCP run
+// inside it moves its bytes intact and reports tls. Certificate flags
+// where they cannot apply, or half given, are refused before anything
+// runs.
+func TestPerfTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := writePKI(t, dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		served <- runPerf([]string{"server", "--listen", addr, "--cert", cert, "--key", key, "--ca", ca, "--timeout", "3s"})
+	}()
+	var rs []map[string]any
+	for range 50 { // until the server listens
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rs = runPerfJSON(t, "client", "--peer", addr, "--link", "tcp", "--total", "4M", "--pings", "10",
+		"--ca", ca, "--cert", cert, "--key", key)
+	if len(rs) != 1 || rs[0]["protection"] != "tls" || rs[0]["integrity_ok"] != true {
+		t.Fatalf("client: %v, want one tcp run inside TLS, intact", rs)
+	}
+	<-served
+	for _, args := range [][]string{
+		{"--ca", ca}, // one process: --psk
+		{"client", "--peer", "h", "--cert", cert}, // no --key
+		{"server", "--ca", ca},                    // a server needs a certificate
+		{"client", "--peer", "h", "--ca", ca, "--psk", filepath.Join(dir, "psk")},
+		{"client", "--peer", "h", "--ca", filepath.Join(dir, "key.pem")}, // no certificate in it
+	} {
+		if err := runPerf(args); err == nil {
+			t.Errorf("perf %v: no error", args)
 		}
 	}
 }
