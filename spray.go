@@ -177,7 +177,8 @@ type Options struct {
 	// set it; a side that sets it refuses a peer that has none unless
 	// Security.AllowClear. nil (the default): every connection in clear,
 	// and a peer that requires security is refused with
-	// ErrSecurityMismatch.
+	// ErrSecurityMismatch. ListenOptions and DialOptions override it for
+	// one service or one connection.
 	Security *Security
 	// Logf receives the endpoint's few log lines (the link chosen and why).
 	// nil: log/slog's default logger at Info.
