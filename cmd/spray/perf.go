@@ -452,6 +452,11 @@ func splitKinds(s, def string) []string {
 }
 
 func report(f perfFlags, results []bench.PerfResult) error {
+	for i := range results {
+		if results[i].Protection == "" {
+			results[i].Protection = bench.ProtectionClear // kernel TCP
+		}
+	}
 	if f.jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		for _, r := range results {
@@ -522,7 +527,7 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 		}
 		prot := r.Protection
 		if prot == "" {
-			prot = bench.ProtectionClear // kernel TCP
+			prot = bench.ProtectionClear
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, prot, r.MsgSize, r.Bytes,
 			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, verdict)

@@ -52,7 +52,7 @@ func runPerfJSON(t *testing.T, args ...string) []map[string]any {
 }
 
 // spray perf --psk FILE secures the QP of an in-process run: the report
-// says so, the bytes arrive intact, and the capture of the client's link
+// says so (and that kernel TCP ran in clear), the bytes arrive intact, and the capture of the client's link
 // shows none of the payload; --integrity-only leaves it readable, as a
 // clear run does. A key too short, and --integrity-only without a key,
 // are refused before anything runs.
@@ -78,10 +78,13 @@ func TestPerfSecure(t *testing.T) {
 		{[]string{"--psk", psk, "--integrity-only"}, "integrity", true},
 	} {
 		capture := filepath.Join(dir, tc.want+".pcap")
-		args := append([]string{"--link", "mem", "--total", "1M", "--size", "64K", "--pings", "10", "--seed", "7", "--pcap", capture}, tc.args...)
+		args := append([]string{"--link", "mem,tcp", "--total", "1M", "--size", "64K", "--pings", "10", "--seed", "7", "--pcap", capture}, tc.args...)
 		rs := runPerfJSON(t, args...)
-		if len(rs) != 1 || rs[0]["protection"] != tc.want || rs[0]["integrity_ok"] != true {
+		if len(rs) != 2 || rs[0]["protection"] != tc.want || rs[0]["integrity_ok"] != true {
 			t.Fatalf("perf %v: %v, want protection %s and the bytes intact", tc.args, rs, tc.want)
+		}
+		if rs[1]["link"] != "tcp" || rs[1]["protection"] != "clear" {
+			t.Fatalf("perf %v: the kernel TCP run %v, want it reported clear", tc.args, rs[1])
 		}
 		pc, err := os.ReadFile(capture)
 		if err != nil {
