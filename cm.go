@@ -27,6 +27,7 @@ const Backlog = 64
 type Listener struct {
 	ep      *Endpoint
 	service string
+	sec     *security // nil: in clear
 	q       chan *Conn
 	done    chan struct{}
 	once    sync.Once
@@ -34,10 +35,38 @@ type Listener struct {
 
 // Listen starts accepting connections for service (1 to MaxService bytes)
 // on the endpoint's connection manager, which the first Listen starts on
-// Options.CMAddr (TCP). One Listener per service.
+// Options.CMAddr (TCP). One Listener per service. Its security is the
+// endpoint's (Options.Security); ListenWith sets another.
 func (ep *Endpoint) Listen(service string) (*Listener, error) {
+	return ep.ListenWith(service, ListenOptions{})
+}
+
+// ListenOptions configure one Listener.
+type ListenOptions struct {
+	// Security, when set, protects this service's connections in place
+	// of Options.Security: a dialer with security connects inside TLS,
+	// one without is refused unless Security.AllowClear. nil: the
+	// endpoint's. The connection manager presents one TLS identity for
+	// every service, set by the first Listener whose Security has
+	// certificates (Security.TLS; a pre-shared key alone needs none),
+	// whose ClientAuth then applies to every secured dialer: another
+	// Listener's Security.TLS must be nil or the same *tls.Config.
+	Security *Security
+	// Clear runs this service in clear whatever Options.Security says: a
+	// dialer with security is refused with ErrSecurityMismatch (it dials
+	// again in clear when it allows it). Clear with Security is invalid.
+	Clear bool
+}
+
+// ListenWith is Listen with options for this service
+// (TestSecurePerListener).
+func (ep *Endpoint) ListenWith(service string, o ListenOptions) (*Listener, error) {
 	if len(service) == 0 || len(service) > MaxService {
 		return nil, fmt.Errorf("%w: service name of %d bytes (1 to %d)", ErrOptions, len(service), MaxService)
+	}
+	sec, err := ep.securityFor(o.Security, o.Clear)
+	if err != nil {
+		return nil, err
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -47,8 +76,19 @@ func (ep *Endpoint) Listen(service string) (*Listener, error) {
 	if ep.listeners[service] != nil {
 		return nil, fmt.Errorf("%w: service %q already has a Listener", ErrOptions, service)
 	}
-	if ep.sec != nil && !ep.sec.canServe {
+	if sec != nil && !sec.canServe {
 		return nil, fmt.Errorf("%w: Security.TLS has no certificate to present as listener (set Certificates, or a PSK for a throwaway one)", ErrOptions)
+	}
+	cmSec := ep.cmSec
+	if sec != nil {
+		switch {
+		case cmSec == nil || (cmSec.tlsFrom == nil && sec.tlsFrom != nil):
+			// The first certificates replace a throwaway identity,
+			// which no dialer verifies.
+			cmSec = sec
+		case sec.tlsFrom != nil && sec.tlsFrom != cmSec.tlsFrom:
+			return nil, fmt.Errorf("%w: service %q: the connection manager presents one TLS identity, another Listener's Security.TLS; give the same *tls.Config, or none (a pre-shared key alone)", ErrOptions, service)
+		}
 	}
 	if ep.ln == nil {
 		ln, err := net.Listen("tcp", ep.opts.CMAddr)
@@ -58,9 +98,24 @@ func (ep *Endpoint) Listen(service string) (*Listener, error) {
 		ep.ln = ln
 		ep.wg.Go(func() { ep.serve(ln) })
 	}
-	l := &Listener{ep: ep, service: service, q: make(chan *Conn, Backlog), done: make(chan struct{})}
+	ep.cmSec = cmSec
+	l := &Listener{ep: ep, service: service, sec: sec, q: make(chan *Conn, Backlog), done: make(chan struct{})}
 	ep.listeners[service] = l
 	return l, nil
+}
+
+// securityFor returns the security of one Listen or Dial: s checked, nil
+// when clear, else the endpoint's.
+func (ep *Endpoint) securityFor(s *Security, clear bool) (*security, error) {
+	switch {
+	case clear && s != nil:
+		return nil, fmt.Errorf("%w: both Security and Clear set", ErrOptions)
+	case clear:
+		return nil, nil
+	case s != nil:
+		return newSecurity(s)
+	}
+	return ep.sec, nil
 }
 
 // Addr returns the connection manager's address, for a peer's Dial.
@@ -129,7 +184,8 @@ type handshake struct {
 	evicted bool          // dropped for a newer request (under Endpoint.mu)
 }
 
-// CMStats counts the connection manager's work as listener.
+// CMStats counts the connection manager's work: as listener, and, for
+// ChannelsCut, for every connection.
 type CMStats struct {
 	// HalfOpen is the number of requests being answered now, from the
 	// TCP accept to the dialer's RTU: at most Options.MaxHandshakes.
@@ -153,6 +209,11 @@ type CMStats struct {
 	// certificate, or the dialer sent none), or a dialer that did not
 	// prove the pre-shared key.
 	AuthFailed uint64
+	// ChannelsCut counts secured connections, of either role, whose
+	// channel ended without the peer's TLS close_notify: a FIN or reset
+	// (forged on the path, or a peer gone), or a record that failed TLS.
+	// They carry on, their packets authenticated (Conn.read).
+	ChannelsCut uint64
 }
 
 // CMStats returns the connection manager's counters.
@@ -320,15 +381,20 @@ func (ep *Endpoint) handle(h *handshake) {
 	}
 	tc = &prefixConn{Conn: tc, prefix: first[:]}
 	var ts *tls.Conn // the TLS session, when the dialer has security
+	var ends *endConn
 	if first[0] == tlsRecordHandshake {
-		if ep.sec == nil {
+		ep.mu.Lock()
+		cmSec := ep.cmSec
+		ep.mu.Unlock()
+		if cmSec == nil {
 			// A dialer with security reads this REJ as a record that
 			// is not TLS, and reports a listener in clear.
-			reject(rejSecurity, "the listener at %s has no security (Options.Security): its connection manager runs in clear", tc.LocalAddr())
+			reject(rejSecurity, "the listener at %s has no security (Options.Security, ListenOptions.Security): its connection manager runs in clear", tc.LocalAddr())
 			lingerClose(tc)
 			return
 		}
-		ts = tls.Server(tc, ep.sec.server)
+		ends = &endConn{Conn: tc}
+		ts = tls.Server(ends, cmSec.server)
 		if err := ts.Handshake(); err != nil {
 			ep.mu.Lock()
 			ep.cm.AuthFailed++
@@ -359,19 +425,33 @@ func (ep *Endpoint) handle(h *handshake) {
 		reject(rejBadRequest, "version %d inside TLS (only version %d and later carry the security block)", ver, cmVersion)
 		return
 	}
-	if ts == nil && ep.sec != nil && !ep.sec.allowClear {
-		reject(rejSecurity, "the listener at %s requires security (TLS): set Options.Security on the dialer", tc.LocalAddr())
-		return
-	}
 	req, err := parseReq(m.body, ver)
 	if err != nil {
 		reject(rejBadRequest, "%v", err)
 		return
 	}
+	// The service's Listener decides the security: each one has its own
+	// (TestSecurePerListener).
+	ep.mu.Lock()
+	l := ep.listeners[req.service]
+	ep.mu.Unlock()
+	var sec *security
+	if l != nil {
+		sec = l.sec
+	}
+	switch {
+	case l == nil:
+	case ts == nil && sec != nil && !sec.allowClear:
+		reject(rejSecurity, "service %q at %s requires security (TLS): set Options.Security or DialOptions.Security on the dialer", req.service, tc.LocalAddr())
+		return
+	case ts != nil && sec == nil:
+		reject(rejSecurity, "service %q at %s has no security: it runs in clear", req.service, tc.LocalAddr())
+		return
+	}
 	var cs tls.ConnectionState
-	if ts != nil {
+	if ts != nil && l != nil {
 		cs = ts.ConnectionState()
-		if !ep.sec.checkProof(req.sec.proof, cs, "dialer") {
+		if !sec.checkProof(req.sec.proof, cs, "dialer") {
 			ep.mu.Lock()
 			ep.cm.AuthFailed++
 			ep.mu.Unlock()
@@ -394,7 +474,6 @@ func (ep *Endpoint) handle(h *handshake) {
 		}
 	}
 	ep.mu.Lock()
-	l := ep.listeners[req.service]
 	busy := l != nil && len(l.q) == cap(l.q)
 	ep.mu.Unlock()
 	switch {
@@ -430,7 +509,7 @@ func (ep *Endpoint) handle(h *handshake) {
 		// are in place before the QP's first packet.
 		rep.sec.flags = secPackets
 		prot = ProtectionEncrypted
-		if ep.sec.integrityOnly && req.sec.flags&secIntegrityOnly != 0 {
+		if sec.integrityOnly && req.sec.flags&secIntegrityOnly != 0 {
 			rep.sec.flags |= secIntegrityOnly
 			prot = ProtectionIntegrity
 		}
@@ -439,7 +518,7 @@ func (ep *Endpoint) handle(h *handshake) {
 			err = secureQP(ctx, qc, toDialer, toListener, prot == ProtectionIntegrity)
 		}
 		if err == nil {
-			rep.sec.proof, err = ep.sec.proof(cs, "listener")
+			rep.sec.proof, err = sec.proof(cs, "listener")
 		}
 		if err != nil {
 			reject(rejInternal, "securing the QP: %v", err)
@@ -472,7 +551,7 @@ func (ep *Endpoint) handle(h *handshake) {
 	}
 	tc.SetDeadline(time.Time{})
 	ep.mu.Unlock()
-	c, err := ep.newConn(qc, tc, ver, req.service, req.qp, prot)
+	c, err := ep.newConn(qc, tc, ends, ver, req.service, req.qp, prot)
 	if err != nil {
 		return
 	}
@@ -567,10 +646,30 @@ func (ep *Endpoint) checkPeerIP(claimed netip.Addr, at net.Addr, who, how string
 // protocol, and dials again in the version an older listener's rejection
 // names (TestCMVersion1Peer, TestCMSteering); a listener that was
 // full is asked again, backing off up to 50 ms, until ctx ends
-// (TestCMFlood).
+// (TestCMFlood). Its security is the endpoint's (Options.Security);
+// DialWith sets another.
 func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, error) {
+	return ep.DialWith(ctx, addr, service, DialOptions{})
+}
+
+// DialOptions configure one Dial.
+type DialOptions struct {
+	// Security, when set, protects this connection in place of
+	// Options.Security (TestSecurePerListener). nil: the endpoint's.
+	Security *Security
+	// Clear dials in clear whatever Options.Security says. Clear with
+	// Security is invalid.
+	Clear bool
+}
+
+// DialWith is Dial with options for this connection.
+func (ep *Endpoint) DialWith(ctx context.Context, addr, service string, o DialOptions) (*Conn, error) {
 	if len(service) == 0 || len(service) > MaxService {
 		return nil, fmt.Errorf("%w: service name of %d bytes (1 to %d)", ErrOptions, len(service), MaxService)
+	}
+	sec, err := ep.securityFor(o.Security, o.Clear)
+	if err != nil {
+		return nil, err
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		addr = net.JoinHostPort(addr, strconv.Itoa(CMPort))
@@ -585,16 +684,15 @@ func (ep *Endpoint) Dial(ctx context.Context, addr, service string) (*Conn, erro
 		return nil, err
 	}
 	ver := ep.cmTop()
-	secure := ep.sec != nil
 	wait := time.Millisecond
 	for {
-		c, next, err := ep.dialOnce(ctx, qc, ver, secure, addr, service)
+		c, next, err := ep.dialOnce(ctx, qc, ver, sec, addr, service)
 		if err == nil {
 			return c, nil
 		}
-		if next.clear && secure {
+		if next.clear && sec != nil {
 			ep.opts.logf("spray: dial %s: %v; dialing again in clear (Security.AllowClear)", addr, err)
-			secure = false
+			sec = nil
 			continue
 		}
 		if next.ver != 0 {
@@ -630,8 +728,8 @@ type dialRetry struct {
 }
 
 // dialOnce runs one handshake in version ver on a new TCP connection
-// for qc, inside TLS when secure.
-func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, secure bool, addr, service string) (_ *Conn, _ dialRetry, _ error) {
+// for qc, inside TLS when sec is set.
+func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8, sec *security, addr, service string) (_ *Conn, _ dialRetry, _ error) {
 	raw, err := ep.dialTCP(ctx, addr)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
@@ -651,24 +749,27 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
+	secure := sec != nil
 	var ts *tls.Conn
 	var recording *recConn
+	var ends *endConn
 	if secure {
-		rc := &recConn{Conn: raw}
-		ts = tls.Client(rc, ep.sec.clientConfig(addr))
+		ends = &endConn{Conn: raw}
+		rc := &recConn{Conn: ends}
+		ts = tls.Client(rc, sec.clientConfig(addr))
 		tc = ts
 		if err := ts.HandshakeContext(ctx); err != nil {
-			next, err := ep.sec.tlsDialError(err, rc, addr)
+			next, err := sec.tlsDialError(err, rc, addr)
 			return nil, next, err
 		}
 		// A listener that drops this request for a newer one answers
 		// in clear from here on (a REJ of reason 9): record it afresh.
 		rc.rec = rc.rec[:0]
 		recording = rc
-		if ep.sec.integrityOnly {
+		if sec.integrityOnly {
 			req.sec.flags = secIntegrityOnly
 		}
-		if req.sec.proof, err = ep.sec.proof(ts.ConnectionState(), "dialer"); err != nil {
+		if req.sec.proof, err = sec.proof(ts.ConnectionState(), "dialer"); err != nil {
 			return nil, dialRetry{}, fmt.Errorf("spray: dial %s: %w", addr, err)
 		}
 	}
@@ -684,7 +785,7 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		}
 		var rh tls.RecordHeaderError
 		if secure && errors.As(err, &rh) {
-			next, err := ep.sec.tlsDialError(err, recording, addr)
+			next, err := sec.tlsDialError(err, recording, addr)
 			return nil, next, err
 		}
 		// A full listener closes a connection it has no room to answer.
@@ -706,6 +807,9 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 			next.ver = r.version
 		}
 		next.again = r.reason == rejFull
+		// A service in clear behind a connection manager that has
+		// TLS for others refuses inside TLS.
+		next.clear = secure && r.reason == rejSecurity && sec.allowClear
 		return nil, next, fmt.Errorf("dial %s: %w", addr, r.err())
 	case m.version != ver:
 		return nil, dialRetry{}, fmt.Errorf("%w: the peer at %s answered version %d in version %d", ErrVersion, addr, ver, m.version)
@@ -736,14 +840,14 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	prot := ProtectionClear
 	if ts != nil {
 		cs := ts.ConnectionState()
-		if !ep.sec.checkProof(rep.sec.proof, cs, "listener") {
+		if !sec.checkProof(rep.sec.proof, cs, "listener") {
 			return refuse(rejAuth, ErrAuth, fmt.Errorf("the listener did not prove this side's pre-shared key (Security.PSK differs, or a man in the middle relays the connection)"))
 		}
 		prot = ProtectionEncrypted
 		switch {
 		case rep.sec.flags&secPackets == 0:
 			return refuse(rejBadRequest, ErrRejected, fmt.Errorf("the listener did not protect its QP's packets"))
-		case rep.sec.flags&secIntegrityOnly != 0 && !ep.sec.integrityOnly:
+		case rep.sec.flags&secIntegrityOnly != 0 && !sec.integrityOnly:
 			return refuse(rejBadRequest, ErrRejected, fmt.Errorf("the listener chose integrity only, which this side did not ask for"))
 		case rep.sec.flags&secIntegrityOnly != 0:
 			prot = ProtectionIntegrity
@@ -773,7 +877,7 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 		return nil, dialRetry{}, ctx.Err()
 	}
 	raw.SetDeadline(time.Time{})
-	c, err := ep.newConn(qc, tc, ver, service, rep.qp, prot)
+	c, err := ep.newConn(qc, tc, ends, ver, service, rep.qp, prot)
 	if err != nil {
 		return nil, dialRetry{}, err
 	}

@@ -223,6 +223,9 @@ func TestCMInjectedDREQ(t *testing.T) {
 			p.inject(appendMsgV(nil, a.ver, msgDREQ, nil))
 			if sec != nil {
 				<-b.rdone // the listener's channel has ended
+				if n := eb.CMStats().ChannelsCut; n != 1 {
+					t.Fatalf("ChannelsCut %d, want 1", n)
+				}
 				r := rand.New(rand.NewPCG(seed, 3))
 				if err := exchange(ctx, a, b, randomMsgs(r, 8, 64<<10)); err != nil {
 					t.Fatalf("dialer to listener after the injection: %v", err)

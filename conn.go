@@ -19,7 +19,8 @@ type Conn struct {
 	ep      *Endpoint
 	qp      *transport.Conn
 	tc      net.Conn
-	ver     uint8 // of the connection protocol, agreed in the handshake
+	ends    *endConn // under tc's TLS session; nil in clear
+	ver     uint8    // of the connection protocol, agreed in the handshake
 	prot    Protection
 	service string
 	remote  transport.QPInfo
@@ -49,8 +50,8 @@ const (
 	byGone                   // channel broke: tear down at once
 )
 
-func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ver uint8, service string, remote transport.QPInfo, prot Protection) (*Conn, error) {
-	c := &Conn{ep: ep, qp: qc, tc: tc, ver: ver, prot: prot, service: service, remote: remote,
+func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ends *endConn, ver uint8, service string, remote transport.QPInfo, prot Protection) (*Conn, error) {
+	c := &Conn{ep: ep, qp: qc, tc: tc, ends: ends, ver: ver, prot: prot, service: service, remote: remote,
 		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	ep.mu.Lock()
@@ -80,28 +81,39 @@ func (w *wrapped) Unwrap() error { return w.err }
 
 // read follows the peer's messages on the channel until it breaks.
 //
-// A secured connection believes only what TLS authenticates: DREQ, DREP
-// and, from the peer, a message it cannot parse. The end of its channel
-// (a FIN, a reset, a record that fails its tag) can be forged on the
-// path, so it leaves the QP running, whose packets are authenticated:
-// a peer that is really gone shows as transport.ErrPeerUnreachable on
-// the next operation, and Close frees this side's QP without the
-// peer's confirmation (TestCMInjectedDREQ's secured row).
+// A secured connection believes only what TLS authenticates: DREQ, DREP,
+// the peer's close_notify (an orderly close, taken as a DREQ) and, from
+// the peer, a message it cannot parse. The end of its channel without
+// close_notify (a FIN, a reset, a record that fails its tag) can be
+// forged on the path, so it is counted (CMStats.ChannelsCut) and leaves
+// the QP running, whose packets are authenticated: a peer that is really
+// gone shows as transport.ErrPeerUnreachable on the next operation, and
+// Close frees this side's QP without the peer's confirmation
+// (TestCMInjectedDREQ's secured row, TestSecureChannelCut).
 func (c *Conn) read() {
 	defer close(c.rdone)
 	for {
 		m, err := readMsg(c.tc)
 		if err != nil && c.prot != ProtectionClear {
+			notified := errors.Is(err, io.EOF) && !c.ends.ended.Load()
 			c.mu.Lock()
 			c.eof = true
+			c.gotDREQ = c.gotDREQ || notified
 			open := c.cause == nil
 			c.mu.Unlock()
-			if open {
-				c.ep.opts.logf("spray: connection %q to QP %#x: the connection manager's channel ended (%v); the QP carries on", c.service, c.remote.QPN, err)
-			}
 			select {
 			case c.notify <- struct{}{}:
 			default:
+			}
+			switch {
+			case !open:
+			case notified:
+				c.start(byPeer, nil)
+			default:
+				c.ep.mu.Lock()
+				c.ep.cm.ChannelsCut++
+				c.ep.mu.Unlock()
+				c.ep.opts.logf("spray: connection %q to QP %#x: the connection manager's channel ended without the peer's close_notify (%v); the QP carries on", c.service, c.remote.QPN, err)
 			}
 			return
 		}

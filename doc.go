@@ -138,16 +138,21 @@
 // is then authenticated with AES-GCM and its payload encrypted, unless
 // both sides set Security.IntegrityOnly. Conn.Protection says which.
 //
-// Security is on when both sides set it. One connection manager port
-// serves TLS and clear dialers (the first byte tells them apart); a
-// listener with Security refuses a clear dialer, and a dialer with
-// Security refuses a clear listener, both with ErrSecurityMismatch, unless
+// Security is on when both sides set it. ListenWith and DialWith set it
+// (or clear) for one service or one connection in place of the
+// endpoint's, so that one connection manager serves clear and secured
+// services side by side. One connection manager port serves TLS and
+// clear dialers (the first byte tells them apart); a service with
+// Security refuses a clear dialer, and a dialer with Security refuses a
+// clear service, both with ErrSecurityMismatch, unless
 // Security.AllowClear, which lets the connection run in clear. A wrong
 // key, CA, certificate or name fails Dial with ErrAuth naming the cause.
-// A secured Conn believes only what TLS authenticates: the end of its
-// channel (a reset, a FIN, a record that fails its tag) can be forged on
-// the path, so it leaves the QP running; a peer that is really gone shows
-// as transport.ErrPeerUnreachable on the next operation, and Close frees
+// A secured Conn believes only what TLS authenticates: the peer's
+// close_notify closes it in order, as a DREQ does, but the end of its
+// channel without one (a reset, a FIN, a record that fails its tag) can be
+// forged on the path, so it is counted (CMStats.ChannelsCut) and leaves
+// the QP running; a peer that is really gone shows as
+// transport.ErrPeerUnreachable on the next operation, and Close frees
 // this side's QP without waiting for the peer.
 //
 // # Errors

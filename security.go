@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -89,6 +90,7 @@ type security struct {
 	psk           []byte
 	integrityOnly bool
 	allowClear    bool
+	tlsFrom       *tls.Config // Security.TLS, as given
 	verifies      bool        // the dialer verifies the listener's certificate
 	canServe      bool        // the listener has a certificate to present
 	server        *tls.Config // the listener's
@@ -108,6 +110,7 @@ func newSecurity(s *Security) (*security, error) {
 	}
 	sec := &security{psk: bytes.Clone(s.PSK), integrityOnly: s.IntegrityOnly, allowClear: s.AllowClear}
 	if s.TLS != nil {
+		sec.tlsFrom = s.TLS
 		sec.server, sec.client = s.TLS.Clone(), s.TLS.Clone()
 		sec.verifies = !s.TLS.InsecureSkipVerify
 	} else {
@@ -254,6 +257,24 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(b)
+}
+
+// endConn notes when its reads end with an error other than a timeout: a
+// FIN or a reset. A TLS session reads io.EOF both after the peer's
+// close_notify and after a FIN at a record's boundary; only the first
+// is the peer's word (Conn.read, TestSecureChannelCut).
+type endConn struct {
+	net.Conn
+	ended atomic.Bool
+}
+
+func (c *endConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		c.ended.Store(true)
+	}
+	return n, err
 }
 
 // tlsRecordHandshake is the first byte of a TLS connection: the record

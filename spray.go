@@ -177,7 +177,8 @@ type Options struct {
 	// set it; a side that sets it refuses a peer that has none unless
 	// Security.AllowClear. nil (the default): every connection in clear,
 	// and a peer that requires security is refused with
-	// ErrSecurityMismatch.
+	// ErrSecurityMismatch. ListenOptions and DialOptions override it for
+	// one service or one connection.
 	Security *Security
 	// Logf receives the endpoint's few log lines (the link chosen and why).
 	// nil: log/slog's default logger at Info.
@@ -209,6 +210,7 @@ type Endpoint struct {
 	closed    bool
 	ln        net.Listener // the connection manager's, once Listen was called
 	listeners map[string]*Listener
+	cmSec     *security // the connection manager's TLS identity, once a secured Listen set it
 	conns     map[*Conn]struct{}
 	hs        list.List      // *handshake answered now, oldest first
 	wg        sync.WaitGroup // the connection manager's goroutines

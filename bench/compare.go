@@ -137,6 +137,10 @@ type CompareConfig struct {
 	Pairwise bool
 	// Seed seeds the transports, the fault injection and the payloads.
 	Seed uint64
+	// PSK, when set, secures the spray and roce QPs as PerfConfig.PSK
+	// does (IntegrityOnly: payloads in clear); kernel TCP stays clear.
+	PSK           []byte
+	IntegrityOnly bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// OnEndpoint, when not nil, is called with every spray and roce
@@ -145,6 +149,16 @@ type CompareConfig struct {
 	// (telemetry.InstrumentWith), as transport.Config.OnEndpoint does, and
 	// must not block. The endpoints close when their run ends.
 	OnEndpoint func(ep *transport.Endpoint, name string)
+}
+
+// secure secures the pair of QPs a and b before they connect, as c asks.
+func (c CompareConfig) secure(ctx context.Context, a, b *transport.Conn) error {
+	return PerfConfig{PSK: c.PSK, IntegrityOnly: c.IntegrityOnly}.securePair(ctx, a, b)
+}
+
+// protection names what protects c's spray and roce QPs.
+func (c CompareConfig) protection() string {
+	return PerfConfig{PSK: c.PSK, IntegrityOnly: c.IntegrityOnly}.protection()
 }
 
 // endpointHook returns the transport hook of rank r's endpoint in the run
@@ -341,10 +355,13 @@ type CompareResult struct {
 	// RoCEAckTimeout is the roce QPs' Local ACK Timeout exponent (their
 	// fixed retransmission timer is 4.096µs x 2^RoCEAckTimeout), negative
 	// when they ran the adaptive timer instead.
-	RoCEAckTimeout int          `json:"roce_local_ack_timeout"`
-	BisectionGbps  float64      `json:"bisection_gbps"`
-	AllToAllLimit  float64      `json:"alltoall_limit_gbytes"`
-	Rows           []CompareRow `json:"rows"`
+	RoCEAckTimeout int `json:"roce_local_ack_timeout"`
+	// Protection is what protected the spray and roce QPs' packets
+	// (ProtectionClear, ProtectionEncrypted, ProtectionIntegrity).
+	Protection    string       `json:"protection"`
+	BisectionGbps float64      `json:"bisection_gbps"`
+	AllToAllLimit float64      `json:"alltoall_limit_gbytes"`
+	Rows          []CompareRow `json:"rows"`
 }
 
 // Row returns the row of profile under scenario, or nil.

@@ -83,7 +83,8 @@ func compareFabric(ctx context.Context, cfg CompareConfig) (_ CompareResult, err
 			err = errors.Join(err, fmt.Errorf("%w: %s: %w", ErrTeardown, fab.Prefix, cerr))
 		}
 	}()
-	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
+	res := CompareResult{Mode: "leafspine", Testbed: fab.Config.String(), Link: cfg.Link, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters,
+		Protection: cfg.protection()}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -497,6 +498,9 @@ func (fr *cmpFabric) sprayWorld(ctx context.Context, prof, sc string) (*cmpWorld
 			}
 			ia, ib := a.Info(), b.Info()
 			ib.MAC, ia.MAC = hops[i][j], hops[j][i]
+			if err := fr.cfg.secure(ctx, a, b); err != nil {
+				return nil, err
+			}
 			if err := a.Connect(ctx, ib); err != nil {
 				return nil, err
 			}

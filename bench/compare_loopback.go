@@ -45,7 +45,8 @@ func compareLoopback(ctx context.Context, cfg CompareConfig) (CompareResult, err
 	if cfg.Testbed.Hosts > 0 {
 		n = cfg.Testbed.Hosts * max(cfg.Testbed.Leaves, 1)
 	}
-	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters}
+	res := CompareResult{Mode: "loopback", Link: KindUDP, RoCEAckTimeout: cfg.RoCEAckTimeout, Iterations: cfg.Iters,
+		Protection: cfg.protection()}
 
 	res.AllToAll = "concurrent"
 	if cfg.Pairwise {
@@ -196,6 +197,9 @@ func loopbackSpray(ctx context.Context, cfg CompareConfig, n int, prof, sc strin
 			}
 			b, err := eps[j].CreateQP(ctx)
 			if err != nil {
+				return fail(err)
+			}
+			if err := cfg.secure(ctx, a, b); err != nil {
 				return fail(err)
 			}
 			if err := a.Connect(ctx, b.Info()); err != nil {

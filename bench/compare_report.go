@@ -26,6 +26,9 @@ func WriteCompareTable(w io.Writer, res CompareResult) {
 		fmt.Fprintf(w, "# testbed %s, link %s, %s all-to-all: bisection %.3f Gbit/s each way, all-to-all algbw limit %.4f GB/s\n",
 			res.Testbed, res.Link, res.AllToAll, res.BisectionGbps, res.AllToAllLimit)
 	}
+	if res.Protection != "" && res.Protection != ProtectionClear {
+		fmt.Fprintf(w, "# spray and roce QPs secured with a pre-shared key: %s (tcp in clear)\n", res.Protection)
+	}
 	if res.RoCEAckTimeout > 0 {
 		fmt.Fprintf(w, "# roce: retransmission timer fixed at the Local ACK Timeout, 4.096us x 2^%d = %v, as RoCE NICs run it\n",
 			res.RoCEAckTimeout, transport.AckTimeout(res.RoCEAckTimeout).Round(100*time.Microsecond))

@@ -141,6 +141,9 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]by
 	if hopBA != nil {
 		ia.MAC = *hopBA
 	}
+	if err := pc.securePair(ctx, ca, cb); err != nil {
+		return PairResult{}, err
+	}
 	if err := ca.Connect(ctx, ib); err != nil {
 		return PairResult{}, err
 	}
@@ -165,6 +168,7 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]by
 	stop()
 	<-done
 	res := PairResult{PerfResult: pr}
+	res.Protection = pc.protection()
 	if err != nil {
 		if cause := context.Cause(wctx); cause != nil && cause != context.Canceled {
 			return res, cause

@@ -46,6 +46,15 @@ type PerfConfig struct {
 	// the two endpoints, each Total/QPs bytes; 0 means 1. The ping-pongs
 	// run on the first QP once every bulk transfer ended.
 	QPs int
+	// PSK, when set, secures the spray QPs (of at least 16 bytes; spray.LoadPSK
+	// reads one): every packet authenticated with AES-GCM, its payload
+	// encrypted unless IntegrityOnly, with keys derived from the key,
+	// a salt fresh for every run and both QPNs (HKDF-SHA256). A remote
+	// run's server must hold the same key: each side proves it to the
+	// other over the control connection before any packet. Kernel TCP
+	// runs stay clear.
+	PSK           []byte
+	IntegrityOnly bool
 }
 
 func (c PerfConfig) withDefaults() PerfConfig {
@@ -66,8 +75,11 @@ func (c PerfConfig) withDefaults() PerfConfig {
 
 // PerfResult is what a perf run measured.
 type PerfResult struct {
-	Link        string  `json:"link"`
-	Profile     string  `json:"profile,omitempty"`
+	Link    string `json:"link"`
+	Profile string `json:"profile,omitempty"`
+	// Protection is ProtectionClear, ProtectionEncrypted or
+	// ProtectionIntegrity: what protected the run's packets.
+	Protection  string  `json:"protection,omitempty"`
 	MsgSize     int     `json:"msg_size"`
 	Bytes       int64   `json:"bytes"`
 	Messages    int64   `json:"messages"`
@@ -380,6 +392,9 @@ func runSprayQPs(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6
 		}
 		if hopBA != nil {
 			ix.MAC = *hopBA
+		}
+		if err := pc.securePair(ctx, x, y); err != nil {
+			return PairResult{}, err
 		}
 		if err := x.Connect(ctx, iy); err != nil {
 			return PairResult{}, err

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +35,14 @@ type RemoteRun struct {
 	Kind      string
 	Transport transport.Config
 	Perf      PerfConfig
+	// TLS, when set, runs the control connection inside TLS 1.3 with
+	// this configuration (the server's certificate, or the client's CAs;
+	// either side's ClientCAs, Certificates for clients' certificates), and
+	// secures the spray QP with keys exported from the session: payloads
+	// encrypted unless Perf.IntegrityOnly; a kernel TCP run then travels
+	// inside the session. A server with TLS refuses clear clients and a
+	// server without it TLS ones. Not with Perf.PSK.
+	TLS *tls.Config
 	// Wrap, when set, wraps the local link (a capture, say).
 	Wrap func(link.Link) link.Link
 	// Logf receives progress lines; nil discards them.
@@ -77,6 +88,13 @@ type hello struct {
 	Port    uint16            `json:"port,omitempty"`
 	// ClientPort is the UDP port a udp client receives on (0: 4791).
 	ClientPort uint16 `json:"client_port,omitempty"`
+	// Protection is what the client asks for its spray QP (clear when
+	// empty); Nonce and Proof secure it: each side's fresh nonce, and its
+	// proof that it holds the pre-shared key (perfProof over both nonces,
+	// the server's in its QP's hello, the client's in its own).
+	Protection string `json:"protection,omitempty"`
+	Nonce      []byte `json:"nonce,omitempty"`
+	Proof      []byte `json:"proof,omitempty"`
 	Ready      bool   `json:"ready,omitempty"`
 	Done       bool   `json:"done,omitempty"`
 	Err        string `json:"error,omitempty"`
@@ -130,11 +148,17 @@ type control struct {
 }
 
 func newControl(ctx context.Context, c net.Conn) *control {
+	setKeepAlive(c)
+	return &control{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c),
+		stop: context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })}
+}
+
+// setKeepAlive turns on c's TCP keepalives (a control connection's), when
+// it is TCP.
+func setKeepAlive(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount})
 	}
-	return &control{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c),
-		stop: context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })}
 }
 
 // recv decodes the next message, refusing an Err one.
@@ -344,12 +368,22 @@ func (s *perfServer) acquire(ctx context.Context, kind string) (uint16, func(), 
 func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	setKeepAlive(c)
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	c, cs, err := acceptTLS(ctx, c, s.run.TLS)
+	stopTLS()
+	if err != nil {
+		return err
+	}
 	k := newControl(ctx, c)
 	defer k.stop()
-	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	h, err := k.recv(ctx, "client's hello")
 	if err != nil {
 		return err
+	}
+	if s.run.TLS != nil && cs == nil {
+		return k.refuse(ctx, fmt.Errorf("%w: the perf server requires TLS: give the client --ca (and --cert, --key when the server checks clients)", ErrPerfAuth))
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	if ctx.Err() != nil { // its deadline may just have been cleared
@@ -386,13 +420,17 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	if h.Seed != 0 { // 0: unpredictable on both sides
 		run.Transport.Seed = h.Seed + 1 + uint64(max(port, udp.RoCEPort)-udp.RoCEPort)<<32
 	}
+	sec, err := serverSecurity(run.Perf, h, cs)
+	if err != nil {
+		return refuse(err)
+	}
 	peer := ta.AddrPort().Addr().Unmap()
 	ep, nextHop, err := localEndpoint(ctx, run, peer, port, h.ClientPort)
 	if err != nil {
 		return refuse(err)
 	}
 	defer ep.Close()
-	qp, err := serverQP(ctx, k, ep, h.Kind, port, nextHop)
+	qp, err := serverQP(ctx, k, ep, h.Kind, port, nextHop, sec)
 	if err != nil {
 		return err
 	}
@@ -410,13 +448,17 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 // (and port, udp links), reads the client's QP, steers its own to the
 // client's queue when the client sent its steering, connects it (through
 // nextHop) and answers Ready.
-func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind string, port uint16, nextHop [6]byte) (*transport.Conn, error) {
+func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind string, port uint16, nextHop [6]byte, sec *runSecurity) (*transport.Conn, error) {
 	qp, err := ep.CreateQP(ctx)
 	if err != nil {
 		return nil, k.refuse(ctx, err)
 	}
 	info := qp.Info()
-	if err := k.send(ctx, hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}); err != nil {
+	sh := hello{Kind: kind, QP: &info, Steer: helloSteeringOf(ep, qp), Port: port}
+	if sec != nil && sec.cs == nil {
+		sh.Nonce, sh.Proof = sec.salt[perfNonceLen:], perfProof(sec.cfg.PSK, sec.salt, "server")
+	}
+	if err := k.send(ctx, sh); err != nil {
 		return nil, err
 	}
 	ch, err := k.recv(ctx, "client's QP")
@@ -428,6 +470,14 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 	}
 	remote := *ch.QP
 	remote.MAC = nextHop
+	if sec != nil {
+		if sec.cs == nil && !hmac.Equal(ch.Proof, perfProof(sec.cfg.PSK, sec.salt, "client")) {
+			return nil, k.refuse(ctx, fmt.Errorf("%w: the client did not prove the server's pre-shared key (--psk differs)", ErrPerfAuth))
+		}
+		if err := sec.secure(ctx, qp, remote.QPN, info.QPN, false); err != nil {
+			return nil, k.refuse(ctx, err)
+		}
+	}
 	st, err := ch.Steer.steering(remote)
 	if err == nil && st != nil {
 		err = qp.Steer(ctx, *st)
@@ -450,9 +500,18 @@ func serverQP(ctx context.Context, k *control, ep *transport.Endpoint, kind stri
 // server's answer sh: it creates a QP on ep steered to the server's queue
 // when sh has the server's steering, connects it (through nextHop), sends
 // it with its own steering and waits for Ready.
-func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello, nextHop [6]byte) (*transport.Conn, error) {
+func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello, nextHop [6]byte, sec *runSecurity) (*transport.Conn, error) {
 	if sh.QP == nil {
 		return nil, fmt.Errorf("bench: server sent no QP")
+	}
+	if sec != nil && sec.cs == nil {
+		if len(sh.Nonce) != perfNonceLen {
+			return nil, fmt.Errorf("%w: the server did not secure its QP (a server without --psk support)", ErrPerfAuth)
+		}
+		copy(sec.salt[perfNonceLen:], sh.Nonce)
+		if !hmac.Equal(sh.Proof, perfProof(sec.cfg.PSK, sec.salt, "server")) {
+			return nil, fmt.Errorf("%w: the server did not prove this side's pre-shared key (--psk differs)", ErrPerfAuth)
+		}
 	}
 	remote := *sh.QP
 	remote.MAC = nextHop
@@ -469,11 +528,20 @@ func clientQP(ctx context.Context, k *control, ep *transport.Endpoint, sh hello,
 	if err != nil {
 		return nil, err
 	}
+	info := qp.Info()
+	ch := hello{QP: &info, Steer: helloSteeringOf(ep, qp)}
+	if sec != nil {
+		if err := sec.secure(ctx, qp, info.QPN, remote.QPN, true); err != nil {
+			return nil, err
+		}
+		if sec.cs == nil {
+			ch.Proof = perfProof(sec.cfg.PSK, sec.salt, "client")
+		}
+	}
 	if err := qp.Connect(ctx, remote); err != nil {
 		return nil, err
 	}
-	info := qp.Info()
-	if err := k.send(ctx, hello{QP: &info, Steer: helloSteeringOf(ep, qp)}); err != nil {
+	if err := k.send(ctx, ch); err != nil {
 		return nil, err
 	}
 	if _, err := k.recv(ctx, "server's ready"); err != nil {
@@ -529,6 +597,21 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 		return PerfResult{}, err
 	}
 	defer c.Close()
+	if run.TLS != nil && run.Perf.PSK != nil {
+		return PerfResult{}, fmt.Errorf("bench: a pre-shared key or TLS, not both")
+	}
+	var cs *tls.ConnectionState
+	if run.TLS != nil {
+		setKeepAlive(c)
+		stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		ts, err := dialTLS(ctx, c, run.TLS, addr)
+		stopTLS()
+		if err != nil {
+			return PerfResult{}, err
+		}
+		st := ts.ConnectionState()
+		c, cs = ts, &st
+	}
 	k := newControl(ctx, c)
 	defer k.stop()
 	ta, ok := c.RemoteAddr().(*net.TCPAddr)
@@ -537,6 +620,16 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	}
 	peer := ta.AddrPort().Addr().Unmap()
 	h := hello{Kind: run.Kind, Profile: run.Transport.Profile.String(), MTU: run.Transport.MTU, Seed: run.Transport.Seed}
+	var sec *runSecurity
+	if run.Kind != KindTCP && cs != nil {
+		sec = &runSecurity{cfg: PerfConfig{IntegrityOnly: run.Perf.IntegrityOnly}, cs: cs}
+		h.Protection = sec.protection()
+	}
+	if run.Kind != KindTCP && run.Perf.PSK != nil {
+		sec = &runSecurity{cfg: run.Perf, salt: make([]byte, 2*perfNonceLen)}
+		rand.Read(sec.salt[:perfNonceLen])
+		h.Protection, h.Nonce = run.Perf.protection(), sec.salt[:perfNonceLen]
+	}
 	if run.Kind == KindUDP {
 		// Another client on this host may hold the RoCE port.
 		var release func()
@@ -550,11 +643,14 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	}
 	sh, err := k.recv(ctx, "server's answer")
 	if err != nil {
-		return PerfResult{}, err
+		return PerfResult{}, tlsRefusal(err, addr)
 	}
 	if run.Kind == KindTCP {
 		res, err := PerfClient(ctx, NewTCPConn(c), run.Perf)
 		res.Link, res.Profile = KindTCP, "kernel"
+		if cs != nil {
+			res.Protection = ProtectionTLS
+		}
 		if err != nil {
 			err = runErr(ctx, err)
 		}
@@ -568,14 +664,17 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 		return PerfResult{}, err
 	}
 	defer ep.Close()
-	qp, err := clientQP(ctx, k, ep, sh, nextHop)
+	qp, err := clientQP(ctx, k, ep, sh, nextHop, sec)
 	if err != nil {
 		return PerfResult{}, err
 	}
 	done, closeWatch := k.watch(cancel, "perf server")
 	defer closeWatch()
 	res, err := PerfClient(ctx, &SprayConn{C: qp, CQ: ep.CQ()}, run.Perf)
-	res.Link, res.Profile = run.Kind, run.Transport.Profile.String()
+	res.Link, res.Profile, res.Protection = run.Kind, run.Transport.Profile.String(), run.Perf.protection()
+	if sec != nil {
+		res.Protection = sec.protection()
+	}
 	if err != nil {
 		return res, runErr(ctx, err)
 	}

@@ -119,7 +119,7 @@ func perfOverMem(t *testing.T, serverRSS bool) (client, server transport.EngineS
 	go func() {
 		k := newControl(ctx, sc)
 		defer k.stop()
-		qp, err := serverQP(ctx, k, es, KindXDP, 0, macC)
+		qp, err := serverQP(ctx, k, es, KindXDP, 0, macC, nil)
 		if err == nil {
 			err = PerfServer(ctx, &SprayConn{C: qp, CQ: es.CQ()})
 		}
@@ -134,7 +134,7 @@ func perfOverMem(t *testing.T, serverRSS bool) (client, server transport.EngineS
 	if (sh.Steer != nil) != serverRSS {
 		t.Fatalf("server's steering %+v with RSS %v", sh.Steer, serverRSS)
 	}
-	qp, err := clientQP(ctx, k, ec, sh, macS)
+	qp, err := clientQP(ctx, k, ec, sh, macS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

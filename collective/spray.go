@@ -2,6 +2,10 @@ package collective
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -64,16 +68,77 @@ type SprayConfig struct {
 	// peer's own MAC, right for peers on the same segment and for link/mem
 	// and link/udp, which ignore MACs.
 	NextHop func(ctx context.Context, peer netip.Addr) ([6]byte, error)
+	// PSK, when set, secures every QP (transport.Conn.Secure): packets
+	// authenticated, payloads encrypted unless IntegrityOnly. Each pair
+	// of ranks' keys come by HKDF-SHA256 from the key, both ranks' fresh
+	// nonces and both QPNs; every rank must hold the same key (at least
+	// MinPSK bytes) and proves it in the bootstrap, where a rank with
+	// another key, or none, fails NewSprayCommConfig with ErrBootstrap
+	// naming it (TestSprayCommSecured).
+	PSK           []byte
+	IntegrityOnly bool
+}
+
+// MinPSK is the shortest SprayConfig.PSK, in bytes.
+const MinPSK = 16
+
+// secTrailerLen is what a rank with SprayConfig.PSK adds to its bootstrap
+// contribution: its nonce and its proof of the key.
+const secTrailerLen = 32 + sha256.Size
+
+// rankProof is rank's proof that it holds psk, bound to its nonce.
+func rankProof(psk []byte, rank int, nonce []byte) []byte {
+	m := hmac.New(sha256.New, psk)
+	m.Write([]byte("spray-collective-rank"))
+	m.Write(binary.BigEndian.AppendUint32(nil, uint32(rank)))
+	m.Write(nonce)
+	return m.Sum(nil)
+}
+
+// pairSecurity returns rank me's keys for its QP to peer: the pair's
+// secrets by HKDF-SHA256 from psk, the lower rank's nonce then the
+// higher's (salt), and the lower rank's QPN then the higher's (info); the
+// first 32 bytes carry the lower rank's packets.
+func pairSecurity(cfg SprayConfig, me, peer int, myNonce, peerNonce []byte, myQPN, peerQPN uint32) (transport.Security, error) {
+	salt := append(append([]byte(nil), myNonce...), peerNonce...)
+	info := binary.BigEndian.AppendUint32([]byte("spray-collective-keys"), myQPN)
+	info = binary.BigEndian.AppendUint32(info, peerQPN)
+	if peer < me {
+		salt = append(append([]byte(nil), peerNonce...), myNonce...)
+		info = binary.BigEndian.AppendUint32([]byte("spray-collective-keys"), peerQPN)
+		info = binary.BigEndian.AppendUint32(info, myQPN)
+	}
+	k, err := hkdf.Key(sha256.New, cfg.PSK, salt, string(info), 64)
+	if err != nil {
+		return transport.Security{}, err
+	}
+	s := transport.Security{IntegrityOnly: cfg.IntegrityOnly}
+	copy(s.Send[:], k[:32])
+	copy(s.Recv[:], k[32:])
+	if peer < me {
+		s.Send, s.Recv = s.Recv, s.Send
+	}
+	return s, nil
 }
 
 // NewSprayCommConfig is NewSprayComm with a SprayConfig.
 func NewSprayCommConfig(ctx context.Context, ep *transport.Endpoint, b *Bootstrap, cfg SprayConfig) (*SprayComm, error) {
+	if cfg.PSK != nil && len(cfg.PSK) < MinPSK {
+		return nil, fmt.Errorf("%w: a pre-shared key of %d bytes, want at least %d", ErrInvalid, len(cfg.PSK), MinPSK)
+	}
 	s := &SprayComm{rank: b.rank, size: b.size, ep: ep, conns: make([]*transport.Conn, b.size)}
 	s.closeCtx, s.close = context.WithCancel(context.Background())
 	if b.size == 1 {
 		return s, nil
 	}
-	blob := make([]byte, b.size*qpInfoLen)
+	infoLen := b.size * qpInfoLen
+	blob := make([]byte, infoLen)
+	var nonce []byte
+	if cfg.PSK != nil {
+		nonce = make([]byte, 32)
+		rand.Read(nonce)
+		blob = append(append(blob, nonce...), rankProof(cfg.PSK, b.rank, nonce)...)
+	}
 	for j := range b.size {
 		if j == b.rank {
 			continue
@@ -93,10 +158,28 @@ func NewSprayCommConfig(ctx context.Context, ep *transport.Endpoint, b *Bootstra
 		if c == nil {
 			continue
 		}
-		if len(table[j]) != b.size*qpInfoLen {
-			return nil, fmt.Errorf("%w: rank %d sent %d bytes of QP info, want %d", ErrBootstrap, j, len(table[j]), b.size*qpInfoLen)
+		switch n := len(table[j]); {
+		case n == infoLen+secTrailerLen && cfg.PSK == nil:
+			return nil, fmt.Errorf("%w: rank %d secures its QPs with a pre-shared key, this rank (%d) has none", ErrBootstrap, j, b.rank)
+		case n == infoLen && cfg.PSK != nil:
+			return nil, fmt.Errorf("%w: rank %d has no pre-shared key, this rank (%d) secures its QPs with one", ErrBootstrap, j, b.rank)
+		case n != len(blob):
+			return nil, fmt.Errorf("%w: rank %d sent %d bytes of QP info, want %d", ErrBootstrap, j, n, len(blob))
 		}
 		qi := getQPInfo(table[j][b.rank*qpInfoLen:])
+		if cfg.PSK != nil {
+			peerNonce, proof := table[j][infoLen:infoLen+32], table[j][infoLen+32:]
+			if !hmac.Equal(proof, rankProof(cfg.PSK, j, peerNonce)) {
+				return nil, fmt.Errorf("%w: rank %d does not hold this rank's (%d) pre-shared key", ErrBootstrap, j, b.rank)
+			}
+			sec, err := pairSecurity(cfg, b.rank, j, nonce, peerNonce, c.Info().QPN, qi.QPN)
+			if err == nil {
+				err = c.Secure(ctx, sec)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("collective: securing the QP to rank %d: %w", j, err)
+			}
+		}
 		if cfg.NextHop != nil {
 			mac, err := cfg.NextHop(ctx, qi.IP)
 			if err != nil {

@@ -196,6 +196,11 @@ func (st *secState) Seal(s *wire.Sec, aad, area []byte) {
 	st.tx.aead.Seal(area[:0], st.nonceFor(&st.tx, s.Counter), area, aad)
 }
 
+// SealFrom seals src into area under the send key (wire.SourceSealer).
+func (st *secState) SealFrom(s *wire.Sec, aad, area, src []byte) {
+	st.tx.aead.Seal(area[:0], st.nonceFor(&st.tx, s.Counter), src, aad)
+}
+
 // errBadTag is Open's error: the tag does not match.
 var errBadTag = errors.New("transport: bad packet tag")
 

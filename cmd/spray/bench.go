@@ -76,6 +76,9 @@ type benchFlags struct {
 	rank, world            int
 	bootstrap, ip, testbed string
 	metrics                string
+	pskFile                string
+	integrityOnly          bool
+	psk                    []byte // read from pskFile
 	seed                   uint64
 	timeout, minRTO        time.Duration
 	joinTimeout            time.Duration
@@ -148,6 +151,8 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.StringVar(&f.ccName, "cc", "", "congestion control of the spray and roce transports: "+strings.Join(cc.Names, ", ")+" (default: the profile's, auto for spray, dcqcn for roce; fixed is an unlimited window)")
 	fs.Var(&f.chunk, "chunk", "largest message of the collectives' algorithms (0: 256K)")
 	fs.DurationVar(&f.minRTO, "min-rto", 0, "smallest retransmission timeout of spray and roce QPs (0: the transport's 1ms; with --testbed, 4x a full switch queue's drain time, at least 5ms, as spray compare; in one process 5ms)")
+	fs.StringVar(&f.pskFile, "psk", "", "secure the spray and roce QPs with the pre-shared key in this `FILE` (at least 16 bytes, e.g. openssl rand -hex 32), the same for every rank: packets authenticated, payloads encrypted")
+	fs.BoolVar(&f.integrityOnly, "integrity-only", false, "with --psk: authenticate packets but leave payloads in clear")
 	op := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		op, args = args[0], args[1:]
@@ -190,6 +195,16 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	}
 	if err := f.checkPlacement(); err != nil {
 		return err
+	}
+	switch {
+	case f.integrityOnly && f.pskFile == "":
+		return usagef("bench: --integrity-only needs --psk FILE")
+	case f.pskFile != "" && f.transport == "tcp":
+		return usagef("bench: --psk secures spray and roce QPs, not kernel TCP")
+	case f.pskFile != "":
+		if f.psk, err = spray.LoadPSK(f.pskFile); err != nil {
+			return usagef("bench: --psk: %v", err)
+		}
 	}
 
 	var hook transport.Config
@@ -399,10 +414,21 @@ func (f *benchFlags) table(cfg *bench.CollConfig, world int, link string) *bench
 	if f.jsonOut == "-" {
 		return nil
 	}
-	fmt.Fprintf(f.stdout, "# spray bench %s: %d ranks, transport %s, link %s\n", f.op, world, f.transport, link)
+	fmt.Fprintf(f.stdout, "# spray bench %s: %d ranks, transport %s, link %s, %s\n", f.op, world, f.transport, link, f.protection())
 	t := bench.NewCollTable(f.stdout)
 	cfg.OnRow = t.Row
 	return t
+}
+
+// protection names what protects the run's packets.
+func (f *benchFlags) protection() string {
+	switch {
+	case f.psk == nil:
+		return bench.ProtectionClear
+	case f.integrityOnly:
+		return bench.ProtectionIntegrity
+	}
+	return bench.ProtectionEncrypted
 }
 
 // report prints the rows (rank 0): the table on stdout, and JSON to the
@@ -417,8 +443,9 @@ func (f *benchFlags) report(t *bench.CollTable, rows []bench.CollRow, world int,
 			World      int             `json:"world"`
 			Transport  string          `json:"transport"`
 			Link       string          `json:"link"`
+			Protection string          `json:"protection"`
 			Rows       []bench.CollRow `json:"rows"`
-		}{f.op, world, f.transport, link, rows}
+		}{f.op, world, f.transport, link, f.protection(), rows}
 		b, err := json.MarshalIndent(out, "", "  ")
 		if err != nil {
 			return err
@@ -453,7 +480,8 @@ func (f *benchFlags) runLocal(ctx context.Context, cfg bench.CollConfig) error {
 	} else {
 		// collectivetest.Spray raises the RTO floor: every rank's engine shares this
 		// machine's cores.
-		w, err := collectivetest.Spray(ctx, f.world, collectivetest.SprayConfig{Transport: f.transportConfig(0)})
+		w, err := collectivetest.Spray(ctx, f.world, collectivetest.SprayConfig{Transport: f.transportConfig(0),
+			PSK: f.psk, IntegrityOnly: f.integrityOnly})
 		if err != nil {
 			return err
 		}
@@ -516,7 +544,7 @@ func (f *benchFlags) runRank(ctx context.Context, cfg bench.CollConfig) error {
 				return p.DstMAC, err
 			}
 		}
-		c, err := collective.NewSprayCommConfig(ctx, ep, b, collective.SprayConfig{NextHop: next})
+		c, err := collective.NewSprayCommConfig(ctx, ep, b, collective.SprayConfig{NextHop: next, PSK: f.psk, IntegrityOnly: f.integrityOnly})
 		if err != nil {
 			return err
 		}
@@ -739,6 +767,12 @@ func (f *benchFlags) rankArgs(r, n int, boot, progress string) []string {
 	}
 	if f.ccName != "" {
 		args = append(args, "--cc", f.ccName)
+	}
+	if f.pskFile != "" {
+		args = append(args, "--psk", f.pskFile)
+		if f.integrityOnly {
+			args = append(args, "--integrity-only")
+		}
 	}
 	if r == 0 {
 		args = append(args, "--progress", progress)

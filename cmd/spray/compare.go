@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/testbed"
@@ -33,6 +34,8 @@ JSON and the CDF of the all-to-all completion times as a PNG into --out (results
   spray compare --loopback                    ranks in this process over loopback (link/udp),
                                               lossless and loss scenarios only
   sudo spray compare --metrics :9464          and serve the endpoints' metrics for Prometheus
+  sudo spray compare --psk FILE               spray and roce QPs secured (--integrity-only:
+                                              payloads left in clear)
 
 Scenarios: lossless, loss0.01 and loss0.1 (random loss at every spine link's egress), collision
 (ECMP flows given entropies that hash onto one spine), spinefail (a spine link blackholed a third
@@ -69,11 +72,16 @@ func runCompare(args []string) error {
 	runTimeout := fs.Duration("run-timeout", time.Minute, "give up on one profile under one scenario after this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole comparison after this long")
 	metrics := fs.String("metrics", "", "serve the spray and roce endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the comparison runs (e.g. :9464); each run's endpoints are named PROFILE/SCENARIO/rankR")
+	pskFile := fs.String("psk", "", "secure the spray and roce QPs with the pre-shared key in this `FILE` (at least 16 bytes): packets authenticated, payloads encrypted; not in the simulator")
+	integrityOnly := fs.Bool("integrity-only", false, "with --psk: authenticate packets but leave payloads in clear")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs("compare", fs); err != nil {
 		return err
+	}
+	if *integrityOnly && *pskFile == "" {
+		return usagef("compare: --integrity-only needs --psk FILE")
 	}
 	n := int64(size)
 	c := check{cmd: "compare"}
@@ -86,11 +94,18 @@ func runCompare(args []string) error {
 	if c.err != nil {
 		return c.err
 	}
+	var err error
 	cfg := bench.CompareConfig{
 		Scenarios: strings.Split(*scen, ","), Profiles: strings.Split(*profs, ","),
 		Size: n, Iters: *iters, Warmup: *warmup, Link: *linkKind, SprayCC: *sprayCC, RoCECC: *roceCC,
 		Seed: *seed, RunTimeout: *runTimeout, Loopback: *loopback || os.Geteuid() != 0,
 		Pairwise: *pairwise, RoCEAckTimeout: *roceTimeout,
+	}
+	if *pskFile != "" {
+		if cfg.PSK, err = spray.LoadPSK(*pskFile); err != nil {
+			return usagef("compare: --psk: %v", err)
+		}
+		cfg.IntegrityOnly = *integrityOnly
 	}
 	if *roceTimeout == 0 {
 		return usagef("compare: --roce-ack-timeout 0 (an infinite timer) is not supported; want 1 to %d, or -1", transport.MaxLocalAckTimeout)
@@ -98,7 +113,6 @@ func runCompare(args []string) error {
 	if *warmup == 0 {
 		cfg.Warmup = -1
 	}
-	var err error
 	if cfg.Testbed, err = testbed.ParseLeafSpine(*tb); err != nil {
 		return usagef("compare: --testbed: %v", err)
 	}
@@ -123,6 +137,9 @@ func runCompare(args []string) error {
 	}
 	if *simulate || (os.Geteuid() != 0 && !*loopback) {
 		why := map[bool]string{true: "--sim", false: "not root"}[*simulate]
+		if cfg.PSK != nil {
+			return usagef("compare: --psk runs on a testbed or --loopback, not in the simulator (%s)", why)
+		}
 		if err := mkOut(); err != nil {
 			return err
 		}

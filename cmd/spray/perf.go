@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sprayfabric/spray"
 	"github.com/sprayfabric/spray/bench"
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
@@ -46,6 +49,14 @@ const perfUsage = `usage: spray perf [server|client] [flags]
   spray perf server [--listen :18515]         on one host: answer clients (the link kind
                                               and profile come from the client)
   spray perf client --peer HOST [--link udp]  on another host: measure against the server
+  spray perf --psk FILE [--integrity-only]    any of the above with secured QPs: every packet
+                                              authenticated, payloads encrypted unless
+                                              --integrity-only; a server needs the same --psk
+  spray perf server --cert C --key K [--ca CA]
+  spray perf client --peer HOST --ca CA [--cert C --key K]
+                                              the control connection in TLS 1.3 (the server's
+                                              certificate must name HOST; with --ca the server
+                                              checks clients' too) and the QP's keys from it
 
 Link kinds: xdp (AF_XDP with the eBPF steering program; root), raw (AF_PACKET; root),
 udp (kernel UDP sockets; no privilege), tcp (kernel TCP, the reference), mem (in-process).
@@ -55,14 +66,15 @@ flags:
 
 type perfFlags struct {
 	links, profile, testbed, pcapFile, listen, peer, ccName string
-	metrics, fault, cpuProfile                              string
+	metrics, fault, cpuProfile, pskFile                     string
+	certFile, keyFile, caFile                               string
 	pings, mtu, paths, window, qps, queues, engines         int
 	busyPoll                                                busyPollFlag
 	size, total, windowBytes                                sizeFlag
 	restore                                                 time.Duration
 	loss, gbps                                              float64
 	seed                                                    uint64
-	jsonOut, pathsSet                                       bool
+	jsonOut, pathsSet, integrityOnly                        bool
 	timeout                                                 time.Duration
 
 	// Set by check from --testbed and --fault.
@@ -117,11 +129,32 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.fault, "fault", "", "leafspine: blackhole the leaf-spine link `PORT@TIME` into the transfer (PORT as in spray testbed fault --port, e.g. leaf0:up1@5s) and report the failover")
 	fs.DurationVar(&f.restore, "restore", 0, "with --fault: restore the link this long into the transfer (0: never)")
 	fs.Var(&f.windowBytes, "window-bytes", "with --fault and --cc fixed: the QP's fixed window in bytes (default: (spines-1) x half a port buffer)")
+	fs.StringVar(&f.pskFile, "psk", "", "secure the spray QPs with the pre-shared key in this `FILE` (at least 16 bytes, e.g. openssl rand -hex 32): packets authenticated, payloads encrypted; a server needs the same key")
+	fs.BoolVar(&f.integrityOnly, "integrity-only", false, "with --psk or certificates: authenticate packets but leave payloads in clear")
+	fs.StringVar(&f.certFile, "cert", "", "server and client: this side's certificate (PEM `FILE`, with --key): the control connection runs TLS 1.3 and the spray QP's keys come from it (a server needs one)")
+	fs.StringVar(&f.keyFile, "key", "", "server and client: the private key of --cert (PEM `FILE`)")
+	fs.StringVar(&f.caFile, "ca", "", "server and client: the CAs (PEM `FILE`) a client verifies the server against (default: the system's), or a server its clients (then required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("perf: unexpected argument %q (the mode comes first: spray perf [server|client] [flags])", fs.Arg(0))
+	}
+	withTLS := f.certFile != "" || f.keyFile != "" || f.caFile != ""
+	switch {
+	case f.integrityOnly && f.pskFile == "" && !withTLS:
+		return usagef("perf: --integrity-only needs --psk FILE, or certificates (--cert, --key, --ca)")
+	case withTLS && f.pskFile != "":
+		return usagef("perf: --psk or certificates (--cert, --key, --ca), not both")
+	case withTLS && mode == "":
+		return usagef("perf: --cert, --key and --ca are for perf server and client; runs in one process take --psk FILE")
+	case (f.certFile == "") != (f.keyFile == ""):
+		return usagef("perf: --cert and --key go together")
+	case mode == "server" && withTLS && f.certFile == "":
+		return usagef("perf server: --ca needs --cert and --key: the server presents a certificate")
+	}
+	if f.pskFile != "" && f.fault != "" {
+		return usagef("perf: --psk does not apply to --fault runs")
 	}
 	if err := f.check(); err != nil {
 		return err
@@ -176,6 +209,18 @@ func runPerf(args []string) error {
 	if f.pings <= 0 {
 		pcfg.Pings = -1 // none; PerfConfig's 0 means its default
 	}
+	if f.pskFile != "" {
+		if pcfg.PSK, err = spray.LoadPSK(f.pskFile); err != nil {
+			return usagef("perf: --psk: %v", err)
+		}
+	}
+	pcfg.IntegrityOnly = f.integrityOnly
+	var tlsCfg *tls.Config
+	if withTLS {
+		if tlsCfg, err = perfTLS(mode, f.certFile, f.keyFile, f.caFile); err != nil {
+			return usagef("perf %s: %v", mode, err)
+		}
+	}
 	var capture *pcap.Writer
 	wrap := func(l link.Link) link.Link { return l }
 	if f.pcapFile != "" {
@@ -211,7 +256,7 @@ func runPerf(args []string) error {
 			return err
 		}
 		logger.Printf("perf server listening on %v", ln.Addr())
-		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Wrap: wrap, Logf: logger.Printf})
+		return bench.ServePerf(ctx, ln, bench.RemoteRun{Transport: tcfg, Perf: bench.PerfConfig{PSK: pcfg.PSK}, TLS: tlsCfg, Wrap: wrap, Logf: logger.Printf})
 	case "client":
 		if f.peer == "" {
 			return usagef("perf client: --peer HOST is required")
@@ -227,7 +272,7 @@ func runPerf(args []string) error {
 		}
 		var results []bench.PerfResult
 		for _, kind := range splitKinds(f.links, "udp") {
-			res, err := bench.DialPerf(ctx, addr, bench.RemoteRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap, Logf: logger.Printf})
+			res, err := bench.DialPerf(ctx, addr, bench.RemoteRun{Kind: kind, Transport: tcfg, Perf: pcfg, TLS: tlsCfg, Wrap: wrap, Logf: logger.Printf})
 			if err != nil {
 				return fmt.Errorf("perf over %s: %w", kind, err)
 			}
@@ -407,6 +452,11 @@ func splitKinds(s, def string) []string {
 }
 
 func report(f perfFlags, results []bench.PerfResult) error {
+	for i := range results {
+		if results[i].Protection == "" {
+			results[i].Protection = bench.ProtectionClear // kernel TCP
+		}
+	}
 	if f.jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		for _, r := range results {
@@ -469,13 +519,17 @@ func (b *busyPollFlag) Set(s string) error {
 
 func printPerf(w io.Writer, results []bench.PerfResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "link\tprofile\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
+	fmt.Fprintln(tw, "link\tprofile\tprotection\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
 	for _, r := range results {
 		verdict := "ok"
 		if !r.Integrity {
 			verdict = "MISMATCH"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, r.MsgSize, r.Bytes,
+		prot := r.Protection
+		if prot == "" {
+			prot = bench.ProtectionClear
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, prot, r.MsgSize, r.Bytes,
 			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, verdict)
 	}
 	tw.Flush()
@@ -662,4 +716,35 @@ func perfFabric(ctx context.Context, f perfFlags, ecn bool) (*testbed.Fabric, *e
 		return nil, nil, err
 	}
 	return fab, progs, nil
+}
+
+// perfTLS builds the TLS 1.3 configuration of perf's server or client
+// from PEM files: this side's certificate and key (the server's are
+// required), and the CAs that verify the other side (a client's default:
+// the system's; a server with them requires clients' certificates).
+func perfTLS(mode, certFile, keyFile, caFile string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS13}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca: no PEM certificate in %s", caFile)
+		}
+		if mode == "server" {
+			c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		} else {
+			c.RootCAs = pool
+		}
+	}
+	return c, nil
 }

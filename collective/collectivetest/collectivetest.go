@@ -93,6 +93,9 @@ type SprayConfig struct {
 	// longer than the transport's 1 ms floor, which made QPs fail with no
 	// frame lost.
 	Transport transport.Config
+	// PSK and IntegrityOnly secure every QP (collective.SprayConfig).
+	PSK           []byte
+	IntegrityOnly bool
 }
 
 // Retransmission bounds of Spray's endpoints when its config leaves
@@ -150,7 +153,7 @@ func Spray(ctx context.Context, n int, cfg SprayConfig) (*SprayWorld, error) {
 		w.Endpoints[r] = ep
 	}
 	comms, err := World(ctx, n, func(ctx context.Context, r int, b *collective.Bootstrap) (*collective.SprayComm, error) {
-		return collective.NewSprayComm(ctx, w.Endpoints[r], b)
+		return collective.NewSprayCommConfig(ctx, w.Endpoints[r], b, collective.SprayConfig{PSK: cfg.PSK, IntegrityOnly: cfg.IntegrityOnly})
 	})
 	if err != nil {
 		w.Close()

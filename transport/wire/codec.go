@@ -741,13 +741,18 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 		encodeClassic(x, p, opTable[bt.Opcode])
 	}
 
-	if len(payload) > 0 && &buf[hl] != &payload[0] {
+	// An encrypted payload without pad is sealed from where it lies: the
+	// cipher's pass writes it into the frame, and no copy comes first.
+	var src []byte
+	if _, ok := p.Cipher.(SourceSealer); ok && l.sec && pad == 0 && p.Sec.Flags&SecIntegrityOnly == 0 && len(payload) > 0 {
+		src = payload
+	} else if len(payload) > 0 && &buf[hl] != &payload[0] {
 		copy(buf[hl:], payload)
 	}
 	clear(buf[hl+len(payload) : n-ICRCLen])
 	if l.sec && p.Cipher != nil {
 		sl := secLayout{bth: l.bth, area: hl, tag: l.tag, intOff: l.intOff, intLen: l.intLen}
-		seal(buf[:n], &sl, &p.Sec, p.Cipher, false)
+		seal(buf[:n], &sl, &p.Sec, p.Cipher, false, src)
 	}
 	binary.LittleEndian.PutUint32(buf[n-ICRCLen:], icrc(buf[:n], &l))
 	if v6 {

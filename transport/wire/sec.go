@@ -52,6 +52,14 @@ type Cipher interface {
 	Open(s *Sec, aad, area []byte) error
 }
 
+// SourceSealer is a Cipher that can also seal a payload from where it
+// lies: SealFrom is Seal with the plaintext read from src (len(area)
+// bytes, the same memory as area or none of it), so that Encode does not
+// first copy the payload into the frame (TestEncodeSealFrom).
+type SourceSealer interface {
+	SealFrom(s *Sec, aad, area, src []byte)
+}
+
 // ErrNotSecured is Open's error for a frame whose BTH has no Secured bit.
 var ErrNotSecured = errors.New("wire: packet is not secured")
 
@@ -86,8 +94,9 @@ func getSec(x []byte, s *Sec) error {
 
 // seal seals (open false) or opens the secured frame laid out by l with c:
 // c sees the additional data with the variant fields read as all ones,
-// which are restored before seal returns.
-func seal(frame []byte, l *secLayout, s *Sec, c Cipher, open bool) error {
+// which are restored before seal returns. src, when not nil, is the
+// plaintext of the area, sealed from there (c is a SourceSealer).
+func seal(frame []byte, l *secLayout, s *Sec, c Cipher, open bool, src []byte) error {
 	var save [INTRegionMaxLen]byte
 	b4 := frame[l.bth+4]
 	frame[l.bth+4] = 0xFF
@@ -100,9 +109,12 @@ func seal(frame []byte, l *secLayout, s *Sec, c Cipher, open bool) error {
 		aad, area = frame[l.bth:l.tag], frame[l.tag:l.tag]
 	}
 	var err error
-	if open {
+	switch {
+	case open:
 		err = c.Open(s, aad, area)
-	} else {
+	case src != nil:
+		c.(SourceSealer).SealFrom(s, aad, area, src)
+	default:
 		c.Seal(s, aad, area)
 	}
 	frame[l.bth+4] = b4
@@ -121,5 +133,5 @@ func Open(frame []byte, p *Packet, c Cipher) error {
 	if !p.BTH.Secured {
 		return ErrNotSecured
 	}
-	return seal(frame, &p.sec, &p.Sec, c, true)
+	return seal(frame, &p.sec, &p.Sec, c, true, nil)
 }
