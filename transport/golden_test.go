@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "3d36d1b434b0c6daa27af4fca6deeaf5a686ea4f18a8666084664900646fa02d",
-		state:  "f785b97f9c38efed2998ab925acbd9be13f88818af5e7639340e3429875c86e5",
+		frames: "fd6338e3e1efb02ccf0d0e925dc647e7988f50f43d9466fbb78f28a49d636e65",
+		state:  "fc60499d0abac999d44c320217f46483350effca3a877d3420282f85379c93c0",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "fe3342632183f4a0c790d7fa26c89db72eb9cd976a308e04e80b257d293ff270",
-		state:  "b2c0e956a68119d131c0cc0dcf4f8190e35fde2514c6773e5762cb3dd94c942b",
+		frames: "0fe9b295215209ad92676cf2f395ad33600d61e1e0f8cadb80c6c25b7c342c81",
+		state:  "af146779de44bf77e4e9a1fc7237b866bee18e1f162bc11d290c68095e9115fd",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "033d826d7fd046b753c4889b2dbd05ee1f69634b64fa41cde351260b655f7021",
+		state:  "4e913756d4e0a8572df579feae07f6c4064b8f9ded58cdd06a6b29a7098e81f3",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
-		state:  "18bc68ee6c4494156a46445af58ad919b2fe4c94125ac5107fc1924ce55cd6dc",
+		state:  "4f3016ba00adbe2af9d9bb47c25ae2a5a8e6ea0c394b4785f4e82cfc59917430",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "1f6701eac9c3991c9022b32e99a2ac855ecc1a8e88e7d0435782d27ec23e2fe3",
-		state:  "99f4cb63cd18a910f6e390679a8f2c26a94ae5dbe34bd2ada6d9b094cd95fdcc",
+		frames: "c28103c0bd576db24a4b3910d4de2ccfb9ac4e7750e5d60b0541b7cc959a1fb2",
+		state:  "68e87b1daca71e7a1f40adf0c9725bc68c32480f5cf17028d45d67069e164d6b",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "6bd1d2075a6ffd79b467b54c74f904ef218f64e8d48d373cfe354c6cfe5c4f13",
+		state:  "c23e75c15ed56f76805c51b5e9600685b71f6b0d99705464134fe2bdef69edfa",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
