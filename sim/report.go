@@ -75,6 +75,11 @@ func WriteTable(w io.Writer, res Result) {
 	for i, n := range notes {
 		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
 	}
+	for _, r := range res.Rows {
+		if r.Trimmed > 0 {
+			fmt.Fprintf(w, "# %s/%s: %d data frames trimmed to their headers (trim) instead of dropped\n", r.Scenario, r.Profile, r.Trimmed)
+		}
+	}
 	if short {
 		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)
 	}
