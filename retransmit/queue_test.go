@@ -1,0 +1,121 @@
+package retransmit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/psn"
+)
+
+// runTimers runs every timer due up to until and returns what they did.
+func runTimers(s *Scoreboard, until clock.Time) (kinds []TimeoutKind, lost int) {
+	for at := s.NextTimeout(); at <= until; at = s.NextTimeout() {
+		ev, kind, _ := s.OnTimeout(at, nil)
+		kinds = append(kinds, kind)
+		_, l := split(ev)
+		lost += len(l)
+	}
+	return kinds, lost
+}
+
+// TestTimerUnderGrowingQueue: a QP sprays over a path without queue
+// (entropy 2, 10µs) and paths whose queue doubles every round trip, as
+// an N-to-1 fan-in builds (the INT records report it); each round's
+// packet on the queued path takes a fresh entropy, as a QP's first
+// packets do. Its ACK comes later than twice any earlier round trip of
+// its own, but no probe, timeout or RACK loss fires for it (RFC 8985's
+// rule, 10µs and a quarter of the minimum RTT after the send, would; so
+// would a probe at twice SRTT). A packet that is lost (its path's next
+// packet delivered) is still declared lost by RACK and resent, long
+// before the retransmission timer.
+func TestTimerUnderGrowingQueue(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		const base = 10 * us
+		now := clock.Time(0)
+		q := clock.Time(0)
+		for round := range 8 {
+			a := sendOn(t, s, now, uint16(100+round)) // the queued path
+			b := sendOn(t, s, now+us, 2)              // no queue
+			bAt, aAt := now+us+base, now+base+q
+			if kinds, lost := runTimers(s, bAt); len(kinds) != 0 || lost != 0 {
+				t.Fatalf("round %d: timers %v before the first ACK, %d lost", round, kinds, lost)
+			}
+			s.OnAck(bAt, sackOf(a, b, b), nil)
+			if kinds, lost := runTimers(s, aAt-1); lost != 0 || len(kinds) > 0 && kinds[len(kinds)-1] != Reorder {
+				t.Fatalf("round %d (queue %v): timers %v, %d lost before the queued packet's ACK at %v", round, time.Duration(q), kinds, lost, aAt)
+			}
+			_, res := s.OnAck(aAt, Ack{Cum: b.Next(), Acked: a, HasAcked: true}, nil)
+			if res.AckedPkts != 1 {
+				t.Fatalf("round %d: the queued packet's ACK acknowledged %d", round, res.AckedPkts)
+			}
+			s.NoteQueueDelay(time.Duration(q))
+			now = aAt + us
+			q = max(5*us, 2*q)
+		}
+		st := s.Stats()
+		if st.Lost != 0 || st.TLPs != 0 || st.RTOs != 0 || st.Retransmitted != 0 {
+			t.Fatalf("queue growth caused resends: %+v", st)
+		}
+
+		// A real loss on the fast path: the next packet on it is delivered.
+		x := sendOn(t, s, now, 2)
+		y := sendOn(t, s, now+us, 2)
+		s.OnAck(now+us+base, sackOf(x, y, y), nil)
+		kinds, lost := runTimers(s, now.Add(s.RTO()/2))
+		if lost != 1 || len(kinds) == 0 || kinds[0] != Reorder {
+			t.Fatalf("lost packet: timers %v, %d lost within half the RTO", kinds, lost)
+		}
+		if got := resendLost(t, s, now.Add(s.RTO()/2)); !samePSNs(got, []psn.PSN{x}) {
+			t.Fatalf("resent %v, want %d", got, x)
+		}
+		if st := s.Stats(); st.LostRACK != 1 || st.Retransmitted != 1 || st.TLPs+st.RTOs != 0 {
+			t.Fatalf("stats %+v: want one RACK loss, resent once", st)
+		}
+		mustCheck(t, s)
+	})
+}
+
+// TestTrimResendsOnePSN: a receiver's report that a switch trimmed one
+// transmission queues that PSN alone for resend at once; a report about an
+// earlier transmission than the latest, about a PSN acknowledged or not
+// outstanding, changes nothing.
+func TestTrimResendsOnePSN(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		var ps []psn.PSN
+		for i := range 8 {
+			ps = append(ps, sendOn(t, s, clock.Time(i)*us, uint16(i%2)))
+		}
+		ev, ok := s.OnTrim(10*us, ps[3], 3*us, nil)
+		if _, lost := split(ev); !ok || !samePSNs(lost, ps[3:4]) {
+			t.Fatalf("OnTrim: %v, lost %v, want %d", ok, lost, ps[3])
+		}
+		if got := resendLost(t, s, 11*us); !samePSNs(got, ps[3:4]) {
+			t.Fatalf("resent %v, want %d", got, ps[3])
+		}
+		// The first copy's trim again, a trimmed copy of the resend
+		// later reported with its send time, an acknowledged PSN, and a
+		// PSN never sent.
+		if _, ok := s.OnTrim(12*us, ps[3], 3*us, nil); ok {
+			t.Fatal("a report about the first copy resent the resend")
+		}
+		s.OnAck(20*us, sackOf(first, ps[5], ps[5]), nil)
+		for _, c := range []struct {
+			p  psn.PSN
+			at clock.Time
+		}{{ps[5], 5 * us}, {s.Next(), 0}, {first.Prev(), 0}} {
+			if _, ok := s.OnTrim(21*us, c.p, c.at, nil); ok {
+				t.Fatalf("OnTrim(%d) acted", c.p)
+			}
+		}
+		if _, ok := s.OnTrim(22*us, ps[3], 11*us, nil); !ok {
+			t.Fatal("the resend's own trim was ignored")
+		}
+		if st := s.Stats(); st.LostTrim != 2 || st.Lost-st.LostRACK != 2 || st.Retransmitted != 1 || st.TLPs+st.RTOs != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		mustCheck(t, s)
+	})
+}
