@@ -119,3 +119,45 @@ func TestTrimResendsOnePSN(t *testing.T) {
 		mustCheck(t, s)
 	})
 }
+
+// TestRecentRTTSkipsTimeout: packets whose ACKs were all lost are
+// acknowledged by the ACK of the retransmission timeout's resend, a timer
+// period after they were sent; that time to proof measures the timer, not
+// the path, so RecentRTT, and with it the probe and RACK's waits, keep the
+// round trip measured before.
+func TestRecentRTTSkipsTimeout(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		// A queue has built (SRTT over twice the minimum RTT), so the
+		// timeout resends the oldest packet alone (F-RTO).
+		const rtt = 40 * us
+		a := sendOn(t, s, 0, 1)
+		s.OnAck(10*us, sackOf(a.Next(), a), nil)
+		now := 20 * us
+		for range 8 {
+			a = sendOn(t, s, now, 1)
+			s.OnAck(now+rtt, sackOf(a.Next(), a), nil)
+			now += rtt + us
+		}
+		b := sendOn(t, s, now, 2)
+		c := sendOn(t, s, now+us, 3)
+		// The probe's resend is lost too; then the timer fires.
+		var at clock.Time
+		for kind := None; kind != RTO; {
+			var err error
+			at = s.NextTimeout()
+			if _, kind, err = s.OnTimeout(at, nil); kind == None || err != nil {
+				t.Fatalf("timeout at %v: %v, %v", at, kind, err)
+			}
+			resendLost(t, s, at)
+		}
+		_, res := s.OnAck(at+rtt, sackOf(c.Next(), b), nil)
+		if res.AckedPkts != 2 {
+			t.Fatalf("the resend's ACK acknowledged %d, want 2", res.AckedPkts)
+		}
+		if r := s.RecentRTT(); r > 2*time.Duration(rtt) {
+			t.Fatalf("RecentRTT %v after the RTO's ACK at %v, want the %v round trip", r, time.Duration(at), time.Duration(rtt))
+		}
+		mustCheck(t, s)
+	})
+}

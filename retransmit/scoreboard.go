@@ -708,7 +708,8 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 		if !e.sentAt.Before(s.rtoFired) {
 			// A time to proof that spans a retransmission timeout
 			// measures the timer (the ACKs lost, the proof came from the
-			// resend's), not the path (TestSpineFailAllToAll).
+			// resend's), not the path (TestRecentRTTSkipsTimeout,
+			// TestSpineFailAllToAll).
 			s.rttCur = max(s.rttCur, rtt)
 		}
 		if !r.ok || r.entropy != e.entropy {
