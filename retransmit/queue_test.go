@@ -161,3 +161,63 @@ func TestRecentRTTSkipsTimeout(t *testing.T) {
 		mustCheck(t, s)
 	})
 }
+
+// TestRACKSilentPath: a packet on an entropy with no delivery yet waits the
+// fan-in's long wait (twice the recent round trip plus the queue) before
+// RACK declares it lost; once one has been declared lost so and nothing on
+// the entropy has been delivered since (a dead path: its packets stop being
+// acknowledged while the others' are), the next one on it is lost after
+// RFC 8985's RACK.rtt + reo_wnd. A delivery on the entropy restores the
+// long wait.
+func TestRACKSilentPath(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		const base, dead, fast = 10 * us, 9, 2
+		now := clock.Time(0)
+		for range 4 {
+			p := sendOn(t, s, now, fast)
+			s.OnAck(now+base, sackOf(p.Next(), p), nil)
+			now += base + us
+		}
+		// lostAfter sends one packet on entropy e and one on the fast
+		// path, acknowledges the fast one (its INT records report a 30µs
+		// queue), and returns how long after its send the first was
+		// declared lost.
+		lostAfter := func(e uint16) clock.Time {
+			t.Helper()
+			s.NoteQueueDelay(time.Duration(30 * us))
+			d := sendOn(t, s, now, e)
+			f := sendOn(t, s, now+us, fast)
+			s.OnAck(now+us+base, sackOf(s.Oldest(), f, f), nil)
+			for at := s.NextTimeout(); at != clock.Never && at < now.Add(s.RTO()); at = s.NextTimeout() {
+				ev, kind, _ := s.OnTimeout(at, nil)
+				if _, lost := split(ev); kind == Reorder && len(lost) == 1 && lost[0] == d {
+					resendLost(t, s, at)
+					took := at - now
+					s.OnAck(at+base, sackOf(s.Next(), d), nil)
+					now = at + base + us
+					return took
+				}
+			}
+			t.Fatalf("the packet on entropy %d was never declared lost by RACK", e)
+			return 0
+		}
+		long := lostAfter(dead)
+		short := lostAfter(dead)
+		if long < 50*us || short > 15*us {
+			t.Fatalf("declared lost %v and then %v after the send, want at least 50µs (2 x 10µs + 30µs) and then at most 15µs (10µs + reo_wnd)",
+				time.Duration(long), time.Duration(short))
+		}
+		// A delivery on the entropy: it is no longer silent.
+		p := sendOn(t, s, now, dead)
+		s.OnAck(now+base, sackOf(p.Next(), p), nil)
+		now += base + us
+		if again := lostAfter(dead); again < 50*us {
+			t.Fatalf("after a delivery on the entropy, lost %v after the send, want the long wait again", time.Duration(again))
+		}
+		if st := s.Stats(); st.RTOs != 0 || st.LostRACK != 3 {
+			t.Fatalf("stats %+v: want 3 RACK losses, no timeout", st)
+		}
+		mustCheck(t, s)
+	})
+}

@@ -160,14 +160,19 @@ const (
 // pathRack is RACK's state for one entropy: the most recently sent packet
 // delivered on it, and that packet's RTT.
 type pathRack struct {
-	ok      bool
+	ok      bool // the slot holds entropy's state
 	entropy uint16
 	// phys is 1 + the index in Scoreboard.phys of the physical path the
 	// entropy takes (SetPath), or 0 when unknown.
 	phys uint8
-	psn  psn.PSN
-	xmit clock.Time
-	rtt  time.Duration
+	// proven: a packet on the entropy was delivered (psn, xmit, rtt).
+	proven bool
+	// silent: RACK declared a packet on the entropy lost and nothing on
+	// it has been delivered since (rackDetect).
+	silent bool
+	psn    psn.PSN
+	xmit   clock.Time
+	rtt    time.Duration
 }
 
 // physRack is RACK's state for one physical path (a route through the
@@ -713,10 +718,11 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 			s.rttCur = max(s.rttCur, rtt)
 		}
 		if !r.ok || r.entropy != e.entropy {
-			*r = pathRack{ok: true, entropy: e.entropy, psn: p, xmit: e.sentAt, rtt: rtt}
-		} else if sentAfter(e.sentAt, p, r.xmit, r.psn) {
-			r.psn, r.xmit, r.rtt = p, e.sentAt, rtt
+			*r = pathRack{ok: true, entropy: e.entropy, proven: true, psn: p, xmit: e.sentAt, rtt: rtt}
+		} else if !r.proven || sentAfter(e.sentAt, p, r.xmit, r.psn) {
+			r.proven, r.psn, r.xmit, r.rtt = true, p, e.sentAt, rtt
 		}
+		r.silent = false
 		if r.phys > 0 {
 			if ph := &s.phys[r.phys-1]; !ph.ok || sentAfter(e.sentAt, p, ph.xmit, ph.psn) {
 				ph.ok, ph.psn, ph.xmit, ph.rtt = true, p, e.sentAt, rtt
@@ -959,7 +965,7 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 // one.
 func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Duration, bool) {
 	r := s.path(entropy)
-	if r == nil {
+	if r == nil || !r.proven {
 		return 0, 0, 0, false
 	}
 	if r.phys > 0 {
@@ -968,6 +974,23 @@ func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Durati
 		}
 	}
 	return r.xmit, r.psn, r.rtt, true
+}
+
+// silentPath reports whether entropy's path is silent: RACK declared a
+// packet on it lost without proof, and nothing on it has been delivered
+// since.
+func (s *Scoreboard) silentPath(entropy uint16) bool {
+	r := s.path(entropy)
+	return r != nil && r.silent
+}
+
+// setSilent marks entropy's path silent (silentPath).
+func (s *Scoreboard) setSilent(entropy uint16) {
+	r := s.pathSlot(entropy)
+	if !r.ok || r.entropy != entropy {
+		*r = pathRack{ok: true, entropy: entropy}
+	}
+	r.silent = true
 }
 
 // SetPath tells RACK that entropy takes the physical path sig (a nonzero
@@ -979,7 +1002,7 @@ func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Durati
 // that moves to another path follows it.
 func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
 	r := s.path(entropy)
-	if r == nil || sig == 0 {
+	if r == nil || !r.proven || sig == 0 {
 		return
 	}
 	if r.phys > 0 && s.phys[r.phys-1].sig == sig {
@@ -1019,16 +1042,24 @@ func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
 //   - otherwise (the path's later packets are still on their way, the path
 //     died, or its entropy has had no delivery yet): once twice the largest
 //     of RACK.rtt, the path's last RTT and RecentRTT (at least that plus
-//     reo_wnd) has passed. Under an N-to-1 fan-in the queue a packet meets
-//     grows while it waits, and its path's last RTT, or RACK.rtt from a
-//     path without that queue, say little of its own
+//     reo_wnd), plus RecentQueue, has passed. Under an N-to-1 fan-in the
+//     queue a packet meets grows while it waits, and its path's last RTT,
+//     or RACK.rtt from a path without that queue, say little of its own
 //     (TestTimerUnderGrowingQueue); queues that grow, CPUs that
 //     deschedule the receiver and ACKs sprayed back over other paths make
 //     one path's RTT jump by more than any fraction of it; a dead path is
 //     also taken out of the spray set by the path policy, so the cost of
 //     the wait is a round trip for the packets caught on it. A longer
 //     wait (four times) trades fewer spurious resends for real queue
-//     drops repaired two round trips later (TestRACKPerPath).
+//     drops repaired two round trips later (TestRACKPerPath);
+//   - but once the last rule has declared a packet on the entropy lost and
+//     nothing on it has been delivered since, its path is silent: its
+//     packets stopped being acknowledged while the others' were, which a
+//     failed link does and a queue does not (a queue delivers, late), so
+//     its next packets are lost once the larger of RACK.rtt and its RTT,
+//     plus reo_wnd, has passed, as RFC 8985 has it; a delivery on it ends
+//     that (TestRACKSilentPath). The first packet caught on a dead path
+//     pays the fan-in's wait, the ones behind it do not.
 //
 // On one path, with one entropy, this is RFC 8985's RACK.
 //
@@ -1054,14 +1085,22 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 			continue
 		}
 		var deadline clock.Time
-		if xmit, pp, prtt, ok := s.pathProof(e.entropy); ok && sentAfter(xmit, pp, e.sentAt, p) {
+		xmit, pp, prtt, ok := s.pathProof(e.entropy)
+		proof := ok && sentAfter(xmit, pp, e.sentAt, p)
+		switch {
+		case proof:
 			deadline = e.sentAt.Add(prtt + reo)
-		} else {
+		case s.silentPath(e.entropy):
+			deadline = e.sentAt.Add(max(s.rackRTT, prtt) + reo)
+		default:
 			rtt := max(recent, prtt)
 			deadline = e.sentAt.Add(rtt + max(reo, rtt) + queue)
 		}
 		if !now.Before(deadline) {
 			dst = s.markLost(p, e, true, dst, res)
+			if !proof {
+				s.setSilent(e.entropy)
+			}
 		} else if deadline.Before(s.reoAt) {
 			s.reoAt = deadline
 		}
