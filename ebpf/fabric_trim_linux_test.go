@@ -4,6 +4,7 @@ package ebpf
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/internal/wirecheck"
@@ -53,9 +55,9 @@ func TestFabricTrim(t *testing.T) {
 				}
 				want = want[:n]
 				before := portCounters(t, f, testPort)
-				ret, out := run(t, f.egress, frame)
-				if ret != retNext {
-					t.Fatalf("verdict %d, want next", int32(ret))
+				ret, out, prio := runPriority(t, f.egress, frame)
+				if ret != retNext || prio != 7 {
+					t.Fatalf("verdict %d, priority %d, want next at 7", int32(ret), prio)
 				}
 				if !bytes.Equal(out, want) {
 					t.Fatalf("egress left %d bytes\n% x\nwire.Trim makes %d\n% x", len(out), out, len(want), want)
@@ -95,6 +97,13 @@ func TestFabricTrim(t *testing.T) {
 			t.Errorf("%s: counters moved by %v, want one loss drop", name, d)
 		}
 	}
+	// No loss: the frame goes on whole, its priority left alone.
+	if err := f.SetFaults(testPort, Faults{Trim: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ret, out, prio := runPriority(t, f.egress, whole); ret != retNext || prio != 0 || decode(t, out).BTH.Trimmed {
+		t.Errorf("no loss: verdict %d, priority %d, trimmed %v; want the frame whole at 0", int32(ret), prio, decode(t, out).BTH.Trimmed)
+	}
 	// Without Trim the same loss drops spray data.
 	if err := f.SetFaults(testPort, Faults{Loss: 1}); err != nil {
 		t.Fatal(err)
@@ -130,6 +139,23 @@ func TestFabricTrim(t *testing.T) {
 	case checked != len(trimmed):
 		t.Fatalf("scapy checked %d of %d trimmed frames", checked, len(trimmed))
 	}
+}
+
+// skbPriority is the offset of priority in struct __sk_buff.
+const skbPriority = 32
+
+// runPriority is run that also returns the skb priority the program left
+// (BPF_PROG_TEST_RUN's context out).
+func runPriority(tb testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byte, uint32) {
+	tb.Helper()
+	ctxOut := make([]byte, 192)
+	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256),
+		Context: make([]byte, 192), ContextOut: ctxOut}
+	ret, err := prog.Run(&opts)
+	if err != nil {
+		tb.Fatalf("run on %d bytes: %v", len(frame), err)
+	}
+	return ret, opts.DataOut, binary.LittleEndian.Uint32(ctxOut[skbPriority:])
 }
 
 // trimLink runs the first transmission of the spray data packet with PSN
