@@ -67,7 +67,19 @@
 //
 //  1. Faults (all frames, or only RoCE frames with Faults.RoCEOnly):
 //     blackhole drops (DropBlackhole); random loss with probability Loss
-//     (DropLoss); Gilbert-Elliott burst loss (DropBurst).
+//     (DropLoss); Gilbert-Elliott burst loss (DropBurst). With Faults.Trim,
+//     a whole spray data packet (opcode 0xE0, trim bit clear, IPv4 without
+//     options or IPv6, its data header before the tag and ICRC) that loss
+//     would drop is trimmed instead (Trimmed), as wire.Trim does it: cut
+//     after the data header (bpf_skb_change_tail), BTH byte 4 bit 5 set and
+//     PadCnt 0, Flags and INTMax 0, the IP and UDP lengths and the IPv4
+//     header checksum rewritten, the UDP checksum 0 over IPv4 and computed
+//     over IPv6, and a new ICRC (CRC-32 over the 8 bytes of ones and the
+//     masked headers, at most 100 bytes, in a bpf_loop); skb->priority 7
+//     lets a prio qdisc send it ahead of the data. A secured packet keeps
+//     its security header and loses its tag: its receiver drops it. Frames
+//     that cannot be trimmed are dropped as without Trim. The trimmed
+//     frame goes on through steps 2 and 3 (no INT region left to stamp).
 //  2. Packets and Bytes count the frame; its bytes are added to the port's
 //     transmit counter.
 //  3. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension

@@ -7,7 +7,10 @@
 //
 // Egress of port P, for every frame:
 //  1. Faults of P (blackhole, random loss, Gilbert-Elliott burst loss),
-//     on every frame or only on RoCE frames: drop and count the cause.
+//     on every frame or only on RoCE frames: drop and count the cause; with
+//     trim on, a whole spray data packet that random or burst loss would
+//     drop is cut to its headers instead (wire.Trim's format: trim bit,
+//     lengths, checksums, a new ICRC) and sent on at priority.
 //  2. Count packets and bytes; add the bytes to P's transmit counter.
 //  3. RoCE frames (IPv4/IPv6, UDP destination 4791, a whole BTH): a spray
 //     data packet with an INT region that has a free slot (after the
@@ -49,6 +52,12 @@
 #define INT_VERSION 1
 #define INT_SHIM_OFF (BTH_LEN + DATA_HLEN)  // from the BTH
 #define BTH_SECURED 0x40  // BTH byte 8: a security header follows the BTH
+#define BTH_TRIMMED 0x20  // BTH byte 4: cut to its headers (wire.Trim)
+#define BTH_PADCNT 0x30   // BTH byte 1
+#define TRIM_PRIORITY 7   // skb->priority of a trimmed frame (TC_PRIO_CONTROL)
+// ICRC_HDR_MAX bounds the bytes the ICRC of a trimmed packet covers after
+// its 8 bytes of ones: IPv6, UDP, BTH, security and data headers.
+#define ICRC_HDR_MAX (IPV6_HLEN + UDP_HLEN + BTH_LEN + SEC_LEN + DATA_HLEN)
 #define SEC_LEN 16        // the security header
 #define TAG_LEN 16        // a secured packet's tag, before the ICRC
 #define INT_SHIM_LEN 4
@@ -91,7 +100,8 @@ struct fabric_port {
 	__u8 burst;          // Gilbert-Elliott on
 	__u8 roce_only;      // faults only for RoCE frames
 	__u8 edge;           // faces a host: ingress measures nothing
-	__u8 pad[4];
+	__u8 trim;           // cut spray data packets that loss would drop
+	__u8 pad[3];
 };
 
 // fabric_counters is the value of fabric_stats[slot], per CPU.
@@ -108,6 +118,7 @@ struct fabric_counters {
 	__u64 measured;        // queue delays measured for this port's queue
 	__u64 qdelay_sum_ns;
 	__u64 qdelay_max_ns;
+	__u64 trimmed;         // spray data packets cut to their headers
 };
 
 // fabric_pkt_key identifies a RoCE packet in flight between a port's
@@ -178,6 +189,12 @@ struct pkt {
 	__u8 roce;     // UDP to 4791 with a whole BTH
 	__u8 count;    // INT hop count
 	__u8 max;      // INT hop slots
+	__u8 ihl;      // IPv4 header length (bytes), 0 for IPv6
+	// trim_end is the frame offset just after the data header of a whole,
+	// untrimmed spray data packet that can be trimmed, or 0.
+	__u32 trim_end;
+	__u32 bth;     // offset of the BTH (RoCE frames)
+	__u8 sec;      // security header length, 0 or SEC_LEN
 	struct fabric_pkt_key key;
 };
 
@@ -213,6 +230,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 			return -1;
 		p->family = 4;
 		p->tos = b[1];
+		p->ihl = hl;
 		__builtin_memcpy(p->key.src, b + 12, 4);
 		__builtin_memcpy(p->key.dst, b + 16, 4);
 		off += hl;
@@ -256,6 +274,13 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	__u32 sec = (bth[8] & BTH_SECURED) ? SEC_LEN : 0;
 	__u32 tag = sec ? TAG_LEN : 0;
 	__u32 bthoff = off + UDP_HLEN;
+	p->bth = bthoff;
+	p->sec = sec;
+	// Trimmable: whole (not trimmed yet), its data header before the tag
+	// and ICRC, IPv4 without options or IPv6 (wire.Trim's rules).
+	if (!(bth[4] & BTH_TRIMMED) && (p->ihl == IPV4_HLEN || p->family == 6) &&
+	    UDP_HLEN + BTH_LEN + sec + DATA_HLEN + tag + ICRC_LEN <= ulen)
+		p->trim_end = bthoff + BTH_LEN + sec + DATA_HLEN;
 	if (bpf_skb_load_bytes(skb, bthoff + BTH_LEN + sec, b, DATA_HLEN + INT_SHIM_LEN) < 0)
 		return 0;
 	__u8 *shim = b + DATA_HLEN;
@@ -295,6 +320,151 @@ static __always_inline void put32(__u8 *b, __u32 v)
 	b[3] = v;
 }
 
+// crc_byte continues a reflected CRC-32 (IEEE 802.3 polynomial) over byte b.
+static __always_inline __u32 crc_byte(__u32 c, __u8 b)
+{
+	c ^= b;
+	for (int k = 0; k < 8; k++)
+		c = (c >> 1) ^ (0xEDB88320 & -(c & 1));
+	return c;
+}
+
+// crc_ctx is the state of the ICRC loop over a trimmed packet's headers.
+struct crc_ctx {
+	__u32 c;
+	__u8 h[ICRC_HDR_MAX];  // the headers, variant fields as ones
+};
+
+// crc_step is bpf_loop's body: one header byte into the CRC.
+static long crc_step(__u64 i, void *ctx)
+{
+	struct crc_ctx *x = ctx;
+	if (i >= ICRC_HDR_MAX)
+		return 1;
+	x->c = crc_byte(x->c, x->h[i]);
+	return 0;
+}
+
+// trim cuts the spray data packet p (p->trim_end set) to its headers, as
+// wire.Trim does: BTH with the trim bit set and PadCnt 0, the security
+// header if any, the data header with Flags and INTMax 0, then an ICRC over
+// them; the IP and UDP lengths follow, with the IPv4 header checksum, a
+// zero IPv4 UDP checksum (spray sends none) and the IPv6 UDP checksum
+// computed again. It returns 0, or -1 when the frame is left as it was or
+// is no longer whole (the caller drops it). Guarded by TestFabricTrim.
+static __always_inline int trim(struct __sk_buff *skb, struct pkt *p)
+{
+	__u32 hdr = p->trim_end;
+	__u32 end = hdr + ICRC_LEN;
+	__u32 n = hdr - p->l3;  // bytes the ICRC covers after its ones
+	__u32 udp = p->l4 - p->l3, bth = p->bth - p->l3, data = bth + BTH_LEN + p->sec;
+	if (n > ICRC_HDR_MAX || n < IPV4_HLEN + UDP_HLEN + BTH_LEN + DATA_HLEN ||
+	    udp > IPV6_HLEN || bth > IPV6_HLEN + UDP_HLEN || data > ICRC_HDR_MAX - DATA_HLEN)
+		return -1;
+	if (bpf_skb_change_tail(skb, end, 0) < 0)
+		return -1;
+
+	struct crc_ctx x;
+	__u8 *h = x.h;
+	__builtin_memset(h, 0, ICRC_HDR_MAX);
+	if (bpf_skb_load_bytes(skb, p->l3, h, n) < 0)
+		return -1;
+	h[bth + 1] &= ~BTH_PADCNT;
+	h[bth + 4] |= BTH_TRIMMED;
+	h[data + 13] = 0;  // Flags
+	h[data + 14] = 0;  // INTMax
+	__u16 ulen = end - p->l4;
+	h[udp + 4] = ulen >> 8;
+	h[udp + 5] = ulen;
+	h[udp + 6] = 0;
+	h[udp + 7] = 0;
+	__u8 keep[4];
+	if (p->family == 4) {
+		__u16 tot = end - p->l3;
+		h[2] = tot >> 8;
+		h[3] = tot;
+		h[10] = 0;
+		h[11] = 0;
+		__u32 sum = 0;
+		for (int i = 0; i < IPV4_HLEN; i += 2)
+			sum += ((__u32)h[i] << 8) | h[i + 1];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		h[10] = ~sum >> 8;
+		h[11] = ~sum;
+		keep[0] = h[1];
+		keep[1] = h[8];
+		keep[2] = h[10];
+		keep[3] = h[11];
+		h[1] = h[8] = h[10] = h[11] = 0xff;
+	} else {
+		__u16 pl = end - p->l4;
+		h[4] = pl >> 8;
+		h[5] = pl;
+		keep[0] = h[0];
+		keep[1] = h[1];
+		keep[2] = h[2];
+		keep[3] = h[3];
+		h[0] |= 0x0f;
+		h[1] = h[2] = h[3] = 0xff;
+	}
+	__u8 hlim = h[7], bth4 = h[bth + 4];
+
+	// ICRC: 8 bytes of ones, then the headers with the variant fields as
+	// ones (IPv4 TOS, TTL, checksum; IPv6 traffic class, flow label, hop
+	// limit; UDP checksum; BTH byte 4). A trimmed packet has no INT region.
+	if (p->family == 6)
+		h[7] = 0xff;
+	h[udp + 6] = 0xff;
+	h[udp + 7] = 0xff;
+	h[bth + 4] = 0xff;
+	x.c = 0xffffffff;
+	for (int i = 0; i < 8; i++)
+		x.c = crc_byte(x.c, 0xff);
+	bpf_loop(n, crc_step, &x, 0);
+	__u32 c = ~x.c;
+	__u8 icrc[ICRC_LEN] = {c, c >> 8, c >> 16, c >> 24};  // little-endian
+	h[7] = hlim;
+	h[udp + 6] = 0;
+	h[udp + 7] = 0;
+	h[bth + 4] = bth4;
+	if (p->family == 4) {
+		h[1] = keep[0];
+		h[8] = keep[1];
+		h[10] = keep[2];
+		h[11] = keep[3];
+	} else {
+		h[0] = keep[0];
+		h[1] = keep[1];
+		h[2] = keep[2];
+		h[3] = keep[3];
+		// UDP checksum over the pseudo-header (addresses, length, next
+		// header) and the trimmed datagram, ICRC included.
+		__u8 ph[8] = {0, 0, ulen >> 8, ulen, 0, 0, 0, PROTO_UDP};
+		__s64 sum = bpf_csum_diff(0, 0, (__be32 *)(h + 8), 32, 0);
+		sum = bpf_csum_diff(0, 0, (__be32 *)ph, 8, sum);
+		sum = bpf_csum_diff(0, 0, (__be32 *)icrc, ICRC_LEN, sum);
+		if (n == IPV6_HLEN + UDP_HLEN + BTH_LEN + DATA_HLEN)
+			sum = bpf_csum_diff(0, 0, (__be32 *)(h + IPV6_HLEN), UDP_HLEN + BTH_LEN + DATA_HLEN, sum);
+		else
+			sum = bpf_csum_diff(0, 0, (__be32 *)(h + IPV6_HLEN), UDP_HLEN + BTH_LEN + SEC_LEN + DATA_HLEN, sum);
+		__u32 s32 = sum;
+		s32 = (s32 & 0xffff) + (s32 >> 16);
+		s32 = (s32 & 0xffff) + (s32 >> 16);
+		__u16 cs = ~s32;
+		if (cs == 0)
+			cs = 0xffff;
+		__builtin_memcpy(h + udp + 6, &cs, 2);
+	}
+	if (bpf_skb_store_bytes(skb, p->l3, h, n, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, hdr, icrc, ICRC_LEN, 0) < 0)
+		return -1;
+	skb->priority = TRIM_PRIORITY;
+	p->shim = 0;
+	p->trim_end = 0;
+	return 0;
+}
+
 // chance reports whether an event of threshold thr (of 1<<32) happens.
 static __always_inline int chance(__u64 thr)
 {
@@ -321,20 +491,27 @@ int fabric_egress(struct __sk_buff *skb)
 			cnt->drop_blackhole++;
 			return TC_ACT_SHOT;
 		}
+		int lost = 0;  // 1: random loss, 2: burst loss
 		if (chance(cfg->loss)) {
-			cnt->drop_loss++;
-			return TC_ACT_SHOT;
-		}
-		if (cfg->burst) {
+			lost = 1;
+		} else if (cfg->burst) {
 			__u32 bad = *ge;
 			if (bad ? chance(cfg->ge_r) : chance(cfg->ge_p)) {
 				bad = !bad;
 				*ge = bad;
 			}
-			if (chance(bad ? cfg->ge_loss_bad : cfg->ge_loss_good)) {
-				cnt->drop_burst++;
+			if (chance(bad ? cfg->ge_loss_bad : cfg->ge_loss_good))
+				lost = 2;
+		}
+		if (lost) {
+			if (!cfg->trim || !p.trim_end || trim(skb, &p) < 0) {
+				if (lost == 1)
+					cnt->drop_loss++;
+				else
+					cnt->drop_burst++;
 				return TC_ACT_SHOT;
 			}
+			cnt->trimmed++;
 		}
 	}
 

@@ -84,6 +84,13 @@ type Faults struct {
 	// RoCEOnly applies the faults only to RoCE frames (UDP to 4791), so that
 	// ARP, neighbour discovery and control connections keep working.
 	RoCEOnly bool
+	// Trim cuts a whole spray data packet that random or burst loss would
+	// drop to its headers instead, as a switch whose queue is full does
+	// (wire.Trim: the trim bit, lengths, checksums and a new ICRC), and
+	// sends it on with skb->priority 7 (Trimmed); the receiver asks for
+	// its PSN at once. Other frames are dropped as before, and blackhole
+	// drops everything.
+	Trim bool
 }
 
 // GilbertElliott is a two-state burst loss model: each frame first moves the
@@ -112,6 +119,9 @@ type PortCounters struct {
 	// INTStamped counts hop records written at this port's egress; INTFull
 	// counts spray data packets whose INT region had no free slot.
 	INTStamped, INTFull uint64
+	// Trimmed counts spray data packets that a fault would have dropped,
+	// cut to their headers and sent on instead (Faults.Trim).
+	Trimmed uint64
 	// RxPackets counts frames seen by the port's ingress.
 	RxPackets uint64
 	// Measured counts RoCE frames sent by this port whose queue delay was
@@ -145,6 +155,7 @@ func (c PortCounters) Sub(o PortCounters) PortCounters {
 		ECNMarked:     c.ECNMarked - o.ECNMarked,
 		INTStamped:    c.INTStamped - o.INTStamped,
 		INTFull:       c.INTFull - o.INTFull,
+		Trimmed:       c.Trimmed - o.Trimmed,
 		RxPackets:     c.RxPackets - o.RxPackets,
 		Measured:      c.Measured - o.Measured,
 		QueueDelaySum: c.QueueDelaySum - o.QueueDelaySum,
@@ -154,8 +165,8 @@ func (c PortCounters) Sub(o PortCounters) PortCounters {
 
 // String formats the counters for logs.
 func (c PortCounters) String() string {
-	return fmt.Sprintf("pkts=%d bytes=%d drop(loss=%d burst=%d blackhole=%d) ecn=%d int=%d intfull=%d rx=%d qdelay(n=%d mean=%v max=%v)",
-		c.Packets, c.Bytes, c.DropLoss, c.DropBurst, c.DropBlackhole, c.ECNMarked,
+	return fmt.Sprintf("pkts=%d bytes=%d drop(loss=%d burst=%d blackhole=%d) trimmed=%d ecn=%d int=%d intfull=%d rx=%d qdelay(n=%d mean=%v max=%v)",
+		c.Packets, c.Bytes, c.DropLoss, c.DropBurst, c.DropBlackhole, c.Trimmed, c.ECNMarked,
 		c.INTStamped, c.INTFull, c.RxPackets, c.Measured, c.MeanQueueDelay(), c.MaxQueueDelay)
 }
 
@@ -167,6 +178,7 @@ type portParams struct {
 	kmin, kmax, pmax           uint64
 	loss, geP, geR, geLG, geLB uint64
 	blackhole, burst, roceOnly bool
+	trim                       bool
 	edge                       bool
 }
 
@@ -215,7 +227,7 @@ func (f Faults) params(pp *portParams) error {
 	if pp.geLB, err = threshold("Burst.LossBad", lb); err != nil {
 		return err
 	}
-	pp.blackhole, pp.burst, pp.roceOnly = f.Blackhole, f.Burst.On(), f.RoCEOnly
+	pp.blackhole, pp.burst, pp.roceOnly, pp.trim = f.Blackhole, f.Burst.On(), f.RoCEOnly, f.Trim
 	return nil
 }
 

@@ -27,6 +27,7 @@ type fabricFabricCounters struct {
 	Measured      uint64
 	QdelaySumNs   uint64
 	QdelayMaxNs   uint64
+	Trimmed       uint64
 }
 
 type fabricFabricInflightVal struct {
@@ -65,7 +66,8 @@ type fabricFabricPort struct {
 	Burst      uint8
 	RoceOnly   uint8
 	Edge       uint8
-	Pad        [4]uint8
+	Trim       uint8
+	Pad        [3]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -298,6 +298,9 @@ func (f *Fabric) writeParams(p *fabricPort) error {
 	if pp.edge {
 		v.Edge = 1
 	}
+	if pp.trim {
+		v.Trim = 1
+	}
 	if err := f.maps.FabricCfg.Update(p.slot, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: write port %v config: %w", pp.id, err)
 	}
@@ -386,6 +389,7 @@ func (f *Fabric) PortCounters(id PortID) (PortCounters, error) {
 		s.ECNMarked += c.EcnMarked
 		s.INTStamped += c.IntStamped
 		s.INTFull += c.IntFull
+		s.Trimmed += c.Trimmed
 		s.RxPackets += c.RxPackets
 		s.Measured += c.Measured
 		s.QueueDelaySum += time.Duration(c.QdelaySumNs)

@@ -243,7 +243,8 @@ func LoadPinnedFabric(dir string) (_ *Fabric, err error) {
 		}
 		p.params = portParams{id: id, rate: v.RateMbps, kmin: v.EcnKminNs, kmax: v.EcnKmaxNs, pmax: v.EcnPmax,
 			loss: v.Loss, geP: v.GeP, geR: v.GeR, geLG: v.GeLossGood, geLB: v.GeLossBad,
-			blackhole: v.Blackhole != 0, burst: v.Burst != 0, roceOnly: v.RoceOnly != 0, edge: v.Edge != 0}
+			blackhole: v.Blackhole != 0, burst: v.Burst != 0, roceOnly: v.RoceOnly != 0, edge: v.Edge != 0,
+			trim: v.Trim != 0}
 		f.keys[p.key] = id
 		used[slot] = true
 	}
@@ -282,7 +283,7 @@ func (f *Fabric) PortConfig(id PortID) (PortConfig, error) {
 	prob := func(t uint64) float64 { return float64(t) / (1 << 32) }
 	c := PortConfig{ID: id, RateMbps: pp.rate, Edge: pp.edge,
 		ECN:    ECNConfig{KMin: time.Duration(pp.kmin), KMax: time.Duration(pp.kmax), PMax: prob(pp.pmax)},
-		Faults: Faults{Blackhole: pp.blackhole, Loss: prob(pp.loss), RoCEOnly: pp.roceOnly},
+		Faults: Faults{Blackhole: pp.blackhole, Loss: prob(pp.loss), RoCEOnly: pp.roceOnly, Trim: pp.trim},
 	}
 	if pp.burst {
 		c.Faults.Burst = GilbertElliott{P: prob(pp.geP), R: prob(pp.geR), LossGood: prob(pp.geLG), LossBad: prob(pp.geLB)}

@@ -90,10 +90,10 @@ func TestFabricPin(t *testing.T) {
 	if pc, err := g.PortConfig(tx); err != nil || pc.RateMbps != 100 || pc.Faults.Blackhole {
 		t.Errorf("PortConfig(tx) = %+v, %v", pc, err)
 	}
-	if err := g.SetFaults(tx, Faults{Blackhole: true}); err != nil {
+	if err := g.SetFaults(tx, Faults{Blackhole: true, Trim: true}); err != nil {
 		t.Fatal(err)
 	}
-	if pc, err := g.PortConfig(tx); err != nil || !pc.Faults.Blackhole {
+	if pc, err := g.PortConfig(tx); err != nil || !pc.Faults.Blackhole || !pc.Faults.Trim {
 		t.Errorf("PortConfig(tx) after SetFaults = %+v, %v", pc, err)
 	}
 	if _, err := g.PortConfig(PortID{9, 9}); !errors.Is(err, ErrUnknownPort) {

@@ -89,11 +89,12 @@ func forFirsts(t *testing.T, f func(t *testing.T, first psn.PSN)) {
 	}
 }
 
-// sendNew sends one new packet of 1000 bytes tagged with its PSN.
+// sendNew sends one new packet of 1000 bytes tagged with its PSN, on
+// entropy 0: one path, where RACK is RFC 8985's.
 func sendNew(t testing.TB, s *Scoreboard, now clock.Time) psn.PSN {
 	t.Helper()
 	p := s.Next()
-	if err := s.OnSend(now, p, 1000, uint64(p), uint16(p)); err != nil {
+	if err := s.OnSend(now, p, 1000, uint64(p), 0); err != nil {
 		t.Fatalf("OnSend(%d): %v", p, err)
 	}
 	return p

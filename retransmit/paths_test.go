@@ -261,7 +261,7 @@ func TestSpuriousProbeBacksOff(t *testing.T) {
 	}
 	sendOn(t, s, 500*us, 1)
 	sendOn(t, s, 500*us, 1)
-	if got, base := s.NextTimeout().Sub(500*us), 2*s.SRTT(); got != 2*base {
+	if got, base := s.NextTimeout().Sub(500*us), 2*s.RecentRTT(); got != 2*base {
 		t.Fatalf("probe %v after the send, want twice %v", got, base)
 	}
 	mustCheck(t, s)
@@ -303,13 +303,13 @@ func TestEchoedSendTimeSpurious(t *testing.T) {
 	})
 }
 
-// reorderScriptAt sends first..first+5 (1µs apart from start, each on its
-// own entropy), acknowledges first, then first+2..+5 20µs after each was
+// reorderScriptAt sends first..first+5 (1µs apart from start, on one
+// entropy: RACK as RFC 8985 has it), acknowledges first, then first+2..+5 20µs after each was
 // sent, and runs the reorder timer so that first+1 is declared lost.
 func reorderScriptAt(t *testing.T, s *Scoreboard, first psn.PSN, start clock.Time) {
 	t.Helper()
 	for i := range 6 {
-		sendOn(t, s, start+clock.Time(i)*us, uint16(100+i))
+		sendOn(t, s, start+clock.Time(i)*us, 100)
 	}
 	s.OnAck(start+20*us, sackOf(first.Add(1), first), nil)
 	var ps []psn.PSN

@@ -131,6 +131,9 @@ type Stats struct {
 	// Naks counts NAKs acted on, DupNaks NAKs ignored because the resend
 	// that the same expected PSN asked for is still in progress.
 	Naks, DupNaks uint64
+	// LostTrim counts packets declared lost by OnTrim: a switch cut them
+	// to their headers and the receiver said so.
+	LostTrim uint64
 }
 
 // entry flags.
@@ -157,12 +160,34 @@ const (
 // pathRack is RACK's state for one entropy: the most recently sent packet
 // delivered on it, and that packet's RTT.
 type pathRack struct {
-	ok      bool
+	ok      bool // the slot holds entropy's state
 	entropy uint16
-	psn     psn.PSN
-	xmit    clock.Time
-	rtt     time.Duration
+	// phys is 1 + the index in Scoreboard.phys of the physical path the
+	// entropy takes (SetPath), or 0 when unknown.
+	phys uint8
+	// proven: a packet on the entropy was delivered (psn, xmit, rtt).
+	proven bool
+	// silent: RACK declared a packet on the entropy lost and nothing on
+	// it has been delivered since (rackDetect).
+	silent bool
+	psn    psn.PSN
+	xmit   clock.Time
+	rtt    time.Duration
 }
+
+// physRack is RACK's state for one physical path (a route through the
+// fabric's queues, named by SetPath): the most recently sent packet
+// delivered on any entropy that takes it.
+type physRack struct {
+	sig  uint64
+	ok   bool
+	psn  psn.PSN
+	xmit clock.Time
+	rtt  time.Duration
+}
+
+// maxPhys bounds the physical paths a Scoreboard tells apart.
+const maxPhys = 64
 
 // pathProbe is how many slots, from its own, an entropy's RACK state may
 // sit in (linear probing): 32 random entropies share a slot of 256 with
@@ -273,9 +298,22 @@ type Scoreboard struct {
 	inRecov  bool
 	recovEnd psn.PSN
 
+	// recentRTT is a windowed maximum of the RTT samples of delivered
+	// packets: the larger of this round trip's (rttCur) and the previous
+	// one's (rttPrev); a round ends when the oldest unacknowledged PSN
+	// passes rttEnd.
+	rttCur, rttPrev time.Duration
+	qCur, qPrev     time.Duration // the same for NoteQueueDelay
+	rttEnd          psn.PSN
+	rttEndOK        bool
+	// rtoFired is when the latest retransmission timeout fired.
+	rtoFired clock.Time
+
 	// paths is per-entropy RACK state, an open-addressed table by entropy
 	// that grows with the entropies in use (pathSlot).
 	paths []pathRack
+	// phys is RACK's state per physical path (SetPath), at most maxPhys.
+	phys []physRack
 
 	tlpActive bool
 	tlpEnd    psn.PSN
@@ -307,15 +345,16 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	}
 	first = psn.New(uint32(first))
 	return &Scoreboard{
-		cfg:     cfg,
-		maxRing: size,
-		una:     first,
-		next:    first,
-		rtoAt:   clock.Never,
-		ptoAt:   clock.Never,
-		reoAt:   clock.Never,
-		reoMult: 1,
-		ptoMult: 1,
+		cfg:      cfg,
+		maxRing:  size,
+		una:      first,
+		next:     first,
+		rtoAt:    clock.Never,
+		ptoAt:    clock.Never,
+		reoAt:    clock.Never,
+		reoMult:  1,
+		rtoFired: clock.Time(math.MinInt64),
+		ptoMult:  1,
 	}, nil
 }
 
@@ -670,8 +709,24 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 			s.rackRTT = min(now.Sub(e.sentAt), MaxDuration)
 		}
 		r := s.pathSlot(e.entropy)
-		if !r.ok || r.entropy != e.entropy || sentAfter(e.sentAt, p, r.xmit, r.psn) {
-			*r = pathRack{ok: true, entropy: e.entropy, psn: p, xmit: e.sentAt, rtt: min(now.Sub(e.sentAt), MaxDuration)}
+		rtt := min(now.Sub(e.sentAt), MaxDuration)
+		if !e.sentAt.Before(s.rtoFired) {
+			// A time to proof that spans a retransmission timeout
+			// measures the timer (the ACKs lost, the proof came from the
+			// resend's), not the path (TestRecentRTTSkipsTimeout,
+			// TestSpineFailAllToAll).
+			s.rttCur = max(s.rttCur, rtt)
+		}
+		if !r.ok || r.entropy != e.entropy {
+			*r = pathRack{ok: true, entropy: e.entropy, proven: true, psn: p, xmit: e.sentAt, rtt: rtt}
+		} else if !r.proven || sentAfter(e.sentAt, p, r.xmit, r.psn) {
+			r.proven, r.psn, r.xmit, r.rtt = true, p, e.sentAt, rtt
+		}
+		r.silent = false
+		if r.phys > 0 {
+			if ph := &s.phys[r.phys-1]; !ph.ok || sentAfter(e.sentAt, p, ph.xmit, ph.psn) {
+				ph.ok, ph.psn, ph.xmit, ph.rtt = true, p, e.sentAt, rtt
+			}
 		}
 	}
 	return dst
@@ -696,6 +751,24 @@ func (s *Scoreboard) spurious(e *entry) {
 		s.reoMult = min(s.reoMult+1, maxReoMult)
 		s.reoLeft = reoPersist
 	}
+}
+
+// NoteQueueDelay tells the scoreboard the queueing delay an ACK reports
+// (INT records: the queues its packet met along the path).
+func (s *Scoreboard) NoteQueueDelay(d time.Duration) {
+	s.qCur = max(s.qCur, min(d, MaxDuration))
+}
+
+// RecentQueue returns the largest queueing delay noted in this round trip
+// or the previous one.
+func (s *Scoreboard) RecentQueue() time.Duration {
+	return max(s.qCur, s.qPrev)
+}
+
+// RecentRTT returns the largest RTT sample of a packet delivered in this
+// round trip or the previous one, or SRTT when larger.
+func (s *Scoreboard) RecentRTT() time.Duration {
+	return max(s.rttCur, s.rttPrev, s.SRTT())
 }
 
 // queueing says whether the round trip has grown to more than twice the
@@ -851,6 +924,13 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 			s.rttSample(st.res.RTT)
 		}
 		s.advance()
+		if !s.rttEndOK || s.rttEnd.Less(s.una) {
+			// The first packet sent in the round is acknowledged, and
+			// every one before it: the round ends.
+			s.rttPrev, s.rttCur = s.rttCur, 0
+			s.qPrev, s.qCur = s.qCur, 0
+			s.rttEnd, s.rttEndOK = s.next, true
+		}
 		if s.inRecov && !s.una.Less(s.recovEnd) {
 			s.inRecov = false
 			if s.reoLeft > 0 {
@@ -879,6 +959,72 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 	return dst
 }
 
+// pathProof returns RACK's state for entropy's path: the most recently
+// sent packet delivered on it (send time, PSN, RTT), on the entropy or on
+// another that SetPath put on the same physical path, and whether there is
+// one.
+func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Duration, bool) {
+	r := s.path(entropy)
+	if r == nil || !r.proven {
+		return 0, 0, 0, false
+	}
+	if r.phys > 0 {
+		if ph := &s.phys[r.phys-1]; ph.ok && sentAfter(ph.xmit, ph.psn, r.xmit, r.psn) {
+			return ph.xmit, ph.psn, ph.rtt, true
+		}
+	}
+	return r.xmit, r.psn, r.rtt, true
+}
+
+// silentPath reports whether entropy's path is silent: RACK declared a
+// packet on it lost without proof, and nothing on it has been delivered
+// since.
+func (s *Scoreboard) silentPath(entropy uint16) bool {
+	r := s.path(entropy)
+	return r != nil && r.silent
+}
+
+// setSilent marks entropy's path silent (silentPath).
+func (s *Scoreboard) setSilent(entropy uint16) {
+	r := s.pathSlot(entropy)
+	if !r.ok || r.entropy != entropy {
+		*r = pathRack{ok: true, entropy: entropy}
+	}
+	r.silent = true
+}
+
+// SetPath tells RACK that entropy takes the physical path sig (a nonzero
+// name of its switches and ports, as INT records give them; 0 means
+// unknown): entropies on one path share its queues, first in first out,
+// so a packet delivered on any of them shows that one sent earlier on
+// another is late by more than queueing (rackDetect). It needs a delivery
+// on entropy first; at most maxPhys paths are told apart, and an entropy
+// that moves to another path follows it.
+func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
+	r := s.path(entropy)
+	if r == nil || !r.proven || sig == 0 {
+		return
+	}
+	if r.phys > 0 && s.phys[r.phys-1].sig == sig {
+		return
+	}
+	i := 0
+	for i < len(s.phys) && s.phys[i].sig != sig {
+		i++
+	}
+	if i == len(s.phys) {
+		if i == maxPhys {
+			r.phys = 0
+			return
+		}
+		s.phys = append(s.phys, physRack{sig: sig})
+	}
+	r.phys = uint8(i + 1)
+	if ph := &s.phys[i]; !ph.ok || sentAfter(r.xmit, r.psn, ph.xmit, ph.psn) {
+		ph.ok, ph.psn, ph.xmit, ph.rtt = true, r.psn, r.xmit, r.rtt
+	}
+}
+
 // rackDetect is RFC 8985 6.2 step 5: every packet in flight sent before the
 // most recently sent delivered packet is lost once RACK.rtt + reo_wnd has
 // passed since its transmission; the reordering timer is armed for the
@@ -888,21 +1034,34 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 // Sprayed packets take paths whose delays differ by more than any
 // reordering window (a queue on one spine, none on another), so RACK also
 // keeps its state per entropy (one path through an ECMP fabric, first in
-// first out) and judges a packet by its own path when it knows the path:
+// first out), shared by the entropies that SetPath puts on one physical
+// path, and judges a packet by its own path:
 //   - a packet sent on it later has been delivered: the packet is lost once
 //     that packet's RTT + reo_wnd has passed since it was sent (RACK on one
 //     path, where reordering is rare);
-//   - otherwise (the path's later packets are still on their way, or the
-//     path died): once twice the larger of RACK.rtt and the path's last RTT
-//     (at least that plus reo_wnd) has passed. Queues that grow, CPUs that
+//   - otherwise (the path's later packets are still on their way, the path
+//     died, or its entropy has had no delivery yet): once twice the largest
+//     of RACK.rtt, the path's last RTT and RecentRTT (at least that plus
+//     reo_wnd), plus RecentQueue, has passed. Under an N-to-1 fan-in the
+//     queue a packet meets grows while it waits, and its path's last RTT,
+//     or RACK.rtt from a path without that queue, say little of its own
+//     (TestTimerUnderGrowingQueue); queues that grow, CPUs that
 //     deschedule the receiver and ACKs sprayed back over other paths make
 //     one path's RTT jump by more than any fraction of it; a dead path is
 //     also taken out of the spray set by the path policy, so the cost of
 //     the wait is a round trip for the packets caught on it. A longer
 //     wait (four times) trades fewer spurious resends for real queue
-//     drops repaired two round trips later (TestRACKPerPath).
+//     drops repaired two round trips later (TestRACKPerPath);
+//   - but once the last rule has declared a packet on the entropy lost and
+//     nothing on it has been delivered since, its path is silent: its
+//     packets stopped being acknowledged while the others' were, which a
+//     failed link does and a queue does not (a queue delivers, late), so
+//     its next packets are lost once the larger of RACK.rtt and its RTT,
+//     plus reo_wnd, has passed, as RFC 8985 has it; a delivery on it ends
+//     that (TestRACKSilentPath). The first packet caught on a dead path
+//     pays the fan-in's wait, the ones behind it do not.
 //
-// A packet on an entropy with no delivery yet is judged as RFC 8985 says.
+// On one path, with one entropy, this is RFC 8985's RACK.
 //
 // Original transmissions are sent in PSN order, so the scan stops at the
 // first one sent after the RACK packet: only resends can follow it out of
@@ -913,7 +1072,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 		return dst
 	}
 	reo := s.ReorderWindow()
-	wait := s.rackRTT + reo
+	recent, queue := max(s.rackRTT, s.RecentRTT()), s.RecentQueue()
 	for p := s.una; p != s.next; p = p.Next() {
 		e := s.slot(p)
 		if !sentAfter(s.rackXmit, s.rackPSN, e.sentAt, p) {
@@ -925,17 +1084,23 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 		if e.flags&(fAcked|fLost) != 0 {
 			continue
 		}
-		deadline := e.sentAt.Add(wait)
-		if r := s.path(e.entropy); r != nil {
-			if sentAfter(r.xmit, r.psn, e.sentAt, p) {
-				deadline = e.sentAt.Add(r.rtt + reo)
-			} else {
-				rtt := max(s.rackRTT, r.rtt)
-				deadline = e.sentAt.Add(rtt + max(reo, rtt))
-			}
+		var deadline clock.Time
+		xmit, pp, prtt, ok := s.pathProof(e.entropy)
+		proof := ok && sentAfter(xmit, pp, e.sentAt, p)
+		switch {
+		case proof:
+			deadline = e.sentAt.Add(prtt + reo)
+		case s.silentPath(e.entropy):
+			deadline = e.sentAt.Add(max(s.rackRTT, prtt) + reo)
+		default:
+			rtt := max(recent, prtt)
+			deadline = e.sentAt.Add(rtt + max(reo, rtt) + queue)
 		}
 		if !now.Before(deadline) {
 			dst = s.markLost(p, e, true, dst, res)
+			if !proof {
+				s.setSilent(e.entropy)
+			}
 		} else if deadline.Before(s.reoAt) {
 			s.reoAt = deadline
 		}
@@ -943,8 +1108,11 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
-// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*SRTT
-// times the spurious-probe multiplier (spuriousProbe), plus
+// armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
+// plus RecentQueue (the round trip and the queueing delay the QP has seen
+// lately: SRTT lags a round trip that grows with a queue, and a probe sent
+// into the queue only lengthens it; TestTimerUnderGrowingQueue), times the
+// spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
 // with TLP on, packets in flight, no probe
@@ -965,7 +1133,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := 2 * s.SRTT() * time.Duration(s.ptoMult)
+	pto := (2*s.RecentRTT() + s.RecentQueue()) * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -1018,6 +1186,31 @@ func (s *Scoreboard) OnNak(now clock.Time, expected psn.PSN, dst []Event) ([]Eve
 	return dst, st.res
 }
 
+// OnTrim handles the receiver's report, at now, that a switch trimmed the
+// transmission of p sent at sentAt (its echoed send time; 0: unknown) to
+// its headers: that transmission is lost, with nothing to wait for, so p
+// is declared lost and queued for resend at once (Stats.LostTrim), and
+// only p. A report about an earlier transmission than p's latest, about
+// a PSN acknowledged, already lost or not outstanding, changes nothing
+// and returns false. Guarded by TestTrimResendsOnePSN.
+func (s *Scoreboard) OnTrim(now clock.Time, p psn.PSN, sentAt clock.Time, dst []Event) ([]Event, bool) {
+	if s.failed != nil || s.cfg.Mode != SelectiveRepeat {
+		return dst, false
+	}
+	p = psn.New(uint32(p))
+	if d := int(p.Diff(s.una)); d < 0 || d >= s.Outstanding() {
+		return dst, false
+	}
+	e := s.slot(p)
+	if e.flags&(fAcked|fLost) != 0 || sentAt != 0 && sentAt.Before(e.sentAt) {
+		return dst, false
+	}
+	s.stats.LostTrim++
+	dst = s.markLost(p, e, false, dst, nil)
+	s.armProbe(now, false)
+	return dst, true
+}
+
 // PeerAlive notes that the peer answered without acknowledging anything
 // (a receiver-not-ready NAK): the consecutive timeouts counted against
 // MaxRetries start over. A failed scoreboard stays failed.
@@ -1066,6 +1259,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		}
 		s.retries++
 		s.stats.RTOs++
+		s.rtoFired = now
 		if s.cfg.FixedRTO == 0 && s.RTO() < s.cfg.MaxRTO {
 			s.backoff++
 		}

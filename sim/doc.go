@@ -26,7 +26,14 @@
 // A switch has one buffer shared by its output queues. Without PFC a
 // queue takes a frame while it holds less than Alpha times the free buffer
 // (the dynamic threshold of shallow-buffer switches), else the frame is
-// dropped (Drops.Queue: TestQueueDrop). ECN-capable frames are marked CE
+// dropped (Drops.Queue: TestQueueDrop). With Topo.Trim (ParseTopo's trim
+// option, off by default, without PFC) a spray data frame that its queue
+// has no room for is cut to its headers instead (wire.Trim: the trim bit,
+// no payload, a new ICRC) and sent from a priority queue of the port, ahead
+// of its data, at most 4,096 frames a port; other frames are dropped as
+// before. Its receiver answers with a NAK for exactly that PSN, and the
+// sender resends it at once (FabricStats.Trimmed, Row.Trimmed, a line after
+// the table: TestTrimSmallBuffer). ECN-capable frames are marked CE
 // at enqueue by RED on the queue's bytes, KMin/KMax/PMax
 // (TestECNProbability). Spray data frames with an INT region get a hop
 // record at enqueue, in the record format the eBPF fabric writes

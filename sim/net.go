@@ -139,6 +139,9 @@ type PortStats struct {
 	PausedTime time.Duration
 	MaxQueue   int // most bytes in the egress queue at once
 	Drops      Drops
+	// Trimmed counts data frames this egress queue had no room for and
+	// cut to their headers instead of dropping them (Topo.Trim).
+	Trimmed uint64
 }
 
 // packet is a frame in the fabric.
@@ -152,14 +155,17 @@ type packet struct {
 
 // port is one end of a link: its egress queue towards the peer.
 type port struct {
-	node   int32 // switch index, or host index when host
-	host   bool
-	local  uint16 // port number on its switch
-	peer   int32  // the port at the other end
-	rate   uint64 // bit/s
-	delay  clock.Time
-	q      []int32 // FIFO of packets; q[qh:] are queued
-	qh     int
+	node  int32 // switch index, or host index when host
+	host  bool
+	local uint16 // port number on its switch
+	peer  int32  // the port at the other end
+	rate  uint64 // bit/s
+	delay clock.Time
+	q     []int32 // FIFO of packets; q[qh:] are queued
+	qh    int
+	// pq[pqh:] are trimmed frames (Topo.Trim), sent before q's.
+	pq     []int32
+	pqh    int
 	qBytes int // queued bytes, the one on the wire included
 	busy   bool
 	freePs int64 // when the wire is free, in picoseconds
@@ -518,16 +524,29 @@ func (n *Net) freePacket(id int32) { n.free = append(n.free, id) }
 // frames in flight, queued or held by the transports at once.
 func (n *Net) Packets() int { return len(n.pkts) }
 
-// enqueue puts packet id on port pi's egress queue.
-func (n *Net) enqueue(pi, id int32) {
-	p := &n.ports[pi]
-	if p.qh > 0 && p.qh == len(p.q) {
-		p.q, p.qh = p.q[:0], 0
-	} else if p.qh > 64 && p.qh*2 > len(p.q) {
-		k := copy(p.q, p.q[p.qh:])
-		p.q, p.qh = p.q[:k], 0
+// push appends id to the FIFO q[*h:], reusing its space.
+func push(q []int32, h *int, id int32) []int32 {
+	if *h > 0 && *h == len(q) {
+		q, *h = q[:0], 0
+	} else if *h > 64 && *h*2 > len(q) {
+		k := copy(q, q[*h:])
+		q, *h = q[:k], 0
 	}
-	p.q = append(p.q, id)
+	return append(q, id)
+}
+
+// enqueue puts packet id on port pi's egress queue.
+func (n *Net) enqueue(pi, id int32) { n.enqueueAt(pi, id, false) }
+
+// enqueueAt puts packet id on port pi's egress queue, or on its priority
+// queue of trimmed frames when prio.
+func (n *Net) enqueueAt(pi, id int32, prio bool) {
+	p := &n.ports[pi]
+	if prio {
+		p.pq = push(p.pq, &p.pqh, id)
+	} else {
+		p.q = push(p.q, &p.qh, id)
+	}
 	p.qBytes += len(n.pkts[id].buf)
 	if p.shaper {
 		p.tailPs = max(p.tailPs, int64(n.now)*1000) + shaperPs(len(n.pkts[id].buf), p.rate)
@@ -543,11 +562,17 @@ func (n *Net) enqueue(pi, id int32) {
 // startTx puts the head of port pi's queue on the wire.
 func (n *Net) startTx(pi int32) {
 	p := &n.ports[pi]
-	if p.qh == len(p.q) {
+	var id int32
+	switch {
+	case p.pqh < len(p.pq):
+		id = p.pq[p.pqh]
+		p.pqh++
+	case p.qh < len(p.q):
+		id = p.q[p.qh]
+		p.qh++
+	default:
 		return
 	}
-	id := p.q[p.qh]
-	p.qh++
 	p.busy = true
 	// Events run on nanosecond ticks, but a frame starts when it arrived
 	// whole and the wire is free, to the picosecond: no rounding builds
@@ -675,6 +700,10 @@ func (n *Net) arrive(pi, id int32) {
 	}
 	e := &n.ports[out]
 	size := len(pk.buf)
+	if n.topo.Trim && !n.cfg.PFC.On && trimmedFrame(pk.buf) {
+		n.enqueueTrimmed(s, e, out, id)
+		return
+	}
 	if n.cfg.PFC.On {
 		if s.used+size > s.buf {
 			e.stats.Drops.Queue++
@@ -690,13 +719,11 @@ func (n *Net) arrive(pi, id int32) {
 		}
 	} else if pb := n.topo.PortBuffer; pb > 0 {
 		if e.qBytes+size > pb {
-			e.stats.Drops.Queue++
-			n.freePacket(id)
+			n.overflow(s, e, out, id)
 			return
 		}
 	} else if s.used+size > s.buf || float64(e.qBytes+size) > n.cfg.Alpha*float64(s.buf-s.used) {
-		e.stats.Drops.Queue++
-		n.freePacket(id)
+		n.overflow(s, e, out, id)
 		return
 	}
 	n.account(s)
@@ -729,6 +756,50 @@ func (n *Net) arrive(pi, id int32) {
 		}
 	}
 	n.enqueue(out, id)
+}
+
+// maxTrimmedQueue bounds a port's queue of trimmed frames: beyond, they
+// are dropped (Drops.Queue) like the frames they were.
+const maxTrimmedQueue = 4096
+
+// trimmedFrame reports whether f is a trimmed spray data frame: the
+// simulator's frames are IPv4 without options or VLAN tag, so the BTH is
+// at byte 42.
+func trimmedFrame(f []byte) bool {
+	return len(f) > 46 && wire.Opcode(f[42]) == wire.OpSprayData && f[46]&0x20 != 0
+}
+
+// overflow handles frame id that egress e of switch s has no room for:
+// with Topo.Trim a spray data frame is cut to its headers (wire.Trim),
+// counted in Trimmed, and goes on at priority; anything else is dropped
+// (Drops.Queue). Guarded by TestTrimSmallBuffer.
+func (n *Net) overflow(s *swtch, e *port, out, id int32) {
+	pk := &n.pkts[id]
+	if n.topo.Trim && !trimmedFrame(pk.buf) {
+		if m, err := wire.Trim(pk.buf); err == nil {
+			pk.buf = pk.buf[:m]
+			e.stats.Trimmed++
+			n.enqueueTrimmed(s, e, out, id)
+			return
+		}
+	}
+	e.stats.Drops.Queue++
+	n.freePacket(id)
+}
+
+// enqueueTrimmed puts a trimmed frame on egress e's priority queue. It
+// takes switch buffer, but no threshold holds it back: a few dozen bytes
+// per frame the queue could not take whole.
+func (n *Net) enqueueTrimmed(s *swtch, e *port, out, id int32) {
+	if len(e.pq)-e.pqh >= maxTrimmedQueue {
+		e.stats.Drops.Queue++
+		n.freePacket(id)
+		return
+	}
+	n.account(s)
+	s.used += len(n.pkts[id].buf)
+	s.maxUsed = max(s.maxUsed, s.used)
+	n.enqueueAt(out, id, true)
 }
 
 // route picks the egress port of a frame at switch s: down towards the
@@ -1032,7 +1103,10 @@ func (n *Net) HostPortStats(i int) PortStats {
 
 // FabricStats sums the counters of the fabric.
 type FabricStats struct {
-	Drops      Drops
+	Drops Drops
+	// Trimmed counts data frames cut to their headers instead of
+	// dropped for a full queue (Topo.Trim).
+	Trimmed    uint64
 	ECNMarked  uint64
 	INTStamped uint64
 	// PauseFrames are the PAUSE frames sent; PausedTime the time summed
@@ -1057,6 +1131,7 @@ func (n *Net) Stats() FabricStats {
 			st.PausedTime += time.Duration(n.now - p.pausAt)
 		}
 		f.Drops.add(st.Drops)
+		f.Trimmed += st.Trimmed
 		f.ECNMarked += st.ECNMarked
 		f.INTStamped += st.INTStamped
 		f.PauseFrames += st.PauseSent

@@ -81,6 +81,9 @@ func WriteTable(w io.Writer, res Result) {
 				r.Scenario, r.Profile, r.CreditGrants, r.CreditRequests, r.Unsolicited, r.CreditWaits, r.CreditFallbacks,
 				r.DataPackets, 100*float64(r.Retransmits)/float64(max(r.DataPackets, 1)))
 		}
+		if r.Trimmed > 0 {
+			fmt.Fprintf(w, "# %s/%s: %d data frames trimmed to their headers (trim) instead of dropped\n", r.Scenario, r.Profile, r.Trimmed)
+		}
 	}
 	if short {
 		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)

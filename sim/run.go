@@ -155,6 +155,9 @@ type Row struct {
 	Unsolicited     uint64 `json:"unsolicited_packets,omitempty"`
 	CreditWaits     uint64 `json:"credit_waits,omitempty"`
 	CreditFallbacks uint64 `json:"credit_fallbacks,omitempty"`
+	// Trimmed counts data frames the switches cut to their headers
+	// instead of dropping them (Topo.Trim).
+	Trimmed uint64 `json:"trimmed,omitempty"`
 	// Simulated is the simulated time the row's counters cover.
 	Simulated time.Duration `json:"simulated_ns"`
 	// PFC: PAUSE frames sent, per minute of simulated time (0 and left
@@ -643,6 +646,7 @@ func (r *runner) run(row Row) Row {
 	}
 	fst := n.Stats()
 	row.Drops = fst.Drops
+	row.Trimmed = fst.Trimmed
 	row.PauseFrames = fst.PauseFrames
 	row.Simulated = time.Duration(n.now)
 	row.PausesPerMin, _ = PerMinute(fst.PauseFrames, row.Simulated)

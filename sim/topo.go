@@ -83,6 +83,13 @@ type Topo struct {
 	PFCAlpha  float64
 	PFCXOff   int
 	PFCResume int
+	// Trim makes the switches trim rather than drop (NDP, Ultra
+	// Ethernet): a spray data frame that its egress queue has no room for
+	// is cut to its headers (wire.Trim) and sent on at priority, ahead of
+	// the queue, so that the receiver asks for it again at once; other
+	// frames are dropped as before. Without PFC only (a lossless class
+	// drops nothing to trim).
+	Trim bool
 }
 
 // DefaultRate is Topo.Rate's default, in bit/s.
@@ -245,6 +252,9 @@ func (t Topo) String() string {
 	case t.Shaper:
 		b.WriteString(",shaper=tbf")
 	}
+	if t.Trim {
+		b.WriteString(",trim")
+	}
 	return b.String()
 }
 
@@ -266,8 +276,8 @@ func rateString(r uint64) string {
 // delay, hostdelay, coredelay (Go durations: 1us), buffer (bytes, with k
 // or m for KiB or MiB: a switch's shared buffer), portbuffer (bytes: each
 // egress queue's own), shaper (tbf, or a bucket in bytes: Topo.Shaper),
-// mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), and for a
-// fat-tree hosts (per edge switch). Example:
+// mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), trim (no value:
+// Topo.Trim), and for a fat-tree hosts (per edge switch). Example:
 // "leafspine:16x8x4,rate=100gbit,pfc=0.25/6k".
 func ParseTopo(s string) (Topo, error) {
 	var t Topo
@@ -303,6 +313,10 @@ func ParseTopo(s string) (Topo, error) {
 		return t, fmt.Errorf("%w: topology %q: want leafspine:HxLxS or fattree:K", ErrConfig, s)
 	}
 	for _, opt := range parts[1:] {
+		if opt == "trim" {
+			t.Trim = true
+			continue
+		}
 		k, v, ok := strings.Cut(opt, "=")
 		if !ok || v == "" {
 			return t, fmt.Errorf("%w: topology %q: option %q: want key=value", ErrConfig, s, opt)

@@ -72,7 +72,7 @@ func TestSprayAckSackWords(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		drop      bool // lose the first data packet once
-		wantWords int  // the most SACK words an ACK carried
+		wantWords int  // the most SACK words an ACK carried: exactly, or at least with a hole
 	}{
 		{"inorder", false, 1},
 		{"hole", true, 2},
@@ -108,7 +108,7 @@ func TestSprayAckSackWords(t *testing.T) {
 			transfer(t, s, msgs)
 			retx := s.qa.Stats().Retransmits
 			t.Logf("%d acknowledgements, at most %d SACK words, %d retransmits", acks, maxWords, retx)
-			if acks == 0 || maxWords != tc.wantWords {
+			if acks == 0 || maxWords < tc.wantWords || !tc.drop && maxWords != tc.wantWords {
 				t.Fatalf("%d acknowledgements carried at most %d SACK words, want %d", acks, maxWords, tc.wantWords)
 			}
 			if want := uint64(0); tc.drop && retx > 2 || !tc.drop && retx > want {

@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "773f43aae96652da55631ef65970b926f6da483bbef69071bc927af8ac1f14c6",
-		state:  "8781edd585d1a9490b3828e12990a1b5619c9d452f4a8428ca822386938dfdd3",
+		frames: "771045c69340a73d345fb195585caaf8af32393df04c0f74f7c53ae8e3a4eb87",
+		state:  "896e550bc45e8438d6b93812cd13ac92efff3f41667259d161565f5ebc519e5c",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "f42e14fadd864c1251c5fb39e2b47749a44799727c6a1abe51e5337a4283dc16",
-		state:  "d167cd6e1af2f875db75ce97357d96803fc43e629a03dea01f33cbaa5afbe271",
+		frames: "0fe9b295215209ad92676cf2f395ad33600d61e1e0f8cadb80c6c25b7c342c81",
+		state:  "c70492c12358a062c6df973118a6f99215cf7194b8dc1f1bc7b25ae7cd990329",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "c0afc735f332a123ba7e11ecffd189802b4ed13eee9642a011951e0cd2fcaa4f",
+		state:  "ac56885681bf25903f46f247192434e95857d78f38a0c8b5b119691486b435d6",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
-		state:  "34ceaae394e56fbde565b889ae1dd54beede0e018dfcef0910a179d40823e9cd",
+		state:  "80f7b6b191592d1b63baa9c5575def997d3de73cd083429b87e771daf9657649",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "cde686ed56276ee2425006a1757be163a4626a15e224d5d30536297e4caf0531",
-		state:  "4cf855fac3b9cffadbf8a58a40ed7919863b7558edf071d0608f71d4163a9957",
+		frames: "ae47aff6c1aaa14aa15d6f948728b9544ae551a409b33ed7e100ca895628b5f4",
+		state:  "5c8b7bdc296e729abd71423b22ed02e076b34fe51b87a9c1f43cc837251e09bf",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "9c531b6d3c817718398a5d460318dc2750bd4cfd2730a0a7bd592a61986fbd7f",
+		state:  "1f1d652e729d35d8e6a363d0dd2b025d828fababa3c60ce5b41566ae3304e8a0",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

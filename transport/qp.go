@@ -134,13 +134,18 @@ type QPStats struct {
 	// the sender, which then starts its count of timeouts over: a peer
 	// that is alive but slow to take messages never fails the QP.
 	RNRNaksSent, RNRNaksReceived uint64
-	RemoteAccessErrors           uint64 // WRITEs and READs refused by this receiver
-	BadPackets                   uint64 // wrong source, wrong profile, bad opcode sequence
-	ECNMarked                    uint64 // CE-marked data packets received
-	CNPsSent, CNPsReceived       uint64 // RoCEv2 congestion notifications (classic profile)
-	MessagesSent                 uint64
-	MessagesReceived             uint64
-	Timeouts                     uint64
+	// TrimsReceived counts trimmed data packets (a switch cut them to
+	// their headers rather than drop them: wire.Trim), TrimNaksSent the
+	// NAKs that asked the sender for such a packet's PSN again, and
+	// TrimNaksReceived those that the sender acted on by resending it.
+	TrimsReceived, TrimNaksSent, TrimNaksReceived uint64
+	RemoteAccessErrors                            uint64 // WRITEs and READs refused by this receiver
+	BadPackets                                    uint64 // wrong source, wrong profile, bad opcode sequence
+	ECNMarked                                     uint64 // CE-marked data packets received
+	CNPsSent, CNPsReceived                        uint64 // RoCEv2 congestion notifications (classic profile)
+	MessagesSent                                  uint64
+	MessagesReceived                              uint64
+	Timeouts                                      uint64
 	// RejectedAcks counts acknowledgements (ACK, SACK) dropped whole
 	// because what they acknowledge is not what the QP sent: a cumulative
 	// PSN, echoed PSN or SACK bit beyond the last PSN sent or more than a

@@ -42,6 +42,11 @@ type SecurityStats struct {
 	BadEpoch uint64
 	// Unsecured: packets without a security header (or malformed one).
 	Unsecured uint64
+	// Trimmed: packets a switch cut to their headers (wire.Trim). Their
+	// tag went with the payload, so nothing authenticates them: a
+	// secured QP drops them as the queue would have, and its loss
+	// detection repairs them.
+	Trimmed uint64
 	// TxRotations counts the send keys rotated to a new epoch,
 	// RxRotations the receive epochs advanced to.
 	TxRotations, RxRotations uint64
@@ -51,7 +56,7 @@ type SecurityStats struct {
 
 // Dropped returns the packets dropped for any security reason.
 func (s SecurityStats) Dropped() uint64 {
-	return s.BadTag + s.Replayed + s.TooOld + s.BadEpoch + s.Unsecured
+	return s.BadTag + s.Replayed + s.TooOld + s.BadEpoch + s.Unsecured + s.Trimmed
 }
 
 // ErrSecure is wrapped by the errors of Secure.
@@ -263,6 +268,10 @@ func (st *secState) advance(i int, counter uint64) {
 func (st *secState) admit(frame []byte, pk *wire.Packet) bool {
 	if !pk.BTH.Secured {
 		st.stats.Unsecured++
+		return false
+	}
+	if pk.BTH.Trimmed {
+		st.stats.Trimmed++
 		return false
 	}
 	c := pk.Sec.Counter

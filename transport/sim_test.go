@@ -28,6 +28,9 @@ type simPair struct {
 	ea, eb *Engine
 	qa, qb *QP
 	ca, cb []Completion // completions collected so far
+	// toB holds frames that reach B's engine at the start of run's next
+	// round, past the fabric (a test's Filter puts rewritten frames here).
+	toB [][]byte
 }
 
 func newSimPair(t testing.TB, mc mem.Config, cfg Config) *simPair {
@@ -84,6 +87,10 @@ func newSimPairOf(t testing.TB, mc mem.Config, cfgA, cfgB Config, before func(s 
 func (s *simPair) run(limit clock.Time, done func() bool) error {
 	for !done() {
 		now := s.clk.Now()
+		for _, f := range s.toB {
+			s.eb.input(now, now, f)
+		}
+		s.toB = s.toB[:0]
 		wa, err := s.ea.Step(now)
 		if err != nil {
 			return err
@@ -94,7 +101,7 @@ func (s *simPair) run(limit clock.Time, done func() bool) error {
 		}
 		s.ca = s.ea.Completions(s.ca)
 		s.cb = s.eb.Completions(s.cb)
-		if wa || wb {
+		if wa || wb || len(s.toB) > 0 {
 			continue
 		}
 		next := clock.Min(clock.Min(s.ea.NextDeadline(), s.eb.NextDeadline()), s.fab.NextDelivery())

@@ -49,6 +49,11 @@ type sprayReceiver struct {
 	// echoINT holds echo's INT records, allocated at the first.
 	echoINT []byte
 
+	// trims are the trimmed packets whose PSNs the next ACKs ask for
+	// again, one per ACK, oldest first: at most maxTrimNotes, allocated
+	// at the first trim (an idle QP holds none: TestIdleQPMemory).
+	trims []trimNote
+
 	ackedHigh psn.PSN // the highest PSN received when the last ACK left
 	ackedSet  bool    // an ACK left: ackedHigh is set
 	highTx    uint64  // send time of the highest PSN received
@@ -128,9 +133,49 @@ func (r *sprayReceiver) note(now clock.Time, pk *wire.Packet, p psn.PSN, tx uint
 	}
 }
 
+// maxTrimNotes bounds the trimmed packets awaiting their NAK: more at
+// once are left to the sender's loss detection, as drops would be.
+const maxTrimNotes = 16
+
+// trimNote is a trimmed packet the receiver has yet to ask for again.
+type trimNote struct {
+	psn psn.PSN
+	tx  uint64
+	msg uint32
+}
+
+// onTrimmed takes a trimmed data packet (wire.Trim): its payload never
+// came, so the receiver asks for its PSN at once, with a NAK PSN sequence
+// error that names it (fillAck), rather than let the sender wait for a
+// timer; a PSN it holds already, or outside its window, gets nothing.
+// Guarded by TestTrimToNak.
+func (r *sprayReceiver) onTrimmed(pk *wire.Packet) {
+	q := r.q
+	q.stats.TrimsReceived++
+	p := psn.New(pk.BTH.PSN)
+	if d := p.Diff(r.win.Cum()); r.rxErr != 0 || d < 0 || d >= int32(r.win.Size()) || r.win.Has(p) {
+		return
+	}
+	for i := range r.trims {
+		if r.trims[i].psn == p {
+			r.trims[i].tx = pk.Data.TxTime // a later copy, trimmed too
+			return
+		}
+	}
+	if len(r.trims) == maxTrimNotes {
+		return
+	}
+	r.trims = append(r.trims, trimNote{psn: p, tx: pk.Data.TxTime, msg: pk.Data.MsgID})
+	q.ackNow = true
+}
+
 // recv places a spray data packet.
 func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	q := r.q
+	if pk.BTH.Trimmed {
+		r.onTrimmed(pk)
+		return
+	}
 	if r.rxErr != 0 {
 		q.ackNow = true // answer with the NAK until the sender gives up
 		if r.rxErrAny {
@@ -452,6 +497,22 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 	if r.rnr && r.rxErr == 0 {
 		a.Syndrome, a.MsgID = wire.SyndromeRNR|rnrTimer, r.rnrMsg
 		r.q.stats.RNRNaksSent++
+	} else if len(r.trims) > 0 && r.rxErr == 0 {
+		// A trimmed packet's NAK names its PSN and send time where an ACK
+		// echoes a packet's; its hold, entropy and INT records are not
+		// an arrival's, so they stay for the next ACK.
+		t := r.trims[0]
+		r.trims = r.trims[:copy(r.trims, r.trims[1:])]
+		if r.win.Has(t.psn) || t.psn.Diff(r.win.Cum()) < 0 {
+			a.Syndrome = r.rxErr // arrived since (a resend): a plain ACK
+		} else {
+			a.Syndrome, a.MsgID = wire.NakPSNSequenceError, t.msg
+			a.AckedPSN, a.EchoTime, a.HoldNs, a.Entropy = uint32(t.psn), t.tx, 0, 0
+			if a.INTHops > 0 {
+				a.INTHops, pk.INT, r.echoSet = 0, nil, true
+			}
+			r.q.stats.TrimNaksSent++
+		}
 	}
 	r.rnr = false
 	r.q.fillCredit(a)
@@ -465,4 +526,10 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 const rnrTimer = 0
 
 // ackSent notes the highest PSN the ACK just sent reported.
-func (r *sprayReceiver) ackSent() { r.ackedHigh, r.ackedSet = r.win.Highest(), true }
+// A trimmed packet still to be asked for gets the next ACK at once.
+func (r *sprayReceiver) ackSent() {
+	r.ackedHigh, r.ackedSet = r.win.Highest(), true
+	if len(r.trims) > 0 {
+		r.q.ackNow = true
+	}
+}

@@ -219,6 +219,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		return
 	}
 	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
+	trim := a.Syndrome == wire.NakPSNSequenceError
 	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
 		q.stats.RejectedNaks++
 		if !rnr {
@@ -238,8 +239,23 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	}
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
 		Cum: psn.New(a.CumPSN), SackBase: psn.New(a.SackBase), Sack: a.Sack[:a.SackWords],
-		Acked: psn.New(a.AckedPSN), HasAcked: true, AckedSentAt: clock.Time(a.EchoTime),
+		Acked: psn.New(a.AckedPSN), HasAcked: !trim, AckedSentAt: clock.Time(a.EchoTime),
 	}, q.scr.events[:0])
+	if trim {
+		// A switch trimmed AckedPSN (the receiver's onTrimmed): resend it
+		// alone, now. The NAK carries no sample of a delivery.
+		var ok bool
+		if ev, ok = q.sb.OnTrim(now, psn.New(a.AckedPSN), clock.Time(a.EchoTime), ev); ok {
+			q.stats.TrimNaksReceived++
+		}
+		q.takeEvents(ev)
+		if res.Progress {
+			q.inRTO = false
+		}
+		q.onEvents(now)
+		q.completeSends()
+		return
+	}
 	q.takeEvents(ev)
 	if res.Progress {
 		q.inRTO = false
@@ -267,12 +283,15 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	if a.Entropy != 0 {
 		if len(hops) > 0 {
 			qd := intQueueDelay(hops)
+			q.sb.NoteQueueDelay(qd)
 			q.noteINT(a.Entropy, qd)
 			if obs, ok := q.paths.(multipath.INTObserver); ok {
 				obs.OnINT(now, a.Entropy, qd)
 			}
+			sig := intPathSignature(hops)
+			q.sb.SetPath(a.Entropy, sig)
 			if obs, ok := q.paths.(multipath.PathObserver); ok {
-				obs.OnPath(now, a.Entropy, intPathSignature(hops))
+				obs.OnPath(now, a.Entropy, sig)
 			}
 		}
 		q.paths.OnAck(now, a.Entropy, max(rtt-hold, 0), a.ECNCount > 0)

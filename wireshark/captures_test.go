@@ -93,6 +93,15 @@ func opcodeFrames(t *testing.T) [][]byte {
 				t.Fatalf("%s: %v", k.name, err)
 			}
 			frames = append(frames, buf[:n])
+			if k.p.BTH.Opcode == wire.OpSprayData {
+				// The same packet trimmed by a switch (wire.Trim).
+				tr := bytes.Clone(buf[:n])
+				m, err := wire.Trim(tr)
+				if err != nil {
+					t.Fatalf("%s: trim: %v", k.name, err)
+				}
+				frames = append(frames, tr[:m])
+			}
 		}
 	}
 	return frames

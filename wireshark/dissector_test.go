@@ -86,7 +86,7 @@ func runTshark(t *testing.T, bin, path string, args ...string) []byte {
 var fields = []string{
 	"frame.number", "frame.protocols", "_ws.malformed", "_ws.expert.severity", "_ws.expert.message",
 	"spraywire.opcode", "spraywire.se", "spraywire.m", "spraywire.padcnt", "spraywire.tver", "spraywire.pkey",
-	"spraywire.fecn", "spraywire.becn", "spraywire.destqp", "spraywire.ackreq", "spraywire.psn",
+	"spraywire.fecn", "spraywire.becn", "spraywire.trimmed", "spraywire.destqp", "spraywire.ackreq", "spraywire.psn",
 	"spraywire.entropy", "spraywire.ecn",
 	"spraywire.reth.va", "spraywire.reth.rkey", "spraywire.reth.len",
 	"spraywire.aeth.syndrome", "spraywire.aeth.msn",
@@ -186,6 +186,7 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 	set("pkey", u(uint64(b.PKey)))
 	set("fecn", b2s(b.FECN))
 	set("becn", b2s(b.BECN))
+	set("trimmed", b2s(b.Trimmed))
 	set("destqp", u(uint64(b.DestQP)))
 	set("ackreq", b2s(b.AckReq))
 	set("psn", u(uint64(b.PSN)))
@@ -213,7 +214,11 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 		set("data.credit", u(uint64(d.Credit)))
 		set("data.credit.unsolicited", b2s(d.Credit&wire.DataUnsolicited != 0))
 		set("data.credit.credited", b2s(d.Credit&wire.DataCredited != 0))
-		if d.Kind == wire.KindReadResp {
+		if b.Trimmed {
+			// The headers alone: nothing after the data header.
+			reth, imm, payload = false, false, false
+		}
+		if d.Kind == wire.KindReadResp && !b.Trimmed {
 			set("data.readreq", u(uint64(p.Imm)))
 		}
 		if d.Flags&wire.FlagINT != 0 {

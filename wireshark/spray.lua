@@ -71,6 +71,10 @@ local CREDIT_RETRY = 0x01
 local CREDIT_LEN = 12
 -- The security header (transport/wire/sec.go).
 local SEC_BIT, SEC_LEN, TAG_LEN, SEC_VERSION = 0x40, 16, 16, 1
+-- Trimmed: BTH byte 4 bit 5 (reserved in IBA, variant like FECN and BECN): a
+-- switch cut a spray data packet after its data header (and security
+-- header), with no INT region, payload, pad or tag; the ICRC follows.
+local TRIM_BIT = 0x20
 local SEC_INTEGRITY_ONLY = 0x01
 -- DATA_FLAGS_KNOWN is every data header flag this dissector understands;
 -- any other bit set is an error, as in wire.Decode.
@@ -116,7 +120,8 @@ local F = {
     pkey = ProtoField.uint16("spraywire.pkey", "P_Key", base.HEX),
     fecn = ProtoField.bool("spraywire.fecn", "FECN", 8, nil, 0x80),
     becn = ProtoField.bool("spraywire.becn", "BECN", 8, nil, 0x40),
-    resv6 = ProtoField.uint8("spraywire.resv6", "Reserved", base.HEX, nil, 0x3F),
+    trimmed = ProtoField.bool("spraywire.trimmed", "Trimmed (cut to its headers by a switch)", 8, nil, TRIM_BIT),
+    resv6 = ProtoField.uint8("spraywire.resv6", "Reserved", base.HEX, nil, 0x1F),
     destqp = ProtoField.uint24("spraywire.destqp", "Destination QP", base.HEX),
     ackreq = ProtoField.bool("spraywire.ackreq", "Acknowledge request", 8, nil, 0x80),
     secured = ProtoField.bool("spraywire.secured", "Secured (security header and tag)", 8, nil, SEC_BIT),
@@ -455,7 +460,12 @@ end
 -- The tag before the ICRC moves the end of payload and pad (ctx.limit)
 -- back; ctx.encrypted says the payload and pad are ciphertext.
 local function dissect_sec(tvb, off, tree, ctx)
-    if not need(ctx, tree, off, SEC_LEN + TAG_LEN, "security header and tag") then return nil end
+    if ctx.trimmed then
+        -- A trimmed packet lost its tag with its payload.
+        if not need(ctx, tree, off, SEC_LEN, "security header") then return nil end
+    elseif not need(ctx, tree, off, SEC_LEN + TAG_LEN, "security header and tag") then
+        return nil
+    end
     local t = tree:add(F.sec, tvb(off, SEC_LEN))
     local vi = t:add(F.sec_version, tvb(off, 1))
     local fi = t:add(F.sec_flags, tvb(off, 1))
@@ -465,8 +475,10 @@ local function dissect_sec(tvb, off, tree, ctx)
     t:add(F.sec_counter, tvb(off + 8, 8))
     local b0 = tvb(off, 1):uint()
     local flags = bit32.band(b0, 0x0F)
-    ctx.limit = ctx.limit - TAG_LEN
-    ctx.tag_off = ctx.limit
+    if not ctx.trimmed then
+        ctx.limit = ctx.limit - TAG_LEN
+        ctx.tag_off = ctx.limit
+    end
     ctx.encrypted = bit32.band(flags, SEC_INTEGRITY_ONLY) == 0
     local mode = "encrypted"
     if not ctx.encrypted then mode = "integrity only" end
@@ -526,6 +538,17 @@ local function dissect_data(tvb, off, tree, ctx)
     end
     ctx.payload = kind_payload[ctx.kind]
     off = off + DATA_HDR_LEN
+    if ctx.trimmed then
+        -- The switch cut everything after the data header and cleared the
+        -- INT flag and slot count (wire.Trim).
+        ctx.payload = false
+        ctx.encrypted = false
+        ctx.info[#ctx.info + 1] = "TRIMMED"
+        if ctx.flags ~= 0 then
+            return fail(ctx, fi, "flags set on a trimmed packet")
+        end
+        return off
+    end
     for _, x in ipairs(data_exts) do
         if x.present(ctx) then
             off = x.dissect(tvb, off, tree, ctx)
@@ -744,6 +767,7 @@ function spray.dissector(tvb, pinfo, root)
     bth:add(F.pkey, tvb(2, 2))
     bth:add(F.fecn, tvb(4, 1))
     bth:add(F.becn, tvb(4, 1))
+    local tri = bth:add(F.trimmed, tvb(4, 1))
     bth:add(F.resv6, tvb(4, 1))
     bth:add(F.destqp, tvb(5, 3))
     bth:add(F.ackreq, tvb(8, 1))
@@ -760,6 +784,11 @@ function spray.dissector(tvb, pinfo, root)
 
     if bit32.band(tvb(1, 1):uint(), 0x0F) ~= 0 then
         fail(ctx, ti, string.format("transport header version %d, want 0", bit32.band(tvb(1, 1):uint(), 0x0F)))
+    end
+
+    ctx.trimmed = bit32.band(tvb(4, 1):uint(), TRIM_BIT) ~= 0
+    if ctx.trimmed and op ~= 0xE0 then
+        fail(ctx, tri, "trimmed bit on a packet that is not spray data")
     end
 
     local off = BTH_LEN

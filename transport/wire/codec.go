@@ -32,6 +32,7 @@ type layout struct {
 	intOff    int  // INT shim of a spray data packet with FlagINT
 	intLen    int  // INT region length (shim and slots), 0 if none
 	sec       bool // BTH.Secured: a security header and a tag (sec.go)
+	trimmed   bool // BTH.Trimmed: headers through the data header, no tag
 	ext       int  // extension headers: after the BTH and security header
 	tag       int  // end of the payload area: the tag or the ICRC
 	// bad is a secured frame's layout error, which Decode reports after
@@ -135,6 +136,7 @@ func parse(frame []byte, l *layout) error {
 	l.intOff, l.intLen = 0, 0
 	l.ext, l.tag = l.bth+BTHLen, l.end-ICRCLen
 	l.sec, l.bad = false, nil
+	l.trimmed = frame[l.bth+4]&trimBit != 0
 	if frame[l.bth+8]&secBit != 0 {
 		if len(u) < UDPLen+BTHLen+SecLen+TagLen+ICRCLen {
 			l.bad = errSecShort
@@ -142,7 +144,17 @@ func parse(frame []byte, l *layout) error {
 		}
 		l.sec = true
 		l.ext += SecLen
-		l.tag -= TagLen
+		if !l.trimmed {
+			l.tag -= TagLen
+		}
+	}
+	if l.trimmed {
+		// A switch cut the packet after its data header: no INT region,
+		// payload or tag (Trim).
+		if Opcode(frame[l.bth]) != OpSprayData || l.tag-l.ext != DataHdrLen {
+			l.bad = errTrimmed
+		}
+		return nil
 	}
 	if err := parseINT(frame, l); err != nil {
 		if l.sec {
@@ -244,6 +256,7 @@ func Decode(frame []byte, p *Packet) error {
 		AckReq:  b[8]&0x80 != 0,
 		Secured: l.sec,
 		PSN:     binary.BigEndian.Uint32(b[8:]) & 0xFFFFFF,
+		Trimmed: l.trimmed,
 	}
 	if !op.Known() {
 		return errOpcode
@@ -260,6 +273,20 @@ func Decode(frame []byte, p *Packet) error {
 
 	// rest: extension headers, payload and pad.
 	rest := frame[l.ext:l.tag]
+	if l.trimmed {
+		// parse checked the opcode and that rest is the data header.
+		if p.BTH.PadCnt != 0 {
+			return errTrimmed
+		}
+		if _, err := decodeData(rest, p); err != nil {
+			return err
+		}
+		if p.Data.Flags != 0 {
+			return errTrimmed
+		}
+		p.RETH, p.Imm, p.Payload = RETH{}, 0, rest[:0]
+		return nil
+	}
 	var err error
 	switch op {
 	case OpSprayData:
@@ -381,6 +408,9 @@ func decodeData(rest []byte, p *Packet) ([]byte, error) {
 		rest = rest[n:]
 	} else if d.INTMax != 0 {
 		return nil, errINTNoFlag
+	}
+	if p.BTH.Trimmed {
+		return rest, nil // the switch cut what followed the data header
 	}
 	n := 0
 	if kindRETH(d.Kind) {
@@ -568,6 +598,9 @@ func validate(p *Packet, n int) error {
 		return fmt.Errorf("%w: IP source %v and destination %v are not both IPv4 or both IPv6", ErrBadHeader, ip.Src, ip.Dst)
 	}
 	b := &p.BTH
+	if b.Trimmed {
+		return fmt.Errorf("%w: BTH Trimmed: encode the packet whole, then Trim it", ErrBadHeader)
+	}
 	if b.DestQP > 0xFFFFFF || b.PSN > 0xFFFFFF {
 		return fmt.Errorf("%w: BTH DestQP %#x or PSN %#x wider than 24 bits", ErrBadHeader, b.DestQP, b.PSN)
 	}
@@ -849,4 +882,54 @@ func encodeAck(x []byte, p *Packet) []byte {
 	x = x[int(a.SackWords)*8:]
 	copy(x, p.INT)
 	return x[len(p.INT):]
+}
+
+// trimBit is the Trimmed bit in BTH byte 4 (reserved in IBA). Byte 4 is
+// variant: the ICRC and a secured packet's tag read it as all ones, so
+// setting the bit changes neither.
+const trimBit = 0x20
+
+// Trim cuts the spray data packet in frame (a whole frame, as Decode
+// takes it) to its headers in place, as a switch does with a packet its
+// queue has no room for (NDP, Ultra Ethernet's packet trimming), and
+// returns the trimmed frame's length. The trimmed packet is Ethernet, IP,
+// UDP, the BTH with Trimmed set and PadCnt 0, the security header if the
+// packet has one, and the data header with Flags and INTMax 0, then an
+// ICRC computed over those; INT region, RETH, ImmDt, payload, pad and tag
+// are gone, and the IP and UDP lengths (and checksums) say so. A secured
+// packet's tag is gone with its payload, so nothing authenticates the
+// trimmed one: receivers of secured QPs drop it. Trim fails on a frame
+// Decode would reject before its opcode, on any other opcode and on a
+// packet already trimmed. Guarded by TestTrim.
+func Trim(frame []byte) (int, error) {
+	var l layout
+	if err := parse(frame, &l); err != nil {
+		return 0, err
+	}
+	if l.bad != nil {
+		return 0, l.bad
+	}
+	if Opcode(frame[l.bth]) != OpSprayData || l.trimmed {
+		return 0, fmt.Errorf("%w: only a whole spray data packet can be trimmed", ErrBadHeader)
+	}
+	if l.ext+DataHdrLen > l.tag {
+		return 0, errDataShort
+	}
+	end := l.ext + DataHdrLen + ICRCLen
+	frame[l.bth+1] &^= 0x30 // PadCnt
+	frame[l.bth+4] |= trimBit
+	frame[l.ext+13], frame[l.ext+14] = 0, 0 // Flags, INTMax
+	if l.v6 {
+		binary.BigEndian.PutUint16(frame[l.ip+4:], uint16(end-l.udp))
+	} else {
+		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(end-l.ip))
+		putIPv4Checksum(frame, l.ip, l.ipLen)
+	}
+	binary.BigEndian.PutUint16(frame[l.udp+4:], uint16(end-l.udp))
+	l.end, l.intOff, l.intLen, l.trimmed, l.tag = end, 0, 0, true, end-ICRCLen
+	binary.LittleEndian.PutUint32(frame[end-ICRCLen:], icrc(frame[:end], &l))
+	if l.v6 {
+		putUDPChecksum6(frame, l.ip, l.udp, end)
+	}
+	return end, nil
 }

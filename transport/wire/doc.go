@@ -66,7 +66,7 @@
 //	  0    1 opcode
 //	  1    1 SE (bit 7) | M (bit 6) | PadCnt (bits 5-4) | TVer (bits 3-0, 0)
 //	  2    2 P_Key
-//	  4    1 FECN (bit 7) | BECN (bit 6) | reserved (bits 5-0)      [variant]
+//	  4    1 FECN (bit 7) | BECN (bit 6) | Trimmed (bit 5) | reserved (bits 4-0)  [variant]
 //	  5    3 destination QP
 //	  8    1 AckReq (bit 7) | reserved (bits 6-0)
 //	  9    3 PSN
@@ -191,6 +191,12 @@
 // CNP: the BTH (opcode 0x81, BECN set by convention) and 16 reserved bytes
 // (zero on encode, ignored on decode), then the ICRC.
 //
+// Trimmed packets (BTH byte 4, bit 5: BTH.Trimmed) are spray data packets
+// that a switch cut after the data header (Trim): the BTH, the security
+// header if any, the data header with Flags and INTMax 0, and the ICRC the
+// switch computed over them; no INT region, RETH, ImmDt, payload, pad or
+// tag. Decode returns their headers and an empty payload.
+//
 // Secured packets (BTH byte 8, bit 6: BTH.Secured) carry a 16-byte security
 // header (Sec: version and flags, key epoch, counter) between the BTH and
 // the extension headers, and a 16-byte authentication tag between the pad
@@ -208,7 +214,7 @@
 //	IP header   IPv4: TOS, TTL, header checksum as all ones (options included, as they are)
 //	            IPv6: traffic class, flow label, hop limit as all ones
 //	UDP header  checksum as all ones
-//	BTH         byte 4 (FECN, BECN, reserved) as all ones
+//	BTH         byte 4 (FECN, BECN, Trimmed, reserved) as all ones
 //	the rest up to the ICRC, with spray's INT region (shim and all slots) as all ones
 //
 // and it is stored in the last 4 bytes little-endian: the bytes that scapy's

@@ -86,6 +86,7 @@ var (
 	errINTCount     = wrap(ErrBadHeader, "INT shim hop count > max")
 	errDataKind     = wrap(ErrBadHeader, "spray data kind")
 	errDataFlags    = wrap(ErrBadHeader, "spray data flags: unknown bits")
+	errTrimmed      = wrap(ErrBadHeader, "trimmed packet: not a spray data header alone, or flags or pad set")
 	errAckSack      = wrap(ErrBadHeader, "spray ACK SackWords not in 1..MaxSackWords")
 	errAckHops      = wrap(ErrBadHeader, "spray ACK INTHops > MaxINTHops")
 	errAckPSN       = wrap(ErrBadHeader, "spray ACK PSN field wider than 24 bits")

@@ -184,6 +184,11 @@ type BTH struct {
 	// IBA, in the invariant part of the BTH (sec.go).
 	Secured bool
 	PSN     uint32 // 24 bits
+	// Trimmed says a switch cut the packet to its headers (Trim): bit 5
+	// of byte 4, reserved in IBA, in the variant byte that the ICRC and
+	// the tag mask. Only spray data packets are trimmed; Decode gives
+	// their headers and no payload, and Encode refuses the flag.
+	Trimmed bool
 }
 
 // RETH is the RDMA extended transport header.

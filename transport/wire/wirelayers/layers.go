@@ -103,17 +103,18 @@ func (b *BTH) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		return truncated("BTH and ICRC", wire.BTHLen+wire.ICRCLen, len(data))
 	}
 	b.BTH = wire.BTH{
-		Opcode: wire.Opcode(data[0]),
-		SE:     data[1]&0x80 != 0,
-		M:      data[1]&0x40 != 0,
-		PadCnt: data[1] >> 4 & 3,
-		TVer:   data[1] & 0x0F,
-		PKey:   binary.BigEndian.Uint16(data[2:]),
-		FECN:   data[4]&0x80 != 0,
-		BECN:   data[4]&0x40 != 0,
-		DestQP: binary.BigEndian.Uint32(data[4:]) & 0xFFFFFF,
-		AckReq: data[8]&0x80 != 0,
-		PSN:    binary.BigEndian.Uint32(data[8:]) & 0xFFFFFF,
+		Opcode:  wire.Opcode(data[0]),
+		SE:      data[1]&0x80 != 0,
+		M:       data[1]&0x40 != 0,
+		PadCnt:  data[1] >> 4 & 3,
+		TVer:    data[1] & 0x0F,
+		PKey:    binary.BigEndian.Uint16(data[2:]),
+		FECN:    data[4]&0x80 != 0,
+		BECN:    data[4]&0x40 != 0,
+		DestQP:  binary.BigEndian.Uint32(data[4:]) & 0xFFFFFF,
+		AckReq:  data[8]&0x80 != 0,
+		PSN:     binary.BigEndian.Uint32(data[8:]) & 0xFFFFFF,
+		Trimmed: data[4]&0x20 != 0,
 	}
 	end := len(data) - wire.ICRCLen
 	b.ICRC = binary.LittleEndian.Uint32(data[end:])
@@ -284,9 +285,13 @@ func (d *Data) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		TxTime: binary.BigEndian.Uint64(data[16:]),
 	}
 	d.Contents, d.Payload = data[:wire.DataHdrLen], data[wire.DataHdrLen:]
-	if d.Flags&wire.FlagINT != 0 {
+	switch {
+	case len(d.Payload) == 0:
+		// A trimmed packet (wire.Trim): the header alone.
+		d.nextType = gopacket.LayerTypeZero
+	case d.Flags&wire.FlagINT != 0:
 		d.nextType = LayerTypeINT
-	} else {
+	default:
 		d.nextType = afterINT(d.Kind, d.Payload)
 	}
 	return nil
@@ -421,6 +426,9 @@ func decodeRoCE(data []byte, pb gopacket.PacketBuilder) error {
 		}
 		pb.AddLayer(d)
 		rest = d.Payload
+		if b.Trimmed {
+			break // a switch cut what followed the data header (wire.Trim)
+		}
 		if d.Flags&wire.FlagINT != 0 {
 			chain[n], n = &INT{}, n+1
 		}

@@ -291,3 +291,42 @@ func TestDecodingLayerParser(t *testing.T) {
 		}
 	}
 }
+
+// A trimmed spray data packet (wire.Trim) decodes as a BTH with Trimmed
+// set and the data header alone, as wire.Decode gives them.
+func TestTrimmed(t *testing.T) {
+	r := testutil.Rand(t)
+	n := 0
+	for _, v6 := range []bool{false, true} {
+		for _, k := range kinds(r, v6) {
+			if k.p.BTH.Opcode != wire.OpSprayData {
+				continue
+			}
+			buf := make([]byte, wire.FrameLen(&k.p, len(k.payload)))
+			if _, err := wire.Encode(buf, &k.p, k.payload); err != nil {
+				t.Fatal(err)
+			}
+			m, err := wire.Trim(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wp wire.Packet
+			if err := wire.Decode(buf[:m], &wp); err != nil {
+				t.Fatal(err)
+			}
+			pkt := gopacket.NewPacket(buf[:m], layers.LayerTypeEthernet, gopacket.Default)
+			if e := pkt.ErrorLayer(); e != nil {
+				t.Fatalf("%v: %v", k.p.Data.Kind, e.Error())
+			}
+			b, ok1 := pkt.Layer(LayerTypeBTH).(*BTH)
+			d, ok2 := pkt.Layer(LayerTypeData).(*Data)
+			if !ok1 || !ok2 || !b.Trimmed || b.BTH != wp.BTH || d.Data != wp.Data || d.NextLayerType() != gopacket.LayerTypeZero || pkt.ApplicationLayer() != nil {
+				t.Fatalf("%v: layers %v", k.p.Data.Kind, pkt)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no spray data packet in the kinds")
+	}
+}

@@ -1,0 +1,78 @@
+package transport
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// trimFirst makes s's fabric trim (wire.Trim) the first transmission of
+// each spray data packet from A whose PSN is in psns, and hand the
+// trimmed frame to B; it returns how many it trimmed so far.
+func trimFirst(t *testing.T, s *simPair, psns map[uint32]bool) *int {
+	t.Helper()
+	n := new(int)
+	seen := map[uint32]bool{}
+	s.fab.SetFilter(func(f []byte) bool {
+		var pk wire.Packet
+		if wire.Decode(f, &pk) != nil && !pk.BTH.Secured || pk.BTH.Opcode != wire.OpSprayData || !psns[pk.BTH.PSN] || seen[pk.BTH.PSN] {
+			return true
+		}
+		seen[pk.BTH.PSN] = true
+		c := bytes.Clone(f)
+		m, err := wire.Trim(c)
+		if err != nil {
+			t.Errorf("Trim: %v", err)
+			return true
+		}
+		s.toB = append(s.toB, c[:m])
+		*n++
+		return false
+	})
+	return n
+}
+
+// TestTrimToNak: a data packet that a switch trimmed reaches the receiver
+// as its headers; the receiver asks for exactly that PSN with a NAK, the
+// sender resends it once, at once, with no timeout, probe or RACK loss,
+// and the bytes arrive intact.
+func TestTrimToNak(t *testing.T) {
+	seed := testutil.Seed(t)
+	cfg := Config{Profile: Spray, Seed: seed, MTU: 1500, INTHops: 4}
+	s := newSimPair(t, mem.Config{Seed: seed, Delay: 10 * time.Microsecond, Bandwidth: 10e9}, cfg)
+	first := s.qa.Info().PSN
+	trimmed := trimFirst(t, s, map[uint32]bool{first + 5: true, first + 40: true})
+	msgs := randomMessages(rand.New(rand.NewPCG(seed, 1)), 4, 200<<10)
+	transfer(t, s, msgs)
+	a, b := s.qa.Stats(), s.qb.Stats()
+	rs := s.qa.RetransmitStats()
+	t.Logf("trimmed %d; receiver: trims %d, NAKs %d; sender: NAKs taken %d, retransmits %d, %+v", *trimmed, b.TrimsReceived, b.TrimNaksSent, a.TrimNaksReceived, a.Retransmits, rs)
+	if *trimmed != 2 || b.TrimsReceived != 2 || b.TrimNaksSent != 2 || a.TrimNaksReceived != 2 {
+		t.Fatalf("trimmed %d, receiver took %d and sent %d NAKs, sender took %d: want 2 each", *trimmed, b.TrimsReceived, b.TrimNaksSent, a.TrimNaksReceived)
+	}
+	if a.Retransmits != 2 || rs.LostTrim != 2 || rs.Lost != 2 || rs.TLPs+rs.RTOs != 0 || a.Timeouts != 0 || b.Duplicates != 0 {
+		t.Fatalf("%d retransmits, %d timeouts, %d duplicates, %+v: want exactly the 2 trimmed PSNs resent, on their NAKs", a.Retransmits, a.Timeouts, b.Duplicates, rs)
+	}
+}
+
+// TestTrimSecuredDropped: a secured QP cannot authenticate a trimmed
+// packet (its tag went with the payload), so it drops it, counted in
+// Security.Trimmed, sends no NAK for it, and its loss detection repairs
+// the PSN as it would a drop.
+func TestTrimSecuredDropped(t *testing.T) {
+	seed := testutil.Seed(t)
+	s := newSecPair(t, mem.Config{Seed: seed, Delay: 10 * time.Microsecond, Bandwidth: 10e9}, Config{Profile: Spray, Seed: seed, MTU: 1500}, false, 0)
+	first := s.qa.Info().PSN
+	trimmed := trimFirst(t, s, map[uint32]bool{first + 5: true})
+	transfer(t, s, randomMessages(rand.New(rand.NewPCG(seed, 2)), 3, 100<<10))
+	b := s.qb.Stats()
+	if *trimmed != 1 || b.Security.Trimmed != 1 || b.TrimsReceived != 0 || b.TrimNaksSent != 0 || s.qa.RetransmitStats().Lost == 0 {
+		t.Fatalf("trimmed %d; Security.Trimmed %d, trims taken %d, NAKs %d, sender losses %d: want 1, 1, 0, 0, at least 1",
+			*trimmed, b.Security.Trimmed, b.TrimsReceived, b.TrimNaksSent, s.qa.RetransmitStats().Lost)
+	}
+}
