@@ -216,13 +216,15 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 const unit = 1 << 16
 
 // pathState is the adaptive policy's state and counters for one entropy,
-// 88 bytes: a busy QP holds one per entropy. Durations and counters are
+// 64 bytes: a busy QP holds one per entropy. Durations and counters are
 // held in 32 bits while every one fits (the policy's wide table then is
 // nil); the first that does not moves the policy's narrow fields to wide
-// for good, so values are exact at any size (TestAdaptiveWideValues). The
-// state of probing a path out of the set sits in a table allocated at the
-// first removal. The Weight of Stats is derived: weight/unit, 0 while down
-// or from a removal to the next round (fNoWeight).
+// for good, so values are exact at any size (TestAdaptiveWideValues).
+// What only losses and ECN marks change sits in a table allocated at the
+// policy's first loss or mark (lossState), the state of probing a path out
+// of the set in one allocated at the first removal. The Weight of Stats is
+// derived: weight/unit, 0 while down or from a removal to the next round
+// (fNoWeight).
 type pathState struct {
 	// pendingSince: the first packet sent since the path's last ACK (valid
 	// while fPending).
@@ -232,15 +234,22 @@ type pathState struct {
 	ackedSent clock.Time
 	lastAck   clock.Time // time of the last OnAck (0: none)
 	group     uint64     // path signature from OnPath; 0: unknown, a path of its own
-	lossRate  float64    // EWMA: ack 0, loss 1
-	ecnRate   float64    // EWMA: marked 1, unmarked 0
 	// Narrow fields, valid while the policy's wide table is nil.
-	dur        [nDur]uint32 // nanoseconds: SRTT, MinRTT, QueueDelay
-	cnt        [nCnt]uint32 // Packets, Acks, Losses, ECN
-	credit     uint32       // spraying credit, < 2*unit
-	weight     uint32       // at the last round, in [1, unit]
-	consecLoss uint16
-	flags      uint8
+	dur    [nDur]uint32 // nanoseconds: SRTT, MinRTT, QueueDelay
+	cnt    [nCnt]uint32 // Packets, Acks
+	credit uint32       // spraying credit, < 2*unit
+	weight uint32       // at the last round, in [1, unit]
+	flags  uint8
+}
+
+// lossState is a path's loss and ECN history: all zero until the policy
+// sees its first loss or ECN mark, when every path gets one.
+type lossState struct {
+	lossRate   float64 // EWMA: ack 0, loss 1
+	ecnRate    float64 // EWMA: marked 1, unmarked 0
+	losses     uint64
+	ecn        uint64
+	consecLoss int
 }
 
 // Indexes of pathState.dur and widePath.dur.
@@ -255,8 +264,6 @@ const (
 const (
 	cPackets = iota
 	cAcks
-	cLosses
-	cECN
 	nCnt
 )
 
@@ -275,11 +282,10 @@ const (
 )
 
 // widePath holds a path's narrow fields at full size, once one of a
-// policy's values outgrew 32 (or, for consecLoss, 16) bits.
+// policy's values outgrew 32 bits.
 type widePath struct {
-	dur        [nDur]time.Duration
-	cnt        [nCnt]uint64
-	consecLoss int
+	dur [nDur]time.Duration
+	cnt [nCnt]uint64
 }
 
 // probeState is a path's probing state and removal counters, kept from its
@@ -342,32 +348,21 @@ func (a *adaptive) inc(i, f int) {
 	a.wide[i].cnt[f]++
 }
 
+// consecLoss returns path i's losses in a row.
 func (a *adaptive) consecLoss(i int) int {
-	if a.wide != nil {
-		return a.wide[i].consecLoss
+	if a.lossy == nil {
+		return 0
 	}
-	return int(a.st[i].consecLoss)
+	return a.lossy[i].consecLoss
 }
 
-// addLoss adds one to path i's losses in a row.
-func (a *adaptive) addLoss(i int) {
-	if a.wide == nil {
-		if a.st[i].consecLoss < math.MaxUint16 {
-			a.st[i].consecLoss++
-			return
-		}
-		a.widen()
+// lossOf returns path i's loss history, allocating the table at the first
+// use.
+func (a *adaptive) lossOf(i int) *lossState {
+	if a.lossy == nil {
+		a.lossy = make([]lossState, len(a.st))
 	}
-	a.wide[i].consecLoss++
-}
-
-// clearLoss zeroes path i's losses in a row.
-func (a *adaptive) clearLoss(i int) {
-	if a.wide != nil {
-		a.wide[i].consecLoss = 0
-		return
-	}
-	a.st[i].consecLoss = 0
+	return &a.lossy[i]
 }
 
 // widen moves every path's narrow fields to the wide table.
@@ -381,7 +376,6 @@ func (a *adaptive) widen() {
 		for f := range nCnt {
 			w.cnt[f] = uint64(s.cnt[f])
 		}
-		w.consecLoss = int(s.consecLoss)
 	}
 }
 
@@ -398,7 +392,7 @@ func (a *adaptive) probeOf(i int) *probeState {
 func (a *adaptive) ackAt(now clock.Time, i int, rtt time.Duration, ecn bool) {
 	a.inc(i, cAcks)
 	if ecn {
-		a.inc(i, cECN)
+		a.lossOf(i).ecn++
 	}
 	a.st[i].lastAck = now
 	if rtt <= 0 {
@@ -432,6 +426,7 @@ type adaptive struct {
 	rng    *rand.Rand
 	st     []pathState
 	wide   []widePath   // nil while every value fits pathState's narrow fields
+	lossy  []lossState  // nil until the first loss or ECN mark
 	probes []probeState // nil until a path is first taken out
 	active int
 	order  []uint16 // indices of the current round
@@ -508,7 +503,9 @@ func (a *adaptive) Stats() []PathStats {
 		s, o := &a.st[i], &out[i]
 		o.Entropy, o.Down = a.set[i], s.has(fDown)
 		o.Packets, o.Acks = a.cnt(i, cPackets), a.cnt(i, cAcks)
-		o.Losses, o.ECN = a.cnt(i, cLosses), a.cnt(i, cECN)
+		if a.lossy != nil {
+			o.Losses, o.ECN = a.lossy[i].losses, a.lossy[i].ecn
+		}
 		o.SRTT, o.MinRTT = a.dur(i, dSRTT), a.dur(i, dMinRTT)
 		o.QueueDelay = a.dur(i, dQueueDelay)
 		o.LastAck = s.lastAck
@@ -762,11 +759,14 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	if rtt > 0 {
 		s.ackedSent = max(s.ackedSent, now.Add(-rtt))
 	}
-	mark := 0.0
-	if ecn {
-		mark = 1
+	if a.lossy != nil { // without, the rate is 0 and an unmarked ACK keeps it so
+		l := &a.lossy[i]
+		mark := 0.0
+		if ecn {
+			mark = 1
+		}
+		l.ecnRate += (mark - l.ecnRate) / 16
 	}
-	s.ecnRate += (mark - s.ecnRate) / 16
 	if s.has(fDown) {
 		if s.has(fProbing) && rtt > 0 && now.Add(-rtt) >= a.probes[i].probeSent && rtt <= a.probeTimeout(i, a.refRTT()) {
 			a.restore(i, rtt)
@@ -775,8 +775,11 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 		return
 	}
 	s.set(fPending, false)
-	a.clearLoss(i)
-	s.lossRate -= s.lossRate / 16
+	if a.lossy != nil {
+		l := &a.lossy[i]
+		l.consecLoss = 0
+		l.lossRate -= l.lossRate / 16
+	}
 	if rtt > 0 {
 		if sent := now.Add(-rtt); !a.haveAckedSend || sent > a.lastAckedSend {
 			a.lastAckedSend, a.haveAckedSend = sent, true
@@ -794,14 +797,14 @@ func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
 	if !ok {
 		return
 	}
-	a.inc(i, cLosses)
-	s := &a.st[i]
-	if s.has(fDown) {
+	l := a.lossOf(i)
+	l.losses++
+	if a.st[i].has(fDown) {
 		return
 	}
-	a.addLoss(i)
-	s.lossRate += (1 - s.lossRate) / 16
-	if (a.consecLoss(i) >= a.cfg.LossLimit || s.lossRate >= a.cfg.MaxLossRate) && !a.sharedLoss() {
+	l.consecLoss++
+	l.lossRate += (1 - l.lossRate) / 16
+	if (l.consecLoss >= a.cfg.LossLimit || l.lossRate >= a.cfg.MaxLossRate) && !a.sharedLoss() {
 		a.remove(now, i)
 	}
 }
@@ -890,8 +893,9 @@ func (a *adaptive) restore(i int, rtt time.Duration) {
 func (a *adaptive) restoreOne(i int, rtt time.Duration) {
 	s := &a.st[i]
 	s.set(fDown|fProbing|fPending, false)
-	a.clearLoss(i)
-	s.lossRate = 0
+	if a.lossy != nil {
+		a.lossy[i].consecLoss, a.lossy[i].lossRate = 0, 0
+	}
 	s.credit = 0
 	a.active++
 	a.setDur(i, dSRTT, rtt)
@@ -1206,8 +1210,10 @@ func (a *adaptive) pool(sc *Scratch) int {
 		sc.poolOf[i] = g
 		p := &sc.pools[g]
 		p.n++
-		p.ecn += s.ecnRate
-		p.loss += s.lossRate
+		if a.lossy != nil {
+			p.ecn += a.lossy[i].ecnRate
+			p.loss += a.lossy[i].lossRate
+		}
 		if r := a.dur(i, dSRTT); r > 0 {
 			p.srtt += r
 			p.nrtt++

@@ -13,15 +13,16 @@ import (
 // TestAdaptivePathStateSize: a busy QP holds one pathState per entropy, so
 // its size is the policy's memory per path.
 func TestAdaptivePathStateSize(t *testing.T) {
-	if n := unsafe.Sizeof(pathState{}); n > 88 {
-		t.Fatalf("pathState is %d bytes, want at most 88", n)
+	if n := unsafe.Sizeof(pathState{}); n > 64 {
+		t.Fatalf("pathState is %d bytes, want at most 64", n)
 	}
 }
 
 // TestAdaptiveWideValues: values that outgrow the narrow fields (an RTT of
-// seconds, a counter past 2^32, losses in a row past 2^16) come out exact,
-// and a policy whose fields are wide from the start picks the same
-// entropies and reports the same counters as one whose fields are narrow.
+// seconds, a counter past 2^32) come out exact; a policy whose fields are
+// wide from the start picks the same entropies and reports the same
+// counters as one whose fields are narrow; and a policy holds loss state
+// from its first loss or ECN mark only.
 func TestAdaptiveWideValues(t *testing.T) {
 	set := Entropies(3, 8)
 	cfg := AdaptiveConfig{LossLimit: 1 << 20, MaxLossRate: 2}
@@ -73,9 +74,17 @@ func TestAdaptiveWideValues(t *testing.T) {
 	if got := p.Stats()[1].Acks; got != 1<<32 {
 		t.Fatalf("Acks %d after 2^32 acknowledgements, want %d", got, uint64(1)<<32)
 	}
-	p.wide[2].consecLoss = math.MaxUint16
-	p.OnLoss(now, set[2])
-	if got := p.consecLoss(2); got != math.MaxUint16+1 {
-		t.Fatalf("%d losses in a row, want %d", got, math.MaxUint16+1)
+
+	clean := NewAdaptive(set, 5, cfg).(*adaptive)
+	for k := range 100 {
+		now += clock.Time(time.Microsecond)
+		clean.OnAck(now, clean.Next(now), time.Duration(10+k%5)*time.Microsecond, false)
+	}
+	if clean.lossy != nil {
+		t.Fatal("a policy with no loss and no ECN mark holds loss state")
+	}
+	clean.OnLoss(now, set[3])
+	if st := clean.Stats()[3]; st.Losses != 1 || clean.consecLoss(3) != 1 {
+		t.Fatalf("after a loss: %d losses, %d in a row", st.Losses, clean.consecLoss(3))
 	}
 }
