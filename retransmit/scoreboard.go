@@ -235,7 +235,7 @@ type entry struct {
 // owns it.
 //
 // Its ring of outstanding PSNs grows with them: it starts empty, doubles
-// (from 64 slots) when a new packet finds it full, up to Capacity rounded
+// (from minRing slots) when a new packet finds it full, up to Capacity rounded
 // up to a power of two, and Trim gives it back once nothing is
 // outstanding. An idle scoreboard holds no ring (TestRingGrowsAndTrims).
 type Scoreboard struct {
