@@ -136,7 +136,7 @@ type Scratch struct {
 	gkey                []uint64
 	gcnt, gtook         []int
 	ghead, gtail, glink []int
-	interleaved         []int
+	interleaved         []uint16
 	// Of pool: the active paths' state pooled per physical path (poolOf
 	// maps a path to its pool; poolKey and known find the pool of a
 	// signature).
@@ -155,7 +155,7 @@ func (s *Scratch) fit(n int) {
 	s.gkey = make([]uint64, n)
 	s.gcnt, s.gtook = make([]int, n), make([]int, n)
 	s.ghead, s.gtail, s.glink = make([]int, n), make([]int, n), make([]int, n)
-	s.interleaved = make([]int, 0, n)
+	s.interleaved = make([]uint16, 0, n)
 	s.pools, s.poolOf = make([]pathPool, n), make([]int, n)
 	s.poolKey, s.known = make([]uint64, n), make([]int, 0, n)
 }
@@ -215,34 +215,197 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 // fractions of it.
 const unit = 1 << 16
 
-// pathState is the adaptive policy's per-path state beside PathStats. Its
-// flags sit together at the end: a QP holds one per entropy.
+// pathState is the adaptive policy's state and counters for one entropy,
+// 64 bytes: a busy QP holds one per entropy. Durations and counters are
+// held in 32 bits while every one fits (the policy's wide table then is
+// nil); the first that does not moves the policy's narrow fields to wide
+// for good, so values are exact at any size (TestAdaptiveWideValues).
+// What only losses and ECN marks change sits in a table allocated at the
+// policy's first loss or mark (lossState), the state of probing a path out
+// of the set in one allocated at the first removal. The Weight of Stats is
+// derived: weight/unit, 0 while down or from a removal to the next round
+// (fNoWeight).
 type pathState struct {
 	// pendingSince: the first packet sent since the path's last ACK (valid
-	// while pending).
+	// while fPending).
 	pendingSince clock.Time
-	consecLoss   int
-	lossRate     float64 // EWMA: ack 0, loss 1
-	ecnRate      float64 // EWMA: marked 1, unmarked 0
-	credit       uint32  // spraying credit, < 2*unit
-	weight       uint32  // at the last round, in [1, unit]
-	group        uint64  // path signature from OnPath; 0: unknown, a path of its own
-	// Probing of a down path.
-	probeSent     clock.Time
-	probeAt       clock.Time
-	probeInterval time.Duration
 	// ackedSent is the latest send time of a packet acknowledged on the
 	// path with an RTT (0: none).
 	ackedSent clock.Time
+	lastAck   clock.Time // time of the last OnAck (0: none)
+	group     uint64     // path signature from OnPath; 0: unknown, a path of its own
+	// Narrow fields, valid while the policy's wide table is nil.
+	dur    [nDur]uint32 // nanoseconds: SRTT, MinRTT, QueueDelay
+	cnt    [nCnt]uint32 // Packets, Acks
+	credit uint32       // spraying credit, < 2*unit
+	weight uint32       // at the last round, in [1, unit]
+	flags  uint8
+}
 
-	down bool
-	// pending: a packet was sent since the path's last ACK.
-	pending bool
-	intSeen bool // OnINT reported the path's queue delay
-	probing bool
-	// ackLost: an acknowledgement sent on the path was probably lost
+// lossState is a path's loss and ECN history: all zero until the policy
+// sees its first loss or ECN mark, when every path gets one.
+type lossState struct {
+	lossRate   float64 // EWMA: ack 0, loss 1
+	ecnRate    float64 // EWMA: marked 1, unmarked 0
+	losses     uint64
+	ecn        uint64
+	consecLoss int
+}
+
+// Indexes of pathState.dur and widePath.dur.
+const (
+	dSRTT = iota
+	dMinRTT
+	dQueueDelay
+	nDur
+)
+
+// Indexes of pathState.cnt and widePath.cnt.
+const (
+	cPackets = iota
+	cAcks
+	nCnt
+)
+
+// pathState flags.
+const (
+	fDown uint8 = 1 << iota
+	// fPending: a packet was sent since the path's last ACK.
+	fPending
+	fINTSeen // OnINT reported the path's queue delay
+	fProbing
+	// fAckLost: an acknowledgement sent on the path was probably lost
 	// (AckLost) and no ACK of a data packet on it came since.
-	ackLost bool
+	fAckLost
+	// fNoWeight: taken out since the last round (Stats reports weight 0).
+	fNoWeight
+)
+
+// widePath holds a path's narrow fields at full size, once one of a
+// policy's values outgrew 32 bits.
+type widePath struct {
+	dur [nDur]time.Duration
+	cnt [nCnt]uint64
+}
+
+// probeState is a path's probing state and removal counters, kept from its
+// first removal on.
+type probeState struct {
+	probeSent, probeAt clock.Time
+	probeInterval      time.Duration
+	removals, probes   uint64
+}
+
+func (s *pathState) has(f uint8) bool { return s.flags&f != 0 }
+
+func (s *pathState) set(f uint8, on bool) {
+	if on {
+		s.flags |= f
+	} else {
+		s.flags &^= f
+	}
+}
+
+// dur returns duration f of path i.
+func (a *adaptive) dur(i, f int) time.Duration {
+	if a.wide != nil {
+		return a.wide[i].dur[f]
+	}
+	return time.Duration(a.st[i].dur[f])
+}
+
+// setDur sets duration f of path i, widening the policy when d does not
+// fit 32 bits.
+func (a *adaptive) setDur(i, f int, d time.Duration) {
+	if a.wide == nil {
+		if d >= 0 && d <= math.MaxUint32 {
+			a.st[i].dur[f] = uint32(d)
+			return
+		}
+		a.widen()
+	}
+	a.wide[i].dur[f] = d
+}
+
+// cnt returns counter f of path i.
+func (a *adaptive) cnt(i, f int) uint64 {
+	if a.wide != nil {
+		return a.wide[i].cnt[f]
+	}
+	return uint64(a.st[i].cnt[f])
+}
+
+// inc adds one to counter f of path i, widening the policy when it would
+// wrap.
+func (a *adaptive) inc(i, f int) {
+	if a.wide == nil {
+		if a.st[i].cnt[f] < math.MaxUint32 {
+			a.st[i].cnt[f]++
+			return
+		}
+		a.widen()
+	}
+	a.wide[i].cnt[f]++
+}
+
+// consecLoss returns path i's losses in a row.
+func (a *adaptive) consecLoss(i int) int {
+	if a.lossy == nil {
+		return 0
+	}
+	return a.lossy[i].consecLoss
+}
+
+// lossOf returns path i's loss history, allocating the table at the first
+// use.
+func (a *adaptive) lossOf(i int) *lossState {
+	if a.lossy == nil {
+		a.lossy = make([]lossState, len(a.st))
+	}
+	return &a.lossy[i]
+}
+
+// widen moves every path's narrow fields to the wide table.
+func (a *adaptive) widen() {
+	a.wide = make([]widePath, len(a.st))
+	for i := range a.st {
+		s, w := &a.st[i], &a.wide[i]
+		for f := range nDur {
+			w.dur[f] = time.Duration(s.dur[f])
+		}
+		for f := range nCnt {
+			w.cnt[f] = uint64(s.cnt[f])
+		}
+	}
+}
+
+// probeOf returns path i's probing state, allocating the table at the
+// first use.
+func (a *adaptive) probeOf(i int) *probeState {
+	if a.probes == nil {
+		a.probes = make([]probeState, len(a.st))
+	}
+	return &a.probes[i]
+}
+
+// ackAt counts an acknowledgement on path i and takes its RTT.
+func (a *adaptive) ackAt(now clock.Time, i int, rtt time.Duration, ecn bool) {
+	a.inc(i, cAcks)
+	if ecn {
+		a.lossOf(i).ecn++
+	}
+	a.st[i].lastAck = now
+	if rtt <= 0 {
+		return
+	}
+	srtt := a.dur(i, dSRTT)
+	if srtt == 0 {
+		a.setDur(i, dSRTT, rtt)
+		a.setDur(i, dMinRTT, rtt)
+		return
+	}
+	a.setDur(i, dSRTT, srtt+(rtt-srtt)/8)
+	a.setDur(i, dMinRTT, min(a.dur(i, dMinRTT), rtt))
 }
 
 // pathPool sums the state of the active entropies on one physical path.
@@ -254,7 +417,7 @@ type pathPool struct {
 }
 
 // adaptive is the adaptive sprayer; see NewAdaptive. Its per-path state
-// (st, stats, order, rng) is allocated at its first use (ensure): a QP
+// (st, order, rng) is allocated at its first use (ensure): a QP
 // that never sends nor acknowledges holds none of it.
 type adaptive struct {
 	paths
@@ -262,8 +425,11 @@ type adaptive struct {
 	seed   uint64
 	rng    *rand.Rand
 	st     []pathState
+	wide   []widePath   // nil while every value fits pathState's narrow fields
+	lossy  []lossState  // nil until the first loss or ECN mark
+	probes []probeState // nil until a path is first taken out
 	active int
-	order  []int // indices of the current round
+	order  []uint16 // indices of the current round
 	pos    int
 	// nextProbe is the earliest time a probe may be due or time out
 	// (a hint: clock.Never when no path is down).
@@ -317,9 +483,8 @@ func (a *adaptive) ensure() {
 	}
 	n := len(a.set)
 	a.rng = rand.New(rand.NewPCG(a.seed, a.seed^0x3C6EF372FE94F82B))
-	a.initStats()
 	a.st = make([]pathState, n)
-	a.order = make([]int, 0, n)
+	a.order = make([]uint16, 0, n)
 	// Credits start at evenly spread phases, in a seeded order: entropies
 	// on one physical path share its weight, and with equal credits they
 	// would join the same rounds, all or none (two spines of 13 and 19
@@ -327,14 +492,31 @@ func (a *adaptive) ensure() {
 	for k, i := range a.rng.Perm(n) {
 		a.st[i].weight = unit
 		a.st[i].credit = uint32(k * unit / n)
-		a.stats[i].Weight = 1
 	}
 }
 
-// Stats returns a copy of the per-path counters, in Paths order.
+// Stats returns the per-path counters, in Paths order.
 func (a *adaptive) Stats() []PathStats {
 	a.ensure()
-	return a.paths.Stats()
+	out := make([]PathStats, len(a.set))
+	for i := range out {
+		s, o := &a.st[i], &out[i]
+		o.Entropy, o.Down = a.set[i], s.has(fDown)
+		o.Packets, o.Acks = a.cnt(i, cPackets), a.cnt(i, cAcks)
+		if a.lossy != nil {
+			o.Losses, o.ECN = a.lossy[i].losses, a.lossy[i].ecn
+		}
+		o.SRTT, o.MinRTT = a.dur(i, dSRTT), a.dur(i, dMinRTT)
+		o.QueueDelay = a.dur(i, dQueueDelay)
+		o.LastAck = s.lastAck
+		if a.probes != nil {
+			o.Removals, o.Probes = a.probes[i].removals, a.probes[i].probes
+		}
+		if !s.has(fDown | fNoWeight) {
+			o.Weight = float64(s.weight) / unit
+		}
+	}
+	return out
 }
 
 // Next returns the entropy of the next packet: a probe on a path that is
@@ -348,10 +530,11 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 	a.lastSend, a.haveSent = now, true
 	if now >= a.nextProbe {
 		if i, ok := a.probe(now); ok {
-			s := &a.st[i]
-			s.probing, s.probeSent = true, now
-			a.stats[i].Packets++
-			a.stats[i].Probes++
+			a.st[i].set(fProbing, true)
+			pr := a.probeOf(i)
+			pr.probeSent = now
+			pr.probes++
+			a.inc(i, cPackets)
 			a.nextProbe = clock.Min(a.nextProbe, now.Add(a.probeTimeout(i, a.refRTT())))
 			return a.set[i]
 		}
@@ -382,16 +565,17 @@ func (a *adaptive) NextResend(now clock.Time, urgent bool) uint16 {
 	if urgent {
 		if i := a.freshest(); i >= 0 {
 			s := &a.st[i]
-			if !s.pending {
-				s.pending, s.pendingSince = true, now
+			if !s.has(fPending) {
+				s.set(fPending, true)
+				s.pendingSince = now
 			}
-			a.stats[i].Packets++
+			a.inc(i, cPackets)
 			return a.set[i]
 		}
 	}
 	fresh := false
 	for i := range a.st {
-		if !a.st[i].down && a.st[i].consecLoss == 0 {
+		if !a.st[i].has(fDown) && a.consecLoss(i) == 0 {
 			fresh = true
 			break
 		}
@@ -416,7 +600,7 @@ func (a *adaptive) NextAck(urgent bool) uint16 {
 		for range n {
 			a.ackTurn = (a.ackTurn + 1) % n
 			s := &a.st[a.ackTurn]
-			if !s.down && (pass == 1 || (s.consecLoss == 0 && !s.ackLost)) {
+			if !s.has(fDown) && (pass == 1 || (a.consecLoss(a.ackTurn) == 0 && !s.has(fAckLost))) {
 				return a.set[a.ackTurn]
 			}
 		}
@@ -445,13 +629,13 @@ func (a *adaptive) freshest() int {
 	best, proof := -1, -1
 	for i := range a.st {
 		s := &a.st[i]
-		if s.down || s.ackLost || a.stats[i].Acks == 0 {
+		if s.has(fDown|fAckLost) || a.cnt(i, cAcks) == 0 {
 			continue
 		}
 		if proof < 0 || a.fresher(i, proof) {
 			proof = i
 		}
-		if s.consecLoss > 0 {
+		if a.consecLoss(i) > 0 {
 			continue
 		}
 		if best < 0 || a.fresher(i, best) {
@@ -467,7 +651,7 @@ func (a *adaptive) freshest() int {
 	pick, g := proof, a.st[proof].group
 	for i := range a.st {
 		s := &a.st[i]
-		if s.down || s.ackLost || a.stats[i].Acks == 0 || s.consecLoss > 0 || s.group != g {
+		if s.has(fDown|fAckLost) || a.cnt(i, cAcks) == 0 || a.consecLoss(i) > 0 || s.group != g {
 			continue
 		}
 		if pick == proof || a.fresher(i, pick) {
@@ -483,7 +667,7 @@ func (a *adaptive) freshest() int {
 func (a *adaptive) fresher(i, j int) bool {
 	s, b := &a.st[i], &a.st[j]
 	return s.ackedSent > b.ackedSent ||
-		(s.ackedSent == b.ackedSent && a.stats[i].LastAck > a.stats[j].LastAck)
+		(s.ackedSent == b.ackedSent && s.lastAck > b.lastAck)
 }
 
 // AckLost marks the path of entropy as one that probably lost an
@@ -495,14 +679,14 @@ func (a *adaptive) AckLost(entropy uint16) {
 	if !ok {
 		return
 	}
-	a.st[i].ackLost = true
+	a.st[i].set(fAckLost, true)
 	for j := range a.st {
-		if !a.st[j].down && !a.st[j].ackLost {
+		if !a.st[j].has(fDown | fAckLost) {
 			return
 		}
 	}
 	for j := range a.st {
-		a.st[j].ackLost = false
+		a.st[j].set(fAckLost, false)
 	}
 }
 
@@ -523,10 +707,10 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 		if a.pos == len(a.order) {
 			a.newRound(now)
 		}
-		i := a.order[a.pos]
+		i := int(a.order[a.pos])
 		a.pos++
 		s := &a.st[i]
-		if s.down || (fresh && s.consecLoss > 0) {
+		if s.has(fDown) || (fresh && a.consecLoss(i) > 0) {
 			// Taken out during this round, or lost its latest packet.
 			if skipped++; !fresh || skipped < 2*len(a.set) {
 				continue
@@ -537,10 +721,11 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 			}
 			s = &a.st[i]
 		}
-		if !s.pending {
-			s.pending, s.pendingSince = true, now
+		if !s.has(fPending) {
+			s.set(fPending, true)
+			s.pendingSince = now
 		}
-		a.stats[i].Packets++
+		a.inc(i, cPackets)
 		return a.set[i]
 	}
 }
@@ -551,7 +736,7 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 func (a *adaptive) heaviest(fresh bool) int {
 	i := -1
 	for j := range a.st {
-		if t := &a.st[j]; !t.down && (!fresh || t.consecLoss == 0) && (i < 0 || t.weight > a.st[i].weight) {
+		if t := &a.st[j]; !t.has(fDown) && (!fresh || a.consecLoss(j) == 0) && (i < 0 || t.weight > a.st[i].weight) {
 			i = j
 		}
 	}
@@ -570,25 +755,31 @@ func (a *adaptive) OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn 
 	}
 	a.ackAt(now, i, rtt, ecn)
 	s := &a.st[i]
-	s.ackLost = false
+	s.set(fAckLost, false)
 	if rtt > 0 {
 		s.ackedSent = max(s.ackedSent, now.Add(-rtt))
 	}
-	mark := 0.0
-	if ecn {
-		mark = 1
+	if a.lossy != nil { // without, the rate is 0 and an unmarked ACK keeps it so
+		l := &a.lossy[i]
+		mark := 0.0
+		if ecn {
+			mark = 1
+		}
+		l.ecnRate += (mark - l.ecnRate) / 16
 	}
-	s.ecnRate += (mark - s.ecnRate) / 16
-	if s.down {
-		if s.probing && rtt > 0 && now.Add(-rtt) >= s.probeSent && rtt <= a.probeTimeout(i, a.refRTT()) {
+	if s.has(fDown) {
+		if s.has(fProbing) && rtt > 0 && now.Add(-rtt) >= a.probes[i].probeSent && rtt <= a.probeTimeout(i, a.refRTT()) {
 			a.restore(i, rtt)
 			a.nextProbe = clock.Min(a.nextProbe, now) // the next probe may be due
 		}
 		return
 	}
-	s.pending = false
-	s.consecLoss = 0
-	s.lossRate -= s.lossRate / 16
+	s.set(fPending, false)
+	if a.lossy != nil {
+		l := &a.lossy[i]
+		l.consecLoss = 0
+		l.lossRate -= l.lossRate / 16
+	}
 	if rtt > 0 {
 		if sent := now.Add(-rtt); !a.haveAckedSend || sent > a.lastAckedSend {
 			a.lastAckedSend, a.haveAckedSend = sent, true
@@ -606,14 +797,14 @@ func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
 	if !ok {
 		return
 	}
-	a.stats[i].Losses++
-	s := &a.st[i]
-	if s.down {
+	l := a.lossOf(i)
+	l.losses++
+	if a.st[i].has(fDown) {
 		return
 	}
-	s.consecLoss++
-	s.lossRate += (1 - s.lossRate) / 16
-	if (s.consecLoss >= a.cfg.LossLimit || s.lossRate >= a.cfg.MaxLossRate) && !a.sharedLoss() {
+	l.consecLoss++
+	l.lossRate += (1 - l.lossRate) / 16
+	if (l.consecLoss >= a.cfg.LossLimit || l.lossRate >= a.cfg.MaxLossRate) && !a.sharedLoss() {
 		a.remove(now, i)
 	}
 }
@@ -627,7 +818,7 @@ func (a *adaptive) OnLoss(now clock.Time, entropy uint16) {
 func (a *adaptive) sharedLoss() bool {
 	n := 0
 	for i := range a.st {
-		if !a.st[i].down && a.st[i].consecLoss > 0 {
+		if !a.st[i].has(fDown) && a.consecLoss(i) > 0 {
 			n++
 		}
 	}
@@ -643,9 +834,9 @@ func (a *adaptive) OnINT(_ clock.Time, entropy uint16, queueDelay time.Duration)
 		return
 	}
 	queueDelay = max(queueDelay, 0)
-	s := &a.stats[i]
-	s.QueueDelay += (queueDelay - s.QueueDelay) / 8
-	a.st[i].intSeen = true
+	q := a.dur(i, dQueueDelay)
+	a.setDur(i, dQueueDelay, q+(queueDelay-q)/8)
+	a.st[i].set(fINTSeen, true)
 }
 
 // OnPath records that packets sent on entropy take the path named by
@@ -661,19 +852,18 @@ func (a *adaptive) OnPath(_ clock.Time, entropy uint16, signature uint64) {
 // and schedules its first probe.
 func (a *adaptive) remove(now clock.Time, i int) {
 	s := &a.st[i]
-	if s.down || a.active <= 1 {
+	if s.has(fDown) || a.active <= 1 {
 		return
 	}
-	s.down = true
+	s.set(fDown|fNoWeight, true)
 	a.active--
-	s.pending, s.probing = false, false
+	s.set(fPending|fProbing, false)
 	s.credit = 0
-	s.probeInterval = a.cfg.ProbeInterval
-	s.probeAt = now.Add(s.probeInterval)
-	a.nextProbe = clock.Min(a.nextProbe, s.probeAt)
-	a.stats[i].Down = true
-	a.stats[i].Weight = 0
-	a.stats[i].Removals++
+	pr := a.probeOf(i)
+	pr.probeInterval = a.cfg.ProbeInterval
+	pr.probeAt = now.Add(pr.probeInterval)
+	a.nextProbe = clock.Min(a.nextProbe, pr.probeAt)
+	pr.removals++
 }
 
 // restore puts path i back into the set after an acknowledged probe, with
@@ -693,7 +883,7 @@ func (a *adaptive) restore(i int, rtt time.Duration) {
 	a.restoreOne(i, rtt)
 	if g := a.st[i].group; g != 0 {
 		for j := range a.st {
-			if a.st[j].down && a.st[j].group == g {
+			if a.st[j].has(fDown) && a.st[j].group == g {
 				a.restoreOne(j, rtt)
 			}
 		}
@@ -702,12 +892,13 @@ func (a *adaptive) restore(i int, rtt time.Duration) {
 
 func (a *adaptive) restoreOne(i int, rtt time.Duration) {
 	s := &a.st[i]
-	s.down, s.probing, s.pending = false, false, false
-	s.consecLoss, s.lossRate = 0, 0
+	s.set(fDown|fProbing|fPending, false)
+	if a.lossy != nil {
+		a.lossy[i].consecLoss, a.lossy[i].lossRate = 0, 0
+	}
 	s.credit = 0
 	a.active++
-	a.stats[i].Down = false
-	a.stats[i].SRTT = rtt
+	a.setDur(i, dSRTT, rtt)
 }
 
 // refRTT is the largest smoothed RTT of the active paths, or InitialRTT
@@ -715,8 +906,8 @@ func (a *adaptive) restoreOne(i int, rtt time.Duration) {
 func (a *adaptive) refRTT() time.Duration {
 	var ref time.Duration
 	for i := range a.st {
-		if !a.st[i].down {
-			ref = max(ref, a.stats[i].SRTT)
+		if !a.st[i].has(fDown) {
+			ref = max(ref, a.dur(i, dSRTT))
 		}
 	}
 	if ref == 0 {
@@ -739,7 +930,7 @@ func (a *adaptive) timeout(rtt time.Duration) time.Duration {
 // timeout of the larger of refRTT and the path's own SRTT from before it
 // went out.
 func (a *adaptive) probeTimeout(i int, ref time.Duration) time.Duration {
-	return a.timeout(max(ref, a.stats[i].SRTT))
+	return a.timeout(max(ref, a.dur(i, dSRTT)))
 }
 
 // stallTimeout is how long an active path i may go without an ACK while it
@@ -747,7 +938,7 @@ func (a *adaptive) probeTimeout(i int, ref time.Duration) time.Duration {
 // sample, of the larger of ref and InitialRTT (its RTT may be well above
 // the other paths').
 func (a *adaptive) stallTimeout(i int, ref time.Duration) time.Duration {
-	rtt := a.stats[i].SRTT
+	rtt := a.dur(i, dSRTT)
 	if rtt == 0 {
 		rtt = max(ref, a.cfg.InitialRTT)
 	}
@@ -764,17 +955,18 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 	flight := clock.Never
 	for i := range a.st {
 		s := &a.st[i]
-		if !s.down || !s.probing {
+		if !s.has(fDown) || !s.has(fProbing) {
 			continue
 		}
-		deadline := s.probeSent.Add(a.probeTimeout(i, ref))
+		pr := &a.probes[i]
+		deadline := pr.probeSent.Add(a.probeTimeout(i, ref))
 		if now <= deadline {
 			flight = clock.Min(flight, deadline+1)
 			continue
 		}
-		s.probing = false
-		s.probeInterval = min(2*s.probeInterval, a.cfg.MaxProbeInterval)
-		s.probeAt = now.Add(s.probeInterval)
+		s.set(fProbing, false)
+		pr.probeInterval = min(2*pr.probeInterval, a.cfg.MaxProbeInterval)
+		pr.probeAt = now.Add(pr.probeInterval)
 		a.backOffGroup(i)
 	}
 	if flight != clock.Never {
@@ -784,17 +976,17 @@ func (a *adaptive) probe(now clock.Time) (int, bool) {
 	best, found := 0, false
 	next := clock.Never
 	for i := range a.st {
-		s := &a.st[i]
-		if !s.down {
+		if !a.st[i].has(fDown) {
 			continue
 		}
+		s := &a.probes[i]
 		if s.probeAt > now {
 			next = clock.Min(next, s.probeAt)
 			continue
 		}
-		if !found || s.probeAt < a.st[best].probeAt {
+		if !found || s.probeAt < a.probes[best].probeAt {
 			if found {
-				next = clock.Min(next, a.st[best].probeAt)
+				next = clock.Min(next, a.probes[best].probeAt)
 			}
 			best, found = i, true
 		} else {
@@ -814,9 +1006,10 @@ func (a *adaptive) backOffGroup(i int) {
 	if g == 0 {
 		return
 	}
-	s := &a.st[i]
+	s := &a.probes[i]
 	for j := range a.st {
-		if t := &a.st[j]; j != i && t.down && !t.probing && t.group == g {
+		if u := &a.st[j]; j != i && u.has(fDown) && !u.has(fProbing) && u.group == g {
+			t := &a.probes[j]
 			t.probeInterval = max(t.probeInterval, s.probeInterval)
 			t.probeAt = max(t.probeAt, s.probeAt)
 		}
@@ -856,7 +1049,7 @@ func (a *adaptive) newRound(now clock.Time) {
 
 	var base time.Duration // smallest RTT of the active paths
 	for i := range a.st {
-		if r := a.stats[i].MinRTT; !a.st[i].down && r > 0 && (base == 0 || r < base) {
+		if r := a.dur(i, dMinRTT); !a.st[i].has(fDown) && r > 0 && (base == 0 || r < base) {
 			base = r
 		}
 	}
@@ -879,7 +1072,7 @@ func (a *adaptive) newRound(now clock.Time) {
 	// Entropies that share a physical path split its weight.
 	gmax := 0.0
 	for i := range a.st {
-		if !a.st[i].down {
+		if !a.st[i].has(fDown) {
 			p := &sc.pools[sc.poolOf[i]]
 			sc.scores[i] = max(p.score/wmax, a.cfg.MinWeight) / float64(p.n)
 			gmax = max(gmax, sc.scores[i])
@@ -888,16 +1081,16 @@ func (a *adaptive) newRound(now clock.Time) {
 	a.order = a.order[:0]
 	for i := range a.st {
 		s := &a.st[i]
-		if s.down {
+		if s.has(fDown) {
 			continue
 		}
 		w := sc.scores[i] / gmax
 		s.weight = uint32(max(min(w*unit, unit), 1))
-		a.stats[i].Weight = float64(s.weight) / unit
+		s.set(fNoWeight, false)
 		s.credit += s.weight
 		if s.credit >= unit {
 			s.credit -= unit
-			a.order = append(a.order, i)
+			a.order = append(a.order, uint16(i))
 		}
 	}
 	for i := len(a.order) - 1; i > 0; i-- { // Fisher-Yates
@@ -978,7 +1171,7 @@ func (a *adaptive) interleave(sc *Scratch) {
 // losses.
 func (a *adaptive) stalled(now clock.Time, i int, ref time.Duration) bool {
 	s := &a.st[i]
-	if s.down || !s.pending || a.stats[i].SRTT == 0 {
+	if s.has(fDown) || !s.has(fPending) || a.dur(i, dSRTT) == 0 {
 		return false
 	}
 	since := max(s.pendingSince, a.resumedAt)
@@ -994,7 +1187,7 @@ func (a *adaptive) pool(sc *Scratch) int {
 	sc.known = sc.known[:0]
 	for i := range a.st {
 		s := &a.st[i]
-		if s.down {
+		if s.has(fDown) {
 			continue
 		}
 		g := -1
@@ -1017,14 +1210,16 @@ func (a *adaptive) pool(sc *Scratch) int {
 		sc.poolOf[i] = g
 		p := &sc.pools[g]
 		p.n++
-		p.ecn += s.ecnRate
-		p.loss += s.lossRate
-		if r := a.stats[i].SRTT; r > 0 {
+		if a.lossy != nil {
+			p.ecn += a.lossy[i].ecnRate
+			p.loss += a.lossy[i].lossRate
+		}
+		if r := a.dur(i, dSRTT); r > 0 {
 			p.srtt += r
 			p.nrtt++
 		}
-		if s.intSeen {
-			p.qdelay += a.stats[i].QueueDelay
+		if s.has(fINTSeen) {
+			p.qdelay += a.dur(i, dQueueDelay)
 			p.nint++
 		}
 	}

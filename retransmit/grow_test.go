@@ -26,8 +26,8 @@ func TestRingGrowsAndTrims(t *testing.T) {
 		}
 	}
 	send(10)
-	if len(s.ring) != minRing {
-		t.Fatalf("ring of %d after 10 packets, want %d", len(s.ring), minRing)
+	if len(s.ring) != 2*minRing {
+		t.Fatalf("ring of %d after 10 packets, want %d", len(s.ring), 2*minRing)
 	}
 	// An RTO queues the oldest for resend; the ring then grows with it queued.
 	if _, kind, err := s.OnTimeout(s.NextTimeout(), nil); err != nil || kind != RTO {
@@ -88,5 +88,31 @@ func TestPathTableGrows(t *testing.T) {
 		if r := s.path(uint16(49152 + 7*i)); r == nil || r.psn != psn.New(uint32(i)) {
 			t.Fatalf("entropy %d lost its state as the table grew", i)
 		}
+	}
+}
+
+// TestPopLostSmallRingWraps: in a ring smaller than a word of the resend
+// bitmap, PopLost finds a queued PSN whose slot wrapped past the ring's end.
+func TestPopLostSmallRingWraps(t *testing.T) {
+	first := psn.New(5) // slot 5 of a ring of minRing
+	s := mustNew(t, Config{NoTLP: true}, first)
+	for k := range uint32(minRing) {
+		if err := s.OnSend(0, first.Add(k), 100, uint64(k), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.ring) != minRing {
+		t.Fatalf("ring of %d for %d packets, want %d", len(s.ring), minRing, minRing)
+	}
+	s.enqueue(first.Add(1)) // slot 6
+	s.enqueue(first.Add(4)) // slot 1, past the ring's end
+	for _, want := range []uint32{1, 4} {
+		q, tag, ok := s.PopLost()
+		if !ok || q != first.Add(want) || tag != uint64(want) {
+			t.Fatalf("PopLost: %v %v %v, want PSN %v", q, tag, ok, first.Add(want))
+		}
+	}
+	if _, _, ok := s.PopLost(); ok {
+		t.Fatal("PopLost returned a PSN with none queued")
 	}
 }

@@ -260,7 +260,7 @@ type entry struct {
 // owns it.
 //
 // Its ring of outstanding PSNs grows with them: it starts empty, doubles
-// (from 64 slots) when a new packet finds it full, up to Capacity rounded
+// (from minRing slots) when a new packet finds it full, up to Capacity rounded
 // up to a power of two, and Trim gives it back once nothing is
 // outstanding. An idle scoreboard holds no ring (TestRingGrowsAndTrims).
 type Scoreboard struct {
@@ -358,8 +358,10 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 	}, nil
 }
 
-// minRing is the ring's first size: one word of the resend bitmap.
-const minRing = 64
+// minRing is the ring's first size. Small: at 1,023 QPs a host, most QPs
+// have a few packets outstanding, and a ring is 24 bytes a slot
+// (TestRingGrowsAndTrims, TestPopLostSmallRingWraps).
+const minRing = 8
 
 // grow doubles the ring (from minRing), keeping every outstanding PSN's
 // entry and resend bit.
@@ -368,7 +370,7 @@ func (s *Scoreboard) grow() {
 	size := max(minRing, 2*len(old))
 	s.ring = make([]entry, size)
 	s.mask = uint32(size - 1)
-	s.queue = make([]uint64, size/64)
+	s.queue = make([]uint64, (size+63)/64)
 	for p := s.una; p != s.next; p = p.Next() {
 		e := old[uint32(p)&oldMask]
 		*s.slot(p) = e
@@ -560,6 +562,9 @@ func (s *Scoreboard) PopLost() (p psn.PSN, tag uint64, ok bool) {
 	if d := p.Diff(s.una); d < 0 || int(d) >= out {
 		p = s.una
 	}
+	// A word of the bitmap covers span slots: 64, or the whole ring when
+	// it is smaller, whose bits above its size stay clear.
+	span := uint32(min(64, len(s.ring)))
 	for n := out - int(p.Diff(s.una)); n > 0; {
 		i := uint32(p) & s.mask
 		if w := s.queue[i>>6] >> (i & 63); w != 0 {
@@ -574,7 +579,7 @@ func (s *Scoreboard) PopLost() (p psn.PSN, tag uint64, ok bool) {
 			s.qHint = p.Next()
 			return p, e.tag, true
 		}
-		step := 64 - int(i&63)
+		step := int(span - i%span)
 		p = p.Add(uint32(step))
 		n -= step
 	}

@@ -64,18 +64,25 @@ func (s EngineStats) Malformed() uint64 {
 //
 // An Engine is not safe for concurrent use.
 type Engine struct {
-	cfg     Config
-	link    link.Link
-	info    link.Info
-	rng     *rand.Rand
-	seeded  bool
-	mrs     *mrTable
-	qps     map[uint32]*QP
-	nextQPN uint32
-	rx, tx  []link.Frame
-	pkt     wire.Packet
-	stats   EngineStats
-	have    int // transmit buffers at the front of tx, lent by the link
+	cfg    Config
+	link   link.Link
+	info   link.Info
+	rng    *rand.Rand
+	seeded bool
+	mrs    *mrTable
+	qps    map[uint32]*QP
+	// dense holds the QP numbered denseBase+i at i, for every QP in its
+	// range (nil for none), beside qps: the QP of every packet received
+	// is looked up, and a slice is cheaper than the map. A seeded engine
+	// numbers its QPs in sequence, so they all land in it; it grows only
+	// while it stays within a few slots per QP (TestEngineDenseLookup).
+	dense     []*QP
+	denseBase uint32
+	nextQPN   uint32
+	rx, tx    []link.Frame
+	pkt       wire.Packet
+	stats     EngineStats
+	have      int // transmit buffers at the front of tx, lent by the link
 	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
 	stepBytes int
 
@@ -230,6 +237,7 @@ func (e *Engine) createQP(ports []uint16) (*QP, error) {
 	}
 	q.mrs = e.mrs
 	e.qps[qpn] = q
+	e.addDense(q)
 	e.schedInit(q)
 	return q, nil
 }
@@ -240,11 +248,56 @@ func (e *Engine) DestroyQP(q *QP) {
 		return
 	}
 	delete(e.qps, q.qpn)
+	if i := q.qpn - e.denseBase; i < uint32(len(e.dense)) {
+		e.dense[i] = nil
+	}
 	e.schedRemove(q)
 }
 
+// addDense puts q in the dense table when its number is in range, or can
+// be brought in range with at most denseSlots slots per QP.
+func (e *Engine) addDense(q *QP) {
+	if e.dense == nil {
+		e.denseBase = q.qpn
+	}
+	i := q.qpn - e.denseBase
+	if i >= uint32(len(e.dense)) {
+		stride := 1
+		if e.sh != nil {
+			stride = len(e.sh.engs)
+		}
+		limit := denseSlots * (len(e.qps) + 8) * stride
+		if int64(i) >= int64(limit) {
+			return
+		}
+		grown := make([]*QP, min(max(2*len(e.dense), int(i)+1, 16), limit))
+		for qpn, p := range e.qps {
+			if j := qpn - e.denseBase; j < uint32(len(grown)) {
+				grown[j] = p
+			}
+		}
+		e.dense = grown
+	}
+	e.dense[i] = q
+}
+
+// denseSlots bounds the dense table's slots per QP (per QP and shard, for
+// an engine of Shards, whose QP numbers step by the number of shards).
+const denseSlots = 4
+
+// lookup returns the QP numbered qpn, or nil.
+func (e *Engine) lookup(qpn uint32) *QP {
+	if i := qpn - e.denseBase; i < uint32(len(e.dense)) {
+		return e.dense[i]
+	}
+	if len(e.qps) == 0 {
+		return nil
+	}
+	return e.qps[qpn]
+}
+
 // QP returns the QP numbered qpn, or nil.
-func (e *Engine) QP(qpn uint32) *QP { return e.qps[qpn] }
+func (e *Engine) QP(qpn uint32) *QP { return e.lookup(qpn) }
 
 // Register registers buf as a memory region that peers may access as acc.
 func (e *Engine) Register(buf []byte, acc Access) *MR { return e.mrs.register(buf, acc) }
@@ -362,7 +415,7 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 		}
 		return
 	}
-	q := e.qps[e.pkt.BTH.DestQP]
+	q := e.lookup(e.pkt.BTH.DestQP)
 	if q == nil {
 		e.stats.UnknownQP++
 		return

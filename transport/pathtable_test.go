@@ -41,3 +41,37 @@ func TestPathTableGrows(t *testing.T) {
 		t.Fatalf("counters held for %d paths, %d used by a %d-packet transfer", len(s.qa.pstats.c), used, sent)
 	}
 }
+
+// TestPathCountersWideValues: path counters stay exact when a value
+// outgrows 32 bits (bytes past 4 GiB, a queue delay of seconds), for the
+// path that outgrew them and the others, and for paths that take room
+// after; a negative delay is kept as it came.
+func TestPathCountersWideValues(t *testing.T) {
+	var p pathTable
+	p.init([]uint16{10, 20, 30})
+	p.onSend(10, 1000, false)
+	p.onSend(20, 500, true)
+	if p.wide != nil {
+		t.Fatal("small counters widened the table")
+	}
+	for range 5 {
+		p.onSend(20, 1<<30, false)
+	}
+	if p.wide == nil {
+		t.Fatal("5 GiB on a path did not widen the table")
+	}
+	p.onSend(30, 7, false)
+	k := p.entry(p.index(30))
+	p.setDelay(k, pcINTQueueDelay, 6*time.Second)
+	p.setDelay(k, pcMaxINTQueueDelay, -time.Microsecond)
+	want := []PathCounters{
+		{TxPackets: 1, TxBytes: 1000},
+		{TxPackets: 6, TxBytes: 500 + 5<<30, Retransmits: 1},
+		{TxPackets: 1, TxBytes: 7, INTQueueDelay: 6 * time.Second, MaxINTQueueDelay: -time.Microsecond},
+	}
+	for i, w := range want {
+		if got := p.counters(i); got != w {
+			t.Fatalf("path %d: %+v, want %+v", i, got, w)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"slices"
 	"time"
@@ -50,10 +51,62 @@ type pathTable struct {
 	// slotHot when the path's last INT queue delay was above the
 	// threshold.
 	slot []uint16
-	c    []PathCounters
+	c    []pathCount
+	// wide, when not nil, holds the counters of c at full size, in the
+	// same places: from the first value that outgrew 32 bits on.
+	wide [][pcN]uint64
 
 	rtt, qdelay DelayHistogram
 }
+
+// pathCount is a path's PathCounters in 32 bytes, every field in 32 bits
+// while every value of the QP's table fits; the first that does not moves
+// the table to wide, so the counters stay exact
+// (TestPathCountersWideValues). A busy QP holds one per entropy.
+type pathCount [pcN]uint32
+
+// Fields of pathCount: PathCounters' counters, then its delays (ns).
+const (
+	pcTxPackets = iota
+	pcTxBytes
+	pcRetransmits
+	pcINTAcks
+	pcMicrobursts
+	pcMicroburstAcks
+	pcINTQueueDelay
+	pcMaxINTQueueDelay
+	pcN
+)
+
+// get returns field f of the counters at k.
+func (t *pathTable) get(k, f int) uint64 {
+	if t.wide != nil {
+		return t.wide[k][f]
+	}
+	return uint64(t.c[k][f])
+}
+
+// set sets field f of the counters at k, widening the table when v does
+// not fit 32 bits.
+func (t *pathTable) set(k, f int, v uint64) {
+	if t.wide == nil {
+		if v <= math.MaxUint32 {
+			t.c[k][f] = uint32(v)
+			return
+		}
+		t.wide = make([][pcN]uint64, len(t.c), cap(t.c))
+		for j := range t.c {
+			for g := range pcN {
+				t.wide[j][g] = uint64(t.c[j][g])
+			}
+		}
+	}
+	t.wide[k][f] = v
+}
+
+func (t *pathTable) delay(k, f int) time.Duration { return time.Duration(int64(t.get(k, f))) }
+
+func (t *pathTable) setDelay(k, f int, d time.Duration) { t.set(k, f, uint64(int64(d))) }
 
 // slotHot marks a hot path in pathTable.slot (a set has at most 1,024
 // paths).
@@ -127,25 +180,20 @@ func (t *pathTable) index(e uint16) int {
 	return -1
 }
 
-// entry returns the counters of path i, making room for them: c grows
-// by doubling, up to one entry per path.
-func (t *pathTable) entry(i int) *PathCounters {
+// entry returns the place of path i's counters, making room for them: c
+// grows by doubling, up to one entry per path.
+func (t *pathTable) entry(i int) int {
 	if t.slot[i]&^slotHot == 0 {
 		if len(t.c) == cap(t.c) {
 			t.c = slices.Grow(t.c, min(max(4, len(t.c)), len(t.slot)-len(t.c)))
 		}
-		t.c = append(t.c, PathCounters{})
+		t.c = append(t.c, pathCount{})
+		if t.wide != nil {
+			t.wide = append(t.wide, [pcN]uint64{})
+		}
 		t.slot[i] |= uint16(len(t.c))
 	}
-	return &t.c[t.slot[i]&^slotHot-1]
-}
-
-// at returns the counters of entropy e, or nil if e is not a path.
-func (t *pathTable) at(e uint16) *PathCounters {
-	if i := t.index(e); i >= 0 {
-		return t.entry(i)
-	}
-	return nil
+	return int(t.slot[i]&^slotHot - 1)
 }
 
 // counters returns a copy of path i's counters (zero when unused).
@@ -153,16 +201,26 @@ func (t *pathTable) counters(i int) PathCounters {
 	if i < 0 || i >= len(t.slot) || t.slot[i]&^slotHot == 0 {
 		return PathCounters{}
 	}
-	return t.c[t.slot[i]&^slotHot-1]
+	k := int(t.slot[i]&^slotHot - 1)
+	return PathCounters{
+		TxPackets: t.get(k, pcTxPackets), TxBytes: t.get(k, pcTxBytes), Retransmits: t.get(k, pcRetransmits),
+		INTAcks:          t.get(k, pcINTAcks),
+		INTQueueDelay:    t.delay(k, pcINTQueueDelay),
+		MaxINTQueueDelay: t.delay(k, pcMaxINTQueueDelay),
+		Microbursts:      t.get(k, pcMicrobursts), MicroburstAcks: t.get(k, pcMicroburstAcks),
+	}
 }
 
 func (t *pathTable) onSend(e uint16, n int, retx bool) {
-	if c := t.at(e); c != nil {
-		c.TxPackets++
-		c.TxBytes += uint64(n)
-		if retx {
-			c.Retransmits++
-		}
+	i := t.index(e)
+	if i < 0 {
+		return
+	}
+	k := t.entry(i)
+	t.set(k, pcTxPackets, t.get(k, pcTxPackets)+1)
+	t.set(k, pcTxBytes, t.get(k, pcTxBytes)+uint64(n))
+	if retx {
+		t.set(k, pcRetransmits, t.get(k, pcRetransmits)+1)
 	}
 }
 
@@ -204,16 +262,18 @@ func (q *QP) noteINT(entropy uint16, delay time.Duration) {
 	if i < 0 {
 		return
 	}
-	c := q.pstats.entry(i)
-	c.INTQueueDelay = ewma8(c.INTQueueDelay, delay, c.INTAcks == 0)
-	c.INTAcks++
-	c.MaxINTQueueDelay = max(c.MaxINTQueueDelay, delay)
+	t := &q.pstats
+	k := t.entry(i)
+	acks := t.get(k, pcINTAcks)
+	t.setDelay(k, pcINTQueueDelay, ewma8(t.delay(k, pcINTQueueDelay), delay, acks == 0))
+	t.set(k, pcINTAcks, acks+1)
+	t.setDelay(k, pcMaxINTQueueDelay, max(t.delay(k, pcMaxINTQueueDelay), delay))
 	if above {
 		s.MicroburstAcks++
-		c.MicroburstAcks++
+		t.set(k, pcMicroburstAcks, t.get(k, pcMicroburstAcks)+1)
 		if q.pstats.slot[i]&slotHot == 0 {
 			s.Microbursts++
-			c.Microbursts++
+			t.set(k, pcMicrobursts, t.get(k, pcMicrobursts)+1)
 		}
 	}
 	if above {
