@@ -81,8 +81,11 @@
 //	spray_qp_credit_waits_total       times only credit held data back;
 //	                                  spray_qp_credit_fallbacks_total (gave up on the
 //	                                  peer's credit), spray_qp_credit_rejected_total
+//	spray_qp_trims_total              trimmed data packets received (cut to their
+//	                                  headers by a switch), spray_qp_trim_naks_total{direction}
+//	                                  the NAKs for exactly those packets
 //	spray_qp_security_drops_total{reason}   a secured QP's drops: bad_tag, replayed,
-//	                                  too_old, bad_epoch, unsecured
+//	                                  too_old, bad_epoch, unsecured, trimmed
 //	spray_qp_security_rotations_total{direction}, spray_qp_security_epoch{direction}
 //	                                  key rotations and the current key epochs
 //	spray_qp_rtt_histogram_seconds    histograms (_bucket, _sum, _count) of the RTT

@@ -152,6 +152,7 @@ type instruments struct {
 	creditReqs, creditGrants, unsolicited    metric.Int64ObservableCounter
 	creditWaits, creditFallbacks, creditRej  metric.Int64ObservableCounter
 	secDrops, secRotations                   metric.Int64ObservableCounter
+	trims, trimNaks                          metric.Int64ObservableCounter
 	secEpoch                                 metric.Int64ObservableGauge
 	rttSmooth, rttMin, qdelay, qdelayMax     metric.Float64ObservableGauge
 	held, heldMax                            metric.Int64ObservableGauge
@@ -220,7 +221,9 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.creditWaits, "spray.qp.credit.waits", "{event}", "Times the sender had data that only credit held back.")
 	counter(&in.creditFallbacks, "spray.qp.credit.fallbacks", "{event}", "Times the sender gave up on its peer's credit and sent freely.")
 	counter(&in.creditRej, "spray.qp.credit.rejected", "{packet}", "Credit grants and requests dropped as beyond what was sent or granted.")
-	counter(&in.secDrops, "spray.qp.security.drops", "{packet}", "Packets of a secured QP dropped before reaching its state, by reason (bad_tag, replayed, too_old, bad_epoch, unsecured).")
+	counter(&in.trims, "spray.qp.trims", "{packet}", "Trimmed data packets received: a switch cut them to their headers rather than drop them.")
+	counter(&in.trimNaks, "spray.qp.trim_naks", "{packet}", "NAKs for exactly one trimmed packet, by direction (sent; received: acted on by resending it).")
+	counter(&in.secDrops, "spray.qp.security.drops", "{packet}", "Packets of a secured QP dropped before reaching its state, by reason (bad_tag, replayed, too_old, bad_epoch, unsecured, trimmed).")
 	counter(&in.secRotations, "spray.qp.security.rotations", "{event}", "Key rotations of a secured QP, by direction (sent: send keys, received: receive epochs).")
 	igauge(&in.secEpoch, "spray.qp.security.epoch", "{epoch}", "Current key epoch of a secured QP, by direction (sent, received).")
 
@@ -334,13 +337,16 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 		i64(in.creditWaits, s.CreditWaits, a)
 		i64(in.creditFallbacks, s.CreditFallbacks, a)
 		i64(in.creditRej, s.CreditRejected, a)
+		i64(in.trims, s.TrimsReceived, a)
+		i64(in.trimNaks, s.TrimNaksSent, with(ep, qp, sent))
+		i64(in.trimNaks, s.TrimNaksReceived, with(ep, qp, recv))
 		ss := s.Security
 		for _, d := range []struct {
 			r string
 			v uint64
 		}{
 			{"bad_tag", ss.BadTag}, {"replayed", ss.Replayed}, {"too_old", ss.TooOld},
-			{"bad_epoch", ss.BadEpoch}, {"unsecured", ss.Unsecured},
+			{"bad_epoch", ss.BadEpoch}, {"unsecured", ss.Unsecured}, {"trimmed", ss.Trimmed},
 		} {
 			i64(in.secDrops, d.v, with(ep, qp, reason(d.r)))
 		}

@@ -198,6 +198,7 @@ var allSeries = []string{
 	"spray_qp_credit_requests_total", "spray_qp_credit_grants_total", "spray_qp_credit_unsolicited_total",
 	"spray_qp_credit_waits_total", "spray_qp_credit_fallbacks_total", "spray_qp_credit_rejected_total",
 	"spray_qp_security_drops_total", "spray_qp_security_rotations_total", "spray_qp_security_epoch",
+	"spray_qp_trims_total", "spray_qp_trim_naks_total",
 	"spray_path_tx_packets_total", "spray_path_tx_bytes_total", "spray_path_retransmits_total",
 	"spray_path_losses_total", "spray_path_acks_total", "spray_path_ecn_total",
 	"spray_path_rtt_smoothed_seconds", "spray_path_int_queue_delay_seconds", "spray_path_int_queue_delay_max_seconds",
