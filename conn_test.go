@@ -480,6 +480,14 @@ func TestExplainUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	fab.Blackhole(true)
+	// A deadline already past when Send is called: the request is never
+	// posted, and the error still carries the counters.
+	spent, cancelSpent := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	err = a.Send(spent, make([]byte, 1000))
+	cancelSpent()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "0 ACKs received") {
+		t.Fatalf("Send with a spent deadline: %v, want the deadline with the counters", err)
+	}
 	short, cancelShort := context.WithTimeout(ctx, 5*time.Millisecond)
 	err = a.Send(short, make([]byte, 1000))
 	cancelShort()

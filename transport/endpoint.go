@@ -756,7 +756,10 @@ func (c *Conn) exec(ctx context.Context, wr WorkRequest) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		// A deadline that ends before the request is posted (a loaded
+		// machine can take that long to get here) is explained like one
+		// that ends while waiting (TestExplainUnreachable).
+		return c.explain(err, false)
 	}
 	select {
 	case comp := <-ch:
