@@ -264,10 +264,9 @@ type entry struct {
 // up to a power of two, and Trim gives it back once nothing is
 // outstanding. An idle scoreboard holds no ring (TestRingGrowsAndTrims).
 type Scoreboard struct {
-	cfg     Config
-	ring    []entry
-	mask    uint32
-	maxRing int // the ring's largest size: Capacity rounded up to a power of two
+	cfg  Config
+	ring []entry
+	mask uint32
 
 	// queue has one bit per ring slot: queued for resend. qHint is at or
 	// before the lowest queued PSN when nQueued > 0.
@@ -339,14 +338,9 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	size := 64
-	for size < cfg.Capacity {
-		size <<= 1
-	}
 	first = psn.New(uint32(first))
 	return &Scoreboard{
 		cfg:      cfg,
-		maxRing:  size,
 		una:      first,
 		next:     first,
 		rtoAt:    clock.Never,
