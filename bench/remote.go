@@ -370,7 +370,10 @@ func (s *perfServer) serveOne(ctx context.Context, c net.Conn) error {
 	defer cancel(nil)
 	setKeepAlive(c)
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
-	stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	// The raw connection, not c: acceptTLS replaces c (nil on an error)
+	// while this may still run.
+	raw := c
+	stopTLS := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	c, cs, err := acceptTLS(ctx, c, s.run.TLS)
 	stopTLS()
 	if err != nil {
@@ -603,7 +606,8 @@ func DialPerf(ctx context.Context, addr string, run RemoteRun) (PerfResult, erro
 	var cs *tls.ConnectionState
 	if run.TLS != nil {
 		setKeepAlive(c)
-		stopTLS := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		raw := c // c is replaced below, maybe while this runs
+		stopTLS := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 		ts, err := dialTLS(ctx, c, run.TLS, addr)
 		stopTLS()
 		if err != nil {
