@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/peek"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -379,10 +380,10 @@ func (ep *Endpoint) handle(h *handshake) {
 		ioErr = err
 		return
 	}
-	tc = &prefixConn{Conn: tc, prefix: first[:]}
+	tc = peek.Prefixed(tc, first[:])
 	var ts *tls.Conn // the TLS session, when the dialer has security
 	var ends *endConn
-	if first[0] == tlsRecordHandshake {
+	if first[0] == peek.TLSHandshake {
 		ep.mu.Lock()
 		cmSec := ep.cmSec
 		ep.mu.Unlock()
@@ -568,7 +569,7 @@ func (ep *Endpoint) handle(h *handshake) {
 // still sends (bounded by tc's deadline and 16 KB), so that the close does
 // not reset the connection before the peer read what was written.
 func lingerClose(tc net.Conn) {
-	if pc, ok := tc.(*prefixConn); ok {
+	if pc, ok := tc.(*peek.Conn); ok {
 		tc = pc.Conn
 	}
 	if cw, ok := tc.(interface{ CloseWrite() error }); ok {

@@ -243,22 +243,6 @@ func (p Protection) String() string {
 	return fmt.Sprintf("Protection(%d)", uint8(p))
 }
 
-// prefixConn is a connection whose first bytes were read to tell TLS
-// from the clear protocol; Read returns them first.
-type prefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *prefixConn) Read(b []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
-
 // endConn notes when its reads end with an error other than a timeout: a
 // FIN or a reset. A TLS session reads io.EOF both after the peer's
 // close_notify and after a FIN at a record's boundary; only the first
@@ -276,10 +260,6 @@ func (c *endConn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
-
-// tlsRecordHandshake is the first byte of a TLS connection: the record
-// type of its ClientHello. A clear request begins with 'S' ("SPCM").
-const tlsRecordHandshake = 0x16
 
 // recConn records the first bytes a dialer's TLS client reads, so that a
 // listener in clear, which answers a ClientHello with a REJ of its

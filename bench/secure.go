@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/sprayfabric/spray/internal/peek"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -177,26 +178,6 @@ func serverSecurity(own PerfConfig, h hello, cs *tls.ConnectionState) (*runSecur
 	return sec, nil
 }
 
-// prefixConn is a connection whose first bytes were read to tell TLS
-// from the clear protocol; Read returns them first.
-type prefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *prefixConn) Read(b []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
-
-// tlsHandshakeRecord is the first byte of a TLS client: the record type
-// of its ClientHello. A clear client's hello begins with '{'.
-const tlsHandshakeRecord = 0x16
-
 // acceptTLS reads a client's first byte: a ClientHello starts the TLS
 // session of own (nil: refused, this server has no certificate); anything
 // else is the clear protocol, returned as is (the caller refuses it when
@@ -207,8 +188,8 @@ func acceptTLS(ctx context.Context, c net.Conn, own *tls.Config) (net.Conn, *tls
 	if _, err := io.ReadFull(c, first[:]); err != nil {
 		return nil, nil, fmt.Errorf("bench: reading the client's hello: %w", runErr(ctx, err))
 	}
-	pc := &prefixConn{Conn: c, prefix: first[:]}
-	if first[0] != tlsHandshakeRecord {
+	pc := peek.Prefixed(c, first[:])
+	if first[0] != peek.TLSHandshake {
 		return pc, nil, nil
 	}
 	if own == nil {
