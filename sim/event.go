@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/sprayfabric/spray/clock"
+import (
+	"math/bits"
+
+	"github.com/sprayfabric/spray/clock"
+)
 
 // Event kinds.
 const (
@@ -18,6 +22,15 @@ type event struct {
 	t    clock.Time
 	seq  uint64
 	kind uint8
+	c    uint16
+	a, b int32
+}
+
+// slotEvent is an event in the ring of eventQueue: its time is its
+// bucket's, its order its place in the bucket.
+type slotEvent struct {
+	kind uint8
+	c    uint16
 	a, b int32
 }
 
@@ -81,3 +94,134 @@ func (h *eventHeap) pop() event {
 	s[i] = x
 	return top
 }
+
+const (
+	ringBits = 14
+	// ringSize is the nanoseconds eventQueue's ring covers ahead of the
+	// last event run: every frame's transmission, link delay and PFC
+	// pause of the built topologies falls within it.
+	ringSize  = 1 << ringBits
+	ringMask  = ringSize - 1
+	ringWords = ringSize / 64
+)
+
+// bucket is the events of one nanosecond, in the order they were
+// scheduled: ev[h:] are pending.
+type bucket struct {
+	ev []slotEvent
+	h  int
+}
+
+// eventQueue runs events in (t, seq) order, as eventHeap does, at O(1)
+// a push and a pop for the events less than ringSize ahead: a ring of
+// per-nanosecond FIFO buckets, found through a two-level bitmap, and a
+// heap (far) for the rest. A run of a thousand hosts holds millions of
+// events, and a heap's pop missed the cache at every level.
+//
+// The order is that of the heap: within a nanosecond a bucket is a FIFO,
+// so in scheduling order; an event of the far heap at time t was
+// scheduled while t was ringSize or more ahead, before any event of t's
+// bucket, so it runs first on a tie (TestEventQueueOrder).
+type eventQueue struct {
+	// base is the time of the last event popped; none pending is
+	// earlier, so the ring's slot s holds time base + (s - base) mod
+	// ringSize.
+	base clock.Time
+	ring []bucket
+	bits [ringWords]uint64      // slot s has events
+	sum  [ringWords / 64]uint64 // bits[w] != 0
+	n    int                    // events in the ring
+	seq  uint64
+	far  eventHeap
+}
+
+// len returns the pending events.
+func (q *eventQueue) len() int { return q.n + len(q.far) }
+
+// push adds event e at time t, which is not before the last pop's.
+func (q *eventQueue) push(t clock.Time, e slotEvent) {
+	if t-q.base >= ringSize {
+		q.seq++
+		q.far.push(event{t: t, seq: q.seq, kind: e.kind, c: e.c, a: e.a, b: e.b})
+		return
+	}
+	if q.ring == nil {
+		q.ring = make([]bucket, ringSize)
+	}
+	s := int(t & ringMask)
+	b := &q.ring[s]
+	b.ev = append(b.ev, e)
+	q.bits[s>>6] |= 1 << (s & 63)
+	q.sum[s>>12] |= 1 << ((s >> 6) & 63)
+	q.n++
+}
+
+// nextWord returns the first word of bits at or after w that has
+// events, or -1.
+func (q *eventQueue) nextWord(w int) int {
+	for j := w >> 6; j < len(q.sum); j++ {
+		m := q.sum[j]
+		if j == w>>6 {
+			m &= ^uint64(0) << (w & 63)
+		}
+		if m != 0 {
+			return j<<6 | bits.TrailingZeros64(m)
+		}
+	}
+	return -1
+}
+
+// first returns the ring's earliest slot with events, or -1.
+func (q *eventQueue) first() int {
+	if q.n == 0 {
+		return -1
+	}
+	from := int(q.base & ringMask)
+	w := from >> 6
+	if m := q.bits[w] & (^uint64(0) << (from & 63)); m != 0 {
+		return w<<6 | bits.TrailingZeros64(m)
+	}
+	i := -1
+	if w+1 < ringWords {
+		i = q.nextWord(w + 1)
+	}
+	if i < 0 {
+		i = q.nextWord(0) // wrapped: a word at or before w
+	}
+	return i<<6 | bits.TrailingZeros64(q.bits[i])
+}
+
+// pop removes and returns the earliest event if it is not after until.
+func (q *eventQueue) pop(until clock.Time) (clock.Time, slotEvent, bool) {
+	s := q.first()
+	var t clock.Time
+	if s >= 0 {
+		t = q.base + clock.Time((s-int(q.base&ringMask))&ringMask)
+	}
+	if len(q.far) > 0 && (s < 0 || q.far[0].t <= t) {
+		if q.far[0].t > until {
+			return 0, slotEvent{}, false
+		}
+		e := q.far.pop()
+		q.base = e.t
+		return e.t, slotEvent{kind: e.kind, c: e.c, a: e.a, b: e.b}, true
+	}
+	if s < 0 || t > until {
+		return 0, slotEvent{}, false
+	}
+	b := &q.ring[s]
+	e := b.ev[b.h]
+	b.h++
+	if b.h == len(b.ev) {
+		b.ev, b.h = b.ev[:0], 0
+		q.bits[s>>6] &^= 1 << (s & 63)
+		if q.bits[s>>6] == 0 {
+			q.sum[s>>12] &^= 1 << ((s >> 6) & 63)
+		}
+	}
+	q.n--
+	q.base = t
+	return t, e, true
+}
+
+func (h eventHeap) len() int { return len(h) }

@@ -58,3 +58,57 @@ func TestEventHeapOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestEventQueueOrder: the ring of buckets and its far heap run events in
+// the order of the heap, (t, seq), with times near and beyond the ring,
+// ties, pushes at the time just popped, and pops bounded by until.
+func TestEventQueueOrder(t *testing.T) {
+	r := testutil.Rand(t)
+	for _, span := range []int{3, 50, ringSize - 1, ringSize, 3 * ringSize} {
+		var q eventQueue
+		var h eventHeap
+		var seq uint64
+		var now clock.Time
+		popped := 0
+		for step := 0; step < 200000; step++ {
+			if r.IntN(5) < 3 || h.len() == 0 {
+				seq++
+				d := clock.Time(r.IntN(span))
+				if r.IntN(4) == 0 {
+					d = 0 // at the time just popped
+				}
+				e := event{t: now + d, seq: seq, kind: uint8(seq), c: uint16(seq >> 8), a: int32(seq), b: -int32(seq)}
+				h.push(e)
+				q.push(e.t, slotEvent{kind: e.kind, c: e.c, a: e.a, b: e.b})
+				continue
+			}
+			until := now + clock.Time(r.IntN(2*span))
+			qt, qe, ok := q.pop(until)
+			if want := h[0]; want.t > until {
+				if ok {
+					t.Fatalf("span %d: popped t=%v past until %v", span, qt, until)
+				}
+				continue
+			}
+			if !ok {
+				t.Fatalf("span %d: no event at or before %v; the heap has t=%v", span, until, h[0].t)
+			}
+			want := h.pop()
+			if qt != want.t || qe != (slotEvent{kind: want.kind, c: want.c, a: want.a, b: want.b}) {
+				t.Fatalf("span %d, pop %d: got t=%v %+v, want t=%v seq=%d", span, popped, qt, qe, want.t, want.seq)
+			}
+			now = qt
+			popped++
+		}
+		for h.len() > 0 {
+			want := h.pop()
+			qt, qe, ok := q.pop(want.t)
+			if !ok || qt != want.t || qe.a != want.a {
+				t.Fatalf("span %d, draining: got t=%v %+v ok=%v, want t=%v a=%d", span, qt, qe, ok, want.t, want.a)
+			}
+		}
+		if q.len() != 0 {
+			t.Fatalf("span %d: %d events left", span, q.len())
+		}
+	}
+}

@@ -144,13 +144,23 @@ type PortStats struct {
 	Trimmed uint64
 }
 
-// packet is a frame in the fabric.
+// packet is a frame in the fabric, with what the switches need of its
+// headers read once when a host sends it (inject): a frame is routed and
+// stamped at every hop, and parsing it each time cost more than the
+// switching.
 type packet struct {
 	buf []byte
-	in  int32 // ingress port at the switch holding it, -1 elsewhere
 	// readyPs is when the frame arrived whole (or was handed to the NIC),
 	// in picoseconds.
 	readyPs int64
+	// flow is the ECMP key of the frame's addresses, ports and protocol.
+	flow uint64
+	in   int32 // ingress port at the switch holding it, -1 elsewhere
+	dst  int32 // destination host, -1 if none of the fabric's
+	// intOff is the frame's INT shim; intN hop records are filled of
+	// intMax, 0 when the frame takes no stamp (wire.INTRegion).
+	intOff       uint16
+	intN, intMax uint8
 }
 
 // port is one end of a link: its egress queue towards the peer.
@@ -218,8 +228,7 @@ type Net struct {
 	cfg      FabricConfig
 	topo     Topo
 	now      clock.Time
-	seq      uint64
-	events   eventHeap
+	events   eventQueue
 	funcs    []func()
 	ports    []port
 	switches []swtch
@@ -492,8 +501,7 @@ func HostAddr(i int) ([6]byte, netip.Addr) {
 // schedule adds an event.
 func (n *Net) schedule(t clock.Time, kind uint8, a, b int32) {
 	t = max(t, n.now) // time never runs backwards
-	n.seq++
-	n.events.push(event{t: t, seq: n.seq, kind: kind, a: a, b: b})
+	n.events.push(t, slotEvent{kind: kind, a: a, b: b})
 }
 
 // At runs fn at simulated time t (now if t is past).
@@ -523,6 +531,47 @@ func (n *Net) freePacket(id int32) { n.free = append(n.free, id) }
 // Packets returns the packet buffers the run has allocated: the most
 // frames in flight, queued or held by the transports at once.
 func (n *Net) Packets() int { return len(n.pkts) }
+
+// inject reads what the switches use of packet id's headers, as the host
+// hands it to its NIC: the destination host and ECMP key route it, the
+// INT region takes a hop record at every switch (stamp).
+func (n *Net) inject(id int32) {
+	pk := &n.pkts[id]
+	f := pk.buf
+	pk.dst = -1
+	if len(f) >= 38 && f[12] == 0x08 && f[13] == 0x00 && f[30] == 10 {
+		if d := int32(uint32(f[31])<<16|uint32(f[32])<<8|uint32(f[33])) - 1; d >= 0 && d < int32(len(n.hosts)) {
+			pk.dst = d
+		}
+		pk.flow = uint64(binary.BigEndian.Uint32(f[26:]))<<32 ^ uint64(binary.BigEndian.Uint32(f[30:])) ^
+			uint64(binary.BigEndian.Uint32(f[34:]))<<8 ^ uint64(f[23])
+	}
+	n.readINT(pk)
+}
+
+// readINT reads packet pk's INT region (wire.INTRegion).
+func (n *Net) readINT(pk *packet) {
+	pk.intOff, pk.intN, pk.intMax = 0, 0, 0
+	if n.cfg.NoINT {
+		return
+	}
+	if off, k, m, ok := wire.INTRegion(pk.buf); ok {
+		pk.intOff, pk.intN, pk.intMax = uint16(off), uint8(k), uint8(m)
+	}
+}
+
+// stamp writes hop h into packet pk's next free INT slot, as
+// wire.StampHop does, and reports whether there was one.
+func stamp(pk *packet, h wire.Hop) bool {
+	if pk.intN >= pk.intMax {
+		return false
+	}
+	off := int(pk.intOff)
+	wire.PutHop(pk.buf[off+wire.INTShimLen:], int(pk.intN), h)
+	pk.intN++
+	pk.buf[off+wire.INTShimCountOff] = pk.intN
+	return true
+}
 
 // push appends id to the FIFO q[*h:], reusing its space.
 func push(q []int32, h *int, id int32) []int32 {
@@ -692,7 +741,7 @@ func (n *Net) arrive(pi, id int32) {
 	}
 	s := &n.switches[p.node]
 	pk := &n.pkts[id]
-	out, ok := n.route(s, pk.buf)
+	out, ok := n.route(s, pk)
 	if !ok {
 		p.stats.Drops.NoRoute++
 		n.freePacket(id)
@@ -744,14 +793,14 @@ func (n *Net) arrive(pi, id int32) {
 		e.stats.ECNMarked++
 	}
 	e.txCount += uint32(size)
-	if !n.cfg.NoINT {
+	if pk.intMax > 0 {
 		// As the eBPF fabric stamps a frame at the egress hook, before its
 		// queue: TS the enqueue time, QLen the bytes ahead of it and its
 		// own (what its queue delay times the rate gives there), TxBytes
 		// the port's counter with this frame.
 		h := wire.Hop{Switch: s.id, Port: e.local, RateMbps: uint32(e.rate / 1e6), TS: uint64(n.now),
 			QLen: uint32(min(qlen, 1<<32-1)), TxBytes: e.txCount}
-		if ok, _ := wire.StampHop(pk.buf, h); ok {
+		if stamp(pk, h) {
 			e.stats.INTStamped++
 		}
 	}
@@ -778,6 +827,7 @@ func (n *Net) overflow(s *swtch, e *port, out, id int32) {
 	if n.topo.Trim && !trimmedFrame(pk.buf) {
 		if m, err := wire.Trim(pk.buf); err == nil {
 			pk.buf = pk.buf[:m]
+			n.readINT(pk)
 			e.stats.Trimmed++
 			n.enqueueTrimmed(s, e, out, id)
 			return
@@ -804,12 +854,9 @@ func (n *Net) enqueueTrimmed(s *swtch, e *port, out, id int32) {
 
 // route picks the egress port of a frame at switch s: down towards the
 // destination host if s covers it, else an uplink by ECMP.
-func (n *Net) route(s *swtch, f []byte) (int32, bool) {
-	if len(f) < 38 || f[12] != 0x08 || f[13] != 0x00 {
-		return 0, false
-	}
-	dst := int32(uint32(f[31])<<16|uint32(f[32])<<8|uint32(f[33])) - 1
-	if f[30] != 10 || dst < 0 || dst >= int32(len(n.hosts)) {
+func (n *Net) route(s *swtch, pk *packet) (int32, bool) {
+	dst := pk.dst
+	if dst < 0 {
 		return 0, false
 	}
 	if dst >= s.lo && dst < s.hi {
@@ -818,8 +865,7 @@ func (n *Net) route(s *swtch, f []byte) (int32, bool) {
 	if len(s.up) == 0 {
 		return 0, false
 	}
-	h := splitmix(s.seed ^ uint64(binary.BigEndian.Uint32(f[26:]))<<32 ^ uint64(binary.BigEndian.Uint32(f[30:])) ^
-		uint64(binary.BigEndian.Uint32(f[34:]))<<8 ^ uint64(f[23]))
+	h := splitmix(s.seed ^ pk.flow)
 	k := len(s.up)
 	first := int(h % uint64(k))
 	for i := range k {
@@ -931,13 +977,15 @@ func (n *Net) pause(pi int32, on bool) {
 // after every event), or the clock would pass until. It returns the
 // time it stopped at.
 func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
-	for len(n.events) > 0 {
-		if n.events[0].t > until {
-			n.now = until
+	for {
+		t, e, ok := n.events.pop(until)
+		if !ok {
+			if n.events.len() > 0 {
+				n.now = until
+			}
 			break
 		}
-		e := n.events.pop()
-		n.now = e.t
+		n.now = t
 		n.nevents++
 		switch e.kind {
 		case evTxDone:
@@ -949,7 +997,7 @@ func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
 		case evHostStep:
 			n.engines[e.a].step()
 		case evHostWake:
-			n.engines[e.a].wake(e.t)
+			n.engines[e.a].wake(t)
 		case evFunc:
 			fn := n.funcs[e.a]
 			n.funcs[e.a] = nil
@@ -966,7 +1014,7 @@ func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
 }
 
 // Idle reports whether no event is pending.
-func (n *Net) Idle() bool { return len(n.events) == 0 }
+func (n *Net) Idle() bool { return n.events.len() == 0 }
 
 // LinkRef names a link by the switch and port index of one of its ends.
 type LinkRef struct{ Switch, Port int }
