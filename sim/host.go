@@ -139,6 +139,7 @@ func (h *Host) Send(frame []byte) bool {
 	pk.buf = pk.buf[:copy(pk.buf, frame)]
 	pk.readyPs = int64(h.n.now) * 1000
 	h.txOut++
+	h.n.inject(id)
 	h.n.enqueue(h.port, id)
 	return true
 }
@@ -333,6 +334,7 @@ func (l *hostLink) Send(fs []link.Frame) (int, error) {
 		pk.buf = pk.buf[:len(f.Buf)]
 		pk.readyPs = int64(n.now) * 1000
 		h.txOut++
+		n.inject(id)
 		n.enqueue(h.port, id)
 		sent++
 	}

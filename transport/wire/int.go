@@ -51,6 +51,26 @@ func PutHop(records []byte, i int, h Hop) {
 	binary.BigEndian.PutUint32(r[20:], h.TxBytes)
 }
 
+// INTRegion returns where an IPv4 frame's INT shim starts and the hop
+// records filled and reserved there, for a switch that stamps a frame at
+// every hop and parses it once (the simulator). ok is false, and no hop
+// may be stamped, where StampHop would stamp none: no INT region, an
+// unknown shim version, too many slots, a frame Decode rejects, or IPv6
+// (whose UDP checksum StampHop recomputes). A caller stamps record n with
+// PutHop(frame[off+INTShimLen:], n, h) and stores n+1 at
+// off+INTShimCountOff while n < max (TestINTRegionMatchesStampHop).
+func INTRegion(frame []byte) (off, n, max int, ok bool) {
+	var l layout
+	if err := parse(frame, &l); err != nil || l.bad != nil || l.intLen == 0 || l.v6 {
+		return 0, 0, 0, false
+	}
+	shim := frame[l.intOff : l.intOff+l.intLen]
+	if shim[INTShimVersionOff] != INTVersion || int(shim[INTShimMaxOff]) > MaxINTHops {
+		return 0, 0, 0, false
+	}
+	return l.intOff, int(shim[INTShimCountOff]), int(shim[INTShimMaxOff]), true
+}
+
 // StampHop does in software what a fabric switch does in eBPF: it writes h
 // into the next free hop slot of a spray data frame's INT region and
 // increments the shim's hop count. The ICRC stays valid because the INT

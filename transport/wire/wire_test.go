@@ -818,3 +818,45 @@ func TestMaxLength(t *testing.T) {
 		}
 	}
 }
+
+// TestINTRegionMatchesStampHop: stamping through INTRegion and PutHop
+// gives the bytes StampHop gives, hop by hop, on IPv4 frames of every
+// kind, and INTRegion offers no slot where StampHop stamps none.
+func TestINTRegionMatchesStampHop(t *testing.T) {
+	r := testutil.Rand(t)
+	for _, nv := range netVariants {
+		for _, k := range allKinds(r, nv, 50) {
+			f, err := encodeKase(&k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := bytes.Clone(f)
+			off, n, max, ok := INTRegion(g)
+			for hop := 0; ; hop++ {
+				h := Hop{Switch: uint16(hop), Port: 3, RateMbps: 100000, TS: r.Uint64(), QLen: r.Uint32(), TxBytes: r.Uint32()}
+				stamped, _ := StampHop(f, h)
+				if _, v6 := findOffs(f); v6 {
+					if ok {
+						t.Fatalf("%s: INTRegion offers an IPv6 frame's slots", k.name)
+					}
+					break
+				}
+				if stamped != (ok && n < max) {
+					t.Fatalf("%s, hop %d: StampHop %v, INTRegion ok=%v %d of %d", k.name, hop, stamped, ok, n, max)
+				}
+				if !stamped {
+					break
+				}
+				PutHop(g[off+INTShimLen:], n, h)
+				n++
+				g[off+INTShimCountOff] = byte(n)
+				if !bytes.Equal(f, g) {
+					t.Fatalf("%s, hop %d: the frames differ", k.name, hop)
+				}
+			}
+		}
+	}
+	if _, _, _, ok := INTRegion([]byte{1, 2, 3}); ok {
+		t.Fatal("INTRegion of 3 bytes: ok")
+	}
+}
