@@ -137,10 +137,9 @@ func (h *Host) Send(frame []byte) bool {
 	id := h.n.allocPacket()
 	pk := &h.n.pkts[id]
 	pk.buf = pk.buf[:copy(pk.buf, frame)]
-	pk.readyPs = int64(h.n.now) * 1000
 	h.txOut++
 	h.n.inject(id)
-	h.n.enqueue(h.port, id)
+	h.n.send(h.port, id)
 	return true
 }
 
@@ -332,10 +331,9 @@ func (l *hostLink) Send(fs []link.Frame) (int, error) {
 			continue
 		}
 		pk.buf = pk.buf[:len(f.Buf)]
-		pk.readyPs = int64(n.now) * 1000
 		h.txOut++
 		n.inject(id)
-		n.enqueue(h.port, id)
+		n.send(h.port, id)
 		sent++
 	}
 	if l.closed {

@@ -150,17 +150,25 @@ type PortStats struct {
 // switching.
 type packet struct {
 	buf []byte
-	// readyPs is when the frame arrived whole (or was handed to the NIC),
-	// in picoseconds.
-	readyPs int64
 	// flow is the ECMP key of the frame's addresses, ports and protocol.
 	flow uint64
-	in   int32 // ingress port at the switch holding it, -1 elsewhere
 	dst  int32 // destination host, -1 if none of the fabric's
 	// intOff is the frame's INT shim; intN hop records are filled of
 	// intMax, 0 when the frame takes no stamp (wire.INTRegion).
 	intOff       uint16
 	intN, intMax uint8
+}
+
+// qent is a frame in a port's queue, with what sending it needs: a port
+// sends a frame without touching the packet, which a run of a thousand
+// hosts holds by the hundred thousand, far apart in memory.
+type qent struct {
+	// readyPs is when the frame arrived whole (or was handed to the NIC),
+	// in picoseconds.
+	readyPs int64
+	id      int32 // the packet
+	size    int32 // its bytes
+	in      int32 // PFC: the ingress port whose account holds it, or -1
 }
 
 // port is one end of a link: its egress queue towards the peer.
@@ -171,12 +179,13 @@ type port struct {
 	peer  int32  // the port at the other end
 	rate  uint64 // bit/s
 	delay clock.Time
-	q     []int32 // FIFO of packets; q[qh:] are queued
+	q     []qent // FIFO of packets; q[qh:] are queued
 	qh    int
 	// pq[pqh:] are trimmed frames (Topo.Trim), sent before q's.
-	pq     []int32
+	pq     []qent
 	pqh    int
-	qBytes int // queued bytes, the one on the wire included
+	cur    qent // the frame on the wire while busy
+	qBytes int  // queued bytes, the one on the wire included
 	busy   bool
 	freePs int64 // when the wire is free, in picoseconds
 	// Topo.Shaper: a switch port is a token bucket of bucketPs (its
@@ -518,11 +527,9 @@ func (n *Net) allocPacket() int32 {
 		n.free = n.free[:k-1]
 		p := &n.pkts[id]
 		p.buf = p.buf[:cap(p.buf)]
-		p.in = -1
-		p.readyPs = int64(n.now) * 1000
 		return id
 	}
-	n.pkts = append(n.pkts, packet{buf: make([]byte, n.topo.MTU), in: -1, readyPs: int64(n.now) * 1000})
+	n.pkts = append(n.pkts, packet{buf: make([]byte, n.topo.MTU)})
 	return int32(len(n.pkts) - 1)
 }
 
@@ -574,31 +581,34 @@ func stamp(pk *packet, h wire.Hop) bool {
 }
 
 // push appends id to the FIFO q[*h:], reusing its space.
-func push(q []int32, h *int, id int32) []int32 {
+func push(q []qent, h *int, e qent) []qent {
 	if *h > 0 && *h == len(q) {
 		q, *h = q[:0], 0
 	} else if *h > 64 && *h*2 > len(q) {
 		k := copy(q, q[*h:])
 		q, *h = q[:k], 0
 	}
-	return append(q, id)
+	return append(q, e)
 }
 
-// enqueue puts packet id on port pi's egress queue.
-func (n *Net) enqueue(pi, id int32) { n.enqueueAt(pi, id, false) }
+// send puts packet id, just handed over by a host, on port pi's egress
+// queue.
+func (n *Net) send(pi, id int32) {
+	n.enqueueAt(pi, qent{readyPs: int64(n.now) * 1000, id: id, size: int32(len(n.pkts[id].buf)), in: -1}, false)
+}
 
-// enqueueAt puts packet id on port pi's egress queue, or on its priority
+// enqueueAt puts frame e on port pi's egress queue, or on its priority
 // queue of trimmed frames when prio.
-func (n *Net) enqueueAt(pi, id int32, prio bool) {
+func (n *Net) enqueueAt(pi int32, e qent, prio bool) {
 	p := &n.ports[pi]
 	if prio {
-		p.pq = push(p.pq, &p.pqh, id)
+		p.pq = push(p.pq, &p.pqh, e)
 	} else {
-		p.q = push(p.q, &p.qh, id)
+		p.q = push(p.q, &p.qh, e)
 	}
-	p.qBytes += len(n.pkts[id].buf)
+	p.qBytes += int(e.size)
 	if p.shaper {
-		p.tailPs = max(p.tailPs, int64(n.now)*1000) + shaperPs(len(n.pkts[id].buf), p.rate)
+		p.tailPs = max(p.tailPs, int64(n.now)*1000) + shaperPs(int(e.size), p.rate)
 	}
 	if p.qBytes > p.stats.MaxQueue {
 		p.stats.MaxQueue = p.qBytes
@@ -611,23 +621,24 @@ func (n *Net) enqueueAt(pi, id int32, prio bool) {
 // startTx puts the head of port pi's queue on the wire.
 func (n *Net) startTx(pi int32) {
 	p := &n.ports[pi]
-	var id int32
+	var e qent
 	switch {
 	case p.pqh < len(p.pq):
-		id = p.pq[p.pqh]
+		e = p.pq[p.pqh]
 		p.pqh++
 	case p.qh < len(p.q):
-		id = p.q[p.qh]
+		e = p.q[p.qh]
 		p.qh++
 	default:
 		return
 	}
 	p.busy = true
+	p.cur = e
 	// Events run on nanosecond ticks, but a frame starts when it arrived
 	// whole and the wire is free, to the picosecond: no rounding builds
 	// up along a path or a train of frames.
-	start := max(p.freePs, n.pkts[id].readyPs, int64(n.now)*1000-999)
-	switch size := len(n.pkts[id].buf); {
+	start := max(p.freePs, e.readyPs, int64(n.now)*1000-999)
+	switch size := int(e.size); {
 	case p.shaper:
 		// A token bucket (TBF): the frame leaves once the bucket holds
 		// its bytes, and crosses the link in no time but its delay.
@@ -641,16 +652,15 @@ func (n *Net) startTx(pi int32) {
 		p.freePs = start + serPs(size, p.rate)
 	}
 	if n.Trace != nil && !p.host {
-		n.Trace(int(p.node), int(p.local), n.pkts[id].buf)
+		n.Trace(int(p.node), int(p.local), n.pkts[e.id].buf)
 	}
-	n.schedule(clock.Time((p.freePs+999)/1000), evTxDone, pi, id)
+	n.schedule(clock.Time((p.freePs+999)/1000), evTxDone, pi, e.id)
 }
 
 // txDone: the frame has left port pi; it reaches the peer after the delay.
 func (n *Net) txDone(pi, id int32) {
 	p := &n.ports[pi]
-	pk := &n.pkts[id]
-	size := len(pk.buf)
+	size := int(p.cur.size)
 	p.busy = false
 	p.qBytes -= size
 	p.stats.TxFrames++
@@ -658,15 +668,17 @@ func (n *Net) txDone(pi, id int32) {
 	if p.host {
 		n.hosts[p.node].txDone()
 	} else {
-		n.release(p.node, pk)
+		n.release(p.node, p.cur.in, size)
 	}
 	if drop := n.linkFault(p); drop != nil {
 		*drop++
 		n.freePacket(id)
 	} else {
+		// The event runs on the nanosecond the frame is whole; it
+		// carries the picoseconds before it.
 		arr := p.freePs + int64(p.delay)*1000
-		pk.readyPs = arr
-		n.schedule(clock.Time((arr+999)/1000), evArrive, p.peer, id)
+		t := clock.Time((arr + 999) / 1000)
+		n.events.push(max(t, n.now), slotEvent{kind: evArrive, c: uint16(int64(t)*1000 - arr), a: p.peer, b: id})
 	}
 	if !p.paused {
 		n.startTx(pi)
@@ -699,13 +711,12 @@ func (n *Net) linkFault(p *port) *uint64 {
 
 // release returns a frame's buffer to switch si and its ingress port's
 // PFC account, resuming the upstream when the account falls low enough.
-func (n *Net) release(si int32, pk *packet) {
+func (n *Net) release(si, ini int32, size int) {
 	s := &n.switches[si]
-	size := len(pk.buf)
 	n.account(s)
 	s.used -= size
-	if pk.in >= 0 {
-		in := &n.ports[pk.in]
+	if ini >= 0 {
+		in := &n.ports[ini]
 		in.inBytes -= size
 		// XON once the account is Resume below XOFF, or empty: a
 		// threshold that fell below Resume must not pause for ever.
@@ -713,7 +724,6 @@ func (n *Net) release(si int32, pk *packet) {
 			in.xoff = false
 			n.schedule(n.now+in.delay, evPause, in.peer, 0)
 		}
-		pk.in = -1
 	}
 }
 
@@ -732,8 +742,9 @@ func (n *Net) xoffThreshold(s *swtch) int {
 	return int(n.cfg.PFC.Alpha * float64(max(s.shared-s.used, 0)))
 }
 
-// arrive handles a frame reaching port pi.
-func (n *Net) arrive(pi, id int32) {
+// arrive handles frame id reaching port pi, whole rem picoseconds before
+// the current nanosecond.
+func (n *Net) arrive(pi, id int32, rem uint16) {
 	p := &n.ports[pi]
 	if p.host {
 		n.hosts[p.node].receive(id)
@@ -749,17 +760,19 @@ func (n *Net) arrive(pi, id int32) {
 	}
 	e := &n.ports[out]
 	size := len(pk.buf)
+	ready := int64(n.now)*1000 - int64(rem)
 	if n.topo.Trim && !n.cfg.PFC.On && trimmedFrame(pk.buf) {
-		n.enqueueTrimmed(s, e, out, id)
+		n.enqueueTrimmed(s, e, out, id, ready)
 		return
 	}
+	in := int32(-1)
 	if n.cfg.PFC.On {
 		if s.used+size > s.buf {
 			e.stats.Drops.Queue++
 			n.freePacket(id)
 			return
 		}
-		pk.in = pi
+		in = pi
 		p.inBytes += size
 		if !p.xoff && p.inBytes >= n.xoffThreshold(s) {
 			p.xoff = true
@@ -768,11 +781,11 @@ func (n *Net) arrive(pi, id int32) {
 		}
 	} else if pb := n.topo.PortBuffer; pb > 0 {
 		if e.qBytes+size > pb {
-			n.overflow(s, e, out, id)
+			n.overflow(s, e, out, id, ready)
 			return
 		}
 	} else if s.used+size > s.buf || float64(e.qBytes+size) > n.cfg.Alpha*float64(s.buf-s.used) {
-		n.overflow(s, e, out, id)
+		n.overflow(s, e, out, id, ready)
 		return
 	}
 	n.account(s)
@@ -804,7 +817,7 @@ func (n *Net) arrive(pi, id int32) {
 			e.stats.INTStamped++
 		}
 	}
-	n.enqueue(out, id)
+	n.enqueueAt(out, qent{readyPs: ready, id: id, size: int32(size), in: in}, false)
 }
 
 // maxTrimmedQueue bounds a port's queue of trimmed frames: beyond, they
@@ -822,14 +835,14 @@ func trimmedFrame(f []byte) bool {
 // with Topo.Trim a spray data frame is cut to its headers (wire.Trim),
 // counted in Trimmed, and goes on at priority; anything else is dropped
 // (Drops.Queue). Guarded by TestTrimSmallBuffer.
-func (n *Net) overflow(s *swtch, e *port, out, id int32) {
+func (n *Net) overflow(s *swtch, e *port, out, id int32, ready int64) {
 	pk := &n.pkts[id]
 	if n.topo.Trim && !trimmedFrame(pk.buf) {
 		if m, err := wire.Trim(pk.buf); err == nil {
 			pk.buf = pk.buf[:m]
 			n.readINT(pk)
 			e.stats.Trimmed++
-			n.enqueueTrimmed(s, e, out, id)
+			n.enqueueTrimmed(s, e, out, id, ready)
 			return
 		}
 	}
@@ -840,16 +853,17 @@ func (n *Net) overflow(s *swtch, e *port, out, id int32) {
 // enqueueTrimmed puts a trimmed frame on egress e's priority queue. It
 // takes switch buffer, but no threshold holds it back: a few dozen bytes
 // per frame the queue could not take whole.
-func (n *Net) enqueueTrimmed(s *swtch, e *port, out, id int32) {
+func (n *Net) enqueueTrimmed(s *swtch, e *port, out, id int32, ready int64) {
 	if len(e.pq)-e.pqh >= maxTrimmedQueue {
 		e.stats.Drops.Queue++
 		n.freePacket(id)
 		return
 	}
+	size := len(n.pkts[id].buf)
 	n.account(s)
-	s.used += len(n.pkts[id].buf)
+	s.used += size
 	s.maxUsed = max(s.maxUsed, s.used)
-	n.enqueueAt(out, id, true)
+	n.enqueueAt(out, qent{readyPs: ready, id: id, size: int32(size), in: -1}, true)
 }
 
 // route picks the egress port of a frame at switch s: down towards the
@@ -991,7 +1005,7 @@ func (n *Net) Run(until clock.Time, stop func() bool) clock.Time {
 		case evTxDone:
 			n.txDone(e.a, e.b)
 		case evArrive:
-			n.arrive(e.a, e.b)
+			n.arrive(e.a, e.b, e.c)
 		case evPause:
 			n.pause(e.a, e.b == 1)
 		case evHostStep:
