@@ -151,9 +151,13 @@ func DelayBucketBound(i int) time.Duration {
 	return time.Microsecond << i
 }
 
+// init sets the table to the paths ents, every counter at zero; the
+// delay histograms are the QP's and stay. A set of 16 paths or fewer
+// holds no index, whatever the set before it (TestPathTableNewSmallerSet).
 func (t *pathTable) init(ents []uint16) {
 	t.ents = append([]uint16(nil), ents...)
 	t.slot = make([]uint16, len(ents))
+	t.idx, t.c, t.wide = nil, nil, nil
 	if len(ents) > 16 {
 		t.idx = make([]uint32, len(ents))
 		for i, e := range ents {
