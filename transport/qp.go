@@ -560,8 +560,10 @@ func (q *QP) push(wr WorkRequest) {
 	q.tail++
 }
 
-// minSendRing is the send ring's first size.
-const minSendRing = 4
+// minSendRing is the send ring's first size: one message, as a QP of a
+// collective holds one at a time (a slot is 112 bytes, held by every busy
+// QP); more double it (TestSendRingGrowsFromOne).
+const minSendRing = 1
 
 // growSend doubles the send ring (from minSendRing, up to SendQueue),
 // keeping every message at its number.
