@@ -146,7 +146,7 @@ func (q *QP) takeCredit(resend bool) {
 	if cs.unsol > 0 {
 		cs.unsol--
 		cs.bit = wire.DataUnsolicited
-		q.stats.UnsolicitedPackets++
+		q.rareStats().UnsolicitedPackets++
 	}
 }
 
@@ -154,7 +154,7 @@ func (q *QP) takeCredit(resend bool) {
 func (q *QP) creditWait() {
 	if q.credits() && !q.cs.waiting && q.cs.backlog > 0 && !q.mayCredit() {
 		q.cs.waiting = true
-		q.stats.CreditWaits++
+		q.rareStats().CreditWaits++
 	}
 }
 
@@ -200,7 +200,7 @@ func (q *QP) creditTimeout(now clock.Time) {
 	cs.misses++
 	if cs.misses > creditMaxMisses {
 		cs.mode = creditOff
-		q.stats.CreditFallbacks++
+		q.rareStats().CreditFallbacks++
 		return
 	}
 	cs.reqDue, cs.retry = true, true
@@ -214,7 +214,7 @@ func (q *QP) creditHeard(now clock.Time, count uint32) {
 		return
 	}
 	if d := count - cs.used; int32(d) > 0 && d > creditMaxAhead {
-		q.stats.CreditRejected++
+		q.rareStats().CreditRejected++
 		return
 	}
 	cs.mode = creditOn
@@ -233,7 +233,7 @@ func (q *QP) creditAck(now clock.Time, a *wire.Ack) {
 	if a.Flags&wire.AckCredit == 0 {
 		if q.cs.mode != creditOff {
 			q.cs.mode = creditOff
-			q.stats.CreditFallbacks++
+			q.rareStats().CreditFallbacks++
 		}
 		return
 	}
@@ -243,10 +243,10 @@ func (q *QP) creditAck(now clock.Time, a *wire.Ack) {
 // onGrant takes a credit grant.
 func (q *QP) onGrant(now clock.Time, pk *wire.Packet) {
 	if q.cfg.Profile != Spray {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
-	q.stats.CreditGrantsReceived++
+	q.rareStats().CreditGrantsReceived++
 	if q.cfg.Credits {
 		q.creditHeard(now, pk.Credit.Count)
 	}
@@ -256,17 +256,17 @@ func (q *QP) onGrant(now clock.Time, pk *wire.Packet) {
 // ignores it: its ACKs, without credit, tell the sender.
 func (q *QP) onCreditRequest(pk *wire.Packet) {
 	if q.cfg.Profile != Spray {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
-	q.stats.CreditRequestsReceived++
+	q.rareStats().CreditRequestsReceived++
 	e := q.sch.eng
 	if !q.cfg.Credits || e == nil || e.credit == nil {
 		return
 	}
 	cr, c := &q.cr, &pk.Credit
 	if serialLess(cr.limit, c.Used) || c.Count-cr.limit > creditMaxAhead && serialLess(cr.limit, c.Count) {
-		q.stats.CreditRejected++
+		q.rareStats().CreditRejected++
 		return
 	}
 	if serialLess(cr.want, c.Count) {
@@ -337,7 +337,7 @@ func (q *QP) encodeGrant(buf []byte) (int, error) {
 		return 0, err
 	}
 	q.cr.told, q.cr.due = q.cr.limit, false
-	q.stats.CreditGrantsSent++
+	q.rareStats().CreditGrantsSent++
 	return n, nil
 }
 
@@ -357,7 +357,7 @@ func (q *QP) encodeCreditRequest(now clock.Time, buf []byte) (int, error) {
 		return 0, err
 	}
 	cs.asked, cs.reqDue, cs.retry, cs.reqAt = want, false, false, now
-	q.stats.CreditRequestsSent++
+	q.rareStats().CreditRequestsSent++
 	return n, nil
 }
 

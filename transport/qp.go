@@ -207,6 +207,74 @@ type QPStats struct {
 	Security SecurityStats
 }
 
+// qpCounters are the QPStats counters a busy QP moves, held in the QP;
+// the others wait in rareStats until their first count, so that each of
+// a simulator's million QPs holds only these (TestQPSize). Stats copies
+// both (TestStatsCopiesEveryCounter).
+type qpCounters struct {
+	TxPackets        uint64
+	TxBytes          uint64
+	Retransmits      uint64
+	RxPackets        uint64
+	RxBytes          uint64
+	Duplicates       uint64
+	OutOfOrderDrops  uint64
+	AcksSent         uint64
+	AcksReceived     uint64
+	NaksSent         uint64
+	NaksReceived     uint64
+	TrimsReceived    uint64
+	TrimNaksSent     uint64
+	TrimNaksReceived uint64
+	ECNMarked        uint64
+	CNPsSent         uint64
+	CNPsReceived     uint64
+	MessagesSent     uint64
+	MessagesReceived uint64
+	Timeouts         uint64
+	RTTSamples       uint64
+	SRTT             time.Duration
+	MinRTT           time.Duration
+	INTAcks          uint64
+	INTQueueDelay    time.Duration
+	MaxINTQueueDelay time.Duration
+	Microbursts      uint64
+	MicroburstAcks   uint64
+	MaxReorderHeld   uint64
+}
+
+// rareStats are the QPStats counters of errors, refusals and credits:
+// zero on most QPs, allocated at the first count (QP.rareStats).
+type rareStats struct {
+	OutOfWindow            uint64
+	NoBuffer               uint64
+	RNRNaksSent            uint64
+	RNRNaksReceived        uint64
+	RemoteAccessErrors     uint64
+	BadPackets             uint64
+	RejectedAcks           uint64
+	RejectedNaks           uint64
+	RejectedCNPs           uint64
+	RejectedReadResponses  uint64
+	RecvCopied             uint64
+	CreditRequestsSent     uint64
+	CreditGrantsReceived   uint64
+	CreditGrantsSent       uint64
+	CreditRequestsReceived uint64
+	UnsolicitedPackets     uint64
+	CreditWaits            uint64
+	CreditFallbacks        uint64
+	CreditRejected         uint64
+}
+
+// rareStats returns the QP's rare counters, allocating them on first use.
+func (q *QP) rareStats() *rareStats {
+	if q.rare == nil {
+		q.rare = new(rareStats)
+	}
+	return q.rare
+}
+
 type sendMsg struct {
 	wr     WorkRequest
 	id     uint32
@@ -234,18 +302,17 @@ type sendMsg struct {
 //
 // A QP is not safe for concurrent use; an Engine owns its QPs.
 type QP struct {
-	cfg   *Config
-	mrs   *mrTable
-	qpn   uint32
-	state qpState
-	err   error
+	cfg  *Config
+	mrs  *mrTable
+	qpn  uint32
+	rqpn uint32
+	err  error
 	// foreign is the last fatal NAK dropped because it named no request
 	// of this QP: the error that fails the QP says so.
 	foreign foreignNak
 
 	lmac, rmac [6]byte
 	lip, rip   netip.Addr
-	rqpn       uint32
 
 	// The profile's protocol: snd fills in data packets and acts on
 	// acknowledgements, rcv takes data packets and fills in the
@@ -259,6 +326,10 @@ type QP struct {
 
 	// send queue and scoreboard
 	startPSN psn.PSN
+	// readsOut counts the Spray profile's READs posted whose response has
+	// not all landed, readSince when the first of them was posted, and
+	// heardAt when the latest packet from the peer came: readDeadline.
+	readsOut int32
 	ackTurn  int // acknowledgements rotate over the QP's entropies
 	sb       *retransmit.Scoreboard
 	paths    multipath.Policy
@@ -317,24 +388,22 @@ type QP struct {
 	lastSendAt clock.Time // when the latest data packet left
 	// activeAt is when the QP last received, sent or was posted to:
 	// trimAfter later, it gives back the buffers it holds empty.
-	activeAt clock.Time
-	// readsOut counts the Spray profile's READs posted whose response has
-	// not all landed, readSince when the first of them was posted, and
-	// heardAt when the latest packet from the peer came: readDeadline.
-	readsOut           int
+	activeAt           clock.Time
 	readSince, heardAt clock.Time
 	// owner, when set, trims its own buffers when the QP trims (a Conn).
-	owner  interface{ trimBuffers() }
+	owner  *Conn
 	comps  []Completion
-	stats  QPStats
-	pstats pathTable // per-path counters: stats_telemetry.go; from activate
-	sch    qpSched   // place in the engine's schedule: sched.go
+	stats  qpCounters
+	rare   *rareStats // nil until the first rare count
+	pstats pathTable  // per-path counters: stats_telemetry.go; from activate
+	sch    qpSched    // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
 	// cs and cr are the sender's and the receiver's credit state
 	// (Config.Credits; credit.go).
-	cs creditSend
-	cr creditRecv
+	cs    creditSend
+	cr    creditRecv
+	state qpState
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -481,7 +550,59 @@ func (q *QP) Err() error { return q.err }
 
 // Stats returns the QP's counters.
 func (q *QP) Stats() QPStats {
-	s := q.stats
+	c := &q.stats
+	s := QPStats{
+		TxPackets:        c.TxPackets,
+		TxBytes:          c.TxBytes,
+		Retransmits:      c.Retransmits,
+		RxPackets:        c.RxPackets,
+		RxBytes:          c.RxBytes,
+		Duplicates:       c.Duplicates,
+		OutOfOrderDrops:  c.OutOfOrderDrops,
+		AcksSent:         c.AcksSent,
+		AcksReceived:     c.AcksReceived,
+		NaksSent:         c.NaksSent,
+		NaksReceived:     c.NaksReceived,
+		TrimsReceived:    c.TrimsReceived,
+		TrimNaksSent:     c.TrimNaksSent,
+		TrimNaksReceived: c.TrimNaksReceived,
+		ECNMarked:        c.ECNMarked,
+		CNPsSent:         c.CNPsSent,
+		CNPsReceived:     c.CNPsReceived,
+		MessagesSent:     c.MessagesSent,
+		MessagesReceived: c.MessagesReceived,
+		Timeouts:         c.Timeouts,
+		RTTSamples:       c.RTTSamples,
+		SRTT:             c.SRTT,
+		MinRTT:           c.MinRTT,
+		INTAcks:          c.INTAcks,
+		INTQueueDelay:    c.INTQueueDelay,
+		MaxINTQueueDelay: c.MaxINTQueueDelay,
+		Microbursts:      c.Microbursts,
+		MicroburstAcks:   c.MicroburstAcks,
+		MaxReorderHeld:   c.MaxReorderHeld,
+	}
+	if r := q.rare; r != nil {
+		s.OutOfWindow = r.OutOfWindow
+		s.NoBuffer = r.NoBuffer
+		s.RNRNaksSent = r.RNRNaksSent
+		s.RNRNaksReceived = r.RNRNaksReceived
+		s.RemoteAccessErrors = r.RemoteAccessErrors
+		s.BadPackets = r.BadPackets
+		s.RejectedAcks = r.RejectedAcks
+		s.RejectedNaks = r.RejectedNaks
+		s.RejectedCNPs = r.RejectedCNPs
+		s.RejectedReadResponses = r.RejectedReadResponses
+		s.RecvCopied = r.RecvCopied
+		s.CreditRequestsSent = r.CreditRequestsSent
+		s.CreditGrantsReceived = r.CreditGrantsReceived
+		s.CreditGrantsSent = r.CreditGrantsSent
+		s.CreditRequestsReceived = r.CreditRequestsReceived
+		s.UnsolicitedPackets = r.UnsolicitedPackets
+		s.CreditWaits = r.CreditWaits
+		s.CreditFallbacks = r.CreditFallbacks
+		s.CreditRejected = r.CreditRejected
+	}
 	s.ReorderHeld = q.rcv.held()
 	if q.sec != nil {
 		s.Security = q.sec.stats
@@ -1089,7 +1210,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 	}
 	q.rxAt, q.activeAt = at, now
 	if pk.IP.Src != q.rip {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	q.heardAt = now
@@ -1100,14 +1221,14 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		q.snd.onAck(now, pk)
 	case op == wire.OpCNP:
 		if !q.snd.onCNP(now) {
-			q.stats.RejectedCNPs++
+			q.rareStats().RejectedCNPs++
 		}
 	case op == wire.OpCreditGrant:
 		q.onGrant(now, pk)
 	case op == wire.OpCreditRequest:
 		q.onCreditRequest(pk)
 	default:
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 	}
 }
 

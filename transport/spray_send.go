@@ -215,13 +215,13 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
 	a := &pk.Ack
 	if !s.valid(a) {
-		q.stats.RejectedAcks++
+		q.rareStats().RejectedAcks++
 		return
 	}
 	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
 	trim := a.Syndrome == wire.NakPSNSequenceError
 	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
-		q.stats.RejectedNaks++
+		q.rareStats().RejectedNaks++
 		if !rnr {
 			q.foreign = foreignNak{syn: a.Syndrome, at: a.MsgID}
 		}
@@ -234,7 +234,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		// the timeouts until it takes more do not count against
 		// MaxRetries (IBA's rnr_retry 7: unlimited). The refused
 		// packets come again on the retransmission timer.
-		q.stats.RNRNaksReceived++
+		q.rareStats().RNRNaksReceived++
 		q.sb.PeerAlive()
 	}
 	ev, res := q.sb.OnAck(now, retransmit.Ack{
