@@ -414,6 +414,8 @@ type qpScratch struct {
 	pkt    wire.Packet
 	hops   [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
 	paths  multipath.Scratch
+	// adaptive is the configuration the engine's adaptive policies share.
+	adaptive multipath.AdaptiveConfig
 }
 
 // scratchSpace returns the scratch space of the QPs that use c, allocated
@@ -505,7 +507,11 @@ func newPolicy(cfg *Config, set []uint16, rng *rand.Rand) multipath.Policy {
 	case PathsECMP:
 		return multipath.NewECMP(set[rng.IntN(len(set))])
 	case PathsAdaptive:
-		return multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{Scratch: &cfg.scratchSpace().paths})
+		scr := cfg.scratchSpace()
+		if scr.adaptive.Scratch == nil {
+			scr.adaptive.Scratch = &scr.paths
+		}
+		return multipath.NewAdaptiveShared(set, rng.Uint64(), &scr.adaptive)
 	default:
 		return multipath.NewSpray(set, rng.Uint64())
 	}
