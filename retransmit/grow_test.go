@@ -126,3 +126,13 @@ func TestPathRackSize(t *testing.T) {
 		t.Fatalf("pathRack is %d bytes, want at most 24", n)
 	}
 }
+
+// TestScoreboardSize: a scoreboard fits the allocator's 576-byte class
+// with the 8-byte header the runtime puts before an object of more than
+// 512 bytes that holds pointers: every busy QP holds one, and the
+// simulator a million.
+func TestScoreboardSize(t *testing.T) {
+	if n := unsafe.Sizeof(Scoreboard{}); n > 576-8 {
+		t.Fatalf("Scoreboard is %d bytes, want at most 568", n)
+	}
+}

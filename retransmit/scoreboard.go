@@ -278,18 +278,14 @@ type entry struct {
 type Scoreboard struct {
 	cfg  Config
 	ring []entry
-	mask uint32
 
 	// queue has one bit per ring slot: queued for resend. qHint is at or
 	// before the lowest queued PSN when nQueued > 0.
 	queue   []uint64
 	nQueued int
-	qHint   psn.PSN
 
-	una, next       psn.PSN // oldest unacknowledged, next new
 	inPkts, inBytes int
 
-	hasRTT               bool
 	srtt, rttvar, minRTT time.Duration
 	backoff              uint
 	retries              int
@@ -298,16 +294,8 @@ type Scoreboard struct {
 	rtoAt, ptoAt, reoAt clock.Time
 
 	// RACK state (RFC 8985 5.2): the most recently sent packet delivered.
-	rackOK   bool
 	rackXmit clock.Time
-	rackPSN  psn.PSN
 	rackRTT  time.Duration
-	reoMult  int
-	reoLeft  int // RACK.reo_wnd_persist
-	spurOK   bool
-	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
-	inRecov  bool
-	recovEnd psn.PSN
 
 	// recentRTT is a windowed maximum of the RTT samples of delivered
 	// packets: the larger of this round trip's (rttCur) and the previous
@@ -315,8 +303,6 @@ type Scoreboard struct {
 	// passes rttEnd.
 	rttCur, rttPrev time.Duration
 	qCur, qPrev     time.Duration // the same for NoteQueueDelay
-	rttEnd          psn.PSN
-	rttEndOK        bool
 	// rtoFired is when the latest retransmission timeout fired.
 	rtoFired clock.Time
 
@@ -326,21 +312,39 @@ type Scoreboard struct {
 	// phys is RACK's state per physical path (SetPath), at most maxPhys.
 	phys []physRack
 
-	tlpActive bool
-	tlpEnd    psn.PSN
-	// ptoMult multiplies the probe timeout; a spurious probe doubles it
-	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
-	ptoMult, ptoLeft int
-
-	// rtoPSN was resent by the latest retransmission timeout.
-	rtoPSN psn.PSN
-
-	nakActive   bool
-	nakExpected psn.PSN
-	nakResent   bool
 	nakResentAt clock.Time
 
 	stats Stats
+
+	// The 32-bit and 8-bit fields, together so that no padding parts
+	// them: a busy QP holds a scoreboard, the simulator a million
+	// (TestScoreboardSize).
+	mask     uint32
+	qHint    psn.PSN
+	una      psn.PSN // oldest unacknowledged
+	next     psn.PSN // next new
+	rackPSN  psn.PSN
+	reoMult  int32
+	reoLeft  int32   // RACK.reo_wnd_persist
+	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
+	recovEnd psn.PSN
+	rttEnd   psn.PSN
+	tlpEnd   psn.PSN
+	// ptoMult multiplies the probe timeout; a spurious probe doubles it
+	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
+	ptoMult, ptoLeft int32
+	// rtoPSN was resent by the latest retransmission timeout.
+	rtoPSN      psn.PSN
+	nakExpected psn.PSN
+
+	hasRTT    bool
+	rackOK    bool
+	spurOK    bool
+	inRecov   bool
+	rttEndOK  bool
+	tlpActive bool
+	nakActive bool
+	nakResent bool
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24

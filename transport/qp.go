@@ -330,7 +330,6 @@ type QP struct {
 	// not all landed, readSince when the first of them was posted, and
 	// heardAt when the latest packet from the peer came: readDeadline.
 	readsOut int32
-	ackTurn  int // acknowledgements rotate over the QP's entropies
 	sb       *retransmit.Scoreboard
 	paths    multipath.Policy
 	// ctrl is the congestion controller, noController until the QP first
@@ -404,6 +403,9 @@ type QP struct {
 	cs    creditSend
 	cr    creditRecv
 	state qpState
+	// ackTurn: acknowledgements rotate over the QP's entropies (at most
+	// 1,024)
+	ackTurn uint16
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -1180,7 +1182,7 @@ func (q *QP) nextAckEntropy() uint16 {
 		return q.lastAckEntropy
 	}
 	set := q.paths.Paths()
-	q.ackTurn = (q.ackTurn + 1) % len(set)
+	q.ackTurn = uint16((int(q.ackTurn) + 1) % len(set))
 	return set[q.ackTurn]
 }
 
