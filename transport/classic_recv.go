@@ -108,7 +108,7 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 	}
 	first := op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm ||
 		op == wire.OpWriteFirst || op == wire.OpWriteOnly || op == wire.OpWriteOnlyImm
-	if first && q.recvFull() || first && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
+	if first && q.recvFull() || first && q.rq != nil && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
 		// No room to complete another message, or no receive buffer
 		// posted: dropped and answered with an RNR NAK (IBA's receiver
 		// not ready); the sender's timer brings it again
@@ -184,7 +184,7 @@ func (r *classicReceiver) place(op wire.Opcode, pk *wire.Packet) uint8 {
 		*c = classicMsg{active: true, write: write}
 		if write {
 			c.va, c.rkey, c.length = pk.RETH.VA, pk.RETH.RKey, pk.RETH.Len
-		} else if q.rq.on {
+		} else if q.rq != nil && q.rq.on {
 			c.posted, c.buf = true, q.rq.at(0).buf
 		}
 	}

@@ -351,8 +351,6 @@ type QP struct {
 	readSlots uint64
 	curOff    uint32
 	nextID    uint32
-	// events are the scoreboard's events being applied, in scr.
-	events []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
@@ -367,7 +365,7 @@ type QP struct {
 	recvq    []Completion
 	recvHead int
 	recvLen  int
-	rq       recvQueue // posted receive buffers: recvbuf.go
+	rq       *recvQueue // posted receive buffers: recvbuf.go; nil until used
 
 	ackPending int
 	ackDue     clock.Time
@@ -398,10 +396,9 @@ type QP struct {
 	sch    qpSched    // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
-	// cs and cr are the sender's and the receiver's credit state
-	// (Config.Credits; credit.go).
-	cs    creditSend
-	cr    creditRecv
+	// cred is the sender's and the receiver's credit state, nil without
+	// Config.Credits (credit.go).
+	cred  *qpCredit
 	state qpState
 	// ackTurn: acknowledgements rotate over the QP's entropies (at most
 	// 1,024)
@@ -413,9 +410,12 @@ type QP struct {
 // state. The events array grows to the most events one call returned.
 type qpScratch struct {
 	events []retransmit.Event
-	pkt    wire.Packet
-	hops   [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
-	paths  multipath.Scratch
+	// cur are the scoreboard's events the QP being handled applies
+	// (takeEvents), in events' array.
+	cur   []retransmit.Event
+	pkt   wire.Packet
+	hops  [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
+	paths multipath.Scratch
 	// adaptive is the configuration the engine's adaptive policies share.
 	adaptive multipath.AdaptiveConfig
 }
@@ -466,6 +466,9 @@ func (q *QP) activate() {
 
 func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
 	q := &QP{cfg: cfg, qpn: qpn, lmac: lmac, lip: lip, startPSN: psn.New(startPSN), scr: cfg.scratchSpace()}
+	if cfg.Credits {
+		q.cred = new(qpCredit)
+	}
 	if cfg.Profile == Spray {
 		q.snd, q.rcv = &spraySender{q: q}, &sprayReceiver{q: q}
 	} else {
@@ -905,7 +908,7 @@ func (q *QP) readPatience() time.Duration {
 // that is empty: what trim gives back.
 func (q *QP) trimmable() bool {
 	return (q.msgs != nil && q.head == q.tail && q.readSlots == 0) || q.sb.Trimmable() ||
-		(q.recvq != nil && q.recvLen == 0) || (q.rq.bufs != nil && q.rq.n == 0) ||
+		(q.recvq != nil && q.recvLen == 0) || (q.rq != nil && q.rq.bufs != nil && q.rq.n == 0) ||
 		len(q.comps) == 0 && cap(q.comps) > 0 || q.rcv.trimmable()
 }
 
@@ -921,7 +924,7 @@ func (q *QP) trim() {
 	if q.recvLen == 0 {
 		q.recvq, q.recvHead = nil, 0
 	}
-	if q.rq.n == 0 {
+	if q.rq != nil && q.rq.n == 0 {
 		q.rq.bufs, q.rq.head = nil, 0
 	}
 	if len(q.comps) == 0 {
@@ -1010,7 +1013,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
-	if q.cr.due {
+	if q.cred != nil && q.cred.cr.due {
 		return q.encodeGrant(buf)
 	}
 	if q.creditRequestDue() {
@@ -1293,8 +1296,8 @@ func nakError(syn uint8, where string) error {
 
 // onEvents applies the scoreboard's acked and lost events.
 func (q *QP) onEvents(now clock.Time) {
-	for i := range q.events {
-		e := &q.events[i]
+	for i := range q.scr.cur {
+		e := &q.scr.cur[i]
 		if e.Lost {
 			q.paths.OnLoss(now, e.Entropy)
 			q.ctrl.OnLoss(now, e.Bytes)
@@ -1307,7 +1310,7 @@ func (q *QP) onEvents(now clock.Time) {
 // takeEvents makes ev, returned by the scoreboard into the scratch
 // space's array, the events to apply, and keeps the array's growth.
 func (q *QP) takeEvents(ev []retransmit.Event) {
-	q.events, q.scr.events = ev, ev[:0]
+	q.scr.cur, q.scr.events = ev, ev[:0]
 }
 
 // completeSends completes, in order, the messages whose packets are all

@@ -360,7 +360,7 @@ const (
 // fails the receiving side (ErrLocalLength) and is refused.
 func (r *sprayReceiver) message(h *wire.Data) (*reorder.Msg, error) {
 	send := h.Kind == wire.KindSend || h.Kind == wire.KindSendImm
-	if m := r.asm.Lookup(h.MsgID); m != nil || !send || !r.q.rq.on {
+	if m := r.asm.Lookup(h.MsgID); m != nil || !send || r.q.rq == nil || !r.q.rq.on {
 		return r.asm.Message(h.MsgID, h.MsgLen, send)
 	}
 	q := r.q
@@ -411,7 +411,7 @@ func (r *sprayReceiver) deliver() {
 			return
 		}
 		kind := wire.OpKind(m.Kind)
-		if q.rq.on && consumes(kind) {
+		if q.rq != nil && q.rq.on && consumes(kind) {
 			if q.rq.n == 0 {
 				return
 			}
