@@ -158,8 +158,10 @@ func NewAssembler(cfg Config, first uint32) (*Assembler, error) {
 	}, nil
 }
 
-// minSlots is the ring's first size.
-const minSlots = 4
+// minSlots is the ring's first size: one message, as a QP of a collective
+// receives one at a time and every busy receiver holds the ring (a slot
+// is 112 bytes); more double it (TestAssemblerGrowsFromOne).
+const minSlots = 1
 
 // grow makes the ring hold at least d+1 slots (d < MaxMessages), with
 // Next's slot at 0; only outstanding messages move (the others hold
@@ -204,7 +206,8 @@ func (a *Assembler) Trimmable() bool { return a.slots != nil && a.outstanding ==
 // Next()+MaxMessages or a buffer that would take the buffered bytes past
 // MaxBytes (a message that buffers nothing is never refused for bytes),
 // ErrTooLarge for a length above MaxMessageSize or a buffer larger than
-// MaxBytes itself.
+// MaxBytes itself. The *Msg is valid until the next Message or
+// MessageInto, which may move the ring as it grows (from one slot).
 func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error) {
 	d := int32(id - a.next)
 	if d < 0 {

@@ -56,9 +56,11 @@ func TestConfigValidate(t *testing.T) {
 func TestAssemblerInOrder(t *testing.T) {
 	first := uint32(math.MaxUint32 - 1)
 	a := newAsm(t, Config{}, first)
-	m0 := mustMessage(t, a, first, 4, true)
-	m1 := mustMessage(t, a, first+1, 3, true)
+	mustMessage(t, a, first, 4, true)
+	mustMessage(t, a, first+1, 3, true)
 	m2 := mustMessage(t, a, first+2, 2, true) // id 0 after the wrap
+	// A new message may move the ring: fetch the earlier ones again.
+	m0, m1 := mustMessage(t, a, first, 4, true), mustMessage(t, a, first+1, 3, true)
 	if m2.ID != 0 || a.Outstanding() != 3 || a.Bytes() != 9 || a.Next() != first {
 		t.Fatalf("ID %d Outstanding %d Bytes %d Next %d", m2.ID, a.Outstanding(), a.Bytes(), a.Next())
 	}
@@ -95,7 +97,7 @@ func TestAssemblerInOrder(t *testing.T) {
 
 func TestAssemblerErrors(t *testing.T) {
 	a := newAsm(t, Config{MaxMessageSize: 100}, 10)
-	m := mustMessage(t, a, 10, 8, true)
+	mustMessage(t, a, 10, 8, true)
 	if _, err := a.Message(10, 9, true); !errors.Is(err, ErrLengthMismatch) {
 		t.Errorf("other length: %v, want ErrLengthMismatch", err)
 	}
@@ -105,6 +107,7 @@ func TestAssemblerErrors(t *testing.T) {
 	if _, err := a.Message(9, 8, true); !errors.Is(err, ErrStale) {
 		t.Errorf("id before first: %v, want ErrStale", err)
 	}
+	m := mustMessage(t, a, 10, 8, true) // the calls above may have moved the ring
 	for _, c := range []struct {
 		off uint32
 		n   int
@@ -195,7 +198,7 @@ func TestAssemblerLimits(t *testing.T) {
 	if _, err := a.Message(100, 1001, true); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("message above MaxBytes: %v, want ErrTooLarge", err)
 	}
-	m1 := mustMessage(t, a, 101, 600, true)
+	mustMessage(t, a, 101, 600, true)
 	mustMessage(t, a, 103, 5000, false) // no buffer: not counted, not too large
 	if _, err := a.Message(102, 401, true); !errors.Is(err, ErrTooManyMessages) {
 		t.Fatalf("601+400 bytes: %v, want ErrTooManyMessages", err)
@@ -209,6 +212,7 @@ func TestAssemblerLimits(t *testing.T) {
 	if a.Bytes() != 1500 {
 		t.Fatalf("Bytes = %d, want 1500", a.Bytes())
 	}
+	m1 := mustMessage(t, a, 101, 600, true) // the ring may have moved
 	a.Place(m0, 0, make([]byte, 900))
 	a.Place(m1, 0, make([]byte, 600))
 	if m, ok := a.Pop(); !ok || m.ID != 100 {
@@ -384,5 +388,43 @@ func BenchmarkPlace(b *testing.B) {
 			continue
 		}
 		off += uint32(len(payload))
+	}
+}
+
+// TestAssemblerGrowsFromOne: the ring holds one message until a second
+// is outstanding; messages started out of order grow it and keep their
+// bytes, and Pop returns them in id order.
+func TestAssemblerGrowsFromOne(t *testing.T) {
+	a := newAsm(t, Config{}, 10)
+	m := mustMessage(t, a, 10, 3, true)
+	if len(a.slots) != 1 {
+		t.Fatalf("%d slots for one message, want 1", len(a.slots))
+	}
+	if done, err := a.Place(m, 0, []byte("abc")); !done || err != nil {
+		t.Fatalf("Place = %v, %v", done, err)
+	}
+	if got, ok := a.Pop(); !ok || string(got.Buf) != "abc" {
+		t.Fatalf("Pop = %v %q", ok, got.Buf)
+	}
+	want := []string{"k", "lm", "nop", "qrst", "uvwxy"}
+	for _, i := range []int{4, 1, 0, 3, 2} {
+		m := mustMessage(t, a, 11+uint32(i), uint32(len(want[i])), true)
+		if _, err := a.Place(m, 1, []byte(want[i][1:])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.slots) < len(want) {
+		t.Fatalf("%d slots for %d messages", len(a.slots), len(want))
+	}
+	for i := range want {
+		m := mustMessage(t, a, 11+uint32(i), uint32(len(want[i])), true)
+		if done, err := a.Place(m, 0, []byte(want[i][:1])); !done || err != nil {
+			t.Fatalf("Place %d = %v, %v", i, done, err)
+		}
+	}
+	for i, w := range want {
+		if got, ok := a.Pop(); !ok || got.ID != 11+uint32(i) || string(got.Buf) != w {
+			t.Fatalf("Pop %d = %v id %d %q, want %q", i, ok, got.ID, got.Buf, w)
+		}
 	}
 }

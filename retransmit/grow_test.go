@@ -2,6 +2,7 @@ package retransmit
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/sprayfabric/spray/psn"
 )
@@ -79,7 +80,7 @@ func TestPathTableGrows(t *testing.T) {
 	const n = 40
 	for i := range n {
 		r := s.pathSlot(uint16(49152 + 7*i))
-		*r = pathRack{ok: true, entropy: uint16(49152 + 7*i), psn: psn.New(uint32(i))}
+		*r = pathRack{flags: rOK, entropy: uint16(49152 + 7*i), psn: psn.New(uint32(i))}
 	}
 	if len(s.paths) < n || len(s.paths) > 4*n {
 		t.Fatalf("%d slots for %d entropies", len(s.paths), n)
@@ -114,5 +115,24 @@ func TestPopLostSmallRingWraps(t *testing.T) {
 	}
 	if _, _, ok := s.PopLost(); ok {
 		t.Fatal("PopLost returned a PSN with none queued")
+	}
+}
+
+// TestPathRackSize: a RACK slot is 24 bytes. A busy QP holds a table of
+// them about twice the entropies it uses, and the simulator a million
+// QPs: eight bytes more a slot cost about 0.5 GB at 1,024 hosts.
+func TestPathRackSize(t *testing.T) {
+	if n := unsafe.Sizeof(pathRack{}); n > 24 {
+		t.Fatalf("pathRack is %d bytes, want at most 24", n)
+	}
+}
+
+// TestScoreboardSize: a scoreboard fits the allocator's 576-byte class
+// with the 8-byte header the runtime puts before an object of more than
+// 512 bytes that holds pointers: every busy QP holds one, and the
+// simulator a million.
+func TestScoreboardSize(t *testing.T) {
+	if n := unsafe.Sizeof(Scoreboard{}); n > 576-8 {
+		t.Fatalf("Scoreboard is %d bytes, want at most 568", n)
 	}
 }

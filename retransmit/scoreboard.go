@@ -158,22 +158,34 @@ const (
 )
 
 // pathRack is RACK's state for one entropy: the most recently sent packet
-// delivered on it, and that packet's RTT.
+// delivered on it, and that packet's RTT. It is 24 bytes, the booleans in
+// one byte of flags: a busy QP holds a slot per entropy it uses, and the
+// simulator a million QPs (TestPathRackSize).
 type pathRack struct {
-	ok      bool // the slot holds entropy's state
 	entropy uint16
 	// phys is 1 + the index in Scoreboard.phys of the physical path the
 	// entropy takes (SetPath), or 0 when unknown.
-	phys uint8
-	// proven: a packet on the entropy was delivered (psn, xmit, rtt).
-	proven bool
-	// silent: RACK declared a packet on the entropy lost and nothing on
-	// it has been delivered since (rackDetect).
-	silent bool
-	psn    psn.PSN
-	xmit   clock.Time
-	rtt    time.Duration
+	phys  uint8
+	flags uint8 // rOK, rProven, rSilent
+	psn   psn.PSN
+	xmit  clock.Time
+	rtt   time.Duration
 }
+
+// Flags of pathRack.
+const (
+	// rOK: the slot holds entropy's state.
+	rOK uint8 = 1 << iota
+	// rProven: a packet on the entropy was delivered (psn, xmit, rtt).
+	rProven
+	// rSilent: RACK declared a packet on the entropy lost and nothing on
+	// it has been delivered since (rackDetect).
+	rSilent
+)
+
+func (r *pathRack) ok() bool     { return r.flags&rOK != 0 }
+func (r *pathRack) proven() bool { return r.flags&rProven != 0 }
+func (r *pathRack) silent() bool { return r.flags&rSilent != 0 }
 
 // physRack is RACK's state for one physical path (a route through the
 // fabric's queues, named by SetPath): the most recently sent packet
@@ -204,7 +216,7 @@ func (s *Scoreboard) path(entropy uint16) *pathRack {
 	}
 	for k := range uint16(pathProbe) {
 		r := &s.paths[(entropy+k)%n]
-		if !r.ok {
+		if !r.ok() {
 			return nil
 		}
 		if r.entropy == entropy {
@@ -223,7 +235,7 @@ func (s *Scoreboard) pathSlot(entropy uint16) *pathRack {
 		n := uint16(len(s.paths))
 		for k := range uint16(min(pathProbe, n)) {
 			r := &s.paths[(entropy+k)%n]
-			if !r.ok || r.entropy == entropy {
+			if !r.ok() || r.entropy == entropy {
 				return r
 			}
 		}
@@ -240,7 +252,7 @@ func (s *Scoreboard) growPaths() {
 	old := s.paths
 	s.paths = make([]pathRack, max(minPathSlots, 2*len(old)))
 	for _, r := range old {
-		if r.ok {
+		if r.ok() {
 			*s.pathSlot(r.entropy) = r
 		}
 	}
@@ -266,18 +278,14 @@ type entry struct {
 type Scoreboard struct {
 	cfg  Config
 	ring []entry
-	mask uint32
 
 	// queue has one bit per ring slot: queued for resend. qHint is at or
 	// before the lowest queued PSN when nQueued > 0.
 	queue   []uint64
 	nQueued int
-	qHint   psn.PSN
 
-	una, next       psn.PSN // oldest unacknowledged, next new
 	inPkts, inBytes int
 
-	hasRTT               bool
 	srtt, rttvar, minRTT time.Duration
 	backoff              uint
 	retries              int
@@ -286,16 +294,8 @@ type Scoreboard struct {
 	rtoAt, ptoAt, reoAt clock.Time
 
 	// RACK state (RFC 8985 5.2): the most recently sent packet delivered.
-	rackOK   bool
 	rackXmit clock.Time
-	rackPSN  psn.PSN
 	rackRTT  time.Duration
-	reoMult  int
-	reoLeft  int // RACK.reo_wnd_persist
-	spurOK   bool
-	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
-	inRecov  bool
-	recovEnd psn.PSN
 
 	// recentRTT is a windowed maximum of the RTT samples of delivered
 	// packets: the larger of this round trip's (rttCur) and the previous
@@ -303,8 +303,6 @@ type Scoreboard struct {
 	// passes rttEnd.
 	rttCur, rttPrev time.Duration
 	qCur, qPrev     time.Duration // the same for NoteQueueDelay
-	rttEnd          psn.PSN
-	rttEndOK        bool
 	// rtoFired is when the latest retransmission timeout fired.
 	rtoFired clock.Time
 
@@ -314,21 +312,39 @@ type Scoreboard struct {
 	// phys is RACK's state per physical path (SetPath), at most maxPhys.
 	phys []physRack
 
-	tlpActive bool
-	tlpEnd    psn.PSN
-	// ptoMult multiplies the probe timeout; a spurious probe doubles it
-	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
-	ptoMult, ptoLeft int
-
-	// rtoPSN was resent by the latest retransmission timeout.
-	rtoPSN psn.PSN
-
-	nakActive   bool
-	nakExpected psn.PSN
-	nakResent   bool
 	nakResentAt clock.Time
 
 	stats Stats
+
+	// The 32-bit and 8-bit fields, together so that no padding parts
+	// them: a busy QP holds a scoreboard, the simulator a million
+	// (TestScoreboardSize).
+	mask     uint32
+	qHint    psn.PSN
+	una      psn.PSN // oldest unacknowledged
+	next     psn.PSN // next new
+	rackPSN  psn.PSN
+	reoMult  int32
+	reoLeft  int32   // RACK.reo_wnd_persist
+	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
+	recovEnd psn.PSN
+	rttEnd   psn.PSN
+	tlpEnd   psn.PSN
+	// ptoMult multiplies the probe timeout; a spurious probe doubles it
+	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
+	ptoMult, ptoLeft int32
+	// rtoPSN was resent by the latest retransmission timeout.
+	rtoPSN      psn.PSN
+	nakExpected psn.PSN
+
+	hasRTT    bool
+	rackOK    bool
+	spurOK    bool
+	inRecov   bool
+	rttEndOK  bool
+	tlpActive bool
+	nakActive bool
+	nakResent bool
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24
@@ -716,12 +732,13 @@ func (s *Scoreboard) ackOne(now clock.Time, p psn.PSN, e *entry, st *ackState, d
 			// TestSpineFailAllToAll).
 			s.rttCur = max(s.rttCur, rtt)
 		}
-		if !r.ok || r.entropy != e.entropy {
-			*r = pathRack{ok: true, entropy: e.entropy, proven: true, psn: p, xmit: e.sentAt, rtt: rtt}
-		} else if !r.proven || sentAfter(e.sentAt, p, r.xmit, r.psn) {
-			r.proven, r.psn, r.xmit, r.rtt = true, p, e.sentAt, rtt
+		if !r.ok() || r.entropy != e.entropy {
+			*r = pathRack{flags: rOK | rProven, entropy: e.entropy, psn: p, xmit: e.sentAt, rtt: rtt}
+		} else if !r.proven() || sentAfter(e.sentAt, p, r.xmit, r.psn) {
+			r.flags |= rProven
+			r.psn, r.xmit, r.rtt = p, e.sentAt, rtt
 		}
-		r.silent = false
+		r.flags &^= rSilent
 		if r.phys > 0 {
 			if ph := &s.phys[r.phys-1]; !ph.ok || sentAfter(e.sentAt, p, ph.xmit, ph.psn) {
 				ph.ok, ph.psn, ph.xmit, ph.rtt = true, p, e.sentAt, rtt
@@ -964,7 +981,7 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 // one.
 func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Duration, bool) {
 	r := s.path(entropy)
-	if r == nil || !r.proven {
+	if r == nil || !r.proven() {
 		return 0, 0, 0, false
 	}
 	if r.phys > 0 {
@@ -980,16 +997,16 @@ func (s *Scoreboard) pathProof(entropy uint16) (clock.Time, psn.PSN, time.Durati
 // since.
 func (s *Scoreboard) silentPath(entropy uint16) bool {
 	r := s.path(entropy)
-	return r != nil && r.silent
+	return r != nil && r.silent()
 }
 
 // setSilent marks entropy's path silent (silentPath).
 func (s *Scoreboard) setSilent(entropy uint16) {
 	r := s.pathSlot(entropy)
-	if !r.ok || r.entropy != entropy {
-		*r = pathRack{ok: true, entropy: entropy}
+	if !r.ok() || r.entropy != entropy {
+		*r = pathRack{flags: rOK, entropy: entropy}
 	}
-	r.silent = true
+	r.flags |= rSilent
 }
 
 // SetPath tells RACK that entropy takes the physical path sig (a nonzero
@@ -1001,7 +1018,7 @@ func (s *Scoreboard) setSilent(entropy uint16) {
 // that moves to another path follows it.
 func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
 	r := s.path(entropy)
-	if r == nil || !r.proven || sig == 0 {
+	if r == nil || !r.proven() || sig == 0 {
 		return
 	}
 	if r.phys > 0 && s.phys[r.phys-1].sig == sig {

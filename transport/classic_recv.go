@@ -82,7 +82,7 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 	if w := int32(q.cfg.Window); d >= w || d < -w {
 		// No sender has that PSN outstanding or recently acknowledged:
 		// dropped unanswered (TestSpoofClassicData).
-		q.stats.OutOfWindow++
+		q.rareStats().OutOfWindow++
 		return
 	}
 	if d < 0 {
@@ -108,19 +108,19 @@ func (r *classicReceiver) recv(now clock.Time, pk *wire.Packet) {
 	}
 	first := op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm ||
 		op == wire.OpWriteFirst || op == wire.OpWriteOnly || op == wire.OpWriteOnlyImm
-	if first && q.recvFull() || first && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
+	if first && q.recvFull() || first && q.rq != nil && q.rq.on && q.rq.n == 0 && (op == wire.OpSendFirst || op == wire.OpSendOnly || op == wire.OpSendOnlyImm) {
 		// No room to complete another message, or no receive buffer
 		// posted: dropped and answered with an RNR NAK (IBA's receiver
 		// not ready); the sender's timer brings it again
 		// (TestSlowReaderOutlastsRetries).
-		q.stats.NoBuffer++
+		q.rareStats().NoBuffer++
 		r.rnrDue, q.ackNow = true, true
 		return
 	}
 	if syn := r.place(op, pk); syn != 0 {
 		switch syn {
 		case wire.NakInvalidRequest:
-			q.stats.BadPackets++
+			q.rareStats().BadPackets++
 		case synLocalLength:
 			syn = wire.NakInvalidRequest
 		}
@@ -184,7 +184,7 @@ func (r *classicReceiver) place(op wire.Opcode, pk *wire.Packet) uint8 {
 		*c = classicMsg{active: true, write: write}
 		if write {
 			c.va, c.rkey, c.length = pk.RETH.VA, pk.RETH.RKey, pk.RETH.Len
-		} else if q.rq.on {
+		} else if q.rq != nil && q.rq.on {
 			c.posted, c.buf = true, q.rq.at(0).buf
 		}
 	}
@@ -193,7 +193,7 @@ func (r *classicReceiver) place(op wire.Opcode, pk *wire.Packet) uint8 {
 		dst, ok := q.mrs.target(c.rkey, c.va, c.length, c.off, n)
 		if !ok {
 			*c = classicMsg{}
-			q.stats.RemoteAccessErrors++
+			q.rareStats().RemoteAccessErrors++
 			return wire.NakRemoteAccessError
 		}
 		copy(dst, pk.Payload)
@@ -252,7 +252,7 @@ func (r *classicReceiver) fillAck(_ clock.Time, pk *wire.Packet) bool {
 	case r.rnrDue:
 		pk.AETH.Syndrome = wire.SyndromeRNR | rnrTimer
 		pk.BTH.PSN = uint32(r.exp)
-		r.q.stats.RNRNaksSent++
+		r.q.rareStats().RNRNaksSent++
 	}
 	return r.nakDue || r.rxErr != 0
 }

@@ -123,12 +123,12 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 	if syn&0xE0 == wire.SyndromeAck || wire.IsNak(syn) || rnr {
 		if !s.valid(p, syn) {
 			if wire.IsNak(syn) || rnr {
-				q.stats.RejectedNaks++
+				q.rareStats().RejectedNaks++
 				if !rnr {
 					q.foreign = foreignNak{syn: syn, at: uint32(p), psn: true}
 				}
 			} else {
-				q.stats.RejectedAcks++
+				q.rareStats().RejectedAcks++
 			}
 			return
 		}
@@ -167,7 +167,7 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		// before it: it is alive, so the timeouts until it takes p do
 		// not count against MaxRetries (IBA's rnr_retry 7: unlimited);
 		// the retransmission timer brings p again.
-		q.stats.RNRNaksReceived++
+		q.rareStats().RNRNaksReceived++
 		cum := p
 		if gap && f.Less(cum) {
 			cum = f
@@ -182,7 +182,7 @@ func (s *classicSender) onAck(now clock.Time, pk *wire.Packet) {
 		ev, res = q.sb.OnAck(now, retransmit.Ack{Cum: p.Next()}, q.scr.events[:0])
 		q.takeEvents(ev)
 	default:
-		q.stats.BadPackets++ // a reserved syndrome
+		q.rareStats().BadPackets++ // a reserved syndrome
 		return
 	}
 	q.onEvents(now)

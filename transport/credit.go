@@ -83,6 +83,23 @@ type creditSend struct {
 }
 
 // creditRecv is a QP's receiver side of credits.
+// qpCredit is a QP's credit state, allocated with the QP only under
+// Config.Credits: the million QPs of a simulation without credits hold
+// none (TestQPSize).
+type qpCredit struct {
+	cs creditSend
+	cr creditRecv
+}
+
+// creditBit returns the wire.Data.Credit of the data packet being
+// encoded: 0 without credits.
+func (q *QP) creditBit() uint8 {
+	if q.cred == nil {
+		return 0
+	}
+	return q.cred.cs.bit
+}
+
 type creditRecv struct {
 	want   uint32 // the sender's latest requested count
 	limit  uint32 // credit granted, in all
@@ -93,7 +110,7 @@ type creditRecv struct {
 }
 
 // credits reports whether the QP's sender paces by its peer's credit.
-func (q *QP) credits() bool { return q.cfg.Credits && q.cs.mode != creditOff }
+func (q *QP) credits() bool { return q.cfg.Credits && q.cred.cs.mode != creditOff }
 
 // creditUnsolPkts is the unsolicited window in packets.
 func (q *QP) creditUnsolPkts() int {
@@ -106,7 +123,7 @@ func (q *QP) creditPosted(n int) {
 	if !q.cfg.Credits {
 		return
 	}
-	cs := &q.cs
+	cs := &q.cred.cs
 	if cs.backlog == 0 && q.sb.Outstanding() == 0 {
 		cs.unsol = q.creditUnsolPkts()
 	}
@@ -118,7 +135,7 @@ func (q *QP) mayCredit() bool {
 	if !q.credits() {
 		return true
 	}
-	cs := &q.cs
+	cs := &q.cred.cs
 	return cs.unsol > 0 || serialLess(cs.used, cs.limit)
 }
 
@@ -128,9 +145,12 @@ func (q *QP) mayCredit() bool {
 // timeout's resend that waited for credit would wait for a request's
 // round trip, or for creditRetry, on top of the loss's detection.
 func (q *QP) takeCredit(resend bool) {
-	cs := &q.cs
+	if !q.cfg.Credits {
+		return
+	}
+	cs := &q.cred.cs
 	cs.bit = 0
-	if !q.cfg.Credits || resend {
+	if resend {
 		return
 	}
 	cs.backlog = max(cs.backlog-1, 0)
@@ -146,22 +166,22 @@ func (q *QP) takeCredit(resend bool) {
 	if cs.unsol > 0 {
 		cs.unsol--
 		cs.bit = wire.DataUnsolicited
-		q.stats.UnsolicitedPackets++
+		q.rareStats().UnsolicitedPackets++
 	}
 }
 
 // creditWait notes that the sender has data that only credit holds back.
 func (q *QP) creditWait() {
-	if q.credits() && !q.cs.waiting && q.cs.backlog > 0 && !q.mayCredit() {
-		q.cs.waiting = true
-		q.stats.CreditWaits++
+	if q.credits() && !q.cred.cs.waiting && q.cred.cs.backlog > 0 && !q.mayCredit() {
+		q.cred.cs.waiting = true
+		q.rareStats().CreditWaits++
 	}
 }
 
 // creditWant is the count the sender wants credit up to: what it used,
 // and what it has to send beyond the unsolicited window.
 func (q *QP) creditWant() uint32 {
-	cs := &q.cs
+	cs := &q.cred.cs
 	return cs.used + uint32(max(cs.backlog-cs.unsol, 0))
 }
 
@@ -170,15 +190,15 @@ func (q *QP) creditRequestDue() bool {
 	if !q.credits() {
 		return false
 	}
-	return q.cs.reqDue || serialLess(q.cs.asked, q.creditWant())
+	return q.cred.cs.reqDue || serialLess(q.cred.cs.asked, q.creditWant())
 }
 
 // creditDeadline is when a sender that waits for credit asks again.
 func (q *QP) creditDeadline() clock.Time {
-	if !q.credits() || q.mayCredit() || q.cs.backlog == 0 {
+	if !q.credits() || q.mayCredit() || q.cred.cs.backlog == 0 {
 		return clock.Never
 	}
-	return max(q.cs.reqAt, q.cs.heardAt).Add(q.creditRetry())
+	return max(q.cred.cs.reqAt, q.cred.cs.heardAt).Add(q.creditRetry())
 }
 
 // creditRetry is how long a sender waits for credit before it asks
@@ -196,11 +216,11 @@ func (q *QP) creditTimeout(now clock.Time) {
 	if now < q.creditDeadline() {
 		return
 	}
-	cs := &q.cs
+	cs := &q.cred.cs
 	cs.misses++
 	if cs.misses > creditMaxMisses {
 		cs.mode = creditOff
-		q.stats.CreditFallbacks++
+		q.rareStats().CreditFallbacks++
 		return
 	}
 	cs.reqDue, cs.retry = true, true
@@ -209,12 +229,12 @@ func (q *QP) creditTimeout(now clock.Time) {
 
 // creditHeard takes the receiver's credit count, from a grant or an ACK.
 func (q *QP) creditHeard(now clock.Time, count uint32) {
-	cs := &q.cs
+	cs := &q.cred.cs
 	if cs.mode == creditOff {
 		return
 	}
 	if d := count - cs.used; int32(d) > 0 && d > creditMaxAhead {
-		q.stats.CreditRejected++
+		q.rareStats().CreditRejected++
 		return
 	}
 	cs.mode = creditOn
@@ -231,9 +251,9 @@ func (q *QP) creditAck(now clock.Time, a *wire.Ack) {
 		return
 	}
 	if a.Flags&wire.AckCredit == 0 {
-		if q.cs.mode != creditOff {
-			q.cs.mode = creditOff
-			q.stats.CreditFallbacks++
+		if q.cred.cs.mode != creditOff {
+			q.cred.cs.mode = creditOff
+			q.rareStats().CreditFallbacks++
 		}
 		return
 	}
@@ -243,10 +263,10 @@ func (q *QP) creditAck(now clock.Time, a *wire.Ack) {
 // onGrant takes a credit grant.
 func (q *QP) onGrant(now clock.Time, pk *wire.Packet) {
 	if q.cfg.Profile != Spray {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
-	q.stats.CreditGrantsReceived++
+	q.rareStats().CreditGrantsReceived++
 	if q.cfg.Credits {
 		q.creditHeard(now, pk.Credit.Count)
 	}
@@ -256,17 +276,17 @@ func (q *QP) onGrant(now clock.Time, pk *wire.Packet) {
 // ignores it: its ACKs, without credit, tell the sender.
 func (q *QP) onCreditRequest(pk *wire.Packet) {
 	if q.cfg.Profile != Spray {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
-	q.stats.CreditRequestsReceived++
+	q.rareStats().CreditRequestsReceived++
 	e := q.sch.eng
 	if !q.cfg.Credits || e == nil || e.credit == nil {
 		return
 	}
-	cr, c := &q.cr, &pk.Credit
+	cr, c := &q.cred.cr, &pk.Credit
 	if serialLess(cr.limit, c.Used) || c.Count-cr.limit > creditMaxAhead && serialLess(cr.limit, c.Count) {
-		q.stats.CreditRejected++
+		q.rareStats().CreditRejected++
 		return
 	}
 	if serialLess(cr.want, c.Count) {
@@ -286,7 +306,7 @@ func (q *QP) creditArrived(pk *wire.Packet) {
 	if pk.Data.Credit != wire.DataCredited || !q.cfg.Credits {
 		return
 	}
-	cr := &q.cr
+	cr := &q.cred.cr
 	if !serialLess(cr.got, cr.limit) {
 		return // more than was granted: the sender's count will say
 	}
@@ -298,7 +318,7 @@ func (q *QP) creditArrived(pk *wire.Packet) {
 
 // grantable returns the packets the pacer may grant the QP now.
 func (q *QP) grantable() int {
-	cr := &q.cr
+	cr := &q.cred.cr
 	if q.state != stateReady || !serialLess(cr.limit, cr.want) {
 		return 0
 	}
@@ -311,8 +331,8 @@ func (q *QP) grantable() int {
 // ACK those packets bring carries the new credit: no grant packet of its
 // own (TestCreditGrantsRideAcks).
 func (q *QP) granted() {
-	if int32(q.cr.told-q.cr.got) < int32(q.cfg.AckEvery) {
-		q.cr.due = true
+	if int32(q.cred.cr.told-q.cred.cr.got) < int32(q.cfg.AckEvery) {
+		q.cred.cr.due = true
 		q.touch()
 	}
 }
@@ -322,8 +342,8 @@ func (q *QP) fillCredit(a *wire.Ack) {
 	if !q.cfg.Credits {
 		return
 	}
-	a.Flags, a.Credit = wire.AckCredit, q.cr.limit
-	q.cr.told, q.cr.due = q.cr.limit, false
+	a.Flags, a.Credit = wire.AckCredit, q.cred.cr.limit
+	q.cred.cr.told, q.cred.cr.due = q.cred.cr.limit, false
 }
 
 // encodeGrant builds a credit grant.
@@ -331,19 +351,19 @@ func (q *QP) encodeGrant(buf []byte) (int, error) {
 	pk := &q.scr.pkt
 	q.headers(pk, q.nextAckEntropy())
 	pk.BTH.Opcode = wire.OpCreditGrant
-	pk.Credit = wire.Credit{Count: q.cr.limit}
+	pk.Credit = wire.Credit{Count: q.cred.cr.limit}
 	n, err := wire.Encode(buf, pk, nil)
 	if err != nil {
 		return 0, err
 	}
-	q.cr.told, q.cr.due = q.cr.limit, false
-	q.stats.CreditGrantsSent++
+	q.cred.cr.told, q.cred.cr.due = q.cred.cr.limit, false
+	q.rareStats().CreditGrantsSent++
 	return n, nil
 }
 
 // encodeCreditRequest builds a credit request.
 func (q *QP) encodeCreditRequest(now clock.Time, buf []byte) (int, error) {
-	cs := &q.cs
+	cs := &q.cred.cs
 	pk := &q.scr.pkt
 	q.headers(pk, q.nextAckEntropy())
 	pk.BTH.Opcode = wire.OpCreditRequest
@@ -357,7 +377,7 @@ func (q *QP) encodeCreditRequest(now clock.Time, buf []byte) (int, error) {
 		return 0, err
 	}
 	cs.asked, cs.reqDue, cs.retry, cs.reqAt = want, false, false, now
-	q.stats.CreditRequestsSent++
+	q.rareStats().CreditRequestsSent++
 	return n, nil
 }
 
@@ -399,8 +419,8 @@ func (p *creditPacer) credited(frameLen int) {
 
 // add puts q on the ring if it is not there.
 func (p *creditPacer) add(q *QP) {
-	if !q.cr.queued {
-		q.cr.queued = true
+	if !q.cred.cr.queued {
+		q.cred.cr.queued = true
 		p.ring = append(p.ring, q)
 	}
 }
@@ -424,9 +444,9 @@ func (p *creditPacer) run(e *Engine, now clock.Time) {
 			n = q.grantable()
 		}
 		if n <= 0 {
-			q.cr.queued = false
+			q.cred.cr.queued = false
 		} else {
-			q.cr.limit += uint32(n)
+			q.cred.cr.limit += uint32(n)
 			q.granted()
 			p.book(now, n*p.cost)
 			p.ring = append(p.ring, q)

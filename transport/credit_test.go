@@ -359,24 +359,24 @@ func TestCreditHostileRequests(t *testing.T) {
 	}
 	req(1<<20, 0)
 	step(time.Millisecond)
-	if got := q.cr.limit; got != creditMaxOut {
+	if got := q.cred.cr.limit; got != creditMaxOut {
 		t.Fatalf("granted %d packets to a sender that sent none, want %d", got, creditMaxOut)
 	}
 	// Claiming every grant used, for 1 ms: at 10 Gb/s and 1,538 bytes a
 	// packet (nothing arrived: MTU and overhead) the link carries 812.
-	start := q.cr.limit
+	start := q.cred.cr.limit
 	for range 100 {
-		req(1<<20, q.cr.limit)
+		req(1<<20, q.cred.cr.limit)
 		step(10 * time.Microsecond)
 	}
 	perMs := uint32(int(fanInRate/8/1e3) / (1514 + creditWireOverhead))
-	t.Logf("granted %d packets in 1 ms of claimed use (link: %d)", q.cr.limit-start, perMs)
-	if got := q.cr.limit - start; got > perMs+creditGrantPkts {
+	t.Logf("granted %d packets in 1 ms of claimed use (link: %d)", q.cred.cr.limit-start, perMs)
+	if got := q.cred.cr.limit - start; got > perMs+creditGrantPkts {
 		t.Errorf("granted %d packets in 1 ms, the link carries %d", got, perMs)
 	}
 	rej := q.Stats().CreditRejected
-	req(q.cr.limit+1<<25, 0)  // far beyond the credit
-	req(1<<20, q.cr.limit+10) // more used than granted
+	req(q.cred.cr.limit+1<<25, 0)  // far beyond the credit
+	req(1<<20, q.cred.cr.limit+10) // more used than granted
 	if got := q.Stats().CreditRejected - rej; got != 2 {
 		t.Errorf("%d nonsense requests counted, want 2", got)
 	}

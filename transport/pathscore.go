@@ -18,8 +18,8 @@ import (
 // is the time since the packet was sent (none for a resend, by Karn's
 // rule).
 func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
-	for i := range q.events {
-		e := &q.events[i]
+	for i := range q.scr.cur {
+		e := &q.scr.cur[i]
 		if e.Lost || e.PSN == acked {
 			continue
 		}

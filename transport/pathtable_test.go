@@ -75,3 +75,29 @@ func TestPathCountersWideValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPathTableNewSmallerSet: a QP whose paths go from more than 16
+// entropies (searched in a sorted index) to 16 or fewer (scanned) counts
+// its packets on the new set, from zero, and does not index the old one.
+func TestPathTableNewSmallerSet(t *testing.T) {
+	var tb pathTable
+	big := make([]uint16, 20)
+	for i := range big {
+		big[i] = uint16(100 + i)
+	}
+	tb.init(big)
+	tb.onSend(119, 1000, false)
+	tb.onSend(105, 1000, false)
+	tb.init([]uint16{119, 7, 8, 9})
+	tb.onSend(119, 500, true)
+	tb.onSend(7, 200, false)
+	if got := tb.counters(0); got.TxPackets != 1 || got.TxBytes != 500 || got.Retransmits != 1 {
+		t.Fatalf("entropy 119 on the new set: %+v, want 1 packet, 500 bytes, 1 retransmit", got)
+	}
+	if got := tb.counters(1); got.TxPackets != 1 || got.TxBytes != 200 {
+		t.Fatalf("entropy 7 on the new set: %+v, want 1 packet, 200 bytes", got)
+	}
+	if i := tb.index(105); i != -1 {
+		t.Fatalf("entropy 105 of the old set found at %d in the new one", i)
+	}
+}

@@ -207,6 +207,74 @@ type QPStats struct {
 	Security SecurityStats
 }
 
+// qpCounters are the QPStats counters a busy QP moves, held in the QP;
+// the others wait in rareStats until their first count, so that each of
+// a simulator's million QPs holds only these (TestQPSize). Stats copies
+// both (TestStatsCopiesEveryCounter).
+type qpCounters struct {
+	TxPackets        uint64
+	TxBytes          uint64
+	Retransmits      uint64
+	RxPackets        uint64
+	RxBytes          uint64
+	Duplicates       uint64
+	OutOfOrderDrops  uint64
+	AcksSent         uint64
+	AcksReceived     uint64
+	NaksSent         uint64
+	NaksReceived     uint64
+	TrimsReceived    uint64
+	TrimNaksSent     uint64
+	TrimNaksReceived uint64
+	ECNMarked        uint64
+	CNPsSent         uint64
+	CNPsReceived     uint64
+	MessagesSent     uint64
+	MessagesReceived uint64
+	Timeouts         uint64
+	RTTSamples       uint64
+	SRTT             time.Duration
+	MinRTT           time.Duration
+	INTAcks          uint64
+	INTQueueDelay    time.Duration
+	MaxINTQueueDelay time.Duration
+	Microbursts      uint64
+	MicroburstAcks   uint64
+	MaxReorderHeld   uint64
+}
+
+// rareStats are the QPStats counters of errors, refusals and credits:
+// zero on most QPs, allocated at the first count (QP.rareStats).
+type rareStats struct {
+	OutOfWindow            uint64
+	NoBuffer               uint64
+	RNRNaksSent            uint64
+	RNRNaksReceived        uint64
+	RemoteAccessErrors     uint64
+	BadPackets             uint64
+	RejectedAcks           uint64
+	RejectedNaks           uint64
+	RejectedCNPs           uint64
+	RejectedReadResponses  uint64
+	RecvCopied             uint64
+	CreditRequestsSent     uint64
+	CreditGrantsReceived   uint64
+	CreditGrantsSent       uint64
+	CreditRequestsReceived uint64
+	UnsolicitedPackets     uint64
+	CreditWaits            uint64
+	CreditFallbacks        uint64
+	CreditRejected         uint64
+}
+
+// rareStats returns the QP's rare counters, allocating them on first use.
+func (q *QP) rareStats() *rareStats {
+	if q.rare == nil {
+		q.rare = new(rareStats)
+	}
+	return q.rare
+}
+
 type sendMsg struct {
 	wr     WorkRequest
 	id     uint32
@@ -234,18 +302,17 @@ type sendMsg struct {
 //
 // A QP is not safe for concurrent use; an Engine owns its QPs.
 type QP struct {
-	cfg   *Config
-	mrs   *mrTable
-	qpn   uint32
-	state qpState
-	err   error
+	cfg  *Config
+	mrs  *mrTable
+	qpn  uint32
+	rqpn uint32
+	err  error
 	// foreign is the last fatal NAK dropped because it named no request
 	// of this QP: the error that fails the QP says so.
 	foreign foreignNak
 
 	lmac, rmac [6]byte
 	lip, rip   netip.Addr
-	rqpn       uint32
 
 	// The profile's protocol: snd fills in data packets and acts on
 	// acknowledgements, rcv takes data packets and fills in the
@@ -259,7 +326,10 @@ type QP struct {
 
 	// send queue and scoreboard
 	startPSN psn.PSN
-	ackTurn  int // acknowledgements rotate over the QP's entropies
+	// readsOut counts the Spray profile's READs posted whose response has
+	// not all landed, readSince when the first of them was posted, and
+	// heardAt when the latest packet from the peer came: readDeadline.
+	readsOut int32
 	sb       *retransmit.Scoreboard
 	paths    multipath.Policy
 	// ctrl is the congestion controller, noController until the QP first
@@ -281,8 +351,6 @@ type QP struct {
 	readSlots uint64
 	curOff    uint32
 	nextID    uint32
-	// events are the scoreboard's events being applied, in scr.
-	events []retransmit.Event
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
@@ -297,7 +365,7 @@ type QP struct {
 	recvq    []Completion
 	recvHead int
 	recvLen  int
-	rq       recvQueue // posted receive buffers: recvbuf.go
+	rq       *recvQueue // posted receive buffers: recvbuf.go; nil until used
 
 	ackPending int
 	ackDue     clock.Time
@@ -317,24 +385,24 @@ type QP struct {
 	lastSendAt clock.Time // when the latest data packet left
 	// activeAt is when the QP last received, sent or was posted to:
 	// trimAfter later, it gives back the buffers it holds empty.
-	activeAt clock.Time
-	// readsOut counts the Spray profile's READs posted whose response has
-	// not all landed, readSince when the first of them was posted, and
-	// heardAt when the latest packet from the peer came: readDeadline.
-	readsOut           int
+	activeAt           clock.Time
 	readSince, heardAt clock.Time
 	// owner, when set, trims its own buffers when the QP trims (a Conn).
-	owner  interface{ trimBuffers() }
+	owner  *Conn
 	comps  []Completion
-	stats  QPStats
-	pstats pathTable // per-path counters: stats_telemetry.go; from activate
-	sch    qpSched   // place in the engine's schedule: sched.go
+	stats  qpCounters
+	rare   *rareStats // nil until the first rare count
+	pstats pathTable  // per-path counters: stats_telemetry.go; from activate
+	sch    qpSched    // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
-	// cs and cr are the sender's and the receiver's credit state
-	// (Config.Credits; credit.go).
-	cs creditSend
-	cr creditRecv
+	// cred is the sender's and the receiver's credit state, nil without
+	// Config.Credits (credit.go).
+	cred  *qpCredit
+	state qpState
+	// ackTurn: acknowledgements rotate over the QP's entropies (at most
+	// 1,024)
+	ackTurn uint16
 }
 
 // qpScratch is what QPs compute in and throw away on every use: one per
@@ -342,9 +410,14 @@ type QP struct {
 // state. The events array grows to the most events one call returned.
 type qpScratch struct {
 	events []retransmit.Event
-	pkt    wire.Packet
-	hops   [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
-	paths  multipath.Scratch
+	// cur are the scoreboard's events the QP being handled applies
+	// (takeEvents), in events' array.
+	cur   []retransmit.Event
+	pkt   wire.Packet
+	hops  [wire.MaxINTHops]cc.Hop // the INT records of the ACK being handled
+	paths multipath.Scratch
+	// adaptive is the configuration the engine's adaptive policies share.
+	adaptive multipath.AdaptiveConfig
 }
 
 // scratchSpace returns the scratch space of the QPs that use c, allocated
@@ -393,6 +466,9 @@ func (q *QP) activate() {
 
 func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Addr, ports []uint16, rng *rand.Rand) (*QP, error) {
 	q := &QP{cfg: cfg, qpn: qpn, lmac: lmac, lip: lip, startPSN: psn.New(startPSN), scr: cfg.scratchSpace()}
+	if cfg.Credits {
+		q.cred = new(qpCredit)
+	}
 	if cfg.Profile == Spray {
 		q.snd, q.rcv = &spraySender{q: q}, &sprayReceiver{q: q}
 	} else {
@@ -436,7 +512,11 @@ func newPolicy(cfg *Config, set []uint16, rng *rand.Rand) multipath.Policy {
 	case PathsECMP:
 		return multipath.NewECMP(set[rng.IntN(len(set))])
 	case PathsAdaptive:
-		return multipath.NewAdaptive(set, rng.Uint64(), multipath.AdaptiveConfig{Scratch: &cfg.scratchSpace().paths})
+		scr := cfg.scratchSpace()
+		if scr.adaptive.Scratch == nil {
+			scr.adaptive.Scratch = &scr.paths
+		}
+		return multipath.NewAdaptiveShared(set, rng.Uint64(), &scr.adaptive)
 	default:
 		return multipath.NewSpray(set, rng.Uint64())
 	}
@@ -481,7 +561,59 @@ func (q *QP) Err() error { return q.err }
 
 // Stats returns the QP's counters.
 func (q *QP) Stats() QPStats {
-	s := q.stats
+	c := &q.stats
+	s := QPStats{
+		TxPackets:        c.TxPackets,
+		TxBytes:          c.TxBytes,
+		Retransmits:      c.Retransmits,
+		RxPackets:        c.RxPackets,
+		RxBytes:          c.RxBytes,
+		Duplicates:       c.Duplicates,
+		OutOfOrderDrops:  c.OutOfOrderDrops,
+		AcksSent:         c.AcksSent,
+		AcksReceived:     c.AcksReceived,
+		NaksSent:         c.NaksSent,
+		NaksReceived:     c.NaksReceived,
+		TrimsReceived:    c.TrimsReceived,
+		TrimNaksSent:     c.TrimNaksSent,
+		TrimNaksReceived: c.TrimNaksReceived,
+		ECNMarked:        c.ECNMarked,
+		CNPsSent:         c.CNPsSent,
+		CNPsReceived:     c.CNPsReceived,
+		MessagesSent:     c.MessagesSent,
+		MessagesReceived: c.MessagesReceived,
+		Timeouts:         c.Timeouts,
+		RTTSamples:       c.RTTSamples,
+		SRTT:             c.SRTT,
+		MinRTT:           c.MinRTT,
+		INTAcks:          c.INTAcks,
+		INTQueueDelay:    c.INTQueueDelay,
+		MaxINTQueueDelay: c.MaxINTQueueDelay,
+		Microbursts:      c.Microbursts,
+		MicroburstAcks:   c.MicroburstAcks,
+		MaxReorderHeld:   c.MaxReorderHeld,
+	}
+	if r := q.rare; r != nil {
+		s.OutOfWindow = r.OutOfWindow
+		s.NoBuffer = r.NoBuffer
+		s.RNRNaksSent = r.RNRNaksSent
+		s.RNRNaksReceived = r.RNRNaksReceived
+		s.RemoteAccessErrors = r.RemoteAccessErrors
+		s.BadPackets = r.BadPackets
+		s.RejectedAcks = r.RejectedAcks
+		s.RejectedNaks = r.RejectedNaks
+		s.RejectedCNPs = r.RejectedCNPs
+		s.RejectedReadResponses = r.RejectedReadResponses
+		s.RecvCopied = r.RecvCopied
+		s.CreditRequestsSent = r.CreditRequestsSent
+		s.CreditGrantsReceived = r.CreditGrantsReceived
+		s.CreditGrantsSent = r.CreditGrantsSent
+		s.CreditRequestsReceived = r.CreditRequestsReceived
+		s.UnsolicitedPackets = r.UnsolicitedPackets
+		s.CreditWaits = r.CreditWaits
+		s.CreditFallbacks = r.CreditFallbacks
+		s.CreditRejected = r.CreditRejected
+	}
 	s.ReorderHeld = q.rcv.held()
 	if q.sec != nil {
 		s.Security = q.sec.stats
@@ -560,8 +692,10 @@ func (q *QP) push(wr WorkRequest) {
 	q.tail++
 }
 
-// minSendRing is the send ring's first size.
-const minSendRing = 4
+// minSendRing is the send ring's first size: one message, as a QP of a
+// collective holds one at a time (a slot is 112 bytes, held by every busy
+// QP); more double it (TestSendRingGrowsFromOne).
+const minSendRing = 1
 
 // growSend doubles the send ring (from minSendRing, up to SendQueue),
 // keeping every message at its number.
@@ -774,7 +908,7 @@ func (q *QP) readPatience() time.Duration {
 // that is empty: what trim gives back.
 func (q *QP) trimmable() bool {
 	return (q.msgs != nil && q.head == q.tail && q.readSlots == 0) || q.sb.Trimmable() ||
-		(q.recvq != nil && q.recvLen == 0) || (q.rq.bufs != nil && q.rq.n == 0) ||
+		(q.recvq != nil && q.recvLen == 0) || (q.rq != nil && q.rq.bufs != nil && q.rq.n == 0) ||
 		len(q.comps) == 0 && cap(q.comps) > 0 || q.rcv.trimmable()
 }
 
@@ -790,7 +924,7 @@ func (q *QP) trim() {
 	if q.recvLen == 0 {
 		q.recvq, q.recvHead = nil, 0
 	}
-	if q.rq.n == 0 {
+	if q.rq != nil && q.rq.n == 0 {
 		q.rq.bufs, q.rq.head = nil, 0
 	}
 	if len(q.comps) == 0 {
@@ -879,7 +1013,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
 		return q.encodeAck(now, buf)
 	}
-	if q.cr.due {
+	if q.cred != nil && q.cred.cr.due {
 		return q.encodeGrant(buf)
 	}
 	if q.creditRequestDue() {
@@ -1051,7 +1185,7 @@ func (q *QP) nextAckEntropy() uint16 {
 		return q.lastAckEntropy
 	}
 	set := q.paths.Paths()
-	q.ackTurn = (q.ackTurn + 1) % len(set)
+	q.ackTurn = uint16((int(q.ackTurn) + 1) % len(set))
 	return set[q.ackTurn]
 }
 
@@ -1087,7 +1221,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 	}
 	q.rxAt, q.activeAt = at, now
 	if pk.IP.Src != q.rip {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	q.heardAt = now
@@ -1098,14 +1232,14 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		q.snd.onAck(now, pk)
 	case op == wire.OpCNP:
 		if !q.snd.onCNP(now) {
-			q.stats.RejectedCNPs++
+			q.rareStats().RejectedCNPs++
 		}
 	case op == wire.OpCreditGrant:
 		q.onGrant(now, pk)
 	case op == wire.OpCreditRequest:
 		q.onCreditRequest(pk)
 	default:
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 	}
 }
 
@@ -1162,8 +1296,8 @@ func nakError(syn uint8, where string) error {
 
 // onEvents applies the scoreboard's acked and lost events.
 func (q *QP) onEvents(now clock.Time) {
-	for i := range q.events {
-		e := &q.events[i]
+	for i := range q.scr.cur {
+		e := &q.scr.cur[i]
 		if e.Lost {
 			q.paths.OnLoss(now, e.Entropy)
 			q.ctrl.OnLoss(now, e.Bytes)
@@ -1176,7 +1310,7 @@ func (q *QP) onEvents(now clock.Time) {
 // takeEvents makes ev, returned by the scoreboard into the scratch
 // space's array, the events to apply, and keeps the array's growth.
 func (q *QP) takeEvents(ev []retransmit.Event) {
-	q.events, q.scr.events = ev, ev[:0]
+	q.scr.cur, q.scr.events = ev, ev[:0]
 }
 
 // completeSends completes, in order, the messages whose packets are all

@@ -201,7 +201,7 @@ func (s *classicSender) onResponse(now clock.Time, pk *wire.Packet) {
 	if m != nil {
 		if k := p.Diff(m.psn); k >= 0 && uint32(k) == m.landed && m.landed < sent {
 			if !s.fits(m, uint32(k), pk) {
-				q.stats.RejectedReadResponses++
+				q.rareStats().RejectedReadResponses++
 				return
 			}
 			s.land(now, m, uint32(k), p, pk)
@@ -213,7 +213,7 @@ func (s *classicSender) onResponse(now clock.Time, pk *wire.Packet) {
 	case d < 0 && d >= -int32(q.cfg.Window):
 		q.stats.Duplicates++
 	case d < 0 || int(d) >= q.sb.Outstanding() || !s.inRead(p):
-		q.stats.RejectedReadResponses++
+		q.rareStats().RejectedReadResponses++
 	case m != nil && sent > 0 && m.psn.Add(m.landed).Less(p):
 		q.stats.OutOfOrderDrops++
 		ev, res := q.sb.OnNak(now, m.psn.Add(m.landed), q.scr.events[:0])
@@ -295,24 +295,24 @@ func (r *classicReceiver) readRequest(now clock.Time, pk *wire.Packet, p psn.PSN
 	q := r.q
 	if r.cmsg.active {
 		r.cmsg = classicMsg{}
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakInvalidRequest, p, true // opcode sequence error
 		return
 	}
 	n := readPackets(pk.RETH.Len, q.seg)
 	if n > maxReadPackets {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakInvalidRequest, p, true
 		return
 	}
 	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
 	if !ok || int64(pk.RETH.Len) > q.cfg.MaxMessageSize {
-		q.stats.RemoteAccessErrors++
+		q.rareStats().RemoteAccessErrors++
 		r.rxErr, r.rxErrPSN, q.ackNow = wire.NakRemoteAccessError, p, true
 		return
 	}
 	if len(r.resp) >= r.q.cfg.MaxMessages {
-		q.stats.NoBuffer++
+		q.rareStats().NoBuffer++
 		return
 	}
 	q.activate()
@@ -337,7 +337,7 @@ func (r *classicReceiver) dupRead(pk *wire.Packet, p psn.PSN) {
 	q.stats.Duplicates++
 	n := readPackets(pk.RETH.Len, q.seg)
 	if n > maxReadPackets || p.Add(n).Diff(r.exp) > 0 {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	at := len(r.resp)
@@ -356,11 +356,11 @@ func (r *classicReceiver) dupRead(pk *wire.Packet, p psn.PSN) {
 	}
 	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
 	if !ok {
-		q.stats.RemoteAccessErrors++
+		q.rareStats().RemoteAccessErrors++
 		return
 	}
 	if len(r.resp) >= r.q.cfg.MaxMessages {
-		q.stats.NoBuffer++
+		q.rareStats().NoBuffer++
 		return
 	}
 	q.activate()

@@ -90,6 +90,7 @@ func consumes(k wire.OpKind) bool { return k == wire.KindSend || k == wire.KindS
 // QP or its receiving side failed).
 func (q *QP) PostRecv(id uint64, buf []byte) error {
 	q.touch() // a held message may land, an error complete: sched.go
+	q.recvQueue()
 	switch {
 	case q.state == stateError:
 		return fmt.Errorf("%w: %w", ErrQPFailed, q.err)
@@ -112,11 +113,26 @@ func (q *QP) PostRecv(id uint64, buf []byte) error {
 }
 
 // PostedRecvs returns the number of posted receive buffers not yet filled.
-func (q *QP) PostedRecvs() int { return q.rq.n }
+func (q *QP) PostedRecvs() int {
+	if q.rq == nil {
+		return 0
+	}
+	return q.rq.n
+}
+
+// recvQueue returns the QP's posted-buffer ring, allocated at its first
+// use: most QPs never post one (TestQPSize).
+func (q *QP) recvQueue() *recvQueue {
+	if q.rq == nil {
+		q.rq = new(recvQueue)
+	}
+	return q.rq
+}
 
 // failRecv fails the receiving side: posted buffer bad (or none, -1)
 // completes with ErrLocalLength, every other one with ErrFlushed.
 func (q *QP) failRecv(bad int, cause error) {
+	q.recvQueue()
 	if q.rq.err == nil {
 		q.rq.err = cause
 	}
@@ -139,6 +155,7 @@ func (q *QP) localLength(i int, length uint32) {
 // flushRecv takes the posted buffers off a destroyed QP and returns them.
 func (q *QP) flushRecv() []postedBuf {
 	var out []postedBuf
+	q.recvQueue()
 	for q.rq.n > 0 {
 		out = append(out, q.rq.pop())
 	}

@@ -112,7 +112,7 @@ func (c *Conn) noteRecvErr() {
 	switch {
 	case c.qp.state == stateError:
 		c.p.err.Store(&recvFail{c.qp.err})
-	case c.qp.rq.err != nil:
+	case c.qp.rq != nil && c.qp.rq.err != nil:
 		c.p.err.Store(&recvFail{c.qp.rq.err})
 	}
 }

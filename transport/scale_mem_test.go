@@ -109,7 +109,7 @@ func heldBy(q *QP) string {
 	}
 	add("send", q.msgs != nil)
 	add("recv", q.recvq != nil)
-	add("posted", q.rq.bufs != nil)
+	add("posted", q.rq != nil && q.rq.bufs != nil)
 	add("scoreboard", q.sb.Outstanding() == 0 && q.sb.Trimmable())
 	if r, ok := q.rcv.(*sprayReceiver); ok {
 		add("window", r.win.Trimmable())

@@ -408,7 +408,7 @@ func (q *QP) Secured() bool { return q.sec != nil }
 func (q *QP) admit(frame []byte, pk *wire.Packet) bool {
 	if q.sec == nil {
 		if pk.BTH.Secured {
-			q.stats.BadPackets++
+			q.rareStats().BadPackets++
 			return false
 		}
 		return true

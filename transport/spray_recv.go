@@ -190,7 +190,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	case d < -int32(r.win.Size()):
 		// Long acknowledged, or never sent: dropped unanswered
 		// (TestSpoofSprayData).
-		q.stats.OutOfWindow++
+		q.rareStats().OutOfWindow++
 		return
 	case d < 0 || r.win.Has(p):
 		q.stats.Duplicates++
@@ -200,7 +200,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		q.ackDup = q.noteAckLost(now) || q.ackDup
 		return
 	case d >= int32(r.win.Size()):
-		q.stats.OutOfWindow++
+		q.rareStats().OutOfWindow++
 		q.ackNow = true
 		return
 	}
@@ -211,7 +211,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	case wire.KindSend, wire.KindSendImm, wire.KindWrite, wire.KindWriteImm:
 	case wire.KindReadReq:
 		if h.MsgLen != 0 || h.Offset != 0 || len(pk.Payload) != 0 {
-			q.stats.BadPackets++
+			q.rareStats().BadPackets++
 			return
 		}
 	case wire.KindReadResp:
@@ -219,12 +219,12 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		// must be outstanding and of its length (TestReadSpoofedResponse).
 		rd := q.readFor(pk.Imm)
 		if rd == nil || rd.length != h.MsgLen || uint64(h.Offset)+uint64(len(pk.Payload)) > uint64(h.MsgLen) {
-			q.stats.RejectedReadResponses++
+			q.rareStats().RejectedReadResponses++
 			return
 		}
 		dst = rd.wr.Data[h.Offset : h.Offset+uint32(len(pk.Payload))]
 	default:
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	m, err := r.message(h)
@@ -237,7 +237,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 		// so that the sender retransmits later, and answered with an
 		// RNR NAK so that it does not count the wait against the peer's
 		// life (TestSlowReaderOutlastsRetries).
-		q.stats.NoBuffer++
+		q.rareStats().NoBuffer++
 		r.rnr, r.rnrMsg, q.ackNow = true, h.MsgID, true
 		return
 	}
@@ -246,14 +246,14 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	if m.Tag&tagKind == 0 {
 		m.Kind, m.Tag = uint8(h.Kind), m.Tag|tagKind
 	} else if m.Kind != uint8(h.Kind) {
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	if write {
 		var ok bool
 		dst, ok = q.mrs.target(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len, h.Offset, len(pk.Payload))
 		if !ok || pk.RETH.Len != h.MsgLen {
-			q.stats.RemoteAccessErrors++
+			q.rareStats().RemoteAccessErrors++
 			r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, h.MsgID, true
 			return
 		}
@@ -269,7 +269,7 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 			r.reads[h.MsgID%uint32(len(r.reads))] = nil
 			q.readSlots--
 		}
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return
 	}
 	copy(dst, pk.Payload)
@@ -318,7 +318,7 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 	q := r.q
 	src, ok := q.mrs.source(pk.RETH.RKey, pk.RETH.VA, pk.RETH.Len)
 	if !ok || int64(pk.RETH.Len) > q.cfg.MaxMessageSize {
-		q.stats.RemoteAccessErrors++
+		q.rareStats().RemoteAccessErrors++
 		r.rxErr, r.rxErrMsg, q.ackNow = wire.NakRemoteAccessError, id, true
 		return false
 	}
@@ -330,11 +330,11 @@ func (r *sprayReceiver) readReq(pk *wire.Packet, id uint32) bool {
 		// A second request under a message ID already taken, at another
 		// PSN: not what a sender does. One reservation per ID, so that
 		// such packets cannot shrink the send queue.
-		q.stats.BadPackets++
+		q.rareStats().BadPackets++
 		return false
 	}
 	if !q.reserveRead() {
-		q.stats.NoBuffer++
+		q.rareStats().NoBuffer++
 		return false
 	}
 	r.reads[i] = src
@@ -360,7 +360,7 @@ const (
 // fails the receiving side (ErrLocalLength) and is refused.
 func (r *sprayReceiver) message(h *wire.Data) (*reorder.Msg, error) {
 	send := h.Kind == wire.KindSend || h.Kind == wire.KindSendImm
-	if m := r.asm.Lookup(h.MsgID); m != nil || !send || !r.q.rq.on {
+	if m := r.asm.Lookup(h.MsgID); m != nil || !send || r.q.rq == nil || !r.q.rq.on {
 		return r.asm.Message(h.MsgID, h.MsgLen, send)
 	}
 	q := r.q
@@ -411,7 +411,7 @@ func (r *sprayReceiver) deliver() {
 			return
 		}
 		kind := wire.OpKind(m.Kind)
-		if q.rq.on && consumes(kind) {
+		if q.rq != nil && q.rq.on && consumes(kind) {
 			if q.rq.n == 0 {
 				return
 			}
@@ -423,7 +423,7 @@ func (r *sprayReceiver) deliver() {
 				return
 			}
 			if m.Tag&tagPosted == 0 { // staged: copy it over
-				q.stats.RecvCopied++
+				q.rareStats().RecvCopied++
 				copy(b.buf, m.Buf)
 				recvPool.put(m.Buf)
 			}
@@ -496,7 +496,7 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 	}
 	if r.rnr && r.rxErr == 0 {
 		a.Syndrome, a.MsgID = wire.SyndromeRNR|rnrTimer, r.rnrMsg
-		r.q.stats.RNRNaksSent++
+		r.q.rareStats().RNRNaksSent++
 	} else if len(r.trims) > 0 && r.rxErr == 0 {
 		// A trimmed packet's NAK names its PSN and send time where an ACK
 		// echoes a packet's; its hold, entropy and INT records are not

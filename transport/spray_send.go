@@ -49,7 +49,7 @@ func (s *spraySender) encode(now clock.Time, pk *wire.Packet, m *sendMsg, off ui
 		s.reqPSN, s.reqSet = p, true
 	}
 	pk.BTH.Opcode = wire.OpSprayData
-	pk.Data = wire.Data{MsgID: m.id, Offset: off, MsgLen: m.length, TxTime: uint64(now), Credit: q.cs.bit}
+	pk.Data = wire.Data{MsgID: m.id, Offset: off, MsgLen: m.length, TxTime: uint64(now), Credit: q.creditBit()}
 	switch m.wr.Op {
 	case OpSend:
 		pk.Data.Kind = wire.KindSend
@@ -147,7 +147,9 @@ func (s *spraySender) pollCopy(now clock.Time, buf []byte, rate float64) (int, e
 	m := q.msgTag(s.copyTag)
 	q.resending = true
 	rec := q.rtoRecovery
-	q.cs.bit = 0                          // a copy takes no credit: the receiver books it as it arrives
+	if q.cred != nil {
+		q.cred.cs.bit = 0 // a copy takes no credit: the receiver books it as it arrives
+	}
 	q.inRTO, q.rtoRecovery = false, false // the next path of the round, not the freshest again
 	n, entropy, err := q.encodeData(now, buf, m, uint32(s.copyTag), s.copyPSN)
 	q.inRTO, q.rtoRecovery, q.resending = true, rec, false
@@ -215,13 +217,13 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q := s.q
 	a := &pk.Ack
 	if !s.valid(a) {
-		q.stats.RejectedAcks++
+		q.rareStats().RejectedAcks++
 		return
 	}
 	rnr := a.Syndrome&0xE0 == wire.SyndromeRNR
 	trim := a.Syndrome == wire.NakPSNSequenceError
 	if (wire.IsNak(a.Syndrome) || rnr) && !s.names(a.MsgID, psn.New(a.CumPSN)) {
-		q.stats.RejectedNaks++
+		q.rareStats().RejectedNaks++
 		if !rnr {
 			q.foreign = foreignNak{syn: a.Syndrome, at: a.MsgID}
 		}
@@ -234,7 +236,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		// the timeouts until it takes more do not count against
 		// MaxRetries (IBA's rnr_retry 7: unlimited). The refused
 		// packets come again on the retransmission timer.
-		q.stats.RNRNaksReceived++
+		q.rareStats().RNRNaksReceived++
 		q.sb.PeerAlive()
 	}
 	ev, res := q.sb.OnAck(now, retransmit.Ack{

@@ -56,7 +56,7 @@ type pathTable struct {
 	// same places: from the first value that outgrew 32 bits on.
 	wide [][pcN]uint64
 
-	rtt, qdelay DelayHistogram
+	rtt, qdelay delayHist
 }
 
 // pathCount is a path's PathCounters in 32 bytes, every field in 32 bits
@@ -128,12 +128,52 @@ type DelayHistogram struct {
 // Add counts d (negative durations count as 0).
 func (h *DelayHistogram) Add(d time.Duration) {
 	d = max(d, 0)
-	i := 0
-	if d > time.Microsecond {
-		i = min(bits.Len64(uint64((d-1)/time.Microsecond)), DelayBuckets-1)
-	}
-	h.Counts[i]++
+	h.Counts[delayBucket(d)]++
 	h.Sum += d
+}
+
+// delayBucket returns the bucket of d >= 0.
+func delayBucket(d time.Duration) int {
+	if d <= time.Microsecond {
+		return 0
+	}
+	return min(bits.Len64(uint64((d-1)/time.Microsecond)), DelayBuckets-1)
+}
+
+// delayHist is a QP's DelayHistogram in 112 bytes, not 200: counts in 32
+// bits until one would pass 2^32-1, then the full histogram from there on,
+// so the counts stay exact (TestDelayHistWide). Every busy QP holds two.
+type delayHist struct {
+	c    [DelayBuckets]uint32
+	sum  time.Duration
+	wide *DelayHistogram
+}
+
+// add counts d (negative durations count as 0).
+func (h *delayHist) add(d time.Duration) {
+	if h.wide == nil {
+		d = max(d, 0)
+		if i := delayBucket(d); h.c[i] < math.MaxUint32 {
+			h.c[i]++
+			h.sum += d
+			return
+		}
+		w := h.full()
+		h.wide = &w
+	}
+	h.wide.Add(d)
+}
+
+// full returns the histogram.
+func (h *delayHist) full() DelayHistogram {
+	if h.wide != nil {
+		return *h.wide
+	}
+	f := DelayHistogram{Sum: h.sum}
+	for i, c := range h.c {
+		f.Counts[i] = uint64(c)
+	}
+	return f
 }
 
 // Count returns the number of samples.
@@ -151,9 +191,13 @@ func DelayBucketBound(i int) time.Duration {
 	return time.Microsecond << i
 }
 
+// init sets the table to the paths ents, every counter at zero; the
+// delay histograms are the QP's and stay. A set of 16 paths or fewer
+// holds no index, whatever the set before it (TestPathTableNewSmallerSet).
 func (t *pathTable) init(ents []uint16) {
 	t.ents = append([]uint16(nil), ents...)
 	t.slot = make([]uint16, len(ents))
+	t.idx, t.c, t.wide = nil, nil, nil
 	if len(ents) > 16 {
 		t.idx = make([]uint32, len(ents))
 		for i, e := range ents {
@@ -240,7 +284,7 @@ func (q *QP) noteRTT(rtt time.Duration) {
 	s := &q.stats
 	first := s.RTTSamples == 0
 	s.RTTSamples++
-	q.pstats.rtt.Add(rtt)
+	q.pstats.rtt.add(rtt)
 	s.SRTT = ewma8(s.SRTT, rtt, first)
 	if first || rtt < s.MinRTT {
 		s.MinRTT = rtt
@@ -257,7 +301,7 @@ func (q *QP) noteINT(entropy uint16, delay time.Duration) {
 	s.INTQueueDelay = ewma8(s.INTQueueDelay, delay, s.INTAcks == 0)
 	s.INTAcks++
 	s.MaxINTQueueDelay = max(s.MaxINTQueueDelay, delay)
-	q.pstats.qdelay.Add(delay)
+	q.pstats.qdelay.add(delay)
 	i := q.pstats.index(entropy)
 	if i < 0 {
 		return
@@ -300,7 +344,7 @@ func (q *QP) PathCounters() []PathCounters {
 // QPStats.SRTT) and INT queue delays (those of QPStats.INTQueueDelay) as
 // histograms.
 func (q *QP) Histograms() (rtt, queueDelay DelayHistogram) {
-	return q.pstats.rtt, q.pstats.qdelay
+	return q.pstats.rtt.full(), q.pstats.qdelay.full()
 }
 
 // PathSnapshot is everything known about one path of a QP: the path

@@ -266,3 +266,37 @@ func TestLargeMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestSendRingGrowsFromOne: a QP's send ring and its peer's reassembly
+// ring hold one message until more are outstanding (every busy QP of a
+// collective holds them); several messages posted at once grow both, and
+// every message arrives whole, in order, with its completion.
+func TestSendRingGrowsFromOne(t *testing.T) {
+	for _, loss := range []float64{0, 0.02} {
+		t.Run(lossName(loss), func(t *testing.T) {
+			seed := testutil.Seed(t)
+			s := newSimPair(t, mem.Config{Seed: seed, Loss: loss, Reorder: 0.3, ReorderDelay: 20 * time.Microsecond, Delay: 5 * time.Microsecond}, Config{Profile: Spray, Seed: seed})
+			rng := rand.New(rand.NewPCG(seed, 2))
+			one := make([]byte, 3000)
+			for i := range one {
+				one[i] = byte(rng.Uint32())
+			}
+			transfer(t, s, [][]byte{one})
+			if len(s.qa.msgs) != 1 {
+				t.Fatalf("send ring of %d slots after one message, want 1", len(s.qa.msgs))
+			}
+			s.ca, s.cb = nil, nil
+			msgs := make([][]byte, 9)
+			for i := range msgs {
+				msgs[i] = make([]byte, 1+rng.IntN(20000))
+				for j := range msgs[i] {
+					msgs[i][j] = byte(rng.Uint32())
+				}
+			}
+			transfer(t, s, msgs)
+			if len(s.qa.msgs) < len(msgs) {
+				t.Fatalf("send ring of %d slots held %d messages", len(s.qa.msgs), len(msgs))
+			}
+		})
+	}
+}
