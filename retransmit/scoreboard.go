@@ -115,8 +115,10 @@ type Stats struct {
 	// resend was sent, or sooner after it than the minimum RTT.
 	SpuriousRetransmits uint64
 	// SpuriousRTOs counts retransmission timeouts whose resend turned out
-	// unneeded, SpuriousTLPs probes acknowledged by their original.
-	SpuriousRTOs, SpuriousTLPs uint64
+	// unneeded, SpuriousTLPs probes acknowledged by their original, and
+	// SpuriousWaits RACK losses declared without proof on their path (the
+	// fan-in's wait, rackDetect) whose packet turned out to arrive.
+	SpuriousRTOs, SpuriousTLPs, SpuriousWaits uint64
 	// TLPs counts tail loss probes, RTOs retransmission timeouts.
 	TLPs, RTOs uint64
 	// BadAcks counts ACKs and NAKs dropped whole because they refer to
@@ -253,6 +255,9 @@ type entry struct {
 	bytes   int32
 	entropy uint16
 	flags   uint8
+	// waitLost: the latest loss declaration was RACK's without proof on
+	// the packet's path (rackDetect's fan-in wait).
+	waitLost bool
 }
 
 // Scoreboard is the sender's state for one queue pair. Its zero value is
@@ -292,10 +297,17 @@ type Scoreboard struct {
 	rackRTT  time.Duration
 	reoMult  int
 	reoLeft  int // RACK.reo_wnd_persist
-	spurOK   bool
-	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
-	inRecov  bool
-	recovEnd psn.PSN
+	// waitMult multiplies the second round trip of RACK's wait for a
+	// packet without proof on its path; a spurious loss declared by that
+	// wait doubles it (at most maxWaitMult, once per round trip, till
+	// waitEnd) and waitLeft loss recoveries without one bring it back to 1.
+	waitMult, waitLeft int
+	waitOK             bool
+	waitEnd            psn.PSN
+	spurOK             bool
+	spurEnd            psn.PSN // RACK.dsack_round, driven by spurious resends
+	inRecov            bool
+	recovEnd           psn.PSN
 
 	// recentRTT is a windowed maximum of the RTT samples of delivered
 	// packets: the larger of this round trip's (rttCur) and the previous
@@ -303,6 +315,7 @@ type Scoreboard struct {
 	// passes rttEnd.
 	rttCur, rttPrev time.Duration
 	qCur, qPrev     time.Duration // the same for NoteQueueDelay
+	fabQ            time.Duration // NoteFabricQueue
 	rttEnd          psn.PSN
 	rttEndOK        bool
 	// rtoFired is when the latest retransmission timeout fired.
@@ -347,6 +360,7 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		ptoAt:    clock.Never,
 		reoAt:    clock.Never,
 		reoMult:  1,
+		waitMult: 1,
 		rtoFired: clock.Time(math.MinInt64),
 		ptoMult:  1,
 	}, nil
@@ -613,6 +627,7 @@ func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res
 	s.inPkts--
 	s.inBytes -= int(e.bytes)
 	e.flags |= fLost
+	e.waitLost = false
 	if byRACK {
 		e.flags |= fRackLost
 	} else {
@@ -742,6 +757,9 @@ func sentAfter(t1 clock.Time, p1 psn.PSN, t2 clock.Time, p2 psn.PSN) bool {
 // widens the reordering window, at most once per round trip.
 func (s *Scoreboard) spurious(e *entry) {
 	s.stats.SpuriousRetransmits++
+	if e.waitLost {
+		s.spuriousWait()
+	}
 	if e.flags&fRackLost == 0 {
 		return
 	}
@@ -752,10 +770,32 @@ func (s *Scoreboard) spurious(e *entry) {
 	}
 }
 
+// spuriousWait doubles the second round trip of RACK's wait without proof
+// (at most maxWaitMult times, once per round trip) for the next reoPersist
+// loss recoveries: a packet that this wait declared lost arrived, so the
+// queue it met grew faster than the round trips measured before it, and
+// the QP's next packets on fresh paths meet the same fan-in
+// (TestSpuriousWaitBacksOff).
+func (s *Scoreboard) spuriousWait() {
+	s.stats.SpuriousWaits++
+	if !s.waitOK || !s.una.Less(s.waitEnd) {
+		s.waitOK, s.waitEnd = true, s.next
+		s.waitMult = min(2*s.waitMult, maxWaitMult)
+		s.waitLeft = reoPersist
+	}
+}
+
 // NoteQueueDelay tells the scoreboard the queueing delay an ACK reports
 // (INT records: the queues its packet met along the path).
 func (s *Scoreboard) NoteQueueDelay(d time.Duration) {
 	s.qCur = max(s.qCur, min(d, MaxDuration))
+}
+
+// NoteFabricQueue tells the scoreboard the largest queueing delay that
+// the INT records of its engine's ACKs (every QP's) reported lately: the
+// tail loss probe waits for it too (armProbe).
+func (s *Scoreboard) NoteFabricQueue(d time.Duration) {
+	s.fabQ = min(d, MaxDuration)
 }
 
 // RecentQueue returns the largest queueing delay noted in this round trip
@@ -938,6 +978,12 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 					s.reoMult = 1
 				}
 			}
+			if s.waitLeft > 0 {
+				s.waitLeft--
+				if s.waitLeft == 0 {
+					s.waitMult = 1
+				}
+			}
 		}
 		if s.tlpActive && !s.una.Less(s.tlpEnd) {
 			s.tlpActive = false
@@ -1041,7 +1087,9 @@ func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
 //   - otherwise (the path's later packets are still on their way, the path
 //     died, or its entropy has had no delivery yet): once twice the largest
 //     of RACK.rtt, the path's last RTT and RecentRTT (at least that plus
-//     reo_wnd), plus RecentQueue, has passed. Under an N-to-1 fan-in the
+//     reo_wnd; the second of the two times the wait multiplier that a
+//     spurious loss declared by this rule raises, spuriousWait), plus
+//     RecentQueue, has passed. Under an N-to-1 fan-in the
 //     queue a packet meets grows while it waits, and its path's last RTT,
 //     or RACK.rtt from a path without that queue, say little of its own
 //     (TestTimerUnderGrowingQueue); queues that grow, CPUs that
@@ -1093,10 +1141,16 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 			deadline = e.sentAt.Add(max(s.rackRTT, prtt) + reo)
 		default:
 			rtt := max(recent, prtt)
-			deadline = e.sentAt.Add(rtt + max(reo, rtt) + queue)
+			q := queue
+			if s.waitMult > 1 {
+				q = max(q, s.fabQ)
+			}
+			deadline = e.sentAt.Add(rtt + max(reo, rtt)*time.Duration(s.waitMult) + q)
 		}
 		if !now.Before(deadline) {
+			wait := !proof && !s.silentPath(e.entropy)
 			dst = s.markLost(p, e, true, dst, res)
+			e.waitLost = wait
 			if !proof {
 				s.setSilent(e.entropy)
 			}
@@ -1108,7 +1162,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 }
 
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
-// plus RecentQueue (the round trip and the queueing delay the QP has seen
+// (3* with more than 2*AckEvery packets in flight) plus RecentQueue (the round trip and the queueing delay the QP has seen
 // lately: SRTT lags a round trip that grows with a queue, and a probe sent
 // into the queue only lengthens it; TestTimerUnderGrowingQueue), times the
 // spurious-probe multiplier (spuriousProbe), plus
@@ -1132,7 +1186,15 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := (2*s.RecentRTT() + s.RecentQueue()) * time.Duration(s.ptoMult)
+	// Three round trips, not two, while more than 2*AckEvery packets are
+	// out: ACKs for none of so many sprayed packets is a queue that grew
+	// (a fan-in), not a lost tail, which leaves few packets in flight
+	// (TestProbeUnderFullFlight).
+	k := time.Duration(2)
+	if s.inPkts > 2*s.cfg.AckEvery {
+		k = 3
+	}
+	pto := (k*s.RecentRTT() + max(s.RecentQueue(), s.fabQ)) * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
