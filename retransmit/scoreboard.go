@@ -792,8 +792,10 @@ func (s *Scoreboard) NoteQueueDelay(d time.Duration) {
 }
 
 // NoteFabricQueue tells the scoreboard the largest queueing delay that
-// the INT records of its engine's ACKs (every QP's) reported lately: the
-// tail loss probe waits for it too (armProbe).
+// the INT records of its engine's ACKs (every QP's) reported lately, as of
+// this QP's latest ACK: the tail loss probe waits for it (armProbe), and
+// so does RACK's wait without proof once spuriousWait has raised it
+// (rackDetect); TestProbeUnderFullFlight, TestSpuriousWaitBacksOff.
 func (s *Scoreboard) NoteFabricQueue(d time.Duration) {
 	s.fabQ = min(d, MaxDuration)
 }
@@ -1162,9 +1164,11 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 }
 
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
-// (3* with more than 2*AckEvery packets in flight) plus RecentQueue (the round trip and the queueing delay the QP has seen
-// lately: SRTT lags a round trip that grows with a queue, and a probe sent
-// into the queue only lengthens it; TestTimerUnderGrowingQueue), times the
+// (3* with more than 2*AckEvery packets in flight) plus RecentQueue, or the
+// engine's fabric queue when larger (NoteFabricQueue) (the round trip and
+// the queueing delay the QP has seen lately: SRTT lags a round trip that
+// grows with a queue, and a probe sent into the queue only lengthens it;
+// TestTimerUnderGrowingQueue), times the
 // spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
