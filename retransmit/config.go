@@ -63,6 +63,9 @@ const (
 	maxReoMult = 64
 	// maxPTOMult bounds the probe timeout multiplier.
 	maxPTOMult = 16
+	// maxWaitMult bounds the multiplier of RACK's wait without proof
+	// (Scoreboard.spuriousWait).
+	maxWaitMult = 4
 	// MaxDuration bounds every duration in Config and every RTT sample, so
 	// that timer arithmetic cannot overflow.
 	MaxDuration = time.Hour

@@ -221,3 +221,117 @@ func TestRACKSilentPath(t *testing.T) {
 		mustCheck(t, s)
 	})
 }
+
+// TestSpuriousWaitBacksOff: a packet on a fresh entropy is declared lost
+// by RACK after the fan-in's wait (two round trips, no queue reported
+// here); when the receiver's echo then shows that its original arrived (a
+// spurious loss, as under a fan-in whose queue outgrew the round trips
+// measured before it), the next packet on a fresh entropy waits three round
+// trips. Real losses are still declared by RACK and resent long before the
+// retransmission timer, and reoPersist loss recoveries without a spurious
+// one bring the wait back to two round trips.
+func TestSpuriousWaitBacksOff(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		const base, fast = 10 * us, 2
+		now := clock.Time(0)
+		for range 4 {
+			p := sendOn(t, s, now, fast)
+			s.OnAck(now+base, sackOf(p.Next(), p), nil)
+			now += base + us
+		}
+		fresh := uint16(100)
+		// lossAfter sends a packet on a fresh entropy and one on the fast
+		// path, acknowledges the fast one, lets RACK declare the first
+		// lost and resends it; the resend's ACK echoes the original's send
+		// time when spurious. It returns how long the wait was, in round
+		// trips (RecentRTT).
+		lossAfter := func(spurious bool) float64 {
+			t.Helper()
+			fresh++
+			d := sendOn(t, s, now, fresh)
+			sent := now
+			f := sendOn(t, s, now+us, fast)
+			s.OnAck(now+us+base, sackOf(s.Oldest(), f, f), nil)
+			rtt := s.RecentRTT()
+			for at := s.NextTimeout(); at != clock.Never && at < now.Add(s.RTO()/2); at = s.NextTimeout() {
+				ev, kind, _ := s.OnTimeout(at, nil)
+				if _, lost := split(ev); kind != Reorder || len(lost) != 1 || lost[0] != d {
+					continue
+				}
+				resendLost(t, s, at)
+				a := sackOf(s.Next(), d)
+				if spurious {
+					a.AckedSentAt = sent
+				}
+				s.OnAck(at+base, a, nil)
+				now = at + base + us
+				return float64(at-sent) / float64(rtt)
+			}
+			t.Fatalf("the packet on entropy %d was not declared lost within half the RTO", fresh)
+			return 0
+		}
+		if w := lossAfter(true); w < 2 || w >= 2.5 {
+			t.Fatalf("first wait %.2f round trips, want 2", w)
+		}
+		if st := s.Stats(); st.SpuriousWaits != 1 {
+			t.Fatalf("SpuriousWaits %d, want 1", st.SpuriousWaits)
+		}
+		if w := lossAfter(false); w < 3 || w >= 3.5 {
+			t.Fatalf("wait after a spurious loss %.2f round trips, want 3", w)
+		}
+		// Backed off, the wait also allows for the queues the engine's
+		// other QPs saw (NoteFabricQueue): 3 round trips + 10µs.
+		s.NoteFabricQueue(time.Duration(base))
+		if w := lossAfter(false); w < 4 || w >= 4.5 {
+			t.Fatalf("wait after a spurious loss, with a fabric queue of one round trip: %.2f round trips, want 4", w)
+		}
+		s.NoteFabricQueue(0)
+		for range reoPersist {
+			lossAfter(false)
+		}
+		if w := lossAfter(false); w < 2 || w >= 2.5 {
+			t.Fatalf("wait after %d clean recoveries %.2f round trips, want 2 again", reoPersist, w)
+		}
+		if st := s.Stats(); st.RTOs != 0 || st.TLPs != 0 || st.SpuriousWaits != 1 {
+			t.Fatalf("stats %+v: want RACK alone, one spurious wait", st)
+		}
+		mustCheck(t, s)
+	})
+}
+
+// TestProbeUnderFullFlight: with more than 2*AckEvery packets in flight and
+// no ACK (a fan-in's queue holding them all), the tail loss probe waits
+// three round trips; with a lost tail of two packets it still fires after
+// two.
+func TestProbeUnderFullFlight(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		for _, c := range []struct{ out, rtts int }{{8, 3}, {5, 3}, {4, 2}, {2, 2}} {
+			s := mustNew(t, Config{}, first)
+			p := sendNew(t, s, 0)
+			s.OnAck(10*us, sackOf(p.Next(), p), nil)
+			now := clock.Time(11 * us)
+			for i := range c.out {
+				sendNew(t, s, now+clock.Time(i))
+			}
+			at := now + clock.Time(c.out-1)
+			want := at.Add(time.Duration(c.rtts) * s.RecentRTT())
+			if got := s.NextTimeout(); got != want {
+				t.Fatalf("%d in flight: next timeout %v, want a probe at %v (%d round trips)", c.out, got, want, c.rtts)
+			}
+			if _, kind, _ := s.OnTimeout(want, nil); kind != Probe {
+				t.Fatalf("%d in flight: timeout %v, want a probe", c.out, kind)
+			}
+		}
+		// The queues the engine's other QPs saw (NoteFabricQueue) add to
+		// the probe's wait.
+		s := mustNew(t, Config{}, first)
+		p := sendNew(t, s, 0)
+		s.OnAck(10*us, sackOf(p.Next(), p), nil)
+		s.NoteFabricQueue(50 * time.Microsecond)
+		sendNew(t, s, 11*us)
+		if got, want := s.NextTimeout(), clock.Time(11*us).Add(2*s.RecentRTT()+50*time.Microsecond); got != want {
+			t.Fatalf("with a 50µs fabric queue: next timeout %v, want %v", got, want)
+		}
+	})
+}

@@ -115,8 +115,10 @@ type Stats struct {
 	// resend was sent, or sooner after it than the minimum RTT.
 	SpuriousRetransmits uint64
 	// SpuriousRTOs counts retransmission timeouts whose resend turned out
-	// unneeded, SpuriousTLPs probes acknowledged by their original.
-	SpuriousRTOs, SpuriousTLPs uint64
+	// unneeded, SpuriousTLPs probes acknowledged by their original, and
+	// SpuriousWaits RACK losses declared without proof on their path (the
+	// fan-in's wait, rackDetect) whose packet turned out to arrive.
+	SpuriousRTOs, SpuriousTLPs, SpuriousWaits uint64
 	// TLPs counts tail loss probes, RTOs retransmission timeouts.
 	TLPs, RTOs uint64
 	// BadAcks counts ACKs and NAKs dropped whole because they refer to
@@ -265,6 +267,9 @@ type entry struct {
 	bytes   int32
 	entropy uint16
 	flags   uint8
+	// waitLost: the latest loss declaration was RACK's without proof on
+	// the packet's path (rackDetect's fan-in wait).
+	waitLost bool
 }
 
 // Scoreboard is the sender's state for one queue pair. Its zero value is
@@ -287,8 +292,6 @@ type Scoreboard struct {
 	inPkts, inBytes int
 
 	srtt, rttvar, minRTT time.Duration
-	backoff              uint
-	retries              int
 	failed               error
 
 	rtoAt, ptoAt, reoAt clock.Time
@@ -303,6 +306,7 @@ type Scoreboard struct {
 	// passes rttEnd.
 	rttCur, rttPrev time.Duration
 	qCur, qPrev     time.Duration // the same for NoteQueueDelay
+	fabQ            time.Duration // NoteFabricQueue
 	// rtoFired is when the latest retransmission timeout fired.
 	rtoFired clock.Time
 
@@ -324,27 +328,37 @@ type Scoreboard struct {
 	una      psn.PSN // oldest unacknowledged
 	next     psn.PSN // next new
 	rackPSN  psn.PSN
-	reoMult  int32
-	reoLeft  int32   // RACK.reo_wnd_persist
+	retries  int32
+	backoff  uint32
 	spurEnd  psn.PSN // RACK.dsack_round, driven by spurious resends
 	recovEnd psn.PSN
 	rttEnd   psn.PSN
 	tlpEnd   psn.PSN
-	// ptoMult multiplies the probe timeout; a spurious probe doubles it
-	// (at most maxPTOMult) and ptoLeft clean probes bring it back to 1.
-	ptoMult, ptoLeft int32
+	waitEnd  psn.PSN // see waitMult
 	// rtoPSN was resent by the latest retransmission timeout.
 	rtoPSN      psn.PSN
 	nakExpected psn.PSN
 
-	hasRTT    bool
-	rackOK    bool
-	spurOK    bool
-	inRecov   bool
-	rttEndOK  bool
-	tlpActive bool
-	nakActive bool
-	nakResent bool
+	// reoMult multiplies RACK's reordering window, for reoLeft
+	// recoveries (RACK.reo_wnd_persist). ptoMult multiplies the probe
+	// timeout; a spurious probe doubles it (at most maxPTOMult) and
+	// ptoLeft clean probes bring it back to 1. waitMult multiplies the
+	// second round trip of RACK's wait for a packet without proof on its
+	// path; a spurious loss declared by that wait doubles it (at most
+	// maxWaitMult, once per round trip, till waitEnd) and waitLeft loss
+	// recoveries without one bring it back to 1. All are small: bytes.
+	reoMult, reoLeft   uint8
+	ptoMult, ptoLeft   uint8
+	waitMult, waitLeft uint8
+	hasRTT             bool
+	rackOK             bool
+	spurOK             bool
+	inRecov            bool
+	rttEndOK           bool
+	tlpActive          bool
+	waitOK             bool
+	nakActive          bool
+	nakResent          bool
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24
@@ -363,6 +377,7 @@ func New(cfg Config, first psn.PSN) (*Scoreboard, error) {
 		ptoAt:    clock.Never,
 		reoAt:    clock.Never,
 		reoMult:  1,
+		waitMult: 1,
 		rtoFired: clock.Time(math.MinInt64),
 		ptoMult:  1,
 	}, nil
@@ -472,7 +487,7 @@ func (s *Scoreboard) RTO() time.Duration {
 	} else {
 		rto = max(s.cfg.InitialRTO, s.cfg.MinRTO)
 	}
-	for i := uint(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
+	for i := uint32(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
 		rto *= 2
 	}
 	return min(rto, s.cfg.MaxRTO)
@@ -629,6 +644,7 @@ func (s *Scoreboard) markLost(p psn.PSN, e *entry, byRACK bool, dst []Event, res
 	s.inPkts--
 	s.inBytes -= int(e.bytes)
 	e.flags |= fLost
+	e.waitLost = false
 	if byRACK {
 		e.flags |= fRackLost
 	} else {
@@ -759,6 +775,9 @@ func sentAfter(t1 clock.Time, p1 psn.PSN, t2 clock.Time, p2 psn.PSN) bool {
 // widens the reordering window, at most once per round trip.
 func (s *Scoreboard) spurious(e *entry) {
 	s.stats.SpuriousRetransmits++
+	if e.waitLost {
+		s.spuriousWait()
+	}
 	if e.flags&fRackLost == 0 {
 		return
 	}
@@ -769,10 +788,34 @@ func (s *Scoreboard) spurious(e *entry) {
 	}
 }
 
+// spuriousWait doubles the second round trip of RACK's wait without proof
+// (at most maxWaitMult times, once per round trip) for the next reoPersist
+// loss recoveries: a packet that this wait declared lost arrived, so the
+// queue it met grew faster than the round trips measured before it, and
+// the QP's next packets on fresh paths meet the same fan-in
+// (TestSpuriousWaitBacksOff).
+func (s *Scoreboard) spuriousWait() {
+	s.stats.SpuriousWaits++
+	if !s.waitOK || !s.una.Less(s.waitEnd) {
+		s.waitOK, s.waitEnd = true, s.next
+		s.waitMult = min(2*s.waitMult, maxWaitMult)
+		s.waitLeft = reoPersist
+	}
+}
+
 // NoteQueueDelay tells the scoreboard the queueing delay an ACK reports
 // (INT records: the queues its packet met along the path).
 func (s *Scoreboard) NoteQueueDelay(d time.Duration) {
 	s.qCur = max(s.qCur, min(d, MaxDuration))
+}
+
+// NoteFabricQueue tells the scoreboard the largest queueing delay that
+// the INT records of its engine's ACKs (every QP's) reported lately, as of
+// this QP's latest ACK: the tail loss probe waits for it (armProbe), and
+// so does RACK's wait without proof once spuriousWait has raised it
+// (rackDetect); TestProbeUnderFullFlight, TestSpuriousWaitBacksOff.
+func (s *Scoreboard) NoteFabricQueue(d time.Duration) {
+	s.fabQ = min(d, MaxDuration)
 }
 
 // RecentQueue returns the largest queueing delay noted in this round trip
@@ -955,6 +998,12 @@ func (s *Scoreboard) afterAck(now clock.Time, st *ackState, dst []Event) []Event
 					s.reoMult = 1
 				}
 			}
+			if s.waitLeft > 0 {
+				s.waitLeft--
+				if s.waitLeft == 0 {
+					s.waitMult = 1
+				}
+			}
 		}
 		if s.tlpActive && !s.una.Less(s.tlpEnd) {
 			s.tlpActive = false
@@ -1058,7 +1107,9 @@ func (s *Scoreboard) SetPath(entropy uint16, sig uint64) {
 //   - otherwise (the path's later packets are still on their way, the path
 //     died, or its entropy has had no delivery yet): once twice the largest
 //     of RACK.rtt, the path's last RTT and RecentRTT (at least that plus
-//     reo_wnd), plus RecentQueue, has passed. Under an N-to-1 fan-in the
+//     reo_wnd; the second of the two times the wait multiplier that a
+//     spurious loss declared by this rule raises, spuriousWait), plus
+//     RecentQueue, has passed. Under an N-to-1 fan-in the
 //     queue a packet meets grows while it waits, and its path's last RTT,
 //     or RACK.rtt from a path without that queue, say little of its own
 //     (TestTimerUnderGrowingQueue); queues that grow, CPUs that
@@ -1110,10 +1161,16 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 			deadline = e.sentAt.Add(max(s.rackRTT, prtt) + reo)
 		default:
 			rtt := max(recent, prtt)
-			deadline = e.sentAt.Add(rtt + max(reo, rtt) + queue)
+			q := queue
+			if s.waitMult > 1 {
+				q = max(q, s.fabQ)
+			}
+			deadline = e.sentAt.Add(rtt + max(reo, rtt)*time.Duration(s.waitMult) + q)
 		}
 		if !now.Before(deadline) {
+			wait := !proof && !s.silentPath(e.entropy)
 			dst = s.markLost(p, e, true, dst, res)
+			e.waitLost = wait
 			if !proof {
 				s.setSilent(e.entropy)
 			}
@@ -1125,9 +1182,11 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 }
 
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
-// plus RecentQueue (the round trip and the queueing delay the QP has seen
-// lately: SRTT lags a round trip that grows with a queue, and a probe sent
-// into the queue only lengthens it; TestTimerUnderGrowingQueue), times the
+// (3* with more than 2*AckEvery packets in flight) plus RecentQueue, or the
+// engine's fabric queue when larger (NoteFabricQueue) (the round trip and
+// the queueing delay the QP has seen lately: SRTT lags a round trip that
+// grows with a queue, and a probe sent into the queue only lengthens it;
+// TestTimerUnderGrowingQueue), times the
 // spurious-probe multiplier (spuriousProbe), plus
 // MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
@@ -1149,7 +1208,15 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	pto := (2*s.RecentRTT() + s.RecentQueue()) * time.Duration(s.ptoMult)
+	// Three round trips, not two, while more than 2*AckEvery packets are
+	// out: ACKs for none of so many sprayed packets is a queue that grew
+	// (a fan-in), not a lost tail, which leaves few packets in flight
+	// (TestProbeUnderFullFlight).
+	k := time.Duration(2)
+	if s.inPkts > 2*s.cfg.AckEvery {
+		k = 3
+	}
+	pto := (k*s.RecentRTT() + max(s.RecentQueue(), s.fabQ)) * time.Duration(s.ptoMult)
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -1268,7 +1335,7 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 			s.rtoAt = now.Add(s.RTO())
 			return dst, None, nil
 		}
-		if s.retries >= s.cfg.MaxRetries {
+		if int(s.retries) >= s.cfg.MaxRetries {
 			s.failed = fmt.Errorf("%w: PSN %d unacknowledged after %d timeouts", ErrRetryExceeded, s.una, s.retries)
 			s.rtoAt, s.ptoAt, s.reoAt = clock.Never, clock.Never, clock.Never
 			return dst, Failed, s.failed

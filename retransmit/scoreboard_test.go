@@ -268,7 +268,9 @@ func TestTailLossProbe(t *testing.T) {
 		for i := range 5 {
 			s.OnAck(clock.Time(20+i)*us, sackOf(first.Add(uint32(i+1)), first.Add(uint32(i))), nil)
 		}
-		pto := clock.Time(24 * us).Add(2 * s.SRTT())
+		// Five packets in flight, more than 2*AckEvery: three round trips
+		// (TestProbeUnderFullFlight).
+		pto := clock.Time(24 * us).Add(3 * s.SRTT())
 		if s.NextTimeout() != pto || pto >= clock.Time(24*us).Add(s.RTO()) {
 			t.Fatalf("next timeout %v, want PTO %v (before the RTO)", s.NextTimeout(), pto)
 		}

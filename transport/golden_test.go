@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "771045c69340a73d345fb195585caaf8af32393df04c0f74f7c53ae8e3a4eb87",
-		state:  "896e550bc45e8438d6b93812cd13ac92efff3f41667259d161565f5ebc519e5c",
+		frames: "69d79d78654d682db973298cf9d3f5046bbf69cedbfe422613269f5dd277ccb2",
+		state:  "c1946bca9f7f52d6aa5b84a42ed731313fb5f5dcb17fb77fa13abad772658eb7",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -69,7 +69,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
 		frames: "0fe9b295215209ad92676cf2f395ad33600d61e1e0f8cadb80c6c25b7c342c81",
-		state:  "c70492c12358a062c6df973118a6f99215cf7194b8dc1f1bc7b25ae7cd990329",
+		state:  "4f675fe70d355aa6fab437645c960f6d6247011aa58161357694397a372c2cb8",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -81,7 +81,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 13, Window: 256, LocalAckTimeout: 8},
 		ce:     5,
 		frames: "b514c220bc0d26433f07b0f4a0b2533e2743baf318f08f5a06010218ec3ede72",
-		state:  "ac56885681bf25903f46f247192434e95857d78f38a0c8b5b119691486b435d6",
+		state:  "c713a31fb2e12331ff54b3e5ddcc3cb899d64dba4941aa8479095cfbaee909f8",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "out-of-order drops", s.qb.Stats().OutOfOrderDrops)
@@ -94,7 +94,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 14, LocalAckTimeout: -1, MinRTO: time.Millisecond, AckEvery: 4},
 		ce:     9,
 		frames: "8a0804f77736d33f41eb6f5d1b66a7111d7ecb100d5594078620ba56d235e73d",
-		state:  "80f7b6b191592d1b63baa9c5575def997d3de73cd083429b87e771daf9657649",
+		state:  "eb8c84c06bf1faffcf6e6214fe1076dc9921242a09bc7dd83652085cba241b74",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "sequence NAKs", s.qa.Stats().NaksReceived)
 			need(t, "RTOs", s.qa.RetransmitStats().RTOs)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "ae47aff6c1aaa14aa15d6f948728b9544ae551a409b33ed7e100ca895628b5f4",
-		state:  "5c8b7bdc296e729abd71423b22ed02e076b34fe51b87a9c1f43cc837251e09bf",
+		frames: "ba8911cb8afe1cb931f74f709f8b7e72a1ed351121d99cc4e0707301292914b7",
+		state:  "c6adf10d8635afe9acf1fc1ef034a3db2a429c44bcc699cae979c00f3848ed7a",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
@@ -116,7 +116,7 @@ func TestGoldenCapture(t *testing.T) {
 		cfg:    Config{Profile: RoCE, Seed: 16, Window: 256, LocalAckTimeout: 8},
 		reads:  6,
 		frames: "c90a76281d3ab4952c4b2a4be868fdedc5fb4528ea223466c0db32f7728f2130",
-		state:  "1f1d652e729d35d8e6a363d0dd2b025d828fababa3c60ce5b41566ae3304e8a0",
+		state:  "778ca70377443afaf7e3616ffdd2d42cfd7c67397ea1543af3db6f9aee9f2908",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

@@ -418,6 +418,30 @@ type qpScratch struct {
 	paths multipath.Scratch
 	// adaptive is the configuration the engine's adaptive policies share.
 	adaptive multipath.AdaptiveConfig
+	// fabQ is the largest queueing delay the INT records of any ACK of
+	// the engine's QPs reported in the current window (fabQ[0], since
+	// fabQAt) and in the previous one (noteFabricQueue).
+	fabQ   [2]time.Duration
+	fabQAt clock.Time
+}
+
+// fabQWindow is the window of qpScratch.fabQ.
+const fabQWindow = 250 * time.Microsecond
+
+// noteFabricQueue records an ACK's INT queueing delay d at now and returns
+// the largest of this window's and the previous one's: the queues the
+// engine's traffic meets anywhere in the fabric lately, which a QP's packet
+// on a path it has not measured may meet too.
+func (sc *qpScratch) noteFabricQueue(now clock.Time, d time.Duration) time.Duration {
+	if el := now.Sub(sc.fabQAt); el >= fabQWindow {
+		sc.fabQ[1] = sc.fabQ[0]
+		if el >= 2*fabQWindow {
+			sc.fabQ[1] = 0
+		}
+		sc.fabQ[0], sc.fabQAt = 0, now
+	}
+	sc.fabQ[0] = max(sc.fabQ[0], d)
+	return max(sc.fabQ[0], sc.fabQ[1])
 }
 
 // scratchSpace returns the scratch space of the QPs that use c, allocated

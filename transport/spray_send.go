@@ -286,6 +286,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		if len(hops) > 0 {
 			qd := intQueueDelay(hops)
 			q.sb.NoteQueueDelay(qd)
+			q.sb.NoteFabricQueue(q.scr.noteFabricQueue(now, qd))
 			q.noteINT(a.Entropy, qd)
 			if obs, ok := q.paths.(multipath.INTObserver); ok {
 				obs.OnINT(now, a.Entropy, qd)
