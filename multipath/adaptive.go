@@ -470,8 +470,8 @@ func NewAdaptive(set []uint16, seed uint64, cfg AdaptiveConfig) Policy {
 
 // NewAdaptiveShared is NewAdaptive with a configuration that the policies
 // made from it share rather than copy, so that each holds only its own
-// state: the per-QP struct is 288 bytes, not 384, for a simulator's
-// million QPs (TestAdaptiveSize). It fills in cfg's defaults at the first
+// state (at most 288 bytes, for a simulator's
+// million QPs: TestAdaptiveSize). It fills in cfg's defaults at the first
 // call; cfg must have a Scratch, must not change afterwards, and is then
 // read by every policy made from it: like Scratch, for the policies of
 // one goroutine. Without a Scratch it is NewAdaptive(set, seed, *cfg).

@@ -140,7 +140,7 @@ func delayBucket(d time.Duration) int {
 	return min(bits.Len64(uint64((d-1)/time.Microsecond)), DelayBuckets-1)
 }
 
-// delayHist is a QP's DelayHistogram in 112 bytes, not 200: counts in 32
+// delayHist is a QP's DelayHistogram in 112 bytes: counts in 32
 // bits until one would pass 2^32-1, then the full histogram from there on,
 // so the counts stay exact (TestDelayHistWide). Every busy QP holds two.
 type delayHist struct {
