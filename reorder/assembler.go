@@ -207,7 +207,8 @@ func (a *Assembler) Trimmable() bool { return a.slots != nil && a.outstanding ==
 // MaxBytes (a message that buffers nothing is never refused for bytes),
 // ErrTooLarge for a length above MaxMessageSize or a buffer larger than
 // MaxBytes itself. The *Msg is valid until the next Message or
-// MessageInto, which may move the ring as it grows (from one slot).
+// MessageInto that creates a message, which may move the ring as it grows
+// (from one slot); a refused call moves nothing.
 func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error) {
 	d := int32(id - a.next)
 	if d < 0 {
@@ -216,7 +217,12 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 	if int(d) >= a.cfg.MaxMessages {
 		return nil, fmt.Errorf("%w: message %d at or beyond %d+%d", ErrTooManyMessages, id, a.next, a.cfg.MaxMessages)
 	}
+	// A message beyond the ring is new: it is checked before the ring
+	// grows, so a refused one moves nothing (TestAssemblerRefusedKeepsRing).
 	if int(d) >= len(a.slots) {
+		if _, err := a.admit(id, d, length, withBuf); err != nil {
+			return nil, err
+		}
 		a.grow(int(d))
 	}
 	i := a.head + int(d)
@@ -230,23 +236,9 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 		}
 		return m, nil
 	}
-	if int64(length) > a.cfg.MaxMessageSize {
-		return nil, fmt.Errorf("%w: message %d of %d bytes, limit %d", ErrTooLarge, id, length, a.cfg.MaxMessageSize)
-	}
-	var charge int64
-	if withBuf {
-		charge = int64(length)
-	}
-	if charge > a.cfg.MaxBytes {
-		return nil, fmt.Errorf("%w: message %d needs a buffer of %d bytes, MaxBytes is %d", ErrTooLarge, id, length, a.cfg.MaxBytes)
-	}
-	// A message that charges nothing (no buffer: a WRITE into registered
-	// memory, or zero bytes) is never refused for bytes: the in-order
-	// message is exempt from MaxBytes and may have taken the total past
-	// it, and refusing one that adds nothing stalled its sender in
-	// retransmission (FuzzAssembler's corpus, spray-exempt-zero-byte).
-	if d != 0 && charge > 0 && a.bytes+charge > a.cfg.MaxBytes {
-		return nil, fmt.Errorf("%w: message %d of %d bytes on top of %d buffered, limit %d", ErrTooManyMessages, id, length, a.bytes, a.cfg.MaxBytes)
+	charge, err := a.admit(id, d, length, withBuf)
+	if err != nil {
+		return nil, err
 	}
 	if m == a.popped {
 		a.popped = nil
@@ -263,6 +255,31 @@ func (a *Assembler) Message(id uint32, length uint32, withBuf bool) (*Msg, error
 	a.bytes += charge
 	a.outstanding++
 	return m, nil
+}
+
+// admit checks a new message id, d after Next(), of length bytes and
+// returns the buffer bytes it charges: Message's ErrTooLarge and
+// ErrTooManyMessages for bytes.
+func (a *Assembler) admit(id uint32, d int32, length uint32, withBuf bool) (int64, error) {
+	if int64(length) > a.cfg.MaxMessageSize {
+		return 0, fmt.Errorf("%w: message %d of %d bytes, limit %d", ErrTooLarge, id, length, a.cfg.MaxMessageSize)
+	}
+	var charge int64
+	if withBuf {
+		charge = int64(length)
+	}
+	if charge > a.cfg.MaxBytes {
+		return 0, fmt.Errorf("%w: message %d needs a buffer of %d bytes, MaxBytes is %d", ErrTooLarge, id, length, a.cfg.MaxBytes)
+	}
+	// A message that charges nothing (no buffer: a WRITE into registered
+	// memory, or zero bytes) is never refused for bytes: the in-order
+	// message is exempt from MaxBytes and may have taken the total past
+	// it, and refusing one that adds nothing stalled its sender in
+	// retransmission (FuzzAssembler's corpus, spray-exempt-zero-byte).
+	if d != 0 && charge > 0 && a.bytes+charge > a.cfg.MaxBytes {
+		return 0, fmt.Errorf("%w: message %d of %d bytes on top of %d buffered, limit %d", ErrTooManyMessages, id, length, a.bytes, a.cfg.MaxBytes)
+	}
+	return charge, nil
 }
 
 // MessageInto is Message for a message placed into the caller's buf (a

@@ -428,3 +428,38 @@ func TestAssemblerGrowsFromOne(t *testing.T) {
 		}
 	}
 }
+
+// TestAssemblerRefusedKeepsRing: a message refused for its size or its
+// bytes leaves the ring as it was, so the *Msg the caller holds still
+// takes its bytes (a hostile peer cannot move it, nor grow every QP's
+// ring with messages that are refused).
+func TestAssemblerRefusedKeepsRing(t *testing.T) {
+	a := newAsm(t, Config{MaxMessageSize: 200, MaxBytes: 150}, 0)
+	m := mustMessage(t, a, 0, 3, true)
+	slots := len(a.slots)
+	for _, c := range []struct {
+		id, length uint32
+		want       error
+	}{
+		{5, 201, ErrTooLarge},         // above MaxMessageSize
+		{40, 148, ErrTooManyMessages}, // 3 + 148 bytes above MaxBytes
+	} {
+		if _, err := a.Message(c.id, c.length, true); !errors.Is(err, c.want) {
+			t.Fatalf("Message(%d, %d) = %v, want %v", c.id, c.length, err, c.want)
+		}
+		if len(a.slots) != slots {
+			t.Fatalf("refused message %d grew the ring from %d to %d slots", c.id, slots, len(a.slots))
+		}
+	}
+	if done, err := a.Place(m, 0, []byte("abc")); !done || err != nil {
+		t.Fatalf("Place = %v, %v", done, err)
+	}
+	if got, ok := a.Pop(); !ok || string(got.Buf) != "abc" {
+		t.Fatalf("Pop = %v %q", ok, got.Buf)
+	}
+	// The same message accepted grows the ring: the check above can fail.
+	mustMessage(t, a, 40, 100, true)
+	if len(a.slots) == slots {
+		t.Fatalf("message 40 accepted, ring still %d slots", slots)
+	}
+}
