@@ -479,9 +479,7 @@ func NewAdaptiveShared(set []uint16, seed uint64, cfg *AdaptiveConfig) Policy {
 	if cfg.Scratch == nil {
 		return NewAdaptive(set, seed, *cfg)
 	}
-	if d := cfg.withDefaults(); *cfg != d {
-		*cfg = d
-	}
+	*cfg = cfg.withDefaults()
 	return newAdaptive(set, seed, cfg)
 }
 

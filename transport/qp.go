@@ -327,8 +327,7 @@ type QP struct {
 	// send queue and scoreboard
 	startPSN psn.PSN
 	// readsOut counts the Spray profile's READs posted whose response has
-	// not all landed, readSince when the first of them was posted, and
-	// heardAt when the latest packet from the peer came: readDeadline.
+	// not all landed (readDeadline, with readSince and heardAt).
 	readsOut int32
 	sb       *retransmit.Scoreboard
 	paths    multipath.Policy
@@ -385,7 +384,9 @@ type QP struct {
 	lastSendAt clock.Time // when the latest data packet left
 	// activeAt is when the QP last received, sent or was posted to:
 	// trimAfter later, it gives back the buffers it holds empty.
-	activeAt           clock.Time
+	activeAt clock.Time
+	// readSince is when the first READ of readsOut was posted, heardAt
+	// when the latest packet from the peer came: readDeadline.
 	readSince, heardAt clock.Time
 	// owner, when set, trims its own buffers when the QP trims (a Conn).
 	owner  *Conn
@@ -401,7 +402,7 @@ type QP struct {
 	cred  *qpCredit
 	state qpState
 	// ackTurn: acknowledgements rotate over the QP's entropies (at most
-	// 1,024)
+	// 1,024, so 16 bits).
 	ackTurn uint16
 }
 
