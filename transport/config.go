@@ -171,7 +171,7 @@ type Config struct {
 	// Credits makes the Spray profile's receivers pace their senders:
 	// the engine shares its link's rate (LineRate, which must be set)
 	// among the QPs whose senders have data for it, by credit grants of
-	// a couple of packets at a time, round robin, and the engine's
+	// a few packets at a time, round robin, and the engine's
 	// senders send an unsolicited window (CreditUnsolicited) at the
 	// start of a burst and the rest against their receiver's credit. A
 	// sender whose peer grants nothing (its ACKs carry no credit) sends

@@ -8,7 +8,7 @@ import (
 )
 
 // Receiver-paced credits (Config.Credits). A receiver's engine owns its
-// link's rate: a creditPacer hands its senders credit, a couple of packets
+// link's rate: a creditPacer hands its senders credit, a few packets
 // at a time, round robin over the QPs whose senders want some, at the
 // rate the link has left after what else arrives on it (ACKs, grants,
 // unsolicited data, data of senders without credits). A sender sends an
@@ -31,9 +31,18 @@ const (
 )
 
 const (
-	// creditGrantPkts is the packets one grant adds: a couple, so that
-	// the senders' packets interleave finely at the receiver's link.
+	// creditGrantPkts is the packets one grant adds while few senders
+	// share the link: a couple, so that their packets interleave finely
+	// at the receiver's link.
 	creditGrantPkts = 2
+	// creditGrantMax is the most one grant adds. With many senders a
+	// sender's turn comes more than a round trip after its last, no ACK
+	// is due to carry the grant, and each grant is a frame of its own on
+	// the sender's downlink: a grant then adds a packet per
+	// creditSendersPerPkt senders waiting, up to this, so that grants
+	// stay under 1 frame in 8 (TestCreditGrantGrows).
+	creditGrantMax      = 8
+	creditSendersPerPkt = 16
 	// creditMaxOut bounds the credit a QP holds granted and not yet used
 	// (by the receiver's count of credited packets that arrived, or the
 	// sender's own count in a request): a sender that takes credit and
@@ -47,6 +56,9 @@ const (
 	creditMaxAhead = 1 << 24
 	// creditRetryMin is the least creditRetry.
 	creditRetryMin = 250 * time.Microsecond
+	// creditRoundMax bounds the pacer's round that a sender's retry
+	// waits for, so that a lost grant costs at most twice this.
+	creditRoundMax = 2 * time.Millisecond
 	// creditMaxMisses is the retries without an answer after which a
 	// sender stops waiting for credit and sends freely (the peer is gone
 	// or does not grant; the retransmission timer takes over).
@@ -79,10 +91,12 @@ type creditSend struct {
 	misses  int    // retries since credit last came
 	reqAt   clock.Time
 	heardAt clock.Time
-	bit     uint8 // the wire.Data.Credit of the packet being encoded
+	grewAt  clock.Time    // when credit last grew in this burst; 0 before
+	gap     time.Duration // between the last two grants of a burst
+	round   time.Duration // the least of the last two gaps
+	bit     uint8         // the wire.Data.Credit of the packet being encoded
 }
 
-// creditRecv is a QP's receiver side of credits.
 // qpCredit is a QP's credit state, allocated with the QP only under
 // Config.Credits: the million QPs of a simulation without credits hold
 // none (TestQPSize).
@@ -100,6 +114,7 @@ func (q *QP) creditBit() uint8 {
 	return q.cred.cs.bit
 }
 
+// creditRecv is a QP's receiver side of credits.
 type creditRecv struct {
 	want   uint32 // the sender's latest requested count
 	limit  uint32 // credit granted, in all
@@ -126,6 +141,7 @@ func (q *QP) creditPosted(n int) {
 	cs := &q.cred.cs
 	if cs.backlog == 0 && q.sb.Outstanding() == 0 {
 		cs.unsol = q.creditUnsolPkts()
+		cs.grewAt, cs.gap, cs.round = 0, 0, 0 // an idle gap is no pacer's round
 	}
 	cs.backlog += n
 }
@@ -202,12 +218,15 @@ func (q *QP) creditDeadline() clock.Time {
 }
 
 // creditRetry is how long a sender waits for credit before it asks
-// again: four round trips, and at least creditRetryMin, since a receiver
-// shared by many senders grants each in turn (127 senders at 100 Gb/s:
-// 31µs a round) and only a grant lost after the last, with every ACK
-// after it, leaves a sender waiting.
+// again: four round trips, at least creditRetryMin, and twice the pacer's
+// round: the lesser of the last two gaps between its grants (a lost grant
+// lengthens one). A receiver shared by many senders grants
+// each in turn (1,023 senders of 8 packets at 100 Gb/s: a round of about
+// 1 ms), and only a grant lost after the last, with every ACK after it,
+// leaves a sender waiting: a retry within the round would only cost the
+// receiver a grant frame (TestCreditGrantGrows counts the requests).
 func (q *QP) creditRetry() time.Duration {
-	return max(4*q.sb.SRTT(), creditRetryMin)
+	return max(4*q.sb.SRTT(), creditRetryMin, 2*q.cred.cs.round)
 }
 
 // creditTimeout runs the credit timer: ask again, or after
@@ -240,6 +259,11 @@ func (q *QP) creditHeard(now clock.Time, count uint32) {
 	cs.mode = creditOn
 	if serialLess(cs.limit, count) {
 		cs.limit = count
+		if cs.grewAt != 0 && now > cs.grewAt {
+			g := min(now.Sub(cs.grewAt), creditRoundMax)
+			cs.round, cs.gap = min(g, cs.gap), g
+		}
+		cs.grewAt = now
 	}
 	cs.heardAt, cs.misses = now, 0
 }
@@ -317,13 +341,13 @@ func (q *QP) creditArrived(pk *wire.Packet) {
 }
 
 // grantable returns the packets the pacer may grant the QP now.
-func (q *QP) grantable() int {
+func (q *QP) grantable(pkts int) int {
 	cr := &q.cred.cr
 	if q.state != stateReady || !serialLess(cr.limit, cr.want) {
 		return 0
 	}
 	out := int(int32(cr.limit - cr.got))
-	return int(min(int64(creditGrantPkts), int64(cr.want-cr.limit), int64(creditMaxOut-out)))
+	return int(min(int64(pkts), int64(cr.want-cr.limit), int64(creditMaxOut-out)))
 }
 
 // granted notes credit the pacer just added. While the sender has at
@@ -425,6 +449,11 @@ func (p *creditPacer) add(q *QP) {
 	}
 }
 
+// grantPkts is the packets a grant adds, from the senders waiting.
+func (p *creditPacer) grantPkts() int {
+	return min(max(creditGrantPkts, (len(p.ring)-p.head+creditSendersPerPkt-1)/creditSendersPerPkt), creditGrantMax)
+}
+
 // deadline is when the pacer next grants, or clock.Never.
 func (p *creditPacer) deadline() clock.Time {
 	if len(p.ring) == p.head {
@@ -441,7 +470,7 @@ func (p *creditPacer) run(e *Engine, now clock.Time) {
 		p.head++
 		n := 0
 		if q.sch.eng == e {
-			n = q.grantable()
+			n = q.grantable(p.grantPkts())
 		}
 		if n <= 0 {
 			q.cred.cr.queued = false

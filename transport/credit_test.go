@@ -235,6 +235,36 @@ func TestCreditFanIn(t *testing.T) {
 	}
 }
 
+// TestCreditGrantGrows: with 64 senders at 10 Gb/s each turn comes long
+// after the sender's last ACK, so grants go as frames of their own; a
+// grant then adds more packets (64 senders: 4), and grant frames stay
+// under a third of the credited data packets (2 packets a grant would make
+// them half). The pacer's round (about 300 µs) is longer than the least
+// retry: the senders wait for it and ask once a message, not once a round.
+// With 8 senders a grant adds the usual couple.
+func TestCreditGrantGrows(t *testing.T) {
+	seed := testutil.Seed(t)
+	for _, tc := range []struct {
+		senders        int
+		minPer, maxPer float64 // grant frames per credited data packet
+	}{{64, 0, 1.0 / 3}, {8, 1.0 / 3, 1}} {
+		cfg := creditConfig(seed, true)
+		cfg.CreditUnsolicited = 4 << 10
+		f := newFanIn(t, tc.senders, fanInFabric(seed), cfg, cfg)
+		f.transfer(128<<10, rand.New(rand.NewPCG(seed, 3)))
+		s, r := creditSum(f.qs), creditSum(f.qr)
+		credited := s.TxPackets - s.UnsolicitedPackets - s.Retransmits
+		per := float64(r.CreditGrantsSent) / float64(credited)
+		t.Logf("%d senders: %d grant frames for %d credited packets (%.3f a packet), %d requests", tc.senders, r.CreditGrantsSent, credited, per, s.CreditRequestsSent)
+		if per > tc.maxPer || per < tc.minPer {
+			t.Errorf("%d senders: %.3f grant frames a credited packet, want [%.3f, %.3f]", tc.senders, per, tc.minPer, tc.maxPer)
+		}
+		if s.CreditRequestsSent > uint64(2*tc.senders) {
+			t.Errorf("%d senders: %d credit requests for one message each", tc.senders, s.CreditRequestsSent)
+		}
+	}
+}
+
 // dropFirst returns a fabric filter that drops the first n frames of
 // opcode op.
 func dropFirst(op wire.Opcode, n int, dropped *int) func([]byte) bool {
