@@ -477,6 +477,7 @@ func (p *creditPacer) run(e *Engine, now clock.Time) {
 		} else {
 			q.cred.cr.limit += uint32(n)
 			q.granted()
+			e.noteCtrl(q, now)
 			p.book(now, n*p.cost)
 			p.ring = append(p.ring, q)
 		}

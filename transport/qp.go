@@ -898,6 +898,9 @@ func (q *QP) timerDeadline() clock.Time {
 		return clock.Never
 	}
 	t := clock.Min(q.sb.NextTimeout(), q.creditDeadline())
+	if q.ackPending > 0 && !q.ackNow && !q.rcv.responding() {
+		t = clock.Min(t, q.ackDue) // an ACK held AckDelay goes ahead of the data
+	}
 	if q.trimmable() {
 		t = clock.Min(t, q.activeAt.Add(trimAfter))
 	}
@@ -1023,6 +1026,48 @@ func (q *QP) HandleTimeout(now clock.Time) {
 	}
 }
 
+// ackDueNow reports whether an acknowledgement is due at now.
+// Acknowledgements wait behind the READ responses being sent: both answer
+// the requester's PSNs, in order (read_classic.go).
+func (q *QP) ackDueNow(now clock.Time) bool {
+	return (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding()
+}
+
+// ackUrgent reports whether an acknowledgement due at now may not wait
+// for the QP's turn to send: one the sender asked for or that reports a
+// duplicate or an overtaken packet (ackNow), or one held AckDelay. An ACK
+// due only because AckEvery packets arrived rides the QP's turn and takes
+// in what arrives meanwhile.
+func (q *QP) ackUrgent(now clock.Time) bool {
+	return (q.ackNow || q.ackPending > 0 && now >= q.ackDue) && !q.rcv.responding()
+}
+
+// controlDue reports whether the QP has a control frame to send at now
+// ahead of the engine's data: a CNP, an urgent acknowledgement, a credit
+// grant or a credit request.
+func (q *QP) controlDue(now clock.Time) bool {
+	return q.state == stateReady && (q.cnpDue || q.ackUrgent(now) || q.cred != nil && q.cred.cr.due || q.creditRequestDue())
+}
+
+// pollControl encodes the QP's next control frame due at now into buf, if
+// any (0 bytes: none).
+func (q *QP) pollControl(now clock.Time, buf []byte) (int, error) {
+	if q.state != stateReady {
+		return 0, nil
+	}
+	switch {
+	case q.cnpDue:
+		return q.encodeCNP(buf)
+	case q.ackUrgent(now):
+		return q.encodeAck(now, buf)
+	case q.cred != nil && q.cred.cr.due:
+		return q.encodeGrant(buf)
+	case q.creditRequestDue():
+		return q.encodeCreditRequest(now, buf)
+	}
+	return 0, nil
+}
+
 // PollTransmit encodes the next packet the QP has to send at now into buf,
 // which must hold an MTU, and returns its length, or 0 when nothing is due.
 func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
@@ -1030,19 +1075,11 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		return 0, nil
 	}
 	q.lastNow = now
-	if q.cnpDue {
-		return q.encodeCNP(buf)
+	if n, err := q.pollControl(now, buf); n > 0 || err != nil {
+		return n, err
 	}
-	// Acknowledgements wait behind the READ responses being sent: both
-	// answer the requester's PSNs, in order (read_classic.go).
-	if (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding() {
+	if q.ackDueNow(now) {
 		return q.encodeAck(now, buf)
-	}
-	if q.cred != nil && q.cred.cr.due {
-		return q.encodeGrant(buf)
-	}
-	if q.creditRequestDue() {
-		return q.encodeCreditRequest(now, buf)
 	}
 	q.creditWait()
 	q.ctrl.OnTimer(now) // the rate timers that expired while the QP waited its turn

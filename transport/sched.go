@@ -46,6 +46,7 @@ type qpSched struct {
 	ready    bool       // on eng.ready
 	compl    bool       // on eng.compl
 	dirty    bool       // on eng.dirty
+	ctrl     bool       // on eng.ctrl
 	heapIdx  int        // index in eng.timers, -1 when not there
 	order    int        // index in eng.order
 	deadline clock.Time // key in eng.timers
@@ -208,6 +209,7 @@ func (e *Engine) runTimers(now clock.Time) {
 			e.visits++
 			q.HandleTimeout(now)
 		}
+		e.noteCtrl(q, now)
 	}
 }
 
