@@ -455,11 +455,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 		return any, err
 	}
 	for e.readyLen() > 0 {
-		if e.have < len(e.tx) {
-			e.have += e.link.Alloc(e.tx[e.have:])
-		}
-		if e.have == 0 {
-			e.stats.TxNoBuffer++
+		if !e.borrow() {
 			return any, nil
 		}
 		filled := 0
@@ -491,10 +487,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 		}
 		if filled > 0 {
 			any = true
-			e.stats.TxFrames += uint64(filled)
-			_, err := e.link.Send(e.tx[:filled])
-			e.have = copy(e.tx, e.tx[filled:e.have])
-			if err != nil {
+			if err := e.flush(filled); err != nil {
 				return any, err
 			}
 		}
@@ -513,11 +506,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 	any := false
 	for len(e.ctrl) > 0 {
-		if e.have < len(e.tx) {
-			e.have += e.link.Alloc(e.tx[e.have:])
-		}
-		if e.have == 0 {
-			e.stats.TxNoBuffer++
+		if !e.borrow() {
 			return any, nil
 		}
 		filled, i := 0, 0
@@ -553,10 +542,7 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 		e.ctrl = e.ctrl[:k]
 		if filled > 0 {
 			any = true
-			e.stats.TxFrames += uint64(filled)
-			_, err := e.link.Send(e.tx[:filled])
-			e.have = copy(e.tx, e.tx[filled:e.have])
-			if err != nil {
+			if err := e.flush(filled); err != nil {
 				return any, err
 			}
 		}
@@ -565,6 +551,27 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 		}
 	}
 	return any, nil
+}
+
+// borrow tops up the engine's transmit buffers from the link; it reports
+// false, and counts it, when the engine holds none.
+func (e *Engine) borrow() bool {
+	if e.have < len(e.tx) {
+		e.have += e.link.Alloc(e.tx[e.have:])
+	}
+	if e.have == 0 {
+		e.stats.TxNoBuffer++
+		return false
+	}
+	return true
+}
+
+// flush sends the first filled transmit buffers and keeps the rest.
+func (e *Engine) flush(filled int) error {
+	e.stats.TxFrames += uint64(filled)
+	_, err := e.link.Send(e.tx[:filled])
+	e.have = copy(e.tx, e.tx[filled:e.have])
+	return err
 }
 
 // noteCtrl puts q on the control list if it has a control frame due.
