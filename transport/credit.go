@@ -220,11 +220,11 @@ func (q *QP) creditDeadline() clock.Time {
 // creditRetry is how long a sender waits for credit before it asks
 // again: four round trips, at least creditRetryMin, and twice the pacer's
 // round: the lesser of the last two gaps between its grants (a lost grant
-// lengthens one). A receiver shared by many senders grants
-// each in turn (1,023 senders of 8 packets at 100 Gb/s: a round of about
-// 1 ms), and only a grant lost after the last, with every ACK after it,
-// leaves a sender waiting: a retry within the round would only cost the
-// receiver a grant frame (TestCreditGrantGrows counts the requests).
+// lengthens one). A receiver shared by many senders grants each in turn
+// (1,023 senders of 8 packets at 100 Gb/s: a round of about 1 ms), and
+// only a grant lost after the last, with every ACK after it, leaves a
+// sender waiting: a retry within the round would only cost the receiver a
+// grant frame (TestCreditGrantGrows counts the requests).
 func (q *QP) creditRetry() time.Duration {
 	return max(4*q.sb.SRTT(), creditRetryMin, 2*q.cred.cs.round)
 }
