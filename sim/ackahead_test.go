@@ -7,9 +7,8 @@ import "testing"
 // NIC queue holds 64 frames. Its urgent ACKs go ahead of its data: were
 // they to wait for their QP's turn among the 31 senders (8 packets each,
 // about 300 µs), the peers would take the wait for loss and resend what
-// had arrived (0.35% of the data packets when they waited). The fabric
-// drops nothing; every byte arrives intact (Verify), and fewer than 0.1%
-// of the data packets arrive twice.
+// had arrived. The fabric drops nothing; every byte arrives intact
+// (Verify), and fewer than 0.1% of the data packets arrive twice.
 func TestAckAheadOfData(t *testing.T) {
 	tp := mustTopo(t, "leafspine:8x4x4,rate=10gbit")
 	res, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:4M", tp.Hosts()), Seed: 1, Verify: true,
