@@ -138,6 +138,27 @@ type Stats struct {
 	LostTrim uint64
 }
 
+// Add adds o's counters to s, for totals over many scoreboards.
+func (s *Stats) Add(o Stats) {
+	s.Sent += o.Sent
+	s.Retransmitted += o.Retransmitted
+	s.Acked += o.Acked
+	s.Lost += o.Lost
+	s.LostRACK += o.LostRACK
+	s.LostRTO += o.LostRTO
+	s.SpuriousRetransmits += o.SpuriousRetransmits
+	s.SpuriousRTOs += o.SpuriousRTOs
+	s.SpuriousTLPs += o.SpuriousTLPs
+	s.SpuriousWaits += o.SpuriousWaits
+	s.TLPs += o.TLPs
+	s.RTOs += o.RTOs
+	s.BadAcks += o.BadAcks
+	s.StaleAcks += o.StaleAcks
+	s.Naks += o.Naks
+	s.DupNaks += o.DupNaks
+	s.LostTrim += o.LostTrim
+}
+
 // entry flags.
 const (
 	fAcked    uint8 = 1 << iota

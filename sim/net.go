@@ -882,8 +882,16 @@ func (n *Net) route(s *swtch, pk *packet) (int32, bool) {
 	h := splitmix(s.seed ^ pk.flow)
 	k := len(s.up)
 	first := int(h % uint64(k))
-	for i := range k {
-		u := s.up[(first+i)%k]
+	if u := s.up[first]; k == 1 || n.usable(u, dst) {
+		return u, true
+	}
+	// The flows of an unusable uplink spread over the others, as a
+	// switch's ECMP group does when a member leaves it (rehashed, or
+	// resilient hashing's buckets dealt out), rather than all moving to
+	// the next port and doubling its load (TestFailoverSpreads).
+	start := int((h >> 32) % uint64(k-1))
+	for i := range k - 1 {
+		u := s.up[(first+1+(start+i)%(k-1))%k]
 		if n.usable(u, dst) {
 			return u, true
 		}

@@ -278,6 +278,34 @@ func TestECMPSpread(t *testing.T) {
 	}
 }
 
+// TestFailoverSpreads: the flows of a leaf's failed uplink spread evenly
+// over its other uplinks, none taking twice its share.
+func TestFailoverSpreads(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x4,rate=10gbit", func(c *FabricConfig) { c.NICFrames = 5000 })
+	count := map[int]int{}
+	n.Trace = func(sw, port int, f []byte) {
+		if sw == 0 && port >= 2 {
+			count[port]++
+		}
+	}
+	if err := n.SetLinkDown(LinkRef{Switch: 0, Port: 2}, true, -1); err != nil {
+		t.Fatal(err)
+	}
+	const flows = 3000
+	for i := range flows {
+		n.Host(0).Send(udpFrame(0, 2, uint16(49152+i), 100, false))
+	}
+	n.Run(clock.Never, nil)
+	if count[2] != 0 {
+		t.Errorf("the down uplink took %d flows", count[2])
+	}
+	for p := 3; p < 6; p++ {
+		if c := count[p]; math.Abs(float64(c)-flows/3) > 0.1*flows/3 {
+			t.Errorf("uplink %d took %d of %d flows, want about %d", p, c, flows, flows/3)
+		}
+	}
+}
+
 // TestLinkDownLoss: frames over a link that is down are blackholed;
 // the local switch routes around its own down uplinks; random loss drops
 // about its share.

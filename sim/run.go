@@ -12,6 +12,7 @@ import (
 	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
+	"github.com/sprayfabric/spray/retransmit"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -147,6 +148,9 @@ type Row struct {
 	Timeouts   uint64 `json:"timeouts"`
 	ECNMarks   uint64 `json:"ecn_marks"`
 	Drops      Drops  `json:"drops"`
+	// Scoreboard sums the senders' loss-detection counters: losses by
+	// rule (RACK, timeout, NAK, trim) and the resends found spurious.
+	Scoreboard retransmit.Stats `json:"scoreboard"`
 	// Credits (spray-credits): grant packets and credit requests sent,
 	// packets sent unsolicited, waits for credit, and senders that gave
 	// up on their receiver's credit (transport.QPStats).
@@ -642,7 +646,9 @@ func (r *runner) run(row Row) Row {
 		row.Duplicates += st.Duplicates
 		row.Timeouts += st.Timeouts
 		row.ECNMarks += st.ECNMarked
-		row.TLPs += q.RetransmitStats().TLPs
+		rs := q.RetransmitStats()
+		row.TLPs += rs.TLPs
+		row.Scoreboard.Add(rs)
 	}
 	fst := n.Stats()
 	row.Drops = fst.Drops
