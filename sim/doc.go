@@ -41,7 +41,9 @@
 // ahead of the frame and its own, TxBytes the port's counter), which is
 // what the HPCC controller reads (TestINTReachesHPCC). Upward, a switch
 // picks among its live uplinks by a hash of the 5-tuple, seeded per switch;
-// the UDP source port is the entropy (TestECMPSpread).
+// the UDP source port is the entropy (TestECMPSpread). The flows of an
+// uplink it cannot use spread over the others, as an ECMP group's do when
+// a member leaves it (TestFailoverSpreads).
 //
 // With PFC the fabric is lossless for one class, every frame: each switch
 // counts the bytes each ingress port brought into its buffer and, when
