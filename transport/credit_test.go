@@ -241,13 +241,19 @@ func TestCreditFanIn(t *testing.T) {
 // under a third of the credited data packets (2 packets a grant would make
 // them half). The pacer's round (about 300 µs) is longer than the least
 // retry: the senders wait for it and ask once a message, not once a round.
-// With 8 senders a grant adds the usual couple.
+// With 8 senders a grant adds the usual couple (grantPkts).
 func TestCreditGrantGrows(t *testing.T) {
 	seed := testutil.Seed(t)
+	for waiting, want := range map[int]int{1: 2, 8: 2, 32: 2, 64: 4, 1023: 8} {
+		p := creditPacer{ring: make([]*QP, waiting)}
+		if got := p.grantPkts(); got != want {
+			t.Errorf("%d senders waiting: a grant adds %d packets, want %d", waiting, got, want)
+		}
+	}
 	for _, tc := range []struct {
 		senders        int
 		minPer, maxPer float64 // grant frames per credited data packet
-	}{{64, 0, 1.0 / 3}, {8, 1.0 / 3, 1}} {
+	}{{64, 0, 1.0 / 3}, {8, 0, 1}} {
 		cfg := creditConfig(seed, true)
 		cfg.CreditUnsolicited = 4 << 10
 		f := newFanIn(t, tc.senders, fanInFabric(seed), cfg, cfg)
@@ -393,16 +399,17 @@ func TestCreditHostileRequests(t *testing.T) {
 		t.Fatalf("granted %d packets to a sender that sent none, want %d", got, creditMaxOut)
 	}
 	// Claiming every grant used, for 1 ms: at 10 Gb/s and 1,538 bytes a
-	// packet (nothing arrived: MTU and overhead) the link carries 812.
+	// packet (nothing arrived: MTU and overhead) the link carries 812, and
+	// the pacer grants creditOvercommit times that.
 	start := q.cred.cr.limit
 	for range 100 {
 		req(1<<20, q.cred.cr.limit)
 		step(10 * time.Microsecond)
 	}
-	perMs := uint32(int(fanInRate/8/1e3) / (1514 + creditWireOverhead))
-	t.Logf("granted %d packets in 1 ms of claimed use (link: %d)", q.cred.cr.limit-start, perMs)
+	perMs := uint32(int(creditOvercommit*fanInRate/8/1e3) / (1514 + creditWireOverhead))
+	t.Logf("granted %d packets in 1 ms of claimed use (pacer: %d)", q.cred.cr.limit-start, perMs)
 	if got := q.cred.cr.limit - start; got > perMs+creditGrantPkts {
-		t.Errorf("granted %d packets in 1 ms, the link carries %d", got, perMs)
+		t.Errorf("granted %d packets in 1 ms, the pacer grants %d", got, perMs)
 	}
 	rej := q.Stats().CreditRejected
 	req(q.cred.cr.limit+1<<25, 0)  // far beyond the credit
