@@ -30,8 +30,9 @@ buffer occupancy. No root, no network: everything runs in this process, determin
   spray sim --workload incast:64k,senders=32 --pfc off    roce without PFC
 
 Profiles: roce (ECMP, Go-Back-N, DCQCN, PFC on), spray (adaptive spraying, selective repeat,
-HPCC on INT, PFC off), spray-ecmp (spray's transport on one path per QP), spray-credits (spray
-whose receivers pace their senders with credit grants). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every link
+HPCC on INT, an ACK per eighth of a round trip at line rate, PFC off), spray-ecmp (spray's
+transport on one path per QP), spray-credits (spray whose receivers pace their senders with
+credit grants). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every link
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
