@@ -707,11 +707,10 @@ func (r *runner) scenario(sc string) error {
 
 // sprayAckEvery is the spray profiles' AckEvery on a host link of
 // bytesPerSec and base RTT rtt: a packet in eight of a round trip at line
-// rate, 2 to 16. Each ACK and each INT region costs the link it crosses
-// (at 2, about 6% of a 100 Gb/s all-to-all's time); eight a round trip
-// still give HPCC and RACK fresh news within an eighth of it. 128 hosts at
-// 100 Gb/s (about 70 packets a round trip, so 8): mean 3.128 ms at 2,
-// 3.048 at 4, 2.954 at 8 (docs/results.md#ack-every).
+// rate, 2 to 16. Each ACK and each INT region costs the link it crosses,
+// and HPCC keeps AckEvery frames in flight per QP; eight ACKs a round
+// trip still give HPCC and RACK fresh news within an eighth of it
+// (docs/results.md#ack-every; TestSprayAckEvery).
 func sprayAckEvery(bytesPerSec float64, rtt time.Duration, mtu int) int {
 	pkts := bytesPerSec * rtt.Seconds() / float64(max(mtu, 1))
 	return min(max(int(pkts/8), 2), 16)

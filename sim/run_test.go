@@ -413,3 +413,36 @@ func TestReadyInPostOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSprayAckEvery: the spray profiles acknowledge once per eighth of the
+// packets a round trip carries at the host's rate, 2 to 16; roce keeps
+// the transport's default.
+func TestSprayAckEvery(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64 // bytes/s
+		rtt  time.Duration
+		want int
+	}{
+		{12.5e9, 8531 * time.Nanosecond, 8}, // 100 Gb/s, the 128-host leaf-spine
+		{1.25e9, 8531 * time.Nanosecond, 2}, // 10 Gb/s: 7 packets a round trip
+		{50e9, 20 * time.Microsecond, 16},   // 400 Gb/s: capped
+	} {
+		if got := sprayAckEvery(tc.rate, tc.rtt, 1514); got != tc.want {
+			t.Errorf("%.0f B/s, RTT %v: AckEvery %d, want %d", tc.rate, tc.rtt, got, tc.want)
+		}
+	}
+	tp, err := mustTopo(t, "leafspine:16x8x16,rate=100gbit").withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Topo: tp, Workload: mustWork(t, "alltoall:32M", tp.Hosts())}
+	for prof, want := range map[string]int{ProfileSpray: 8, ProfileSprayCredits: 8, ProfileRoCE: 0} {
+		tc, err := transportConfig(cfg, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.AckEvery != want {
+			t.Errorf("%s: AckEvery %d, want %d", prof, tc.AckEvery, want)
+		}
+	}
+}

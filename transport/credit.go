@@ -66,13 +66,12 @@ const (
 	// creditWireOverhead is what a frame takes on an Ethernet link beyond
 	// its bytes: preamble and start delimiter (8), FCS (4), gap (12).
 	creditWireOverhead = 24
-	// creditOvercommit is how much faster than its link a pacer grants.
-	// A granted sender whose link is busy with other receivers' credit
+	// creditOvercommit is how much faster than its link a pacer grants:
+	// a granted sender whose link is busy with other receivers' credit
 	// sends late, and a pacer at exactly the line rate leaves its link
-	// idle for that; 5% more keeps it busy and the queue short. 128 hosts,
-	// 256 KiB per pair (docs/results.md#credits-overcommit): at 1.00 the
-	// mean is 3.319 ms, buffer 8.4%; 1.05 3.196 ms, 8.7%; 1.10 3.165 ms,
-	// 15.1%.
+	// idle for that, while much more than 5% fills the switch's queue
+	// (docs/results.md#credits-overcommit). TestCreditHostileRequests
+	// holds the pacer to it.
 	creditOvercommit = 1.05
 	// creditMaxBooked bounds how far ahead the pacer books its link, so
 	// that a flood of arrivals delays grants by at most this much.
