@@ -323,6 +323,17 @@ func TestProbeUnderFullFlight(t *testing.T) {
 				t.Fatalf("%d in flight: timeout %v, want a probe", c.out, kind)
 			}
 		}
+		// A receiver that acknowledges every 8 packets: 12 in flight
+		// and no ACK is still a queue, not a lost tail.
+		s8 := mustNew(t, Config{AckEvery: 8}, first)
+		p8 := sendNew(t, s8, 0)
+		s8.OnAck(10*us, sackOf(p8.Next(), p8), nil)
+		for i := range 12 {
+			sendNew(t, s8, 11*us+clock.Time(i))
+		}
+		if got, want := s8.NextTimeout(), clock.Time(11*us+11).Add(3*s8.RecentRTT()); got != want {
+			t.Fatalf("12 in flight, AckEvery 8: next timeout %v, want a probe at %v (3 round trips)", got, want)
+		}
 		// The queues the engine's other QPs saw (NoteFabricQueue) add to
 		// the probe's wait.
 		s := mustNew(t, Config{}, first)

@@ -1202,6 +1202,10 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 	return dst
 }
 
+// probeTailPkts is the most packets in flight that armProbe takes for a
+// lost tail: beyond, no ACK is a queue (docs/results.md#ack-every).
+const probeTailPkts = 4
+
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
 // (3* with more than 2*AckEvery packets in flight) plus RecentQueue, or the
 // engine's fabric queue when larger (NoteFabricQueue) (the round trip and
@@ -1229,12 +1233,13 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if !restart && s.ptoAt != clock.Never {
 		return
 	}
-	// Three round trips, not two, while more than 2*AckEvery packets are
-	// out: ACKs for none of so many sprayed packets is a queue that grew
-	// (a fan-in), not a lost tail, which leaves few packets in flight
+	// Three round trips, not two, while more than probeTailPkts packets
+	// are out: ACKs for none of so many sprayed packets is a queue that
+	// grew (a fan-in), not a lost tail, which leaves few packets in
+	// flight, however rarely the receiver acknowledges
 	// (TestProbeUnderFullFlight).
 	k := time.Duration(2)
-	if s.inPkts > 2*s.cfg.AckEvery {
+	if s.inPkts > probeTailPkts {
 		k = 3
 	}
 	pto := (k*s.RecentRTT() + max(s.RecentQueue(), s.fabQ)) * time.Duration(s.ptoMult)

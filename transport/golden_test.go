@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "0fe9b295215209ad92676cf2f395ad33600d61e1e0f8cadb80c6c25b7c342c81",
-		state:  "4f675fe70d355aa6fab437645c960f6d6247011aa58161357694397a372c2cb8",
+		frames: "32733b6ea4439bad97c03c544b3d2fb009803515153211c7804b0c0a8d3c9bd1",
+		state:  "30f0c23facbb2074e81d9575358abd45a07bd8900b7c0af636272ff9ac10078f",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
