@@ -176,9 +176,8 @@ type Config struct {
 	// start of a burst and the rest against their receiver's credit. A
 	// sender whose peer grants nothing (its ACKs carry no credit) sends
 	// as without credits. Off by default: on a 128-host all-to-all
-	// (docs/results.md#credits-overcommit) the mean is 2-4% longer with
-	// credits, the last flow no later and the switch buffer peak about
-	// half. The RoCE profile refuses it.
+	// (docs/results.md#ack-every) the mean is 2-4% longer with credits,
+	// the switch buffer peak about half. The RoCE profile refuses it.
 	Credits bool
 	// CreditUnsolicited is the bytes a sender with Credits sends without
 	// credit at the start of a burst (a message posted to a QP with
