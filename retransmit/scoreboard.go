@@ -1207,7 +1207,7 @@ func (s *Scoreboard) rackDetect(now clock.Time, dst []Event, res *AckResult) []E
 const probeTailPkts = 4
 
 // armProbe schedules the tail loss probe (RFC 8985 7.2): PTO = 2*RecentRTT
-// (3* with more than 2*AckEvery packets in flight) plus RecentQueue, or the
+// (3* with more than probeTailPkts packets in flight) plus RecentQueue, or the
 // engine's fabric queue when larger (NoteFabricQueue) (the round trip and
 // the queueing delay the QP has seen lately: SRTT lags a round trip that
 // grows with a queue, and a probe sent into the queue only lengthens it;
