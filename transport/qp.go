@@ -1026,18 +1026,19 @@ func (q *QP) HandleTimeout(now clock.Time) {
 	}
 }
 
-// ackDueNow reports whether an acknowledgement is due at now.
-// Acknowledgements wait behind the READ responses being sent: both answer
-// the requester's PSNs, in order (read_classic.go).
+// ackDueNow reports whether an acknowledgement is due at now: an urgent
+// one, or AckEvery packets pending.
 func (q *QP) ackDueNow(now clock.Time) bool {
-	return (q.ackNow || q.ackPending >= q.cfg.AckEvery || (q.ackPending > 0 && now >= q.ackDue)) && !q.rcv.responding()
+	return q.ackUrgent(now) || q.ackPending >= q.cfg.AckEvery && !q.rcv.responding()
 }
 
 // ackUrgent reports whether an acknowledgement due at now may not wait
 // for the QP's turn to send: one the sender asked for or that reports a
 // duplicate or an overtaken packet (ackNow), or one held AckDelay. An ACK
 // due only because AckEvery packets arrived rides the QP's turn and takes
-// in what arrives meanwhile.
+// in what arrives meanwhile. Acknowledgements wait behind the READ
+// responses being sent: both answer the requester's PSNs, in order
+// (read_classic.go).
 func (q *QP) ackUrgent(now clock.Time) bool {
 	return (q.ackNow || q.ackPending > 0 && now >= q.ackDue) && !q.rcv.responding()
 }
