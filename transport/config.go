@@ -99,6 +99,17 @@ type Config struct {
 	// Window bounds the packets a QP has outstanding (sender) and the PSN
 	// window it accepts (receiver); a multiple of 64, 0 means 4096.
 	Window int
+	// HostWindow bounds the bytes of data an Engine keeps in flight over
+	// all its QPs; 0 means no bound. A QP's congestion controller bounds
+	// its own flight, but a host with hundreds of peers whose messages fit
+	// their first windows (an MoE all-to-all of a few packets per pair)
+	// has no controller that ever hears of the fabric before the data is
+	// out: once the ranks drift apart the leaves' queues overflow, and
+	// every drop stays in flight until it is found, so the flight grows.
+	// With a bound, a new packet waits for room; resends do not. A few
+	// host bandwidth-delay products leave a lone large transfer at line
+	// rate (docs/results.md#host-window).
+	HostWindow int
 	// MaxMessages bounds the messages a QP has in progress in each direction;
 	// 0 means 256.
 	MaxMessages int
@@ -342,6 +353,9 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.Window < 64 || c.Window%64 != 0 || c.Window > 1<<20 {
 		return c, fmt.Errorf("%w: Window %d: want a multiple of 64 in [64, 1<<20]", ErrConfig, c.Window)
+	}
+	if c.HostWindow < 0 {
+		return c, fmt.Errorf("%w: HostWindow %d is negative", ErrConfig, c.HostWindow)
 	}
 	if c.MaxMessages == 0 {
 		c.MaxMessages = 256

@@ -30,6 +30,9 @@ type EngineStats struct {
 	// frames it took from other engines' rings. Only sharded endpoints
 	// (Shards) hand frames over.
 	HandedOver, HandoverDrops, HandedIn uint64
+	// HostWindowHeld counts the times output stopped because the next new
+	// packet did not fit Config.HostWindow.
+	HostWindowHeld uint64
 }
 
 // add adds o's counters to s.
@@ -45,6 +48,7 @@ func (s *EngineStats) add(o EngineStats) {
 	s.BadOpcode += o.BadOpcode
 	s.OtherMalformed += o.OtherMalformed
 	s.UnknownQP += o.UnknownQP
+	s.HostWindowHeld += o.HostWindowHeld
 	s.TxNoBuffer += o.TxNoBuffer
 	s.HandedOver += o.HandedOver
 	s.HandoverDrops += o.HandoverDrops
@@ -85,6 +89,10 @@ type Engine struct {
 	have      int // transmit buffers at the front of tx, lent by the link
 	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
 	stepBytes int
+	// inflight is the QPs' data bytes in flight, hostHeld whether the
+	// last poll found no room for a new packet (hostwin.go).
+	inflight int
+	hostHeld bool
 
 	// The schedule (sched.go): the ready list is ready[readyHead:], turn
 	// the packets its front QP sent in its current turn (output), timers
@@ -255,6 +263,7 @@ func (e *Engine) DestroyQP(q *QP) {
 		e.dense[i] = nil
 	}
 	e.schedRemove(q)
+	e.hostFlight(q) // no longer on the engine: its flight leaves the total
 }
 
 // addDense puts q in the dense table when its number is in range, or can
@@ -428,6 +437,7 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	}
 	e.visits++
 	q.handle(now, at, &e.pkt)
+	e.hostFlight(q)
 	q.touch()
 	e.noteCtrl(q, now)
 }
@@ -458,7 +468,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 		if !e.borrow() {
 			return any, nil
 		}
-		filled := 0
+		filled, held := 0, false
 		for filled < e.have && e.readyLen() > 0 && e.stepBytes < maxStepBytes {
 			q := e.ready[e.readyHead]
 			if q.sch.eng != e { // destroyed
@@ -466,15 +476,22 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 				continue
 			}
 			e.visits++
+			e.hostHeld = false
 			m, err := q.PollTransmit(now, e.tx[filled].Buf)
 			if err != nil {
 				return any, err
+			}
+			if m == 0 && e.hostHeld { // hostwin.go: q keeps its turn
+				e.stats.HostWindowHeld++
+				held = true
+				break
 			}
 			if m == 0 {
 				e.popReady()
 				e.unready(q)
 				continue
 			}
+			e.hostFlight(q)
 			e.markDirty(q) // a packet sent arms its timers
 			e.tx[filled].Buf = e.tx[filled].Buf[:m]
 			e.stats.TxBytes += uint64(m)
@@ -491,7 +508,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 				return any, err
 			}
 		}
-		if e.stepBytes >= maxStepBytes {
+		if held || e.stepBytes >= maxStepBytes {
 			break
 		}
 	}

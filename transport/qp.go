@@ -379,6 +379,7 @@ type QP struct {
 	lastAckEntropy uint16
 	lastAckAt      clock.Time
 
+	hostIn     int        // bytes in flight counted in the engine's (hostwin.go)
 	lastNow    clock.Time // the latest time the QP was handed
 	rxAt       clock.Time // when the packet being handled reached the host
 	lastSendAt clock.Time // when the latest data packet left
@@ -1130,7 +1131,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.snd.resent(p, tag)
 		return n, nil
 	}
-	if !q.canSendNew() {
+	if !q.canSendNew() || q.hostWindowFull() {
 		return 0, nil
 	}
 	m := q.msg(q.cursor)

@@ -208,6 +208,7 @@ func (e *Engine) runTimers(now clock.Time) {
 		if now >= q.NextTimeout() {
 			e.visits++
 			q.HandleTimeout(now)
+			e.hostFlight(q)
 		}
 		e.noteCtrl(q, now)
 	}

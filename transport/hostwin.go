@@ -1,0 +1,37 @@
+package transport
+
+// The host window (Config.HostWindow) bounds the data bytes an engine
+// keeps in flight over all its QPs. The engine keeps the sum of its QPs'
+// flight (the scoreboard's: sent, neither acknowledged nor found lost),
+// recounted for a QP after each change it drives: a packet handled, a
+// packet sent, a timer run, the QP destroyed. A QP whose next new packet
+// does not fit stops output at its turn: it stays at the head of the
+// ready list, so the round robin resumes where it stopped once an
+// acknowledgement or a loss found makes room, and the QPs behind it wait
+// with it (TestHostWindowBounds). Resends, READ responses and control
+// frames go before that check. With nothing in flight a packet always
+// goes, so a bound below a packet still sends one at a time.
+
+// hostFlight recounts q's flight into the engine's total.
+func (e *Engine) hostFlight(q *QP) {
+	if e.cfg.HostWindow == 0 {
+		return
+	}
+	b := 0
+	if q.state == stateReady && q.sch.eng == e {
+		_, b = q.sb.InFlight()
+	}
+	e.inflight += b - q.hostIn
+	q.hostIn = b
+}
+
+// hostWindowFull reports whether the engine's flight leaves no room for
+// q's next new packet, and notes it for output.
+func (q *QP) hostWindowFull() bool {
+	e := q.sch.eng
+	if e == nil || q.cfg.HostWindow == 0 || e.inflight == 0 || e.inflight+q.cfg.MTU <= q.cfg.HostWindow { // the largest frame: the flight counts frames
+		return false
+	}
+	e.hostHeld = true
+	return true
+}

@@ -1,0 +1,62 @@
+package transport
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/link/mem"
+)
+
+// TestHostWindowBounds: with Config.HostWindow, an engine whose QPs all
+// send at once never has more data in flight than the bound on a lossless
+// link (no resend, which the bound lets past), holds its output for it
+// (HostWindowHeld), and every message still arrives whole; on a lossy,
+// reordering link every message arrives too, and the engine's count of
+// bytes in flight is back at zero once all is acknowledged.
+func TestHostWindowBounds(t *testing.T) {
+	const qps, bound = 16, 12_000
+	for _, prof := range []Profile{Spray, RoCE} {
+		for _, loss := range []float64{0, 0.02} {
+			t.Run(fmt.Sprintf("%v/loss%v", prof, loss), func(t *testing.T) {
+				seed := testutil.Seed(t)
+				r := testutil.Rand(t)
+				mc := mem.Config{Seed: seed, Delay: 20 * time.Microsecond, Bandwidth: 10e9}
+				if loss > 0 {
+					mc.Loss, mc.Reorder, mc.ReorderDelay = loss, 0.05, 20*time.Microsecond
+				}
+				cfg := Config{Profile: prof, Seed: seed, MinRTO: time.Millisecond, HostWindow: bound}
+				m := newMultiPair(t, mc, cfg, qps)
+				want := map[uint32][][32]byte{}
+				for i, q := range m.qa {
+					for _, msg := range randomMessages(r, 3, 20<<10) {
+						if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
+							t.Fatal(err)
+						}
+						want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
+					}
+				}
+				most := 0
+				for steps := 0; pendingAny(m, want); steps++ {
+					if steps > 2_000_000 {
+						t.Fatal("messages still in flight after two million steps")
+					}
+					m.mustStep(t)
+					check(t, m, want)
+					most = max(most, m.ea.inflight)
+					if loss == 0 && m.ea.inflight > bound {
+						t.Fatalf("at %v: %d bytes in flight, bound %d", m.clk.Now(), m.ea.inflight, bound)
+					}
+				}
+				if st := m.ea.Stats(); st.HostWindowHeld == 0 {
+					t.Fatalf("output never held for the bound (most in flight %d bytes)", most)
+				}
+				if m.ea.inflight != 0 {
+					t.Fatalf("%d bytes still counted in flight with every message acknowledged", m.ea.inflight)
+				}
+				t.Logf("most in flight %d bytes of %d; held %d times", most, bound, m.ea.Stats().HostWindowHeld)
+			})
+		}
+	}
+}
