@@ -71,6 +71,10 @@ type Config struct {
 	Window int
 	// Entropies is the paths a spray QP uses; 0 means 32.
 	Entropies int
+	// HostWindow bounds the data each host's spray engines keep in flight
+	// (transport.Config.HostWindow), in bandwidth-delay products of its
+	// link at the fabric's base RTT; 0 means no bound.
+	HostWindow float64
 	// Limit bounds a run's simulated time; 0 means 10 s. Flows not done
 	// by then are reported as not done.
 	Limit time.Duration
@@ -762,6 +766,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		}
 		p.AckEvery = sprayAckEvery(float64(t.HostRate)/8, rtt, t.MTU)
 		tc.AckEvery = p.AckEvery
+		if cfg.HostWindow > 0 {
+			tc.HostWindow = max(int(cfg.HostWindow*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
+		}
 	}
 	mk, err := cc.ByName(name, p)
 	if err != nil {
