@@ -73,7 +73,8 @@ type Config struct {
 	Entropies int
 	// HostWindow bounds the data each host's spray engines keep in flight
 	// (transport.Config.HostWindow), in bandwidth-delay products of its
-	// link at the fabric's base RTT; 0 means no bound.
+	// link at the fabric's base RTT; 0 means DefaultHostWindow, a negative
+	// value no bound.
 	HostWindow float64
 	// Limit bounds a run's simulated time; 0 means 10 s. Flows not done
 	// by then are reported as not done.
@@ -709,6 +710,13 @@ func (r *runner) scenario(sc string) error {
 	return nil
 }
 
+// DefaultHostWindow is the spray profiles' bound on a host's data in
+// flight, in bandwidth-delay products of its link: enough that the 256
+// KiB all-to-all at 128 hosts keeps its pace, few enough that drifted
+// ranks of a 16 KiB all-to-all at 512 and 1,024 hosts no longer overflow
+// the spines (docs/results.md#host-window; TestHostWindowDefault).
+const DefaultHostWindow = 8
+
 // sprayAckEvery is the spray profiles' AckEvery on a host link of
 // bytesPerSec and base RTT rtt: a packet in eight of a round trip at line
 // rate, 2 to 16. Each ACK and each INT region costs the link it crosses,
@@ -766,8 +774,8 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		}
 		p.AckEvery = sprayAckEvery(float64(t.HostRate)/8, rtt, t.MTU)
 		tc.AckEvery = p.AckEvery
-		if cfg.HostWindow > 0 {
-			tc.HostWindow = max(int(cfg.HostWindow*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
+		if hw := cmp.Or(cfg.HostWindow, DefaultHostWindow); hw > 0 {
+			tc.HostWindow = max(int(hw*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
 		}
 	}
 	mk, err := cc.ByName(name, p)

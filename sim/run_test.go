@@ -446,3 +446,34 @@ func TestSprayAckEvery(t *testing.T) {
 		}
 	}
 }
+
+// TestHostWindowDefault: the spray profiles bound each host's flight at
+// DefaultHostWindow bandwidth-delay products of its link unless told
+// otherwise, a negative HostWindow lifts the bound, and roce has none.
+func TestHostWindowDefault(t *testing.T) {
+	tp, err := mustTopo(t, "leafspine:16x8x16,rate=100gbit").withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdp := 12.5e9 * baseRTT(tp).Seconds() // bytes a round trip carries at 100 Gb/s
+	for _, tc := range []struct {
+		prof string
+		hw   float64
+		want int
+	}{
+		{ProfileSpray, 0, int(DefaultHostWindow * bdp)},
+		{ProfileSprayCredits, 0, int(DefaultHostWindow * bdp)},
+		{ProfileSpray, 2, int(2 * bdp)},
+		{ProfileSpray, -1, 0},
+		{ProfileRoCE, 0, 0},
+	} {
+		cfg := Config{Topo: tp, Workload: mustWork(t, "alltoall:32M", tp.Hosts()), HostWindow: tc.hw}
+		c, err := transportConfig(cfg, tc.prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := c.HostWindow - tc.want; d < -1 || d > 1 {
+			t.Errorf("%s, HostWindow %v: %d bytes, want %d", tc.prof, tc.hw, c.HostWindow, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -76,7 +77,7 @@ func runSim(args []string) error {
 	jsonFile := fs.String("json", "", "write the rows here as JSON")
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
-	hostWin := fs.Float64("host-window", 0, "bound each host's spray data in flight to this many bandwidth-delay products of its link (0: none)")
+	hostWin := fs.Float64("host-window", sim.DefaultHostWindow, "bound each host's spray data in flight to this many bandwidth-delay products of its link (0: none)")
 	queues := fs.Int("queues", 1, "transport engines per host, one per NIC queue, the host's QPs spread over them and its frames steered to them by QP")
 	var mem sizeFlag
 	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
@@ -136,7 +137,7 @@ func runSim(args []string) error {
 		return f.Close()
 	}
 	cfg := sim.Config{Topo: t, Workload: w, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: *hostWin}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1)}
 	if mem > 0 {
 		debug.SetMemoryLimit(int64(mem))
 	}
