@@ -104,7 +104,7 @@ type Config struct {
 	// its own flight, but a host with hundreds of peers whose messages fit
 	// their first windows (an MoE all-to-all of a few packets per pair)
 	// has no controller that ever hears of the fabric before the data is
-	// out: once the ranks drift apart the leaves' queues overflow, and
+	// out: once the ranks drift apart the fabric's queues overflow, and
 	// every drop stays in flight until it is found, so the flight grows.
 	// With a bound, a new packet waits for room; resends do not. A few
 	// host bandwidth-delay products leave a lone large transfer at line
