@@ -106,9 +106,10 @@ type Config struct {
 	// has no controller that ever hears of the fabric before the data is
 	// out: once the ranks drift apart the fabric's queues overflow, and
 	// every drop stays in flight until it is found, so the flight grows.
-	// With a bound, a new packet waits for room; resends do not. A few
-	// host bandwidth-delay products leave a lone large transfer at line
-	// rate (docs/results.md#host-window).
+	// With a bound, a new packet waits for room; resends do not. The bound
+	// is per engine; 8 host bandwidth-delay products kept the simulated
+	// 128-host all-to-all of 256 KiB per pair at its pace
+	// (docs/results.md#host-window; TestHostWindowBounds).
 	HostWindow int
 	// MaxMessages bounds the messages a QP has in progress in each direction;
 	// 0 means 256.
