@@ -76,6 +76,10 @@ type Config struct {
 	// link at the fabric's base RTT; 0 means DefaultHostWindow, a negative
 	// value no bound.
 	HostWindow float64
+	// HostRate paces the new data each host's spray engines send
+	// (transport.Config.HostRate) at this share of its link; 0 means no
+	// bound. roce is never paced, as it models RoCE NICs.
+	HostRate float64
 	// Limit bounds a run's simulated time; 0 means 10 s. Flows not done
 	// by then are reported as not done.
 	Limit time.Duration
@@ -245,6 +249,9 @@ func Run(cfg Config) (Result, error) {
 				return Result{}, fmt.Errorf("%w: flow %d: trigger %d of %d", ErrConfig, i, tr, len(cfg.Workload.Triggers))
 			}
 		}
+	}
+	if !(cfg.HostRate >= 0 && cfg.HostRate <= 1) {
+		return Result{}, fmt.Errorf("%w: host rate %v (want a share of the host link in (0, 1], 0 for none)", ErrConfig, cfg.HostRate)
 	}
 	if cfg.Queues < 0 || cfg.Queues > 1024 {
 		return Result{}, fmt.Errorf("%w: %d queues per host (want 1 to 1024)", ErrConfig, cfg.Queues)
@@ -776,6 +783,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		tc.AckEvery = p.AckEvery
 		if hw := cmp.Or(cfg.HostWindow, DefaultHostWindow); hw > 0 {
 			tc.HostWindow = max(int(hw*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
+		}
+		if cfg.HostRate > 0 {
+			tc.HostRate = cfg.HostRate * float64(t.HostRate) / 8 / float64(max(cfg.Queues, 1)) // the host's queues share its link
 		}
 	}
 	mk, err := cc.ByName(name, p)

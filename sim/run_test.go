@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -474,6 +476,44 @@ func TestHostWindowDefault(t *testing.T) {
 		}
 		if d := c.HostWindow - tc.want; d < -1 || d > 1 {
 			t.Errorf("%s, HostWindow %v: %d bytes, want %d", tc.prof, tc.hw, c.HostWindow, tc.want)
+		}
+	}
+}
+
+// TestHostRate: HostRate paces a spray host's new data at its share of
+// the host link, so a lone 1 MB flow at 0.5 takes at least its bytes at
+// half the link and arrives whole; roce is not paced; a share outside [0, 1] is refused.
+func TestHostRate(t *testing.T) {
+	tp := mustTopo(t, "leafspine:2x2x2,rate=100gbit")
+	took := map[string]time.Duration{}
+	for _, prof := range []string{ProfileSpray, ProfileRoCE} {
+		for _, share := range []float64{0, 0.5} {
+			res, err := Run(Config{Topo: tp, Workload: mustWork(t, "permutation:1M", tp.Hosts()), Seed: 1, Verify: true,
+				Profiles: []string{prof}, Scenarios: []string{ScenarioLossless}, HostRate: share})
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := res.Rows[0]
+			if row.Done != row.Flows {
+				t.Fatalf("%s at %v: %d of %d flows done", prof, share, row.Done, row.Flows)
+			}
+			took[fmt.Sprint(prof, share)] = row.Max
+		}
+	}
+	t.Log(took)
+	// At 6.25 GB/s the payload alone takes 168 µs, less the pacer's
+	// burst: no flow under the bound ends sooner.
+	burst := 16 << 10 // Config.PacingBurst's default
+	paced := time.Duration(float64(1<<20-burst) / 6.25e9 * float64(time.Second))
+	if took["spray0.5"] < paced || took["spray0"] >= paced {
+		t.Errorf("spray's flow took %v at half the link and %v at line rate; want the first at least %v, the second less", took["spray0.5"], took["spray0"], paced)
+	}
+	if took["roce0.5"] != took["roce0"] {
+		t.Errorf("roce paced by HostRate: %v against %v", took["roce0.5"], took["roce0"])
+	}
+	for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
+		if _, err := Run(Config{Topo: tp, Workload: mustWork(t, "permutation:1k", tp.Hosts()), HostRate: bad}); !errors.Is(err, ErrConfig) {
+			t.Errorf("HostRate %v: err %v, want ErrConfig", bad, err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/transport/wire"
@@ -33,6 +34,9 @@ type EngineStats struct {
 	// HostWindowHeld counts the times output stopped because the next new
 	// packet did not fit Config.HostWindow.
 	HostWindowHeld uint64
+	// HostRateHeld counts the times output stopped because the next new
+	// packet would have gone faster than Config.HostRate.
+	HostRateHeld uint64
 }
 
 // add adds o's counters to s.
@@ -49,6 +53,7 @@ func (s *EngineStats) add(o EngineStats) {
 	s.OtherMalformed += o.OtherMalformed
 	s.UnknownQP += o.UnknownQP
 	s.HostWindowHeld += o.HostWindowHeld
+	s.HostRateHeld += o.HostRateHeld
 	s.TxNoBuffer += o.TxNoBuffer
 	s.HandedOver += o.HandedOver
 	s.HandoverDrops += o.HandoverDrops
@@ -93,6 +98,10 @@ type Engine struct {
 	// last poll found no room for a new packet (hostwin.go).
 	inflight int
 	hostHeld bool
+	// hostPace paces new data at Config.HostRate; hostWake is when it
+	// lets the next packet go after it held one, 0 when it holds none.
+	hostPace cc.Pacer
+	hostWake clock.Time
 
 	// The schedule (sched.go): the ready list is ready[readyHead:], turn
 	// the packets its front QP sent in its current turn (output), timers
@@ -163,6 +172,9 @@ func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable)
 	}
 	if c.Credits {
 		e.credit = newCreditPacer(&c)
+	}
+	if c.HostRate > 0 {
+		e.hostPace = *cc.NewPacer(c.PacingBurst)
 	}
 	if checkEngines != nil {
 		e.check = checkEngines(e)
@@ -464,6 +476,9 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 	if err != nil || len(e.ctrl) > 0 {
 		return any, err
 	}
+	if e.hostWake != 0 && e.hostWake <= now {
+		e.hostWake = 0
+	}
 	for e.readyLen() > 0 {
 		if !e.borrow() {
 			return any, nil
@@ -482,7 +497,11 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 				return any, err
 			}
 			if m == 0 && e.hostHeld { // hostwin.go: q keeps its turn
-				e.stats.HostWindowHeld++
+				if e.hostWake > now {
+					e.stats.HostRateHeld++
+				} else {
+					e.stats.HostWindowHeld++
+				}
 				held = true
 				break
 			}
@@ -612,6 +631,9 @@ func (e *Engine) NextDeadline() clock.Time {
 	}
 	if e.credit != nil {
 		t = clock.Min(t, e.credit.deadline())
+	}
+	if e.hostWake != 0 {
+		t = clock.Min(t, e.hostWake)
 	}
 	return t
 }

@@ -1,5 +1,7 @@
 package transport
 
+import "github.com/sprayfabric/spray/clock"
+
 // The host window (Config.HostWindow) bounds the data bytes an engine
 // keeps in flight over all its QPs. The engine keeps the sum of its QPs'
 // flight (the scoreboard's: sent, neither acknowledged nor found lost),
@@ -11,6 +13,11 @@ package transport
 // with it (TestHostWindowBounds). Resends, READ responses and control
 // frames go before that check. With nothing in flight a packet always
 // goes, so a bound below a packet still sends one at a time.
+//
+// The host rate (Config.HostRate) holds new data the same way, on a
+// pacer of the engine's own that every new packet of every QP draws on;
+// the engine's deadline includes when the pacer lets the next one go
+// (TestHostRateBounds).
 
 // hostFlight recounts q's flight into the engine's total.
 func (e *Engine) hostFlight(q *QP) {
@@ -25,10 +32,16 @@ func (e *Engine) hostFlight(q *QP) {
 	q.hostIn = b
 }
 
-// hostWindowFull reports whether the engine's flight leaves no room for
-// q's next new packet, and notes it for output.
-func (q *QP) hostWindowFull() bool {
+// hostHold reports whether the host rate or the host window holds q's
+// next new packet at now, and notes it for output.
+func (q *QP) hostHold(now clock.Time) bool {
 	e := q.sch.eng
+	if e != nil && q.cfg.HostRate > 0 {
+		if t := e.hostPace.Next(now, q.cfg.HostRate); t > now {
+			e.hostHeld, e.hostWake = true, t
+			return true
+		}
+	}
 	if e == nil || q.cfg.HostWindow == 0 || e.inflight == 0 || e.inflight+q.cfg.MTU <= q.cfg.HostWindow { // the largest frame: the flight counts frames
 		return false
 	}

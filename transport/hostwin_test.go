@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -57,6 +59,73 @@ func TestHostWindowBounds(t *testing.T) {
 				}
 				t.Logf("most in flight %d bytes of %d; held %d times", most, bound, m.ea.Stats().HostWindowHeld)
 			})
+		}
+	}
+}
+
+// TestHostRateBounds: with Config.HostRate, an engine whose QPs all send
+// at once on a link eight times faster sends its data no faster than the
+// bound (a burst of PacingBurst and a frame aside) on a lossless link,
+// holds its output for it (HostRateHeld), and every message arrives
+// whole, on a lossy, reordering link too.
+func TestHostRateBounds(t *testing.T) {
+	const qps, rate, burst = 16, 156.25e6, 16 << 10 // bytes/s: an eighth of the link's 10 Gb/s
+	for _, prof := range []Profile{Spray, RoCE} {
+		for _, loss := range []float64{0, 0.02} {
+			t.Run(fmt.Sprintf("%v/loss%v", prof, loss), func(t *testing.T) {
+				seed := testutil.Seed(t)
+				r := testutil.Rand(t)
+				mc := mem.Config{Seed: seed, Delay: 20 * time.Microsecond, Bandwidth: 10e9}
+				if loss > 0 {
+					mc.Loss, mc.Reorder, mc.ReorderDelay = loss, 0.05, 20*time.Microsecond
+				}
+				cfg := Config{Profile: prof, Seed: seed, MinRTO: time.Millisecond, HostRate: rate, PacingBurst: burst}
+				m := newMultiPair(t, mc, cfg, qps)
+				want := map[uint32][][32]byte{}
+				total := 0
+				for i, q := range m.qa {
+					for _, msg := range randomMessages(r, 3, 20<<10) {
+						if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
+							t.Fatal(err)
+						}
+						want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
+						total += len(msg)
+					}
+				}
+				sent := func() (b uint64) {
+					for _, q := range m.qa {
+						b += q.Stats().TxBytes
+					}
+					return b
+				}
+				start := m.clk.Now()
+				for steps := 0; pendingAny(m, want); steps++ {
+					if steps > 2_000_000 {
+						t.Fatal("messages still in flight after two million steps")
+					}
+					m.mustStep(t)
+					check(t, m, want)
+					allowed := burst + rate*float64(m.clk.Now()-start)/1e9 + 2*1514
+					if b := sent(); loss == 0 && float64(b) > allowed {
+						t.Fatalf("at %v: %d bytes of data sent, the rate allows %.0f", m.clk.Now(), b, allowed)
+					}
+				}
+				if st := m.ea.Stats(); st.HostRateHeld == 0 {
+					t.Fatal("output never held for the rate")
+				}
+				took := m.clk.Now() - start
+				t.Logf("%d bytes of messages in %v (%.0f MB/s); held %d times", total, time.Duration(took), float64(total)/float64(took)*1e3, m.ea.Stats().HostRateHeld)
+			})
+		}
+	}
+}
+
+// TestHostRateConfig: a negative, NaN or infinite HostRate is a
+// configuration error.
+func TestHostRateConfig(t *testing.T) {
+	for _, r := range []float64{-1, math.NaN(), math.Inf(1)} {
+		if _, err := (Config{HostRate: r}).withDefaults(1514); !errors.Is(err, ErrConfig) {
+			t.Errorf("HostRate %v: err %v, want ErrConfig", r, err)
 		}
 	}
 }

@@ -1131,7 +1131,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.snd.resent(p, tag)
 		return n, nil
 	}
-	if !q.canSendNew() || q.hostWindowFull() {
+	if !q.canSendNew() || q.hostHold(now) {
 		return 0, nil
 	}
 	m := q.msg(q.cursor)
@@ -1159,6 +1159,9 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.curOff = 0
 	}
 	q.sent(now, n, rate)
+	if e := q.sch.eng; e != nil && q.cfg.HostRate > 0 {
+		e.hostPace.OnSend(now, n, q.cfg.HostRate)
+	}
 	q.pstats.onSend(entropy, n, false)
 	return n, nil
 }

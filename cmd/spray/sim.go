@@ -78,6 +78,7 @@ func runSim(args []string) error {
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
 	hostWin := fs.Float64("host-window", sim.DefaultHostWindow, "bound each host's spray data in flight to this many bandwidth-delay products of its link (0: none)")
+	hostRate := fs.Float64("host-rate", 0, "pace each host's new spray data at this share of its link, e.g. 0.94 (0: none)")
 	queues := fs.Int("queues", 1, "transport engines per host, one per NIC queue, the host's QPs spread over them and its frames steered to them by QP")
 	var mem sizeFlag
 	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
@@ -96,6 +97,9 @@ func runSim(args []string) error {
 	c.atLeast("queues", int64(*queues), 1)
 	if *hostWin < 0 || math.IsNaN(*hostWin) || math.IsInf(*hostWin, 0) {
 		c.fail("host-window", fmt.Sprint(*hostWin), "a number of bandwidth-delay products, 0 or more")
+	}
+	if !(*hostRate >= 0 && *hostRate <= 1) {
+		c.fail("host-rate", fmt.Sprint(*hostRate), "a share of the host link, 0 to 1 (0: none)")
 	}
 	c.positiveDur("limit", *limit)
 	if *pfc != "" && *pfc != "on" && *pfc != "off" {
@@ -137,7 +141,7 @@ func runSim(args []string) error {
 		return f.Close()
 	}
 	cfg := sim.Config{Topo: t, Workload: w, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1)}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
 	if mem > 0 {
 		debug.SetMemoryLimit(int64(mem))
 	}
