@@ -22,23 +22,7 @@ func TestHostWindowBounds(t *testing.T) {
 	for _, prof := range []Profile{Spray, RoCE} {
 		for _, loss := range []float64{0, 0.02} {
 			t.Run(fmt.Sprintf("%v/loss%v", prof, loss), func(t *testing.T) {
-				seed := testutil.Seed(t)
-				r := testutil.Rand(t)
-				mc := mem.Config{Seed: seed, Delay: 20 * time.Microsecond, Bandwidth: 10e9}
-				if loss > 0 {
-					mc.Loss, mc.Reorder, mc.ReorderDelay = loss, 0.05, 20*time.Microsecond
-				}
-				cfg := Config{Profile: prof, Seed: seed, MinRTO: time.Millisecond, HostWindow: bound}
-				m := newMultiPair(t, mc, cfg, qps)
-				want := map[uint32][][32]byte{}
-				for i, q := range m.qa {
-					for _, msg := range randomMessages(r, 3, 20<<10) {
-						if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
-							t.Fatal(err)
-						}
-						want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
-					}
-				}
+				m, want, _ := hostLoad(t, Config{Profile: prof, HostWindow: bound}, loss, qps)
 				most := 0
 				for steps := 0; pendingAny(m, want); steps++ {
 					if steps > 2_000_000 {
@@ -73,25 +57,7 @@ func TestHostRateBounds(t *testing.T) {
 	for _, prof := range []Profile{Spray, RoCE} {
 		for _, loss := range []float64{0, 0.02} {
 			t.Run(fmt.Sprintf("%v/loss%v", prof, loss), func(t *testing.T) {
-				seed := testutil.Seed(t)
-				r := testutil.Rand(t)
-				mc := mem.Config{Seed: seed, Delay: 20 * time.Microsecond, Bandwidth: 10e9}
-				if loss > 0 {
-					mc.Loss, mc.Reorder, mc.ReorderDelay = loss, 0.05, 20*time.Microsecond
-				}
-				cfg := Config{Profile: prof, Seed: seed, MinRTO: time.Millisecond, HostRate: rate, PacingBurst: burst}
-				m := newMultiPair(t, mc, cfg, qps)
-				want := map[uint32][][32]byte{}
-				total := 0
-				for i, q := range m.qa {
-					for _, msg := range randomMessages(r, 3, 20<<10) {
-						if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
-							t.Fatal(err)
-						}
-						want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
-						total += len(msg)
-					}
-				}
+				m, want, total := hostLoad(t, Config{Profile: prof, HostRate: rate, PacingBurst: burst}, loss, qps)
 				sent := func() (b uint64) {
 					for _, q := range m.qa {
 						b += q.Stats().TxBytes
@@ -128,4 +94,33 @@ func TestHostRateConfig(t *testing.T) {
 			t.Errorf("HostRate %v: err %v, want ErrConfig", r, err)
 		}
 	}
+}
+
+// hostLoad connects qps QPs between two engines of cfg (with a fixed
+// seed and a 1 ms MinRTO) over a 10 Gb/s link/mem fabric with 20 µs of
+// delay, lossy and reordering when loss is above 0, and posts three
+// random messages of up to 20 KiB on each of A's QPs. It returns the
+// pair, the messages' hashes by receiving QP, and their bytes.
+func hostLoad(t *testing.T, cfg Config, loss float64, qps int) (*multiPair, map[uint32][][32]byte, int) {
+	t.Helper()
+	seed := testutil.Seed(t)
+	r := testutil.Rand(t)
+	mc := mem.Config{Seed: seed, Delay: 20 * time.Microsecond, Bandwidth: 10e9}
+	if loss > 0 {
+		mc.Loss, mc.Reorder, mc.ReorderDelay = loss, 0.05, 20*time.Microsecond
+	}
+	cfg.Seed, cfg.MinRTO = seed, time.Millisecond
+	m := newMultiPair(t, mc, cfg, qps)
+	want := map[uint32][][32]byte{}
+	total := 0
+	for i, q := range m.qa {
+		for _, msg := range randomMessages(r, 3, 20<<10) {
+			if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
+				t.Fatal(err)
+			}
+			want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
+			total += len(msg)
+		}
+	}
+	return m, want, total
 }
