@@ -472,12 +472,13 @@ const maxStepBytes = 64 << 10
 // no packet used stay with the engine for the next round.
 func (e *Engine) output(now clock.Time) (bool, error) {
 	const burst = 8 // packets a QP sends before the next QP's turn
+	// The host rate's hold is over: no deadline is left for it.
+	if e.hostWake <= now {
+		e.hostWake = 0
+	}
 	any, err := e.outputCtrl(now)
 	if err != nil || len(e.ctrl) > 0 {
 		return any, err
-	}
-	if e.hostWake != 0 && e.hostWake <= now {
-		e.hostWake = 0
 	}
 	for e.readyLen() > 0 {
 		if !e.borrow() {
