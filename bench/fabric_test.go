@@ -202,7 +202,7 @@ func TestFabricSpread(t *testing.T) {
 // pre-failure level while the link is still down (spraying routes around
 // it; the time this takes is logged, and spray perf --fault reports it),
 // and at least half of it from 100 ms after the failure; after the restore
-// the path is probed back in and the spine carries its share again. The
+// the path is probed back in and the spine carries traffic again. The
 // time to (S-1)/S itself is logged: the pre-failure goodput is near the
 // four spines' limit, so the three left give (S-1)/S of it at best and the
 // 20 ms averages cross that line at random.
