@@ -63,8 +63,7 @@ type FailoverResult struct {
 	// quarter of an equal share after the restore: a spine never probed
 	// back carries only the probes, and how much of its share a returned
 	// one regains by the end follows how fast its paths' weights recover
-	// (on the 1x2x4 testbed, 0.12-0.24 of the bytes against 0.25;
-	// TestPerfFailover, TestFabricFailover).
+	// (docs/results.md#failover; TestPerfFailover, TestFabricFailover).
 	DeadBytes, ProbeBytes uint64
 	SharesAfter           []float64
 	ProbedBack            bool

@@ -107,9 +107,9 @@ type Config struct {
 	// out: once the ranks drift apart the fabric's queues overflow, and
 	// every drop stays in flight until it is found, so the flight grows.
 	// With a bound, a new packet waits for room; resends do not. The bound
-	// is per engine; 8 host bandwidth-delay products kept the simulated
-	// 128-host all-to-all of 256 KiB per pair at its pace
-	// (docs/results.md#host-window; TestHostWindowBounds).
+	// is per engine; a few host bandwidth-delay products keep a lone
+	// all-to-all at its pace (docs/results.md#host-window;
+	// TestHostWindowBounds).
 	HostWindow int
 	// HostRate bounds the rate, in bytes per second, at which an Engine
 	// sends new data over all its QPs; 0 means no bound. Resends, READ
@@ -118,11 +118,9 @@ type Config struct {
 	// receiver's link is as loaded as every sender's: the last hops run
 	// at exactly full load and their queues grow as a random walk, which
 	// no QP's controller sees, for each QP sends less than its window
-	// allows. Sending a few percent under the line rate drains them: at
-	// 94% of the link the simulated 128-host all-to-all's peak switch
-	// buffer falls from 15-28% to 8-13% and its flows end about 2% later
-	// (docs/results.md#host-rate; TestHostRateBounds). Like HostWindow
-	// it is per engine.
+	// allows. Sending a few percent under the line rate drains them, for
+	// as much more time (docs/results.md#host-rate; TestHostRateBounds).
+	// Like HostWindow it is per engine.
 	HostRate float64
 	// MaxMessages bounds the messages a QP has in progress in each direction;
 	// 0 means 256.
