@@ -31,9 +31,14 @@
 // has no room for is cut to its headers instead (wire.Trim: the trim bit,
 // no payload, a new ICRC) and sent from a priority queue of the port, ahead
 // of its data, at most 4,096 frames a port; other frames are dropped as
-// before. Its receiver answers with a NAK for exactly that PSN, and the
-// sender resends it at once (FabricStats.Trimmed, Row.Trimmed, a line after
-// the table: TestTrimSmallBuffer). ECN-capable frames are marked CE
+// before. Control frames (ACKs, NAKs, CNPs, credits) share that priority
+// queue, as NDP's switches queue them with the headers, and the port's INT
+// TxBytes counts what it sends from it. Its receiver answers with a NAK
+// for exactly that PSN, and the sender resends it at once
+// (FabricStats.Trimmed, Row.Trimmed, a line after the table:
+// TestTrimSmallBuffer). Topo.Alpha (ParseTopo's alpha) sets the queues'
+// threshold: with trim, a small one keeps every queue short
+// (TestTrimShortQueue). ECN-capable frames are marked CE
 // at enqueue by RED on the queue's bytes, KMin/KMax/PMax
 // (TestECNProbability). Spray data frames with an INT region get a hop
 // record at enqueue, in the record format the eBPF fabric writes

@@ -17,7 +17,8 @@ type FabricConfig struct {
 	Topo Topo
 	// Alpha is the dynamic threshold of the egress queues of lossy
 	// traffic: a queue takes a frame while it holds less than Alpha times
-	// the switch's free buffer (Choudhury-Hahne); 0 means 1.
+	// the switch's free buffer (Choudhury-Hahne); 0 means Topo.Alpha,
+	// and 1 where that is zero too.
 	Alpha float64
 	// ECN marks ECN-capable frames at enqueue, RED-style on the egress
 	// queue's bytes; the zero value means DefaultECN for the port's rate,
@@ -295,6 +296,9 @@ func New(cfg FabricConfig) (*Net, error) {
 		return nil, err
 	}
 	cfg.Topo = t
+	if cfg.Alpha == 0 {
+		cfg.Alpha = t.Alpha
+	}
 	if cfg.Alpha == 0 {
 		cfg.Alpha = 1
 	}
@@ -761,7 +765,7 @@ func (n *Net) arrive(pi, id int32, rem uint16) {
 	e := &n.ports[out]
 	size := len(pk.buf)
 	ready := int64(n.now)*1000 - int64(rem)
-	if n.topo.Trim && !n.cfg.PFC.On && trimmedFrame(pk.buf) {
+	if n.topo.Trim && !n.cfg.PFC.On && priorityFrame(pk.buf) {
 		n.enqueueTrimmed(s, e, out, id, ready)
 		return
 	}
@@ -831,6 +835,24 @@ func trimmedFrame(f []byte) bool {
 	return len(f) > 46 && wire.Opcode(f[42]) == wire.OpSprayData && f[46]&0x20 != 0
 }
 
+// priorityFrame reports whether f goes in a trimming switch's priority
+// queue: a trimmed data frame, or a control frame (ACK, NAK, CNP, credit),
+// as NDP's switches queue headers and control packets together. A queue
+// held short by a small Alpha then drops no ACK for the data it trims
+// (TestTrimThreshold).
+func priorityFrame(f []byte) bool {
+	if len(f) <= 46 {
+		return false
+	}
+	switch wire.Opcode(f[42]) {
+	case wire.OpSprayData:
+		return f[46]&0x20 != 0
+	case wire.OpSprayAck, wire.OpCreditGrant, wire.OpCreditRequest, wire.OpAcknowledge, wire.OpCNP:
+		return true
+	}
+	return false
+}
+
 // overflow handles frame id that egress e of switch s has no room for:
 // with Topo.Trim a spray data frame is cut to its headers (wire.Trim),
 // counted in Trimmed, and goes on at priority; anything else is dropped
@@ -863,6 +885,10 @@ func (n *Net) enqueueTrimmed(s *swtch, e *port, out, id int32, ready int64) {
 	n.account(s)
 	s.used += size
 	s.maxUsed = max(s.maxUsed, s.used)
+	// The port's byte counter (INT TxBytes) counts what it sends at
+	// priority too: a link busy with trimmed headers is busy
+	// (TestTrimSmallBuffer).
+	e.txCount += uint32(size)
 	n.enqueueAt(out, qent{readyPs: ready, id: id, size: int32(size), in: -1}, true)
 }
 

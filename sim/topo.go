@@ -83,6 +83,13 @@ type Topo struct {
 	PFCAlpha  float64
 	PFCXOff   int
 	PFCResume int
+	// Alpha is the dynamic threshold of the lossy egress queues
+	// (FabricConfig.Alpha, where that is zero): a queue takes a frame
+	// while it holds less than Alpha times the switch's free buffer. 0
+	// means 1. A small Alpha with Trim keeps every queue short, as NDP's
+	// and Ultra Ethernet's switches trim at a queue's threshold rather
+	// than at a full buffer.
+	Alpha float64
 	// Trim makes the switches trim rather than drop (NDP, Ultra
 	// Ethernet): a spray data frame that its egress queue has no room for
 	// is cut to its headers (wire.Trim) and sent on at priority, ahead of
@@ -246,6 +253,9 @@ func (t Topo) String() string {
 			fmt.Fprintf(&b, "/%d", t.PFCResume)
 		}
 	}
+	if t.Alpha != 0 {
+		b.WriteString(",alpha=" + strconv.FormatFloat(t.Alpha, 'g', -1, 64))
+	}
 	switch {
 	case t.ShaperBucket != 0:
 		fmt.Fprintf(&b, ",shaper=%d", t.ShaperBucket)
@@ -276,7 +286,8 @@ func rateString(r uint64) string {
 // delay, hostdelay, coredelay (Go durations: 1us), buffer (bytes, with k
 // or m for KiB or MiB: a switch's shared buffer), portbuffer (bytes: each
 // egress queue's own), shaper (tbf, or a bucket in bytes: Topo.Shaper),
-// mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), trim (no value:
+// mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), alpha (the lossy
+// queues' dynamic threshold: Topo.Alpha), trim (no value:
 // Topo.Trim), and for a fat-tree hosts (per edge switch). Example:
 // "leafspine:16x8x4,rate=100gbit,pfc=0.25/6k".
 func ParseTopo(s string) (Topo, error) {
@@ -346,6 +357,11 @@ func ParseTopo(s string) (Topo, error) {
 			}
 		case "mtu":
 			t.MTU, err = strconv.Atoi(v)
+		case "alpha":
+			t.Alpha, err = strconv.ParseFloat(v, 64)
+			if err == nil && !(t.Alpha > 0 && t.Alpha <= 8) {
+				err = errors.New("want a share of the free buffer in (0, 8]")
+			}
 		case "pfc":
 			t.PFCAlpha, t.PFCXOff, t.PFCResume, err = parsePFC(v)
 		case "hosts":

@@ -499,8 +499,10 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		r.q.rareStats().RNRNaksSent++
 	} else if len(r.trims) > 0 && r.rxErr == 0 {
 		// A trimmed packet's NAK names its PSN and send time where an ACK
-		// echoes a packet's; its hold, entropy and INT records are not
-		// an arrival's, so they stay for the next ACK.
+		// echoes a packet's; its hold and entropy are not an arrival's,
+		// so they stay for the next ACK. The INT records go in the NAK
+		// as well: under a stream of trims every ACK is a NAK, and the
+		// sender's controller would hear of no queue (TestTrimFeedsINT).
 		t := r.trims[0]
 		r.trims = r.trims[:copy(r.trims, r.trims[1:])]
 		if r.win.Has(t.psn) || t.psn.Diff(r.win.Cum()) < 0 {
@@ -509,7 +511,7 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 			a.Syndrome, a.MsgID = wire.NakPSNSequenceError, t.msg
 			a.AckedPSN, a.EchoTime, a.HoldNs, a.Entropy = uint32(t.psn), t.tx, 0, 0
 			if a.INTHops > 0 {
-				a.INTHops, pk.INT, r.echoSet = 0, nil, true
+				r.echoSet = true
 			}
 			r.q.stats.TrimNaksSent++
 		}

@@ -255,6 +255,11 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 			q.inRTO = false
 		}
 		q.onEvents(now)
+		if len(pk.INT) > 0 {
+			// The last arrival's records: the controller's view of the
+			// queues, with no delivery or RTT to sample.
+			q.ctrl.OnAck(cc.Sample{Now: now, INT: decodeHops(pk.INT, q.scr.hops[:0])})
+		}
 		q.completeSends()
 		return
 	}

@@ -56,6 +56,11 @@ much into a switch's buffer sends PAUSE: a share of the free shared buffer (dyna
 0.125) or bytes with a unit (static: 200k, 150000B); XON is the bytes below XOFF at which it sends
 RESUME (default two frames: 3028). pfc=0.25/6k, pfc=200k/3k.
 
+Trimming: --topo ...,trim[,alpha=A]. Without PFC, a spray data frame that its queue has no room
+for is cut to its headers and sent at priority with the control frames; its receiver asks for it
+again at once. alpha is the lossy queues' threshold, a share of the free buffer (default 1): with
+trim, alpha=0.03125 keeps every queue short at the cost of the frames it trims.
+
 flags:
 `
 
