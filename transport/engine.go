@@ -109,9 +109,11 @@ type Engine struct {
 	// stale, compl the QPs that may hold completions, order every QP in
 	// creation order with holes for the destroyed ones, ctrl the QPs with
 	// an acknowledgement or another control frame due, sent before any
-	// data. visits counts the engine's calls into QPs
-	// (TestStepVisitsActiveQPs).
+	// data, repair the QPs with a trimmed packet's resend queued, sent
+	// before new data.
+	// visits counts the engine's calls into QPs (TestStepVisitsActiveQPs).
 	ctrl       []*QP
+	repair     []*QP
 	ready      []*QP
 	readyHead  int
 	turn       int
@@ -452,6 +454,7 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	e.hostFlight(q)
 	q.touch()
 	e.noteCtrl(q, now)
+	e.noteRepair(q)
 }
 
 // maxStepBytes bounds what one Step transmits: the packets it encodes all
@@ -478,6 +481,10 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 	}
 	any, err := e.outputCtrl(now)
 	if err != nil || len(e.ctrl) > 0 {
+		return any, err
+	}
+	sent, err := e.outputRepair(now)
+	if any = any || sent; err != nil || len(e.repair) > 0 {
 		return any, err
 	}
 	for e.readyLen() > 0 {
@@ -588,6 +595,70 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 		}
 	}
 	return any, nil
+}
+
+// outputRepair sends, after the control frames and before any new data,
+// the resends of the QPs that took a trimmed packet's NAK (QP.repairDue),
+// up to burst each: a resend that waited for its QP's turn among the
+// engine's senders would wait a round of them (127 QPs of 8 packets at
+// 100 Gb/s: about 125 µs) and meet its queue as full as when it was
+// trimmed (TestRepairAheadOfData). A QP leaves the list after its share;
+// what it has left to resend goes at its turn.
+func (e *Engine) outputRepair(now clock.Time) (bool, error) {
+	const burst = 8
+	any := false
+	for len(e.repair) > 0 {
+		if !e.borrow() {
+			return any, nil
+		}
+		filled, i := 0, 0
+		for ; i < len(e.repair) && filled < e.have && e.stepBytes < maxStepBytes; i++ {
+			q := e.repair[i]
+			if q.sch.eng != e { // destroyed
+				e.repair[i], q.sch.repair = nil, false
+				continue
+			}
+			e.visits++
+			m, err := q.pollRepair(now, e.tx[filled].Buf)
+			if err != nil {
+				return any, err
+			}
+			if m > 0 {
+				e.hostFlight(q)
+				e.markDirty(q)
+				e.tx[filled].Buf = e.tx[filled].Buf[:m]
+				e.stats.TxBytes += uint64(m)
+				e.stepBytes += m
+				filled++
+				if q.sch.repairSent++; q.sch.repairSent < burst && q.repairDue() {
+					i-- // its next resend
+					continue
+				}
+			}
+			e.repair[i], q.sch.repair, q.sch.repairSent = nil, false, 0
+		}
+		k := copy(e.repair, e.repair[i:])
+		clear(e.repair[k:])
+		e.repair = e.repair[:k]
+		if filled > 0 {
+			any = true
+			if err := e.flush(filled); err != nil {
+				return any, err
+			}
+		}
+		if e.stepBytes >= maxStepBytes {
+			break
+		}
+	}
+	return any, nil
+}
+
+// noteRepair puts q on the repair list if it has a resend queued.
+func (e *Engine) noteRepair(q *QP) {
+	if !q.sch.repair && q.repairDue() {
+		q.sch.repair = true
+		e.repair = append(e.repair, q)
+	}
 }
 
 // borrow tops up the engine's transmit buffers from the link; it reports

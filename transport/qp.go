@@ -352,6 +352,9 @@ type QP struct {
 	nextID    uint32
 	// resending: encodeData is encoding a retransmission (see nextEntropy)
 	resending bool
+	// trimDue: a trimmed packet's NAK queued its resend, which the engine
+	// sends ahead of new data (repairDue, Engine.outputRepair).
+	trimDue bool
 	// inRTO: a retransmission timeout fired and no ACK made progress since
 	inRTO bool
 	// rtoRecovery: a retransmission timeout fired and the cumulative ACK
@@ -1103,33 +1106,8 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	if n, err := q.snd.pollCopy(now, buf, rate); n > 0 || err != nil {
 		return n, err
 	}
-	for q.sb.HasLost() {
-		p, tag, _ := q.sb.PopLost()
-		off := uint32(tag)
-		m := q.msgTag(tag)
-		if e, ok := q.snd.covered(m, off); ok {
-			// Asked for again by the request resent for the packets
-			// before it: recorded as resent, not sent.
-			if err := q.sb.OnSend(now, p, 0, tag, e); err != nil && !errors.Is(err, retransmit.ErrUnexpectedPSN) {
-				return 0, err
-			}
-			continue
-		}
-		q.takeCredit(true)
-		q.resending = true
-		n, entropy, err := q.encodeData(now, buf, m, off, p)
-		q.resending = false
-		if err != nil {
-			return 0, err
-		}
-		if err := q.sb.OnSend(now, p, n, tag, entropy); err != nil && !errors.Is(err, retransmit.ErrUnexpectedPSN) {
-			return 0, err
-		}
-		q.sent(now, n, rate)
-		q.stats.Retransmits++
-		q.pstats.onSend(entropy, n, true)
-		q.snd.resent(p, tag)
-		return n, nil
+	if n, err := q.pollLost(now, buf, rate); n > 0 || err != nil {
+		return n, err
 	}
 	if !q.canSendNew() || q.hostHold(now) {
 		return 0, nil
@@ -1164,6 +1142,70 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 	}
 	q.pstats.onSend(entropy, n, false)
 	return n, nil
+}
+
+// pollLost encodes into buf the resend of the lowest PSN declared lost, if
+// any (0 bytes: none), at rate (the controller's, which the caller's
+// pacer let through).
+func (q *QP) pollLost(now clock.Time, buf []byte, rate float64) (int, error) {
+	for q.sb.HasLost() {
+		p, tag, _ := q.sb.PopLost()
+		off := uint32(tag)
+		m := q.msgTag(tag)
+		if e, ok := q.snd.covered(m, off); ok {
+			// Asked for again by the request resent for the packets
+			// before it: recorded as resent, not sent.
+			if err := q.sb.OnSend(now, p, 0, tag, e); err != nil && !errors.Is(err, retransmit.ErrUnexpectedPSN) {
+				return 0, err
+			}
+			continue
+		}
+		q.takeCredit(true)
+		q.resending = true
+		n, entropy, err := q.encodeData(now, buf, m, off, p)
+		q.resending = false
+		if err != nil {
+			return 0, err
+		}
+		if err := q.sb.OnSend(now, p, n, tag, entropy); err != nil && !errors.Is(err, retransmit.ErrUnexpectedPSN) {
+			return 0, err
+		}
+		q.sent(now, n, rate)
+		q.stats.Retransmits++
+		q.pstats.onSend(entropy, n, true)
+		q.snd.resent(p, tag)
+		return n, nil
+	}
+	return 0, nil
+}
+
+// repairDue reports whether the QP has the resend of a trimmed packet
+// queued: the engine sends it ahead of the other QPs' new data
+// (Engine.outputRepair). Only a trim's: its NAK proves the path works and
+// names exactly the packet to resend, while a loss found by RACK or a
+// timer may be a path that failed, which a resend at once would feed.
+func (q *QP) repairDue() bool {
+	if q.trimDue && !q.sb.HasLost() {
+		q.trimDue = false
+	}
+	return q.trimDue && q.state == stateReady
+}
+
+// pollRepair encodes into buf the QP's next resend, if its pacer lets it
+// go at now (0 bytes: none). Control frames went before it
+// (Engine.outputCtrl); new data waits for the QP's turn.
+func (q *QP) pollRepair(now clock.Time, buf []byte) (int, error) {
+	if !q.repairDue() {
+		return 0, nil
+	}
+	q.lastNow = now
+	q.creditWait()
+	q.ctrl.OnTimer(now)
+	rate := q.ctrl.Rate()
+	if rate > 0 && q.pacer.Next(now, rate) > now {
+		return 0, nil
+	}
+	return q.pollLost(now, buf, rate)
 }
 
 func (q *QP) sent(now clock.Time, n int, rate float64) {

@@ -42,14 +42,17 @@ import "github.com/sprayfabric/spray/clock"
 
 // qpSched is a QP's place in its engine's schedule.
 type qpSched struct {
-	eng      *Engine    // nil: on no engine, or destroyed
-	ready    bool       // on eng.ready
-	compl    bool       // on eng.compl
-	dirty    bool       // on eng.dirty
-	ctrl     bool       // on eng.ctrl
-	heapIdx  int        // index in eng.timers, -1 when not there
-	order    int        // index in eng.order
-	deadline clock.Time // key in eng.timers
+	eng    *Engine // nil: on no engine, or destroyed
+	ready  bool    // on eng.ready
+	compl  bool    // on eng.compl
+	dirty  bool    // on eng.dirty
+	ctrl   bool    // on eng.ctrl
+	repair bool    // on eng.repair
+	// repairSent counts the resends of the QP's turn on eng.repair.
+	repairSent uint8
+	heapIdx    int        // index in eng.timers, -1 when not there
+	order      int        // index in eng.order
+	deadline   clock.Time // key in eng.timers
 }
 
 // touch puts the QP on its engine's ready, completion and dirty lists: a
@@ -211,6 +214,7 @@ func (e *Engine) runTimers(now clock.Time) {
 			e.hostFlight(q)
 		}
 		e.noteCtrl(q, now)
+		e.noteRepair(q)
 	}
 }
 

@@ -249,6 +249,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		var ok bool
 		if ev, ok = q.sb.OnTrim(now, psn.New(a.AckedPSN), clock.Time(a.EchoTime), ev); ok {
 			q.stats.TrimNaksReceived++
+			q.trimDue = true
 		}
 		q.takeEvents(ev)
 		if res.Progress {
