@@ -346,3 +346,36 @@ func TestProbeUnderFullFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestProbeAfterTrimResend: a QP's last packets are out, the last one was
+// trimmed and resent, and the resend is lost too (nothing was sent after
+// it, so RACK cannot find it). The tail loss probe resends it a few round
+// trips later, not the retransmission timer: a resend arms the probe once
+// nothing is queued (the trim itself finds its PSN queued, when no probe
+// may be armed).
+func TestProbeAfterTrimResend(t *testing.T) {
+	forFirsts(t, func(t *testing.T, first psn.PSN) {
+		s := mustNew(t, Config{}, first)
+		var ps []psn.PSN
+		for i := range 4 {
+			ps = append(ps, sendNew(t, s, clock.Time(i)*us))
+		}
+		s.OnAck(20*us, sackOf(ps[3], ps[2]), nil)
+		if _, ok := s.OnTrim(25*us, ps[3], 3*us, nil); !ok {
+			t.Fatal("OnTrim ignored the trim")
+		}
+		resent := clock.Time(26 * us)
+		if got := resendLost(t, s, resent); !samePSNs(got, ps[3:]) {
+			t.Fatalf("resent %v, want %d", got, ps[3])
+		}
+		at := s.NextTimeout()
+		_, kind, err := s.OnTimeout(at, nil)
+		if err != nil || kind != Probe || at.Sub(resent) > s.RTO()/4 {
+			t.Fatalf("next timer %v after the resend: %v (%v), want a probe well before the RTO (%v)", at.Sub(resent), kind, err, s.RTO())
+		}
+		if got := resendLost(t, s, at); !samePSNs(got, ps[3:]) {
+			t.Fatalf("the probe resent %v, want %d", got, ps[3])
+		}
+		mustCheck(t, s)
+	})
+}

@@ -593,6 +593,10 @@ func (s *Scoreboard) OnSend(now clock.Time, p psn.PSN, bytes int, tag uint64, en
 	if s.rtoAt == clock.Never {
 		s.rtoAt = now.Add(s.RTO())
 	}
+	// A resend arms the tail loss probe once nothing is queued: a lost
+	// resend with nothing sent after it has no RACK to find it
+	// (TestProbeAfterTrimResend).
+	s.armProbe(now, false)
 	return nil
 }
 

@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "69d79d78654d682db973298cf9d3f5046bbf69cedbfe422613269f5dd277ccb2",
-		state:  "c1946bca9f7f52d6aa5b84a42ed731313fb5f5dcb17fb77fa13abad772658eb7",
+		frames: "ee95ce9288e01215c2b73c343847460fc782d952e8a90672ede8d626b287ba5f",
+		state:  "415f78017064dc1c13181b41b17418974aee6459cdf542b06f125d23ed43e882",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "ba8911cb8afe1cb931f74f709f8b7e72a1ed351121d99cc4e0707301292914b7",
-		state:  "c6adf10d8635afe9acf1fc1ef034a3db2a429c44bcc699cae979c00f3848ed7a",
+		frames: "175fc5a9ecc9fcb1fca5815d958d9295b29c8059bff2c9dcd5d7cf6f1f140e36",
+		state:  "33f62765a5eaef31f91ef35149585d593c0f6628a09d2063680a1b50cceabd8a",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},
