@@ -581,14 +581,11 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 				i--
 			}
 		}
-		k := copy(e.ctrl, e.ctrl[i:])
-		clear(e.ctrl[k:])
-		e.ctrl = e.ctrl[:k]
-		if filled > 0 {
-			any = true
-			if err := e.flush(filled); err != nil {
-				return any, err
-			}
+		var sent bool
+		var err error
+		e.ctrl, sent, err = e.endPass(e.ctrl, i, filled)
+		if any = any || sent; err != nil {
+			return any, err
 		}
 		if e.stepBytes >= maxStepBytes {
 			break
@@ -637,20 +634,29 @@ func (e *Engine) outputRepair(now clock.Time) (bool, error) {
 			}
 			e.repair[i], q.sch.repair, q.sch.repairSent = nil, false, 0
 		}
-		k := copy(e.repair, e.repair[i:])
-		clear(e.repair[k:])
-		e.repair = e.repair[:k]
-		if filled > 0 {
-			any = true
-			if err := e.flush(filled); err != nil {
-				return any, err
-			}
+		var sent bool
+		var err error
+		e.repair, sent, err = e.endPass(e.repair, i, filled)
+		if any = any || sent; err != nil {
+			return any, err
 		}
 		if e.stepBytes >= maxStepBytes {
 			break
 		}
 	}
 	return any, nil
+}
+
+// endPass drops from list the i entries a pass over it served and sends
+// the frames the pass filled; it reports whether it sent any.
+func (e *Engine) endPass(list []*QP, i, filled int) ([]*QP, bool, error) {
+	k := copy(list, list[i:])
+	clear(list[k:])
+	list = list[:k]
+	if filled == 0 {
+		return list, false, nil
+	}
+	return list, true, e.flush(filled)
 }
 
 // noteRepair puts q on the repair list if it has a resend queued.
