@@ -1403,6 +1403,22 @@ func nakError(syn uint8, where string) error {
 	return fmt.Errorf("%w: NAK syndrome %#x (%s)", ErrInvalidRequest, syn, where)
 }
 
+// onTrimEvents applies the trimmed packet's loss, the events from n on,
+// and leaves the others to onEvents. A trim is its path's congestion mark,
+// not its loss: the headers crossed the path, so it works, and its queue
+// is full. Scored as a loss, the paths that trim lose their share to those
+// whose losses are not yet found, such as one into a failed link
+// (TestTrimMarksPath).
+func (q *QP) onTrimEvents(now clock.Time, n int) {
+	for i := n; i < len(q.scr.cur); i++ {
+		if e := &q.scr.cur[i]; e.Lost {
+			q.paths.OnAck(now, e.Entropy, 0, true)
+			q.ctrl.OnLoss(now, e.Bytes)
+		}
+	}
+	q.scr.cur = q.scr.cur[:min(n, len(q.scr.cur))]
+}
+
 // onEvents applies the scoreboard's acked and lost events.
 func (q *QP) onEvents(now clock.Time) {
 	for i := range q.scr.cur {

@@ -247,6 +247,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		// A switch trimmed AckedPSN (the receiver's onTrimmed): resend it
 		// alone, now. The NAK carries no sample of a delivery.
 		var ok bool
+		n := len(ev)
 		if ev, ok = q.sb.OnTrim(now, psn.New(a.AckedPSN), clock.Time(a.EchoTime), ev); ok {
 			q.stats.TrimNaksReceived++
 			q.trimDue = true
@@ -255,6 +256,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		if res.Progress {
 			q.inRTO = false
 		}
+		q.onTrimEvents(now, n)
 		q.onEvents(now)
 		if len(pk.INT) > 0 {
 			// The last arrival's records: the controller's view of the

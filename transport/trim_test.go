@@ -8,6 +8,7 @@ import (
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
+	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
@@ -15,12 +16,17 @@ import (
 // each spray data packet from A whose PSN is in psns, and hand the
 // trimmed frame to B; it returns how many it trimmed so far.
 func trimFirst(t *testing.T, s *simPair, psns map[uint32]bool) *int {
+	return trimIf(t, s, func(pk *wire.Packet) bool { return psns[pk.BTH.PSN] })
+}
+
+// trimIf is trimFirst for the data packets that trim selects.
+func trimIf(t *testing.T, s *simPair, trim func(pk *wire.Packet) bool) *int {
 	t.Helper()
 	n := new(int)
 	seen := map[uint32]bool{}
 	s.fab.SetFilter(func(f []byte) bool {
 		var pk wire.Packet
-		if wire.Decode(f, &pk) != nil && !pk.BTH.Secured || pk.BTH.Opcode != wire.OpSprayData || !psns[pk.BTH.PSN] || seen[pk.BTH.PSN] {
+		if wire.Decode(f, &pk) != nil && !pk.BTH.Secured || pk.BTH.Opcode != wire.OpSprayData || !trim(&pk) || seen[pk.BTH.PSN] {
 			return true
 		}
 		seen[pk.BTH.PSN] = true
@@ -57,6 +63,34 @@ func TestTrimToNak(t *testing.T) {
 	}
 	if a.Retransmits != 2 || rs.LostTrim != 2 || rs.Lost != 2 || rs.TLPs+rs.RTOs != 0 || a.Timeouts != 0 || b.Duplicates != 0 {
 		t.Fatalf("%d retransmits, %d timeouts, %d duplicates, %+v: want exactly the 2 trimmed PSNs resent, on their NAKs", a.Retransmits, a.Timeouts, b.Duplicates, rs)
+	}
+}
+
+// TestTrimMarksPath: a path whose queue trims every packet it takes stays
+// in the spray set, its trims counted as congestion marks (ECN) and not as
+// losses; the trimmed packets are resent and the bytes arrive intact.
+// Scored as losses, three in a row would take the path out.
+func TestTrimMarksPath(t *testing.T) {
+	seed := testutil.Seed(t)
+	cfg := Config{Profile: Spray, Seed: seed, MTU: 1500, INTHops: 4}
+	s := newSimPair(t, mem.Config{Seed: seed, Delay: 10 * time.Microsecond, Bandwidth: 10e9}, cfg)
+	hot := s.qa.PathStats()[0].Entropy
+	trimmed := trimIf(t, s, func(pk *wire.Packet) bool { return pk.UDP.Src == hot })
+	transfer(t, s, randomMessages(rand.New(rand.NewPCG(seed, 3)), 4, 200<<10))
+	a := s.qa.Stats()
+	var ps multipath.PathStats
+	for _, p := range s.qa.PathStats() {
+		if p.Entropy == hot {
+			ps = p
+		}
+	}
+	t.Logf("trimmed %d; path %d: %+v", *trimmed, hot, ps)
+	if *trimmed < 3 || a.TrimNaksReceived != uint64(*trimmed) {
+		t.Fatalf("trimmed %d, sender took %d trim NAKs: want at least 3, all taken", *trimmed, a.TrimNaksReceived)
+	}
+	if ps.Removals != 0 || ps.Down || ps.Losses != 0 || ps.ECN < uint64(*trimmed) {
+		t.Fatalf("path %d after %d trims: %d removals, down %v, %d losses, %d ECN marks: want in the set, no loss, a mark per trim",
+			hot, *trimmed, ps.Removals, ps.Down, ps.Losses, ps.ECN)
 	}
 }
 
