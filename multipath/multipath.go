@@ -87,7 +87,9 @@ type Policy interface {
 	Next(now clock.Time) uint16
 	// OnAck reports that a packet sent on entropy was acknowledged, with its
 	// RTT and whether it (or the ACK) was ECN-marked. An entropy outside
-	// Paths is ignored.
+	// Paths is ignored. The transport reports a packet that a switch
+	// trimmed to its headers this way too, marked and with rtt 0: its path
+	// works and its queue is full (transport's TestTrimMarksPath).
 	OnAck(now clock.Time, entropy uint16, rtt time.Duration, ecn bool)
 	// OnLoss reports that a packet sent on entropy was declared lost. An
 	// entropy outside Paths is ignored.
