@@ -1416,7 +1416,7 @@ func (q *QP) onTrimEvents(now clock.Time, n int) {
 			q.ctrl.OnLoss(now, e.Bytes)
 		}
 	}
-	q.scr.cur = q.scr.cur[:min(n, len(q.scr.cur))]
+	q.scr.cur = q.scr.cur[:n]
 }
 
 // onEvents applies the scoreboard's acked and lost events.
