@@ -76,13 +76,29 @@
 //     header checksum rewritten, the UDP checksum 0 over IPv4 and computed
 //     over IPv6, and a new ICRC (CRC-32 over the 8 bytes of ones and the
 //     masked headers, at most 100 bytes, in a bpf_loop); skb->priority 7
-//     lets a prio qdisc send it ahead of the data. A secured packet keeps
-//     its security header and loses its tag: its receiver drops it. Frames
-//     that cannot be trimmed are dropped as without Trim. The trimmed
-//     frame goes on through steps 2 and 3 (no INT region left to stamp).
-//  2. Packets and Bytes count the frame; its bytes are added to the port's
+//     (or PriorityClass) lets a qdisc send it ahead of the data. A secured
+//     packet keeps its security header and loses its tag: its receiver
+//     drops it. Frames that cannot be trimmed are dropped as without Trim.
+//     The trimmed frame goes on through the next steps (no INT region left
+//     to stamp).
+//  2. With PortConfig.TrimQueue, the port's queue model: a byte count per
+//     port, under a spin lock, that every frame adds to and the link drains
+//     at RateMbps (from the time of the last frame; a second idle empties
+//     it). A whole spray data packet that would take it beyond TrimQueue is
+//     trimmed as in step 1 (Trimmed and TrimmedQueue; a failed trim drops
+//     it, DropQueue) and the model counts its headers; other frames go on
+//     whole; a frame that would take the model beyond QueueLimit is left
+//     out of it, as the full queue drops it. The model stands in for the
+//     qdisc's backlog, which a tc program cannot read: it matches a qdisc
+//     that drains at RateMbps whenever it holds frames.
+//  3. With PortConfig.PriorityClass, trimmed spray data packets (trimmed
+//     here or at an earlier port) and RoCE control frames (RC ACK 0x11,
+//     CNP 0x81, spray ACK 0xE1, credit grant and request 0xE2, 0xE3) get
+//     skb->priority PriorityClass, which a classful qdisc (HTB) takes as
+//     the class to queue them in.
+//  4. Packets and Bytes count the frame; its bytes are added to the port's
 //     transmit counter.
-//  3. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension
+//  5. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension
 //     headers) UDP datagram to port 4791, with at most one VLAN tag in the
 //     frame, whose UDP length holds a BTH and an ICRC. A spray data packet
 //     (opcode 0xE0) with FlagINT and a consistent INT region (version 1,

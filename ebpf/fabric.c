@@ -11,6 +11,10 @@
 //     trim on, a whole spray data packet that random or burst loss would
 //     drop is cut to its headers instead (wire.Trim's format: trim bit,
 //     lengths, checksums, a new ICRC) and sent on at priority.
+//  1b. With trim_queue, a model of P's queue (bytes, drained at rate_mbps):
+//     a whole spray data packet that would take it beyond trim_queue is
+//     trimmed as in 1; with prio_class, trimmed packets and control frames
+//     get that skb->priority, the qdisc class that sends them first.
 //  2. Count packets and bytes; add the bytes to P's transmit counter.
 //  3. RoCE frames (IPv4/IPv6, UDP destination 4791, a whole BTH): a spray
 //     data packet with an INT region that has a free slot (after the
@@ -102,6 +106,10 @@ struct fabric_port {
 	__u8 edge;           // faces a host: ingress measures nothing
 	__u8 trim;           // cut spray data packets that loss would drop
 	__u8 pad[3];
+	__u32 trim_queue;    // cut spray data packets beyond this many queued bytes; 0: never
+	__u32 queue_limit;   // the port's queue limit, the queue model's cap; 0: none
+	__u32 prio_class;    // skb->priority of trimmed and control frames; 0: 7 for trimmed only
+	__u32 pad2;
 };
 
 // fabric_counters is the value of fabric_stats[slot], per CPU.
@@ -119,6 +127,8 @@ struct fabric_counters {
 	__u64 qdelay_sum_ns;
 	__u64 qdelay_max_ns;
 	__u64 trimmed;         // spray data packets cut to their headers
+	__u64 trimmed_queue;   // of which for the queue (trim_queue), not for loss
+	__u64 drop_queue;      // data the queue trimmed but could not cut
 };
 
 // fabric_pkt_key identifies a RoCE packet in flight between a port's
@@ -170,6 +180,22 @@ struct {
 	__type(value, __u32);
 } fabric_ge SEC(".maps");
 
+// fabric_vq is each port's queue model: the bytes its egress passed that
+// the link, draining at rate_mbps, has not sent yet.
+struct vq_state {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 bytes;
+	__u64 ts;  // bpf_ktime_get_ns() of the last update
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct vq_state);
+} fabric_vq SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_INFLIGHT);
@@ -195,6 +221,7 @@ struct pkt {
 	__u32 trim_end;
 	__u32 bth;     // offset of the BTH (RoCE frames)
 	__u8 sec;      // security header length, 0 or SEC_LEN
+	__u8 trimmed;  // a spray data packet cut to its headers
 	struct fabric_pkt_key key;
 };
 
@@ -276,6 +303,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	__u32 bthoff = off + UDP_HLEN;
 	p->bth = bthoff;
 	p->sec = sec;
+	p->trimmed = !!(bth[4] & BTH_TRIMMED);
 	// Trimmable: whole (not trimmed yet), its data header before the tag
 	// and ICRC, IPv4 without options or IPv6 (wire.Trim's rules).
 	if (!(bth[4] & BTH_TRIMMED) && (p->ihl == IPV4_HLEN || p->family == 6) &&
@@ -462,7 +490,51 @@ static __always_inline int trim(struct __sk_buff *skb, struct pkt *p)
 	skb->priority = TRIM_PRIORITY;
 	p->shim = 0;
 	p->trim_end = 0;
+	p->trimmed = 1;
 	return 0;
+}
+
+// control reports whether a RoCE opcode is a control frame that a trimming
+// switch queues with the trimmed headers, as NDP does: spray ACKs and
+// credits, RC ACKs and CNPs.
+static __always_inline int control(__u8 op)
+{
+	return op == 0x11 || op == 0x81 || op == 0xE1 || op == 0xE2 || op == 0xE3;
+}
+
+// admit adds a frame to port cfg's queue model q, which drains at
+// rate_mbps, and reports whether the frame is to be trimmed: a whole spray
+// data packet (trimmable) that would take the model beyond trim_queue. The
+// model then counts the hdr bytes left after trimming; a frame that would
+// take it beyond queue_limit is not counted (the queue drops it).
+// Guarded by TestFabricTrimQueue.
+static __always_inline int admit(struct vq_state *q, struct fabric_port *cfg, __u32 len,
+				 int trimmable, __u32 hdr, __u64 now)
+{
+	__u64 rate = cfg->rate_mbps, limit = cfg->queue_limit, thr = cfg->trim_queue;
+	int cut = 0;
+	bpf_spin_lock(&q->lock);
+	if (now > q->ts) {
+		__u64 el = now - q->ts;
+		__u64 b = q->bytes;
+		if (el >= 1000000000ULL) {
+			b = 0;  // a second idle empties any queue
+		} else {
+			__u64 d = el * rate / 8000;  // ns x Mbit/s -> bytes
+			b = b > d ? b - d : 0;
+		}
+		q->bytes = b;
+		q->ts = now;
+	}
+	__u64 b = q->bytes;
+	if (trimmable && b + len > thr) {
+		cut = 1;
+		len = hdr;
+	}
+	if (!limit || b + len <= limit)
+		q->bytes = b + len;
+	bpf_spin_unlock(&q->lock);
+	return cut;
 }
 
 // chance reports whether an event of threshold thr (of 1<<32) happens.
@@ -479,7 +551,8 @@ int fabric_egress(struct __sk_buff *skb)
 	struct fabric_counters *cnt = bpf_map_lookup_elem(&fabric_stats, &slot);
 	__u64 *tx = bpf_map_lookup_elem(&fabric_tx, &slot);
 	__u32 *ge = bpf_map_lookup_elem(&fabric_ge, &slot);
-	if (!cfg || !cnt || !tx || !ge)
+	struct vq_state *vq = bpf_map_lookup_elem(&fabric_vq, &slot);
+	if (!cfg || !cnt || !tx || !ge || !vq)
 		return TCX_NEXT;
 
 	struct pkt p;
@@ -514,6 +587,20 @@ int fabric_egress(struct __sk_buff *skb)
 			cnt->trimmed++;
 		}
 	}
+	// A queue past trim_queue trims what it can and takes the rest.
+	if (cfg->trim_queue && cfg->rate_mbps) {
+		int can = p.trim_end != 0;
+		if (admit(vq, cfg, skb->len, can, p.trim_end + ICRC_LEN, bpf_ktime_get_ns())) {
+			if (trim(skb, &p) < 0) {
+				cnt->drop_queue++;
+				return TC_ACT_SHOT;
+			}
+			cnt->trimmed++;
+			cnt->trimmed_queue++;
+		}
+	}
+	if (cfg->prio_class && p.roce && (p.trimmed || control(p.key.opcode)))
+		skb->priority = cfg->prio_class;
 
 	__u32 len = skb->len;
 	__u64 txb = __sync_fetch_and_add(tx, len) + len;

@@ -54,6 +54,27 @@ type PortConfig struct {
 	// earlier copy that a queue dropped, or that went to a host), which
 	// would otherwise count as queue delay. Zero: the peer is a port.
 	Edge bool
+	// TrimQueue trims at the queue, as a switch that trims does when its
+	// queue has no room: a whole spray data packet that would take the
+	// port's queue beyond TrimQueue bytes is cut to its headers (as
+	// Faults.Trim cuts one that loss would drop; TrimmedQueue), and what
+	// cannot be trimmed goes on to the queue. The queue is a model kept by
+	// the egress program: every frame it passes adds its bytes, and the
+	// link drains them at RateMbps, which must then be set; the qdisc
+	// that shapes the port must drain at that rate. Zero: no trimming at
+	// the queue.
+	TrimQueue uint32
+	// QueueLimit is the port's queue in bytes (its qdisc's limit): a frame
+	// that would take the model beyond it is left out of the model, as the
+	// full queue drops it. Zero: no limit.
+	QueueLimit uint32
+	// PriorityClass is the skb->priority that trimmed spray data packets
+	// and RoCE control frames (spray ACKs, credit grants and requests, RC
+	// ACKs, CNPs) get, so that a qdisc with a class of that handle (an
+	// HTB class "major:minor" is (major<<16)|minor) sends them ahead of
+	// the data, as a trimming switch queues them. Zero: trimmed packets
+	// get priority 7 (TC_PRIO_CONTROL), control frames keep theirs.
+	PriorityClass uint32
 }
 
 // ECNConfig is RED-like ECN marking on queue delay, as DCQCN switches do on
@@ -119,9 +140,13 @@ type PortCounters struct {
 	// INTStamped counts hop records written at this port's egress; INTFull
 	// counts spray data packets whose INT region had no free slot.
 	INTStamped, INTFull uint64
-	// Trimmed counts spray data packets that a fault would have dropped,
-	// cut to their headers and sent on instead (Faults.Trim).
-	Trimmed uint64
+	// Trimmed counts spray data packets cut to their headers and sent on
+	// instead of dropped: for a fault (Faults.Trim) or for the queue
+	// (PortConfig.TrimQueue, also counted in TrimmedQueue).
+	Trimmed, TrimmedQueue uint64
+	// DropQueue counts spray data packets that the queue had no room for
+	// and that could not be cut (a failed trim): dropped.
+	DropQueue uint64
 	// RxPackets counts frames seen by the port's ingress.
 	RxPackets uint64
 	// Measured counts RoCE frames sent by this port whose queue delay was
@@ -132,8 +157,11 @@ type PortCounters struct {
 	MaxQueueDelay time.Duration
 }
 
-// Drops returns the frames dropped by faults.
-func (c PortCounters) Drops() uint64 { return c.DropLoss + c.DropBurst + c.DropBlackhole }
+// Drops returns the frames dropped by the egress program: faults and
+// failed trims.
+func (c PortCounters) Drops() uint64 {
+	return c.DropLoss + c.DropBurst + c.DropBlackhole + c.DropQueue
+}
 
 // MeanQueueDelay returns QueueDelaySum / Measured, or 0.
 func (c PortCounters) MeanQueueDelay() time.Duration {
@@ -156,6 +184,8 @@ func (c PortCounters) Sub(o PortCounters) PortCounters {
 		INTStamped:    c.INTStamped - o.INTStamped,
 		INTFull:       c.INTFull - o.INTFull,
 		Trimmed:       c.Trimmed - o.Trimmed,
+		TrimmedQueue:  c.TrimmedQueue - o.TrimmedQueue,
+		DropQueue:     c.DropQueue - o.DropQueue,
 		RxPackets:     c.RxPackets - o.RxPackets,
 		Measured:      c.Measured - o.Measured,
 		QueueDelaySum: c.QueueDelaySum - o.QueueDelaySum,
@@ -165,8 +195,8 @@ func (c PortCounters) Sub(o PortCounters) PortCounters {
 
 // String formats the counters for logs.
 func (c PortCounters) String() string {
-	return fmt.Sprintf("pkts=%d bytes=%d drop(loss=%d burst=%d blackhole=%d) trimmed=%d ecn=%d int=%d intfull=%d rx=%d qdelay(n=%d mean=%v max=%v)",
-		c.Packets, c.Bytes, c.DropLoss, c.DropBurst, c.DropBlackhole, c.Trimmed, c.ECNMarked,
+	return fmt.Sprintf("pkts=%d bytes=%d drop(loss=%d burst=%d blackhole=%d queue=%d) trimmed=%d (queue %d) ecn=%d int=%d intfull=%d rx=%d qdelay(n=%d mean=%v max=%v)",
+		c.Packets, c.Bytes, c.DropLoss, c.DropBurst, c.DropBlackhole, c.DropQueue, c.Trimmed, c.TrimmedQueue, c.ECNMarked,
 		c.INTStamped, c.INTFull, c.RxPackets, c.Measured, c.MeanQueueDelay(), c.MaxQueueDelay)
 }
 
@@ -180,6 +210,7 @@ type portParams struct {
 	blackhole, burst, roceOnly bool
 	trim                       bool
 	edge                       bool
+	trimQueue, limit, prio     uint32
 }
 
 // threshold turns probability p into a threshold on a uniform 32-bit draw.
@@ -232,7 +263,11 @@ func (f Faults) params(pp *portParams) error {
 }
 
 func (c PortConfig) params() (portParams, error) {
-	pp := portParams{id: c.ID, rate: c.RateMbps, edge: c.Edge}
+	pp := portParams{id: c.ID, rate: c.RateMbps, edge: c.Edge,
+		trimQueue: c.TrimQueue, limit: c.QueueLimit, prio: c.PriorityClass}
+	if c.TrimQueue != 0 && c.RateMbps == 0 {
+		return portParams{}, fmt.Errorf("%w: TrimQueue %d needs RateMbps, the rate its queue drains at", ErrInvalidConfig, c.TrimQueue)
+	}
 	if err := c.ECN.params(&pp); err != nil {
 		return portParams{}, err
 	}

@@ -28,6 +28,8 @@ type fabricFabricCounters struct {
 	QdelaySumNs   uint64
 	QdelayMaxNs   uint64
 	Trimmed       uint64
+	TrimmedQueue  uint64
+	DropQueue     uint64
 }
 
 type fabricFabricInflightVal struct {
@@ -68,6 +70,21 @@ type fabricFabricPort struct {
 	Edge       uint8
 	Trim       uint8
 	Pad        [3]uint8
+	TrimQueue  uint32
+	QueueLimit uint32
+	PrioClass  uint32
+	Pad2       uint32
+}
+
+type fabricVqState struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Pad   uint32
+	Bytes uint64
+	Ts    uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -79,6 +96,7 @@ const (
 	fabricMapFabricInflight = "fabric_inflight"
 	fabricMapFabricStats    = "fabric_stats"
 	fabricMapFabricTx       = "fabric_tx"
+	fabricMapFabricVq       = "fabric_vq"
 	fabricProgFabricEgress  = "fabric_egress"
 	fabricProgFabricIngress = "fabric_ingress"
 	fabricVarPortSlot       = "port_slot"
@@ -139,6 +157,7 @@ type fabricMapSpecs struct {
 	FabricInflight *ebpf.MapSpec `ebpf:"fabric_inflight"`
 	FabricStats    *ebpf.MapSpec `ebpf:"fabric_stats"`
 	FabricTx       *ebpf.MapSpec `ebpf:"fabric_tx"`
+	FabricVq       *ebpf.MapSpec `ebpf:"fabric_vq"`
 }
 
 // fabricVariableSpecs contains global variables before they are loaded into the kernel.
@@ -173,6 +192,7 @@ type fabricMaps struct {
 	FabricInflight *ebpf.Map `ebpf:"fabric_inflight"`
 	FabricStats    *ebpf.Map `ebpf:"fabric_stats"`
 	FabricTx       *ebpf.Map `ebpf:"fabric_tx"`
+	FabricVq       *ebpf.Map `ebpf:"fabric_vq"`
 }
 
 func (m *fabricMaps) Close() error {
@@ -182,6 +202,7 @@ func (m *fabricMaps) Close() error {
 		m.FabricInflight,
 		m.FabricStats,
 		m.FabricTx,
+		m.FabricVq,
 	)
 }
 

@@ -62,7 +62,7 @@ func fabricSpec() (*ebpf.CollectionSpec, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("ebpf: %w", err)
 	}
-	for _, name := range []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe} {
+	for _, name := range []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe, fabricMapFabricVq} {
 		spec.Maps[name].MaxEntries = MaxPorts
 	}
 	spec.Maps[fabricMapFabricInflight].MaxEntries = MaxInflight
@@ -91,6 +91,7 @@ func LoadFabric() (*Fabric, error) {
 		fabricMapFabricStats:    f.maps.FabricStats,
 		fabricMapFabricTx:       f.maps.FabricTx,
 		fabricMapFabricGe:       f.maps.FabricGe,
+		fabricMapFabricVq:       f.maps.FabricVq,
 		fabricMapFabricInflight: f.maps.FabricInflight,
 	}
 	// Load one instance now, so that a kernel that refuses the programs
@@ -275,6 +276,9 @@ func (f *Fabric) resetSlot(slot uint32) error {
 	if err := f.maps.FabricGe.Update(slot, uint32(0), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("ebpf: reset burst state: %w", err)
 	}
+	if err := f.maps.FabricVq.Update(slot, fabricVqState{}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("ebpf: reset queue model: %w", err)
+	}
 	return nil
 }
 
@@ -285,6 +289,7 @@ func (f *Fabric) writeParams(p *fabricPort) error {
 		SwitchId: pp.id.Switch, PortId: pp.id.Port, RateMbps: pp.rate,
 		EcnKminNs: pp.kmin, EcnKmaxNs: pp.kmax, EcnPmax: pp.pmax,
 		Loss: pp.loss, GeP: pp.geP, GeR: pp.geR, GeLossGood: pp.geLG, GeLossBad: pp.geLB,
+		TrimQueue: pp.trimQueue, QueueLimit: pp.limit, PrioClass: pp.prio,
 	}
 	if pp.blackhole {
 		v.Blackhole = 1
@@ -390,6 +395,8 @@ func (f *Fabric) PortCounters(id PortID) (PortCounters, error) {
 		s.INTStamped += c.IntStamped
 		s.INTFull += c.IntFull
 		s.Trimmed += c.Trimmed
+		s.TrimmedQueue += c.TrimmedQueue
+		s.DropQueue += c.DropQueue
 		s.RxPackets += c.RxPackets
 		s.Measured += c.Measured
 		s.QueueDelaySum += time.Duration(c.QdelaySumNs)

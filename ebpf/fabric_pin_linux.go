@@ -19,7 +19,7 @@ import (
 const bpffsMagic = 0xcafe4a11
 
 // fabricMapNames are the shared maps that Pin pins, as "map_<name>".
-var fabricMapNames = []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe, fabricMapFabricInflight}
+var fabricMapNames = []string{fabricMapFabricCfg, fabricMapFabricStats, fabricMapFabricTx, fabricMapFabricGe, fabricMapFabricVq, fabricMapFabricInflight}
 
 // MountBPFFS mounts a bpffs at dir (normally DefaultBPFFS) unless one is
 // mounted there already, so that Pin has somewhere to pin.
@@ -198,6 +198,7 @@ func LoadPinnedFabric(dir string) (_ *Fabric, err error) {
 		FabricStats:    f.repl[fabricMapFabricStats],
 		FabricTx:       f.repl[fabricMapFabricTx],
 		FabricGe:       f.repl[fabricMapFabricGe],
+		FabricVq:       f.repl[fabricMapFabricVq],
 		FabricInflight: f.repl[fabricMapFabricInflight],
 	}
 	entries, err := os.ReadDir(dir)
@@ -244,7 +245,7 @@ func LoadPinnedFabric(dir string) (_ *Fabric, err error) {
 		p.params = portParams{id: id, rate: v.RateMbps, kmin: v.EcnKminNs, kmax: v.EcnKmaxNs, pmax: v.EcnPmax,
 			loss: v.Loss, geP: v.GeP, geR: v.GeR, geLG: v.GeLossGood, geLB: v.GeLossBad,
 			blackhole: v.Blackhole != 0, burst: v.Burst != 0, roceOnly: v.RoceOnly != 0, edge: v.Edge != 0,
-			trim: v.Trim != 0}
+			trim: v.Trim != 0, trimQueue: v.TrimQueue, limit: v.QueueLimit, prio: v.PrioClass}
 		f.keys[p.key] = id
 		used[slot] = true
 	}
@@ -282,6 +283,7 @@ func (f *Fabric) PortConfig(id PortID) (PortConfig, error) {
 	pp := p.params
 	prob := func(t uint64) float64 { return float64(t) / (1 << 32) }
 	c := PortConfig{ID: id, RateMbps: pp.rate, Edge: pp.edge,
+		TrimQueue: pp.trimQueue, QueueLimit: pp.limit, PriorityClass: pp.prio,
 		ECN:    ECNConfig{KMin: time.Duration(pp.kmin), KMax: time.Duration(pp.kmax), PMax: prob(pp.pmax)},
 		Faults: Faults{Blackhole: pp.blackhole, Loss: prob(pp.loss), RoCEOnly: pp.roceOnly, Trim: pp.trim},
 	}

@@ -38,6 +38,7 @@ func TestPortConfigParams(t *testing.T) {
 		{Faults: Faults{Loss: -1}},
 		{Faults: Faults{Burst: GilbertElliott{R: 2}}},
 		{Faults: Faults{Burst: GilbertElliott{LossGood: math.Inf(1)}}},
+		{TrimQueue: 3000}, // no rate to drain at
 	} {
 		if _, err := bad.params(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want ErrInvalidConfig", bad, err)

@@ -260,3 +260,88 @@ func TestFabricTrimToNak(t *testing.T) {
 		t.Fatalf("%d retransmits, %d timeouts, %+v: want the trimmed PSN resent once, on its NAK", a.Retransmits, a.Timeouts, rs)
 	}
 }
+
+// TestFabricTrimQueue: with PortConfig.TrimQueue the egress program keeps a
+// model of the port's queue that the link drains at RateMbps. Spray data
+// frames go on whole while they fit under TrimQueue; the next is cut to its
+// headers, byte for byte wire.Trim's, and counted in TrimmedQueue; a frame
+// that cannot be trimmed (an ACK) goes on whole; once the link has had the
+// time to send the queue, data goes on whole again, and frames beyond
+// QueueLimit, which the full queue drops, are not left in the model. With
+// PriorityClass, trimmed packets (here and at a later port) and control
+// frames get that priority, data keeps 0.
+func TestFabricTrimQueue(t *testing.T) {
+	const rate = 10         // Mbit/s: 1,250 bytes a millisecond
+	const class = 0x10010   // HTB class 1:10
+	const bytesPerMs = 1250 // at rate
+	p, payload := sprayData(false, 0, 0)
+	whole := encode(t, &p, payload)
+	cut := bytes.Clone(whole)
+	n, err := wire.Trim(cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut = cut[:n]
+	fits := 4
+	thr := uint32(fits * len(whole))
+	limit := 2 * thr
+	f := loadFabricRun(t, PortConfig{RateMbps: rate, TrimQueue: thr, QueueLimit: limit, PriorityClass: class})
+	ack := encode(t, &wire.Packet{
+		Eth: p.Eth, IP: p.IP, UDP: p.UDP,
+		BTH: wire.BTH{Opcode: wire.OpSprayAck, DestQP: 5, PSN: 9, PKey: 0xffff},
+		Ack: wire.Ack{CumPSN: 9, AckedPSN: 8, SackWords: 1},
+	}, nil)
+
+	before := portCounters(t, f, testPort)
+	start := time.Now()
+	passed, trimmedAt := 0, -1
+	for i := 0; i < 64 && trimmedAt < 0; i++ {
+		ret, out, prio := runPriority(t, f.egress, whole)
+		if ret != retNext {
+			t.Fatalf("frame %d: verdict %d, want next", i, int32(ret))
+		}
+		if !decode(t, out).BTH.Trimmed {
+			if prio != 0 {
+				t.Fatalf("whole data frame %d at priority %#x, want 0", i, prio)
+			}
+			passed++
+			continue
+		}
+		trimmedAt = i
+		if !bytes.Equal(out[:len(cut)], cut) || prio != class {
+			t.Fatalf("frame %d: trimmed to\n% x\nat priority %#x; wire.Trim makes\n% x\nat %#x", i, out[:len(cut)], prio, cut, class)
+		}
+	}
+	// The model took thr bytes, and what the link sent meanwhile.
+	hi := (int(thr) + int(time.Since(start).Microseconds())*bytesPerMs/1000) / len(whole)
+	if trimmedAt < 0 || passed < fits || passed > hi {
+		t.Fatalf("%d frames went on whole before one was trimmed (at %d), want %d to %d", passed, trimmedAt, fits, hi)
+	}
+	if ret, out, prio := runPriority(t, f.egress, ack); ret != retNext || !bytes.Equal(out[:len(ack)], ack) || prio != class {
+		t.Errorf("ACK over the threshold: verdict %d, priority %#x, changed %v; want it whole at %#x",
+			int32(ret), prio, !bytes.Equal(out[:len(ack)], ack), class)
+	}
+	if ret, out, prio := runPriority(t, f.egress, cut); ret != retNext || !bytes.Equal(out[:len(cut)], cut) || prio != class {
+		t.Errorf("a trimmed packet: verdict %d, priority %#x; want it unchanged at %#x", int32(ret), prio, class)
+	}
+	d := portCounters(t, f, testPort).Sub(before)
+	if d.TrimmedQueue != 1 || d.Trimmed != 1 || d.Drops() != 0 || d.Packets != uint64(passed+3) {
+		t.Errorf("counters moved by %v, want one trimmed for the queue, %d packets, no drop", d, passed+3)
+	}
+
+	// ACKs far beyond the limit: the model keeps at most QueueLimit, which
+	// the link sends in limit/bytesPerMs ms; without the cap it would hold
+	// 2,000 ACKs, which take far longer.
+	for range 2000 {
+		runPriority(t, f.egress, ack)
+	}
+	drain := time.Duration(3*int(limit)/bytesPerMs) * time.Millisecond
+	if ackTime := time.Duration(2000*len(ack)/bytesPerMs) * time.Millisecond; ackTime < 2*drain {
+		t.Fatalf("2,000 ACKs take %v at the rate, want over twice the %v the test sleeps", ackTime, drain)
+	}
+	time.Sleep(drain)
+	if ret, out, prio := runPriority(t, f.egress, whole); ret != retNext || decode(t, out).BTH.Trimmed || prio != 0 {
+		t.Errorf("after %v idle: verdict %d, trimmed %v, priority %#x; want the frame whole at 0",
+			drain, int32(ret), decode(t, out).BTH.Trimmed, prio)
+	}
+}

@@ -6,4 +6,4 @@ package ebpf
 // transmit byte counter (BPF_ATOMIC with BPF_FETCH, Linux 5.12).
 
 //go:generate go tool bpf2go -tags linux -target bpfel -type steer_counters -type steer_config -type steer_addr steer steer.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror
-//go:generate go tool bpf2go -tags linux -target bpfel -type fabric_port -type fabric_counters fabric fabric.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3
+//go:generate go tool bpf2go -tags linux -target bpfel -type fabric_port -type fabric_counters -type vq_state fabric fabric.c -- -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3
