@@ -95,7 +95,13 @@
 //     here or at an earlier port) and RoCE control frames (RC ACK 0x11,
 //     CNP 0x81, spray ACK 0xE1, credit grant and request 0xE2, 0xE3) get
 //     skb->priority PriorityClass, which a classful qdisc (HTB) takes as
-//     the class to queue them in.
+//     the class to queue them in. The qdisc took a frame's length before
+//     the program ran, so a packet trimmed here would be charged, shaped
+//     and queued at its old length: it goes through the steps below and is
+//     then redirected to the port (bpf_redirect), and on that second pass,
+//     at PriorityClass, the program lets it through at once, uncounted.
+//     Forwarding sets every other frame's priority from its TOS, so none
+//     arrives with PriorityClass.
 //  4. Packets and Bytes count the frame; its bytes are added to the port's
 //     transmit counter.
 //  5. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension

@@ -158,6 +158,22 @@ func runPriority(tb testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byt
 	return ret, opts.DataOut, binary.LittleEndian.Uint32(ctxOut[skbPriority:])
 }
 
+// retRedirect is TC_ACT_REDIRECT, bpf_redirect's verdict.
+const retRedirect = 7
+
+// runAt runs prog on frame with skb->priority prio.
+func runAt(tb testing.TB, prog *ebpf.Program, frame []byte, prio uint32) (uint32, []byte) {
+	tb.Helper()
+	ctx := make([]byte, 192)
+	binary.LittleEndian.PutUint32(ctx[skbPriority:], prio)
+	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256), Context: ctx}
+	ret, err := prog.Run(&opts)
+	if err != nil {
+		tb.Fatalf("run on %d bytes: %v", len(frame), err)
+	}
+	return ret, opts.DataOut
+}
+
 // trimLink runs the first transmission of the spray data packet with PSN
 // psn through the fabric's egress program (Loss 1, Trim) on its way out,
 // and sends what the program leaves.
@@ -269,7 +285,9 @@ func TestFabricTrimToNak(t *testing.T) {
 // time to send the queue, data goes on whole again, and frames beyond
 // QueueLimit, which the full queue drops, are not left in the model. With
 // PriorityClass, trimmed packets (here and at a later port) and control
-// frames get that priority, data keeps 0.
+// frames get that priority, data keeps 0, and a packet trimmed here is
+// redirected to the port, whose qdisc took its old length, and passes
+// uncounted when it comes back at that priority.
 func TestFabricTrimQueue(t *testing.T) {
 	const rate = 10         // Mbit/s: 1,250 bytes a millisecond
 	const class = 0x10010   // HTB class 1:10
@@ -297,19 +315,19 @@ func TestFabricTrimQueue(t *testing.T) {
 	passed, trimmedAt := 0, -1
 	for i := 0; i < 64 && trimmedAt < 0; i++ {
 		ret, out, prio := runPriority(t, f.egress, whole)
-		if ret != retNext {
-			t.Fatalf("frame %d: verdict %d, want next", i, int32(ret))
-		}
 		if !decode(t, out).BTH.Trimmed {
-			if prio != 0 {
-				t.Fatalf("whole data frame %d at priority %#x, want 0", i, prio)
+			if prio != 0 || ret != retNext {
+				t.Fatalf("whole data frame %d: verdict %d, priority %#x; want next at 0", i, int32(ret), prio)
 			}
 			passed++
 			continue
 		}
 		trimmedAt = i
-		if !bytes.Equal(out[:len(cut)], cut) || prio != class {
-			t.Fatalf("frame %d: trimmed to\n% x\nat priority %#x; wire.Trim makes\n% x\nat %#x", i, out[:len(cut)], prio, cut, class)
+		// Redirected to the port again, so that the qdisc takes its new
+		// length.
+		if ret != retRedirect || !bytes.Equal(out[:len(cut)], cut) || prio != class {
+			t.Fatalf("frame %d: verdict %d, trimmed to\n% x\nat priority %#x; want a redirect of what wire.Trim makes\n% x\nat %#x",
+				i, int32(ret), out[:len(cut)], prio, cut, class)
 		}
 	}
 	// The model took thr bytes, and what the link sent meanwhile.
@@ -323,6 +341,14 @@ func TestFabricTrimQueue(t *testing.T) {
 	}
 	if ret, out, prio := runPriority(t, f.egress, cut); ret != retNext || !bytes.Equal(out[:len(cut)], cut) || prio != class {
 		t.Errorf("a trimmed packet: verdict %d, priority %#x; want it unchanged at %#x", int32(ret), prio, class)
+	}
+	// Its second pass, at the class, goes to the qdisc uncounted.
+	c0 := portCounters(t, f, testPort)
+	if ret, out := runAt(t, f.egress, cut, class); ret != retNext || !bytes.Equal(out[:len(cut)], cut) {
+		t.Errorf("second pass of the trimmed packet: verdict %d, want next, unchanged", int32(ret))
+	}
+	if d := portCounters(t, f, testPort).Sub(c0); d != (PortCounters{MaxQueueDelay: d.MaxQueueDelay}) {
+		t.Errorf("second pass moved the counters by %v", d)
 	}
 	d := portCounters(t, f, testPort).Sub(before)
 	if d.TrimmedQueue != 1 || d.Trimmed != 1 || d.Drops() != 0 || d.Packets != uint64(passed+3) {
