@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Limits of NewLeafSpine, so that a typo cannot ask the kernel for
@@ -79,7 +82,26 @@ type LeafSpineConfig struct {
 	// its transmit hash, as a switch and a NIC's RSS spread them over a
 	// real host's queues.
 	Queues int
+	// Trim makes every shaped switch port trim, as a switch that trims
+	// does: a whole spray data packet that would take the port's queue
+	// beyond TrimBytes is cut to its headers, and the headers and the
+	// control frames (ACKs, credits, CNPs) leave ahead of the data. The
+	// fabric programs cut (AttachPrograms sets ebpf.PortConfig.TrimQueue
+	// and PriorityClass); the port's root qdisc is then an HTB at the
+	// port's rate with two classes, PriorityClass first, each with a queue
+	// of BufferBytes, instead of a TBF. Without the programs attached
+	// nothing is cut, and the classes only order the frames.
+	Trim bool
+	// TrimBytes is the queue beyond which a port trims. Zero: half of
+	// BufferBytes, because the programs' model of the queue lags the
+	// qdisc when the machine's CPUs leave the shaper waiting, and the rest
+	// of the buffer takes that lag. At most BufferBytes.
+	TrimBytes int
 }
+
+// PriorityClass is the HTB class (1:10) of a trimming port's headers and
+// control frames; the data's is 1:20.
+const PriorityClass = 0x10010
 
 // String returns the config in ParseLeafSpine's syntax, with the options
 // that are set.
@@ -105,15 +127,20 @@ func (c LeafSpineConfig) String() string {
 	if c.Queues != 0 {
 		fmt.Fprintf(&b, ",queues=%d", c.Queues)
 	}
+	if c.Trim && c.TrimBytes != 0 {
+		fmt.Fprintf(&b, ",trim=%d", c.TrimBytes)
+	} else if c.Trim {
+		b.WriteString(",trim")
+	}
 	return b.String()
 }
 
 // ParseLeafSpine parses "leafspine:HxLxS" (H hosts per leaf, L leaves, S
 // spines), optionally followed by comma-separated options: rate=RATE,
 // hostrate=RATE (see ParseRate), buffer=BYTES (a number of bytes, or with
-// a suffix k or m for KiB or MiB), mtu=N, queues=N. Example:
-// "leafspine:4x2x4,rate=500mbit,buffer=64k". It checks the syntax and the
-// limits; errors wrap ErrConfig.
+// a suffix k or m for KiB or MiB), mtu=N, queues=N, trim or trim=BYTES
+// (Trim, TrimBytes). Example: "leafspine:4x2x4,rate=500mbit,buffer=64k".
+// It checks the syntax and the limits; errors wrap ErrConfig.
 func ParseLeafSpine(s string) (LeafSpineConfig, error) {
 	var c LeafSpineConfig
 	rest, ok := strings.CutPrefix(s, "leafspine:")
@@ -135,6 +162,10 @@ func ParseLeafSpine(s string) (LeafSpineConfig, error) {
 	}
 	c.Hosts, c.Leaves, c.Spines = n[0], n[1], n[2]
 	for _, opt := range parts[1:] {
+		if opt == "trim" {
+			c.Trim = true
+			continue
+		}
 		k, v, ok := strings.Cut(opt, "=")
 		if !ok || v == "" {
 			return c, fmt.Errorf("%w: %q: option %q: want key=value", ErrConfig, s, opt)
@@ -161,6 +192,9 @@ func ParseLeafSpine(s string) (LeafSpineConfig, error) {
 			if err == nil && c.Queues == 0 {
 				err = errors.New("zero")
 			}
+		case "trim":
+			c.Trim = true
+			c.TrimBytes, err = parseBytes(v)
 		default:
 			err = errors.New("unknown option")
 		}
@@ -292,6 +326,15 @@ func (c LeafSpineConfig) resolve() (LeafSpineConfig, error) {
 	}
 	if c.BufferBytes < frame || c.BufferBytes > 1<<30 {
 		return bad("buffer of %d bytes: want one frame (%d) to 1 GiB", c.BufferBytes, frame)
+	}
+	if c.TrimBytes != 0 && !c.Trim {
+		return bad("a trim threshold without trim")
+	}
+	if c.Trim && c.TrimBytes == 0 {
+		c.TrimBytes = c.BufferBytes / 2
+	}
+	if c.TrimBytes < 0 || c.TrimBytes > c.BufferBytes {
+		return bad("trim threshold of %d bytes: want at most the buffer (%d)", c.TrimBytes, c.BufferBytes)
 	}
 	return c, nil
 }
@@ -679,7 +722,11 @@ func setupPort(h *netlink.Handle, e *end, c LeafSpineConfig) error {
 	if err := h.AddrAdd(l, &netlink.Addr{IPNet: prefixToIPNet(e.addr)}); err != nil {
 		return fmt.Errorf("testbed: address %v on %s in %s: %w", e.addr, e.name, e.node.name, err)
 	}
-	if e.rate != 0 {
+	if e.rate != 0 && c.Trim {
+		if err := trimQdiscs(h, e, c); err != nil {
+			return fmt.Errorf("testbed: htb on %s in %s: %w", e.name, e.node.name, err)
+		}
+	} else if e.rate != 0 {
 		if err := h.QdiscReplace(tbf(e.ifindex, e.rate, c)); err != nil {
 			return fmt.Errorf("testbed: tbf on %s in %s: %w", e.name, e.node.name, err)
 		}
@@ -702,6 +749,65 @@ func tbf(ifindex int, rate uint64, c LeafSpineConfig) *netlink.Tbf {
 		Limit:      uint32(c.BufferBytes),
 		Buffer:     netlink.Xmittime(bytesPerSec, bucket),
 	}
+}
+
+// trimQdiscs gives a trimming port its qdiscs: an HTB root (1:) whose
+// class 1:1 runs at the port's rate, over a priority class 1:10
+// (PriorityClass, prio 0) and the data's 1:20 (prio 1, the default), each
+// with a byte FIFO of c.BufferBytes. HTB sends a class within its own rate
+// ahead of one that borrows, and of two within theirs the lower prio
+// first: 1:10 goes ahead of the data up to half the rate (headers of
+// frames of 1,500 bytes trimmed at three times the rate take a sixth of
+// it), and either class borrows what the other leaves, up to the whole
+// rate. Buckets are 100 µs at the rate, as the TBF's.
+func trimQdiscs(h *netlink.Handle, e *end, c LeafSpineConfig) error {
+	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: e.ifindex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT})
+	root.Defcls = 0x20
+	if err := h.QdiscReplace(root); err != nil {
+		return err
+	}
+	frame := uint32(c.MTU + 14)
+	bucket := max(uint32(e.rate/8/10000), 2*frame)
+	class := func(parent, minor uint32, rate uint64, prio uint32) error {
+		return h.ClassAdd(netlink.NewHtbClass(
+			netlink.ClassAttrs{LinkIndex: e.ifindex, Parent: parent, Handle: netlink.MakeHandle(1, uint16(minor))},
+			netlink.HtbClassAttrs{Rate: rate, Ceil: e.rate, Buffer: bucket, Cbuffer: bucket, Quantum: frame, Prio: prio}))
+	}
+	top := netlink.MakeHandle(1, 1)
+	if err := class(root.Handle, 1, e.rate, 0); err != nil {
+		return err
+	}
+	if err := class(top, PriorityClass&0xffff, e.rate/2, 0); err != nil {
+		return err
+	}
+	if err := class(top, 0x20, e.rate-e.rate/2, 1); err != nil {
+		return err
+	}
+	sw := Switch{Name: e.node.name, NS: e.node.ns, closed: new(atomic.Bool)}
+	return sw.Do(func() error {
+		for _, minor := range []uint32{PriorityClass & 0xffff, 0x20} {
+			if err := addBfifo(e.ifindex, netlink.MakeHandle(1, uint16(minor)), netlink.MakeHandle(uint16(minor), 0), uint32(c.BufferBytes)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// addBfifo adds a bfifo qdisc of limit bytes under parent, in the calling
+// thread's namespace (the netlink package has no bfifo).
+func addBfifo(ifindex int, parent, handle, limit uint32) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(ifindex), Handle: handle, Parent: parent})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bfifo")))
+	opt := make([]byte, 4)
+	binary.NativeEndian.PutUint32(opt, limit) // struct tc_fifo_qopt
+	req.AddData(nl.NewRtAttr(nl.TCA_OPTIONS, opt))
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	if err != nil {
+		return fmt.Errorf("bfifo under %s: %w", netlink.HandleStr(parent), err)
+	}
+	return nil
 }
 
 // waitOperUp waits until an interface has carrier.

@@ -370,8 +370,14 @@ func TestLeafSpineConfig(t *testing.T) {
 		}
 	}
 	c, err := LeafSpineConfig{Hosts: 4, Leaves: 2, Spines: 1, Rate: "1gbit", RateBps: 1e9}.resolve()
-	if err != nil || c.HostRateBps != 250e6 || c.BufferBytes != 125000 {
+	if err != nil || c.HostRateBps != 250e6 || c.BufferBytes != 125000 || c.TrimBytes != 0 {
 		t.Fatalf("resolve = %+v, %v", c, err)
+	}
+	if c, err := (LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1, BufferBytes: 50000, Trim: true}).resolve(); err != nil || c.TrimBytes != 25000 {
+		t.Fatalf("resolve with trim = %+v, %v; want a threshold of half the buffer", c, err)
+	}
+	if _, err := (LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1, TrimBytes: 5000}).resolve(); !errors.Is(err, ErrConfig) {
+		t.Fatalf("a threshold without trim: %v, want ErrConfig", err)
 	}
 }
 
@@ -381,7 +387,9 @@ func TestParseLeafSpine(t *testing.T) {
 		"leafspine:1x1x1": {Hosts: 1, Leaves: 1, Spines: 1},
 		"leafspine:2x2x2,rate=100mbit,hostrate=1gbit,buffer=64k,mtu=9000": {Hosts: 2, Leaves: 2, Spines: 2,
 			Rate: "100mbit", HostRate: "1gbit", BufferBytes: 65536, MTU: 9000},
-		"leafspine:1x2x2,queues=4,mtu=9000": {Hosts: 1, Leaves: 2, Spines: 2, Queues: 4, MTU: 9000},
+		"leafspine:1x2x2,queues=4,mtu=9000":   {Hosts: 1, Leaves: 2, Spines: 2, Queues: 4, MTU: 9000},
+		"leafspine:2x1x1,buffer=64k,trim":     {Hosts: 2, Leaves: 1, Spines: 1, BufferBytes: 65536, Trim: true},
+		"leafspine:2x1x1,trim=16k,buffer=64k": {Hosts: 2, Leaves: 1, Spines: 1, BufferBytes: 65536, Trim: true, TrimBytes: 16384},
 	} {
 		got, err := ParseLeafSpine(s)
 		if err != nil || got != want {
@@ -398,6 +406,8 @@ func TestParseLeafSpine(t *testing.T) {
 		"leafspine:1x1x1,buffer=-1", "leafspine:1x1x1,buffer=10", "leafspine:1x1x1,mtu=0",
 		"leafspine:1x1x1,mtu=65536", "leafspine:64x64x64", "leafspine:1x1x1,queues=0",
 		"leafspine:1x1x1,queues=65", "leafspine:1x1x1,queues=x",
+		"leafspine:1x1x1,buffer=64k,trim=65k", "leafspine:1x1x1,trim=0", "leafspine:1x1x1,trim=x",
+		"leafspine:1x1x1,trim=",
 	} {
 		if _, err := ParseLeafSpine(s); !errors.Is(err, ErrConfig) {
 			t.Errorf("ParseLeafSpine(%q) = %v, want ErrConfig", s, err)

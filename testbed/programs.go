@@ -31,7 +31,9 @@ func (f *Fabric) PortID(sw *Switch, p int) ebpf.PortID {
 // on queue delay, fault injection, per-port counters; package ebpf) and
 // attaches them to every switch port, with each port's shaping rate so that
 // queue delay converts to queue bytes; a leaf's ports to its hosts are
-// edge ports (ebpf.PortConfig.Edge). ecn applies to every port; faults
+// edge ports (ebpf.PortConfig.Edge). On a fabric that trims
+// (LeafSpineConfig.Trim) every shaped port trims at TrimBytes of its queue
+// and sends trimmed and control frames in PriorityClass. ecn applies to every port; faults
 // are set later, per port, through the returned ebpf.Fabric (also
 // Fabric.Programs). Fabric.Close closes it too; closing it earlier detaches
 // the programs earlier.
@@ -46,6 +48,10 @@ func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 				cfg := ebpf.PortConfig{ID: f.PortID(sw, i), RateMbps: uint32(p.RateBps / 1e6), ECN: ecn}
 				// A leaf's host ports face hosts, which run no programs.
 				cfg.Edge = f.nodeByName(p.Peer).kind == kindHost
+				if f.Config.Trim && p.RateBps != 0 {
+					cfg.TrimQueue, cfg.QueueLimit = uint32(f.Config.TrimBytes), uint32(f.Config.BufferBytes)
+					cfg.PriorityClass = PriorityClass
+				}
 				if err := prog.AttachPortAt(sw.NS, p.Ifindex, cfg); err != nil {
 					prog.Close()
 					return nil, fmt.Errorf("testbed: attaching the fabric programs to %s/%s: %w", sw.Name, p.Name, err)

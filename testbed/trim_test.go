@@ -1,0 +1,163 @@
+package testbed
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/ebpf"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// TestLeafSpineTrim: on a fabric that trims, a sender at three times the
+// uplink's rate gets its spray data frames through whole or cut to their
+// headers (counted in TrimmedQueue), the queue drops almost none of them,
+// and ACK frames sent in the stream overtake the data queued before them
+// (the priority class). One spine, so that nothing but the classes
+// reorders.
+func TestLeafSpineTrim(t *testing.T) {
+	const rate = 50e6
+	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 1, Rate: "50mbit", BufferBytes: 64 << 10, Trim: true})
+	if f.Config.TrimBytes != 32<<10 {
+		t.Fatalf("trim threshold %d, want half the buffer", f.Config.TrimBytes)
+	}
+	progs, err := f.AttachPrograms(ebpf.ECNConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.Host(0, 0), f.Host(1, 0)
+	// UDP payloads: a spray data packet (1,200 bytes of payload) and a
+	// spray ACK, their PSN the send order.
+	datagram := func(p *wire.Packet, payload []byte) []byte {
+		p.Eth = wire.Eth{}
+		p.IP = wire.IP{Src: a.IP, Dst: b.IP, TTL: 64}
+		p.UDP = wire.UDP{Src: 50000, Dst: wire.UDPPort}
+		buf := make([]byte, wire.FrameLen(p, len(payload)))
+		n, err := wire.Encode(buf, p, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[14+20+8 : n]
+	}
+	type arrival struct {
+		op   wire.Opcode
+		psn  uint32
+		size int
+	}
+	var (
+		mu  sync.Mutex
+		got []arrival
+	)
+	var conn net.PacketConn
+	if err := b.Do(func() (err error) {
+		conn, err = net.ListenPacket("udp4", net.JoinHostPort(b.IP.String(), "4791"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n >= 12 {
+				mu.Lock()
+				got = append(got, arrival{wire.Opcode(buf[0]), uint32(buf[9])<<16 | uint32(buf[10])<<8 | uint32(buf[11]), n})
+				mu.Unlock()
+			}
+		}
+	}()
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.IP, wire.UDPPort))
+	sent, acks := 0, 0
+	var wholeLen int
+	err = a.Do(func() error {
+		c, err := net.ListenPacket("udp4", net.JoinHostPort(a.IP.String(), "50000"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		start := time.Now()
+		bytesSent := 0
+		for time.Since(start) < 300*time.Millisecond {
+			for float64(bytesSent*8) < 3*rate*time.Since(start).Seconds() {
+				var d []byte
+				if sent%20 == 19 {
+					d = datagram(&wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayAck, DestQP: 5, PSN: uint32(sent), PKey: 0xffff},
+						Ack: wire.Ack{CumPSN: 1, AckedPSN: 1, SackWords: 1}}, nil)
+					acks++
+				} else {
+					d = datagram(&wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, DestQP: 5, PSN: uint32(sent), PKey: 0xffff},
+						Data: wire.Data{MsgID: 1, MsgLen: 1 << 30, Kind: wire.KindSend}}, make([]byte, 1200))
+					wholeLen = len(d)
+				}
+				if _, err := c.WriteTo(d, dst); err != nil {
+					return err
+				}
+				bytesSent += len(d) + 42
+				sent++
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the queues drain
+	conn.Close()
+	<-done
+
+	var whole, cut, ackIn, overtook int
+	// An ACK overtook the queued data if a whole data frame sent before it
+	// arrived after it.
+	minLater := int(^uint(0) >> 1) // the lowest PSN of whole data arriving later
+	for i := len(got) - 1; i >= 0; i-- {
+		x := got[i]
+		switch {
+		case x.op == wire.OpSprayAck:
+			ackIn++
+			if minLater < int(x.psn) {
+				overtook++
+			}
+		case x.size == wholeLen:
+			whole++
+			minLater = min(minLater, int(x.psn))
+		default:
+			cut++
+		}
+	}
+	var trimmedQ, queueDrops uint64
+	for _, sw := range append(append([]*Switch(nil), f.Leaves...), f.Spines...) {
+		for i := range sw.Ports {
+			c, err := progs.PortCounters(f.PortID(sw, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmedQ += c.TrimmedQueue
+		}
+	}
+	st, err := f.PortStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st {
+		queueDrops += p.QueueDrops
+	}
+	t.Logf("sent %d (%d ACKs); arrived %d whole, %d trimmed, %d ACKs (%d ahead of earlier data); trimmed at the queue %d, queue drops %d",
+		sent, acks, whole, cut, ackIn, overtook, trimmedQ, queueDrops)
+	if cut == 0 || uint64(cut) > trimmedQ {
+		t.Errorf("%d trimmed frames arrived, %d counted trimmed: want some, all counted", cut, trimmedQ)
+	}
+	if queueDrops*10 > trimmedQ {
+		t.Errorf("the queues dropped %d frames, want under a tenth of the %d trimmed", queueDrops, trimmedQ)
+	}
+	if overtook*2 < ackIn {
+		t.Errorf("%d of %d ACKs arrived ahead of data sent before them, want at least half", overtook, ackIn)
+	}
+}
