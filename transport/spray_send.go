@@ -258,10 +258,12 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 		}
 		q.onTrimEvents(now, n)
 		q.onEvents(now)
-		if len(pk.INT) > 0 {
+		if len(pk.INT) > 0 || res.AckedBytes > 0 {
 			// The last arrival's records: the controller's view of the
-			// queues, with no delivery or RTT to sample.
-			q.ctrl.OnAck(cc.Sample{Now: now, INT: decodeHops(pk.INT, q.scr.hops[:0])})
+			// queues, and what the NAK's cumulative PSN and SACK
+			// acknowledged (under a stream of trims, most of what is
+			// delivered: TestTrimNakAcksBytes); no RTT to sample.
+			q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, INT: decodeHops(pk.INT, q.scr.hops[:0])})
 		}
 		q.completeSends()
 		return

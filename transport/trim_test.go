@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/multipath"
@@ -21,12 +22,29 @@ func trimFirst(t *testing.T, s *simPair, psns map[uint32]bool) *int {
 
 // trimIf is trimFirst for the data packets that trim selects.
 func trimIf(t *testing.T, s *simPair, trim func(pk *wire.Packet) bool) *int {
+	return trimNoting(t, s, trim, nil)
+}
+
+// trimNoting is trimIf that also notes in sizes the length of each data
+// PSN's last frame from A, before any trimming; with sizes (not nil) every
+// data frame skips the fabric into toB, so that B takes each of A's bursts
+// in one step, and acknowledges it with one ACK.
+func trimNoting(t *testing.T, s *simPair, trim func(pk *wire.Packet) bool, sizes map[uint32]int) *int {
 	t.Helper()
 	n := new(int)
 	seen := map[uint32]bool{}
 	s.fab.SetFilter(func(f []byte) bool {
 		var pk wire.Packet
-		if wire.Decode(f, &pk) != nil && !pk.BTH.Secured || pk.BTH.Opcode != wire.OpSprayData || !trim(&pk) || seen[pk.BTH.PSN] {
+		bad := wire.Decode(f, &pk) != nil && !pk.BTH.Secured
+		data := !bad && pk.BTH.Opcode == wire.OpSprayData
+		if data && sizes != nil {
+			sizes[pk.BTH.PSN] = len(f)
+		}
+		if !data || !trim(&pk) || seen[pk.BTH.PSN] {
+			if data && sizes != nil {
+				s.toB = append(s.toB, bytes.Clone(f))
+				return false
+			}
 			return true
 		}
 		seen[pk.BTH.PSN] = true
@@ -108,5 +126,41 @@ func TestTrimSecuredDropped(t *testing.T) {
 	if *trimmed != 1 || b.Security.Trimmed != 1 || b.TrimsReceived != 0 || b.TrimNaksSent != 0 || s.qa.RetransmitStats().Lost == 0 {
 		t.Fatalf("trimmed %d; Security.Trimmed %d, trims taken %d, NAKs %d, sender losses %d: want 1, 1, 0, 0, at least 1",
 			*trimmed, b.Security.Trimmed, b.TrimsReceived, b.TrimNaksSent, s.qa.RetransmitStats().Lost)
+	}
+}
+
+// TestTrimNakAcksBytes: a trim NAK also acknowledges what reached the
+// receiver since the last ACK (its cumulative PSN and SACK), and the
+// controller is told those bytes (cc.Sample.AckedBytes): with every third
+// packet trimmed once, the samples acknowledge each PSN's bytes, as last
+// sent, exactly once, some of them in trim NAKs' samples (no RTT). HPCC
+// counts its rounds in acknowledged bytes.
+func TestTrimNakAcksBytes(t *testing.T) {
+	seed := testutil.Seed(t)
+	var samples []cc.Sample
+	cfg := Config{Profile: Spray, Seed: seed, MTU: 1500, INTHops: 4,
+		CC: func() cc.Controller { return sampleRecorder{samples: &samples} }}
+	s := newSimPair(t, mem.Config{Seed: seed, Delay: 10 * time.Microsecond, Bandwidth: 10e9}, cfg)
+	sizes := map[uint32]int{}
+	trimmed := trimNoting(t, s, func(pk *wire.Packet) bool { return pk.BTH.PSN%3 == 0 }, sizes)
+	transfer(t, s, randomMessages(rand.New(rand.NewPCG(seed, 4)), 4, 200<<10))
+	want := 0
+	for _, n := range sizes {
+		want += n
+	}
+	acked, fromNaks := 0, 0
+	for _, x := range samples {
+		acked += x.AckedBytes
+		if x.RTT == 0 {
+			fromNaks += x.AckedBytes
+		}
+	}
+	a := s.qa.Stats()
+	t.Logf("trimmed %d, trim NAKs taken %d; samples acknowledged %d bytes, %d in trim NAKs'; %d sent", *trimmed, a.TrimNaksReceived, acked, fromNaks, want)
+	if *trimmed < 10 || a.TrimNaksReceived != uint64(*trimmed) || a.Retransmits != uint64(*trimmed) {
+		t.Fatalf("trimmed %d, sender took %d trim NAKs and resent %d: want at least 10, all taken and resent once", *trimmed, a.TrimNaksReceived, a.Retransmits)
+	}
+	if acked != want || fromNaks == 0 {
+		t.Fatalf("the controller was told of %d acknowledged bytes (%d by trim NAKs), want %d, some by trim NAKs", acked, fromNaks, want)
 	}
 }
