@@ -70,7 +70,8 @@ type LeafSpineConfig struct {
 	// by Hosts*HostRate/(Spines*Rate).
 	HostRate    string
 	HostRateBps uint64
-	// BufferBytes is the egress queue of every switch port (the TBF limit):
+	// BufferBytes is the egress queue of every switch port (the TBF limit;
+	// with Trim, that of each of the port's two classes):
 	// what arrives when it is full is dropped and counted in
 	// PortStat.QueueDrops. Zero: 1 ms at RateBps, at least 16 full frames.
 	BufferBytes int
@@ -957,8 +958,9 @@ type PortStat struct {
 	// drops when its peer is down).
 	TxBytes, TxPackets, TxDropped uint64
 	RxBytes, RxPackets, RxDropped uint64
-	// QueueDrops counts frames that the egress queue (TBF) dropped because
-	// it was full; QueueBytes is what waits in it now.
+	// QueueDrops counts frames that the egress queue (the root TBF, or the
+	// HTB of a fabric that trims) dropped because it was full; QueueBytes
+	// is what waits in it now.
 	QueueDrops uint64
 	QueueBytes uint64
 }

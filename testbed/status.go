@@ -33,12 +33,16 @@ type PortStatus struct {
 	// Packets and Bytes are what the egress program passed on to the
 	// queue (fault drops excluded).
 	Packets, Bytes uint64
-	// Drops by cause: DropQueue, the egress queue was full (tc's count);
+	// Drops by cause: DropQueue, the egress queue was full (tc's count,
+	// and the packets a trimming port failed to cut);
 	// DropLoss, DropBurst and DropBlackhole, injected faults; DropDown,
 	// the veth dropped because the link is down.
 	DropQueue, DropLoss, DropBurst, DropBlackhole, DropDown uint64
 	// ECNMarked counts CE marks for this port's queue delay.
 	ECNMarked uint64
+	// Trimmed counts spray data packets the port cut to their headers
+	// (LeafSpineConfig.Trim, or a loss fault with Faults.Trim).
+	Trimmed uint64
 	// MaxQueueDelay is the largest queue delay measured for the port.
 	MaxQueueDelay time.Duration
 	// Faults are the faults set on the port now.
@@ -98,6 +102,7 @@ func (f *Fabric) Status(ctx context.Context, interval time.Duration) ([]PortStat
 					st.Packets, st.Bytes = c.Packets, c.Bytes
 					st.DropLoss, st.DropBurst, st.DropBlackhole = c.DropLoss, c.DropBurst, c.DropBlackhole
 					st.ECNMarked, st.MaxQueueDelay = c.ECNMarked, c.MaxQueueDelay
+					st.Trimmed, st.DropQueue = c.Trimmed, st.DropQueue+c.DropQueue
 				}
 				if pc, err := prog.PortConfig(st.ID); err == nil {
 					st.Faults = pc.Faults

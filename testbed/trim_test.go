@@ -142,12 +142,17 @@ func TestLeafSpineTrim(t *testing.T) {
 			trimmedQ += c.TrimmedQueue
 		}
 	}
-	st, err := f.PortStats()
+	st, err := f.Status(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var statusTrimmed uint64
 	for _, p := range st {
-		queueDrops += p.QueueDrops
+		queueDrops += p.DropQueue
+		statusTrimmed += p.Trimmed
+	}
+	if statusTrimmed != trimmedQ {
+		t.Errorf("Status counts %d trimmed, the programs %d", statusTrimmed, trimmedQ)
 	}
 	t.Logf("sent %d (%d ACKs); arrived %d whole, %d trimmed, %d ACKs (%d ahead of earlier data); trimmed at the queue %d, queue drops %d",
 		sent, acks, whole, cut, ackIn, overtook, trimmedQ, queueDrops)

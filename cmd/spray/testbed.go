@@ -356,6 +356,7 @@ type statusPort struct {
 	DropBlackhole uint64      `json:"drop_blackhole"`
 	DropDown      uint64      `json:"drop_down"`
 	ECNMarked     uint64      `json:"ecn_marked"`
+	Trimmed       uint64      `json:"trimmed"`
 	MaxQueueDelay float64     `json:"max_queue_delay_us"`
 	Faults        statusFault `json:"faults"`
 }
@@ -445,7 +446,7 @@ func testbedStatus(args []string, w io.Writer) error {
 			res.Ports = append(res.Ports, statusPort{Switch: p.Switch, Port: p.Port, Peer: p.Peer, ID: p.ID.String(),
 				RateBps: p.RateBps, Down: p.Down, Utilization: p.Utilization, TxPackets: p.TxPackets, TxBytes: p.TxBytes,
 				Packets: p.Packets, Bytes: p.Bytes, DropQueue: p.DropQueue, DropLoss: p.DropLoss, DropBurst: p.DropBurst,
-				DropBlackhole: p.DropBlackhole, DropDown: p.DropDown, ECNMarked: p.ECNMarked,
+				DropBlackhole: p.DropBlackhole, DropDown: p.DropDown, ECNMarked: p.ECNMarked, Trimmed: p.Trimmed,
 				MaxQueueDelay: float64(p.MaxQueueDelay) / 1e3, Faults: jsonFaults(p.Faults)})
 		}
 		if *jsonOut {
@@ -456,11 +457,11 @@ func testbedStatus(args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "testbed %s: %s, utilization over %v\n", n, res.Config, *interval)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PORT\tPEER\tID\tMBIT/S\tUTIL%\tPACKETS\tBYTES\tQUEUE-DROP\tLOSS\tBURST\tBLACKHOLE\tDOWN-DROP\tECN\tMAX-QDELAY\tFAULTS\t")
+		fmt.Fprintln(tw, "PORT\tPEER\tID\tMBIT/S\tUTIL%\tPACKETS\tBYTES\tQUEUE-DROP\tLOSS\tBURST\tBLACKHOLE\tDOWN-DROP\tECN\tTRIMMED\tMAX-QDELAY\tFAULTS\t")
 		for i, p := range res.Ports {
-			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%d\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0fµs\t%s\t\n",
+			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%d\t%.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0fµs\t%s\t\n",
 				p.Switch, p.Port, p.Peer, p.ID, p.RateBps/1e6, p.Utilization, p.Packets, p.Bytes, p.DropQueue,
-				p.DropLoss, p.DropBurst, p.DropBlackhole, p.DropDown, p.ECNMarked, p.MaxQueueDelay, faultString(st[i].Faults, p.Down))
+				p.DropLoss, p.DropBurst, p.DropBlackhole, p.DropDown, p.ECNMarked, p.Trimmed, p.MaxQueueDelay, faultString(st[i].Faults, p.Down))
 		}
 		tw.Flush()
 	}
