@@ -35,7 +35,10 @@ type compareSim struct {
 // at the rate, at least two frames) and its own queue of the TBF's limit,
 // tail drop; links that take no time to cross (veths) but their delay;
 // hosts' links unshaped towards their leaf; and the per-hop and per-host
-// delays of software forwarding (testbedHopDelay, testbedHostDelay).
+// delays of software forwarding (testbedHopDelay, testbedHostDelay). A
+// testbed that trims maps to switches that trim (sim.Topo.Trim) at a
+// queue of its threshold: what it would queue past it goes on as headers,
+// at priority with the control frames.
 func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 	t := sim.Topo{Kind: sim.LeafSpine, HostsPerLeaf: tb.Hosts, Leaves: tb.Leaves, Spines: tb.Spines, Rate: tb.RateBps, HostRate: tb.HostRateBps,
 		Shaper: true, Delay: testbedHopDelay, HostDelay: testbedHopDelay + testbedHostDelay}
@@ -61,6 +64,12 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 	t.PortBuffer = tb.BufferBytes
 	if t.PortBuffer == 0 { // the testbed's default: 1 ms at the rate, at least 16 frames
 		t.PortBuffer = max(int(t.Rate/8/1000), 16*t.MTU)
+	}
+	if tb.Trim {
+		t.Trim = true
+		if t.PortBuffer = tb.TrimBytes; t.PortBuffer == 0 { // the testbed's default
+			t.PortBuffer = max(tb.BufferBytes, max(int(t.Rate/8/1000), 16*t.MTU)) / 2
+		}
 	}
 	return t, nil
 }

@@ -122,6 +122,21 @@ func TestSimTopoMapsTestbed(t *testing.T) {
 	if tp != want {
 		t.Fatalf("simTopo(%s) = %+v, want %+v", bench.DefaultCompareTestbed, tp, want)
 	}
+	// A testbed that trims: switches that trim at its threshold.
+	for spec, queue := range map[string]int{
+		bench.DefaultCompareTestbed + ",trim":               16 * 3514 / 2,
+		bench.DefaultCompareTestbed + ",buffer=64k,trim":    32 << 10,
+		bench.DefaultCompareTestbed + ",buffer=64k,trim=8k": 8 << 10,
+	} {
+		tb, err := testbed.ParseLeafSpine(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp, err := simTopo(tb)
+		if err != nil || !tp.Trim || tp.PortBuffer != queue {
+			t.Errorf("simTopo(%s) = trim %v, queue %d, %v; want trim at %d", spec, tp.Trim, tp.PortBuffer, err, queue)
+		}
+	}
 }
 
 // TestSimMoE: spray sim runs the moe workload to the end (every flow of
