@@ -723,6 +723,14 @@ func setupPort(h *netlink.Handle, e *end, c LeafSpineConfig) error {
 	if err := h.AddrAdd(l, &netlink.Addr{IPNet: prefixToIPNet(e.addr)}); err != nil {
 		return fmt.Errorf("testbed: address %v on %s in %s: %w", e.addr, e.name, e.node.name, err)
 	}
+	if c.Trim && e.node.kind == kindHost {
+		// HTB, unlike TBF, does not cut a TCP segment larger than its
+		// queue into frames: a host sends no multi-frame segment, so that
+		// kernel TCP keeps its frames (TestLeafSpineTrimTCP).
+		if err := h.LinkSetGSOMaxSegs(l, 1); err != nil {
+			return fmt.Errorf("testbed: one segment a GSO packet on %s in %s: %w", e.name, e.node.name, err)
+		}
+	}
 	if e.rate != 0 && c.Trim {
 		if err := trimQdiscs(h, e, c); err != nil {
 			return fmt.Errorf("testbed: htb on %s in %s: %w", e.name, e.node.name, err)

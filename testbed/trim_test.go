@@ -1,6 +1,8 @@
 package testbed
 
 import (
+	"bytes"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/transport/wire"
+	"golang.org/x/sys/unix"
 )
 
 // TestLeafSpineTrim: on a fabric that trims, a sender at three times the
@@ -164,5 +167,81 @@ func TestLeafSpineTrim(t *testing.T) {
 	}
 	if overtook*2 < ackIn {
 		t.Errorf("%d of %d ACKs arrived ahead of data sent before them, want at least half", overtook, ackIn)
+	}
+}
+
+// TestLeafSpineTrimTCP: kernel TCP crosses a fabric that trims with its
+// bytes intact, one frame at a time. HTB, unlike TBF, does not cut a
+// segment larger than its queue into frames, and a host's TCP sends
+// segments of up to 64 KiB: the hosts send one frame a segment (GSO max
+// segs 1), or a 32 KiB queue drops every large segment whole (308 frames
+// of 13.7 KB on average; a quarter to a third of the segments resent).
+func TestLeafSpineTrimTCP(t *testing.T) {
+	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 1, Rate: "50mbit", BufferBytes: 32 << 10, Trim: true})
+	a, b := f.Host(0, 0), f.Host(1, 0)
+	msg := make([]byte, 4<<20)
+	for i := range msg {
+		msg[i] = byte(i * 7 / 3)
+	}
+	var ln net.Listener
+	if err := b.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", net.JoinHostPort(b.IP.String(), "0"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		buf, _ := io.ReadAll(c)
+		got <- buf
+	}()
+	var info *unix.TCPInfo
+	err := a.Do(func() error {
+		c, err := net.DialTimeout("tcp4", ln.Addr().String(), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write(msg); err != nil {
+			return err
+		}
+		raw, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		if err := raw.Control(func(fd uintptr) {
+			info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		}); err != nil {
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		return c.(*net.TCPConn).CloseWrite()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := <-got
+	t.Logf("%d of %d bytes; sender: %d segments out, %d resent", len(buf), len(msg), info.Segs_out, info.Total_retrans)
+	if !bytes.Equal(buf, msg) {
+		t.Fatalf("%d bytes arrived, not the %d sent", len(buf), len(msg))
+	}
+	st, err := f.PortStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := st[len(f.Leaves[0].Ports)-1] // leaf0's uplink, which the segments queue at
+	t.Logf("%s:%s sent %d bytes in %d frames, dropped %d", up.Switch, up.Port, up.TxBytes, up.TxPackets, up.QueueDrops)
+	if up.TxPackets == 0 || up.TxBytes/up.TxPackets > 1514 {
+		t.Fatalf("the uplink sent %d bytes in %d frames: segments larger than a frame crossed it", up.TxBytes, up.TxPackets)
 	}
 }
