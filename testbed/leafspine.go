@@ -93,10 +93,10 @@ type LeafSpineConfig struct {
 	// of BufferBytes, instead of a TBF. Without the programs attached
 	// nothing is cut, and the classes only order the frames.
 	Trim bool
-	// TrimBytes is the queue beyond which a port trims. Zero: half of
-	// BufferBytes, because the programs' model of the queue lags the
-	// qdisc when the machine's CPUs leave the shaper waiting, and the rest
-	// of the buffer takes that lag. At most BufferBytes.
+	// TrimBytes is the queue beyond which a port trims. Zero: three
+	// quarters of BufferBytes, because the programs' model of the queue
+	// lags the qdisc when the machine's CPUs leave the shaper waiting, and
+	// the last quarter takes that lag. At most BufferBytes.
 	TrimBytes int
 }
 
@@ -332,7 +332,7 @@ func (c LeafSpineConfig) resolve() (LeafSpineConfig, error) {
 		return bad("a trim threshold without trim")
 	}
 	if c.Trim && c.TrimBytes == 0 {
-		c.TrimBytes = c.BufferBytes / 2
+		c.TrimBytes = c.BufferBytes * 3 / 4
 	}
 	if c.TrimBytes < 0 || c.TrimBytes > c.BufferBytes {
 		return bad("trim threshold of %d bytes: want at most the buffer (%d)", c.TrimBytes, c.BufferBytes)

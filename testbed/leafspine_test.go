@@ -373,8 +373,8 @@ func TestLeafSpineConfig(t *testing.T) {
 	if err != nil || c.HostRateBps != 250e6 || c.BufferBytes != 125000 || c.TrimBytes != 0 {
 		t.Fatalf("resolve = %+v, %v", c, err)
 	}
-	if c, err := (LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1, BufferBytes: 50000, Trim: true}).resolve(); err != nil || c.TrimBytes != 25000 {
-		t.Fatalf("resolve with trim = %+v, %v; want a threshold of half the buffer", c, err)
+	if c, err := (LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1, BufferBytes: 50000, Trim: true}).resolve(); err != nil || c.TrimBytes != 37500 {
+		t.Fatalf("resolve with trim = %+v, %v; want a threshold of three quarters of the buffer", c, err)
 	}
 	if _, err := (LeafSpineConfig{Hosts: 1, Leaves: 1, Spines: 1, TrimBytes: 5000}).resolve(); !errors.Is(err, ErrConfig) {
 		t.Fatalf("a threshold without trim: %v, want ErrConfig", err)

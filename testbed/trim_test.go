@@ -23,8 +23,8 @@ import (
 func TestLeafSpineTrim(t *testing.T) {
 	const rate = 50e6
 	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 1, Rate: "50mbit", BufferBytes: 64 << 10, Trim: true})
-	if f.Config.TrimBytes != 32<<10 {
-		t.Fatalf("trim threshold %d, want half the buffer", f.Config.TrimBytes)
+	if f.Config.TrimBytes != 48<<10 {
+		t.Fatalf("trim threshold %d, want three quarters of the buffer", f.Config.TrimBytes)
 	}
 	progs, err := f.AttachPrograms(ebpf.ECNConfig{})
 	if err != nil {

@@ -68,7 +68,7 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 	if tb.Trim {
 		t.Trim = true
 		if t.PortBuffer = tb.TrimBytes; t.PortBuffer == 0 { // the testbed's default
-			t.PortBuffer = max(tb.BufferBytes, max(int(t.Rate/8/1000), 16*t.MTU)) / 2
+			t.PortBuffer = max(tb.BufferBytes, max(int(t.Rate/8/1000), 16*t.MTU)) * 3 / 4
 		}
 	}
 	return t, nil

@@ -124,8 +124,8 @@ func TestSimTopoMapsTestbed(t *testing.T) {
 	}
 	// A testbed that trims: switches that trim at its threshold.
 	for spec, queue := range map[string]int{
-		bench.DefaultCompareTestbed + ",trim":               16 * 3514 / 2,
-		bench.DefaultCompareTestbed + ",buffer=64k,trim":    32 << 10,
+		bench.DefaultCompareTestbed + ",trim":               16 * 3514 * 3 / 4,
+		bench.DefaultCompareTestbed + ",buffer=64k,trim":    48 << 10,
 		bench.DefaultCompareTestbed + ",buffer=64k,trim=8k": 8 << 10,
 	} {
 		tb, err := testbed.ParseLeafSpine(spec)
