@@ -95,13 +95,7 @@
 //     here or at an earlier port) and RoCE control frames (RC ACK 0x11,
 //     CNP 0x81, spray ACK 0xE1, credit grant and request 0xE2, 0xE3) get
 //     skb->priority PriorityClass, which a classful qdisc (HTB) takes as
-//     the class to queue them in. The qdisc took a frame's length before
-//     the program ran, so a packet trimmed here would be charged, shaped
-//     and queued at its old length: it goes through the steps below and is
-//     then redirected to the port (bpf_redirect), and on that second pass,
-//     at PriorityClass, the program lets it through at once, uncounted.
-//     Forwarding sets every other frame's priority from its TOS, so none
-//     arrives with PriorityClass.
+//     the class to queue them in.
 //  4. Packets and Bytes count the frame; its bytes are added to the port's
 //     transmit counter.
 //  5. A RoCE frame is an IPv4 (not fragmented) or IPv6 (no extension
@@ -121,6 +115,13 @@
 //     transmit counter including this frame. Every RoCE frame's egress time
 //     and port are remembered (an LRU map of MaxInflight frames, keyed by
 //     addresses, UDP source port, opcode, destination QP and PSN).
+//
+// A packet trimmed at the port (step 1 or 2) is then redirected to the port
+// (bpf_redirect) with skb->mark 0x7370726d: the qdisc took the frame's
+// length before the program ran, and would charge, shape and queue the
+// packet at its old length. On that second pass the program clears the mark
+// and lets the frame through at once, uncounted; crossing a veth into the
+// next namespace clears the mark too.
 //
 // On a port's ingress, every frame counts RxPackets. At an Edge port (one
 // facing a host) a RoCE frame's remembered egress time, if any, is stale

@@ -59,6 +59,7 @@
 #define BTH_TRIMMED 0x20  // BTH byte 4: cut to its headers (wire.Trim)
 #define BTH_PADCNT 0x30   // BTH byte 1
 #define TRIM_PRIORITY 7   // skb->priority of a trimmed frame (TC_PRIO_CONTROL)
+#define REDIRECT_MARK 0x7370726d  // skb->mark of a frame trimmed and sent to its port again
 // ICRC_HDR_MAX bounds the bytes the ICRC of a trimmed packet covers after
 // its 8 bytes of ones: IPv6, UDP, BTH, security and data headers.
 #define ICRC_HDR_MAX (IPV6_HLEN + UDP_HLEN + BTH_LEN + SEC_LEN + DATA_HLEN)
@@ -555,10 +556,12 @@ int fabric_egress(struct __sk_buff *skb)
 	if (!cfg || !cnt || !tx || !ge || !vq)
 		return TCX_NEXT;
 	// A frame this program trimmed and sent to the port again (below)
-	// has been counted: it goes to the qdisc. Forwarding sets the priority
-	// of every other frame from its TOS, so none comes with prio_class.
-	if (cfg->prio_class && skb->priority == cfg->prio_class)
+	// has been counted: it goes to the qdisc. The mark is the port's
+	// alone: crossing into the next namespace clears it.
+	if (skb->mark == REDIRECT_MARK) {
+		skb->mark = 0;
 		return TCX_NEXT;
+	}
 
 	struct pkt p;
 	__builtin_memset(&p, 0, sizeof(p));
@@ -652,8 +655,10 @@ int fabric_egress(struct __sk_buff *skb)
 	// cut here would be charged, shaped and queued at its old length. Sent
 	// to the port again, it enters the qdisc at its new one (the check at
 	// the top lets it through). TestLeafSpineTrim in package testbed.
-	if (cut && cfg->prio_class)
+	if (cut) {
+		skb->mark = REDIRECT_MARK;
 		return bpf_redirect(skb->ifindex, 0);
+	}
 	return TCX_NEXT;
 }
 

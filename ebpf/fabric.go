@@ -72,11 +72,8 @@ type PortConfig struct {
 	// and RoCE control frames (spray ACKs, credit grants and requests, RC
 	// ACKs, CNPs) get, so that a qdisc with a class of that handle (an
 	// HTB class "major:minor" is (major<<16)|minor) sends them ahead of
-	// the data, as a trimming switch queues them; a packet trimmed at this
-	// port is sent to it again, so that the qdisc, which took its length
-	// before the program ran, takes the trimmed one. Zero: trimmed packets
-	// get priority 7 (TC_PRIO_CONTROL) and the qdisc their old length,
-	// control frames keep their priority.
+	// the data, as a trimming switch queues them. Zero: trimmed packets
+	// get priority 7 (TC_PRIO_CONTROL), control frames keep theirs.
 	PriorityClass uint32
 }
 

@@ -55,9 +55,11 @@ func TestFabricTrim(t *testing.T) {
 				}
 				want = want[:n]
 				before := portCounters(t, f, testPort)
+				// Redirected to the port again, so that the qdisc takes
+				// its new length.
 				ret, out, prio := runPriority(t, f.egress, frame)
-				if ret != retNext || prio != 7 {
-					t.Fatalf("verdict %d, priority %d, want next at 7", int32(ret), prio)
+				if ret != retRedirect || prio != 7 {
+					t.Fatalf("verdict %d, priority %d, want a redirect at 7", int32(ret), prio)
 				}
 				if !bytes.Equal(out, want) {
 					t.Fatalf("egress left %d bytes\n% x\nwire.Trim makes %d\n% x", len(out), out, len(want), want)
@@ -161,17 +163,26 @@ func runPriority(tb testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byt
 // retRedirect is TC_ACT_REDIRECT, bpf_redirect's verdict.
 const retRedirect = 7
 
-// runAt runs prog on frame with skb->priority prio.
-func runAt(tb testing.TB, prog *ebpf.Program, frame []byte, prio uint32) (uint32, []byte) {
+// redirectMark is the skb->mark of a frame the egress program trimmed and
+// sent to its port again (REDIRECT_MARK in fabric.c); skbMark is mark's
+// offset in struct __sk_buff.
+const (
+	redirectMark = 0x7370726d
+	skbMark      = 8
+)
+
+// runMarked runs prog on frame with skb->mark mark and returns the mark it
+// left.
+func runMarked(tb testing.TB, prog *ebpf.Program, frame []byte, mark uint32) (uint32, []byte, uint32) {
 	tb.Helper()
-	ctx := make([]byte, 192)
-	binary.LittleEndian.PutUint32(ctx[skbPriority:], prio)
-	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256), Context: ctx}
+	ctx, out := make([]byte, 192), make([]byte, 192)
+	binary.LittleEndian.PutUint32(ctx[skbMark:], mark)
+	opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256), Context: ctx, ContextOut: out}
 	ret, err := prog.Run(&opts)
 	if err != nil {
 		tb.Fatalf("run on %d bytes: %v", len(frame), err)
 	}
-	return ret, opts.DataOut
+	return ret, opts.DataOut, binary.LittleEndian.Uint32(out[skbMark:])
 }
 
 // trimLink runs the first transmission of the spray data packet with PSN
@@ -194,7 +205,7 @@ func (l *trimLink) Send(fs []link.Frame) (int, error) {
 		}
 		l.done = true
 		ret, out := run(l.tb, l.f.egress, fs[i].Buf)
-		if ret != retNext || len(out) > len(fs[i].Buf) {
+		if ret != retRedirect || len(out) > len(fs[i].Buf) {
 			l.tb.Errorf("egress of PSN %#x: verdict %d, %d bytes", l.psn, int32(ret), len(out))
 			continue
 		}
@@ -286,8 +297,8 @@ func TestFabricTrimToNak(t *testing.T) {
 // QueueLimit, which the full queue drops, are not left in the model. With
 // PriorityClass, trimmed packets (here and at a later port) and control
 // frames get that priority, data keeps 0, and a packet trimmed here is
-// redirected to the port, whose qdisc took its old length, and passes
-// uncounted when it comes back at that priority.
+// redirected to the port, whose qdisc took its old length, marked, and
+// passes uncounted when it comes back with the mark.
 func TestFabricTrimQueue(t *testing.T) {
 	const rate = 10         // Mbit/s: 1,250 bytes a millisecond
 	const class = 0x10010   // HTB class 1:10
@@ -302,7 +313,7 @@ func TestFabricTrimQueue(t *testing.T) {
 	cut = cut[:n]
 	fits := 4
 	thr := uint32(fits * len(whole))
-	limit := 2 * thr
+	limit := 4 * thr
 	f := loadFabricRun(t, PortConfig{RateMbps: rate, TrimQueue: thr, QueueLimit: limit, PriorityClass: class})
 	ack := encode(t, &wire.Packet{
 		Eth: p.Eth, IP: p.IP, UDP: p.UDP,
@@ -342,10 +353,10 @@ func TestFabricTrimQueue(t *testing.T) {
 	if ret, out, prio := runPriority(t, f.egress, cut); ret != retNext || !bytes.Equal(out[:len(cut)], cut) || prio != class {
 		t.Errorf("a trimmed packet: verdict %d, priority %#x; want it unchanged at %#x", int32(ret), prio, class)
 	}
-	// Its second pass, at the class, goes to the qdisc uncounted.
+	// Its second pass, marked, goes to the qdisc uncounted, unmarked.
 	c0 := portCounters(t, f, testPort)
-	if ret, out := runAt(t, f.egress, cut, class); ret != retNext || !bytes.Equal(out[:len(cut)], cut) {
-		t.Errorf("second pass of the trimmed packet: verdict %d, want next, unchanged", int32(ret))
+	if ret, out, mark := runMarked(t, f.egress, cut, redirectMark); ret != retNext || !bytes.Equal(out[:len(cut)], cut) || mark != 0 {
+		t.Errorf("second pass of the trimmed packet: verdict %d, mark %#x; want next, unchanged, mark 0", int32(ret), mark)
 	}
 	if d := portCounters(t, f, testPort).Sub(c0); d != (PortCounters{MaxQueueDelay: d.MaxQueueDelay}) {
 		t.Errorf("second pass moved the counters by %v", d)
@@ -360,6 +371,12 @@ func TestFabricTrimQueue(t *testing.T) {
 	// 2,000 ACKs, which take far longer.
 	for range 2000 {
 		runPriority(t, f.egress, ack)
+	}
+	// The model is at the limit, far above the threshold: data is trimmed,
+	// and marked for its second pass.
+	if ret, out, mark := runMarked(t, f.egress, whole, 0); ret != retRedirect || !decode(t, out).BTH.Trimmed || mark != redirectMark {
+		t.Errorf("data at a full queue: verdict %d, trimmed %v, mark %#x; want a redirect, trimmed, marked %#x",
+			int32(ret), decode(t, out).BTH.Trimmed, mark, redirectMark)
 	}
 	drain := time.Duration(3*int(limit)/bytesPerMs) * time.Millisecond
 	if ackTime := time.Duration(2000*len(ack)/bytesPerMs) * time.Millisecond; ackTime < 2*drain {
