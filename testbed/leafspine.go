@@ -751,13 +751,19 @@ func setupPort(h *netlink.Handle, e *end, c LeafSpineConfig) error {
 // so that bursts stay short.
 func tbf(ifindex int, rate uint64, c LeafSpineConfig) *netlink.Tbf {
 	bytesPerSec := rate / 8
-	bucket := max(uint32(bytesPerSec/10000), uint32(2*(c.MTU+14)))
+	bucket := shaperBucket(rate, c)
 	return &netlink.Tbf{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
 		Rate:       bytesPerSec,
 		Limit:      uint32(c.BufferBytes),
 		Buffer:     netlink.Xmittime(bytesPerSec, bucket),
 	}
+}
+
+// shaperBucket is a switch port's token bucket in bytes: 100 µs at rate
+// (bit/s), at least two frames, so that bursts stay short.
+func shaperBucket(rate uint64, c LeafSpineConfig) uint32 {
+	return max(uint32(rate/8/10000), uint32(2*(c.MTU+14)))
 }
 
 // trimQdiscs gives a trimming port its qdiscs: an HTB root (1:) whose
@@ -776,7 +782,7 @@ func trimQdiscs(h *netlink.Handle, e *end, c LeafSpineConfig) error {
 		return err
 	}
 	frame := uint32(c.MTU + 14)
-	bucket := max(uint32(e.rate/8/10000), 2*frame)
+	bucket := shaperBucket(e.rate, c)
 	class := func(parent, minor uint32, rate uint64, prio uint32) error {
 		return h.ClassAdd(netlink.NewHtbClass(
 			netlink.ClassAttrs{LinkIndex: e.ifindex, Parent: parent, Handle: netlink.MakeHandle(1, uint16(minor))},
