@@ -125,3 +125,74 @@ func FuzzFabric(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFabricTrim runs arbitrary frames through the egress of a port whose
+// queue is always past its threshold (TrimQueue 1): a frame that
+// wire.Decode accepts leaves cut exactly as wire.Trim cuts it, redirected,
+// when wire.Trim takes it, and untouched otherwise; any frame is passed on,
+// redirected or dropped, and a drop is counted.
+func FuzzFabricTrim(f *testing.F) {
+	for _, v6 := range []bool{false, true} {
+		for _, intMax := range []uint8{0, 2} {
+			p, payload := sprayData(v6, intMax, 0)
+			f.Add(encode(f, &p, payload[:intMax*9]))
+		}
+	}
+	p, payload := sprayData(false, 0, 0)
+	p.Eth.HasVLAN, p.Eth.VLAN = true, 100
+	f.Add(encode(f, &p, payload))
+	p, payload = sprayData(false, 0, 0)
+	p.BTH.Opcode = wire.OpSprayAck
+	p.Ack = wire.Ack{CumPSN: 3, AckedPSN: 2, SackWords: 1}
+	f.Add(encode(f, &p, nil))
+	_ = payload
+
+	fab := loadFabricRun(f, PortConfig{RateMbps: testRate, TrimQueue: 1, PriorityClass: 0x10010})
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) < 14 || len(frame) > 4000 {
+			return // BPF_PROG_TEST_RUN refuses these
+		}
+		var in wire.Packet
+		valid := wire.Decode(frame, &in) == nil
+		want := bytes.Clone(frame)
+		n, terr := wire.Trim(want)
+		before := portCounters(t, fab, testPort)
+		opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
+		ret, err := fab.egress.Run(&opts)
+		if errors.Is(err, unix.EINVAL) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		d := portCounters(t, fab, testPort).Sub(before)
+		out := opts.DataOut
+		switch ret {
+		case retShot:
+			if d.DropQueue != 1 {
+				t.Fatalf("dropped, counters moved by %v: want one DropQueue", d)
+			}
+			if valid && terr == nil {
+				t.Fatalf("dropped a packet that wire.Trim cuts")
+			}
+		case retRedirect:
+			if d.TrimmedQueue != 1 {
+				t.Fatalf("redirected, counters moved by %v: want one TrimmedQueue", d)
+			}
+			if valid && (terr != nil || !bytes.Equal(out[:n], want[:n])) {
+				t.Fatalf("cut to\n% x\nwire.Trim: %v\n% x", out[:min(len(out), 120)], terr, want[:min(n, 120)])
+			}
+		case retNext:
+			if d.TrimmedQueue != 0 {
+				t.Fatalf("passed on, counters moved by %v: want no trim", d)
+			}
+			if valid && terr == nil {
+				t.Fatalf("passed on whole a packet that wire.Trim cuts")
+			}
+			if !bytes.Equal(out[:len(frame)], frame) && valid {
+				t.Fatalf("a frame passed on was changed")
+			}
+		default:
+			t.Fatalf("verdict %d", int32(ret))
+		}
+	})
+}

@@ -896,7 +896,8 @@ const trimBit = 0x20
 // UDP, the BTH with Trimmed set and PadCnt 0, the security header if the
 // packet has one, and the data header with Flags and INTMax 0, then an
 // ICRC computed over those; INT region, RETH, ImmDt, payload, pad and tag
-// are gone, and the IP and UDP lengths (and checksums) say so. A secured
+// are gone, and the IP and UDP lengths say so, with the IPv4 header
+// checksum, no UDP checksum over IPv4 and a new one over IPv6. A secured
 // packet's tag is gone with its payload, so nothing authenticates the
 // trimmed one: receivers of secured QPs drop it. Trim fails on a frame
 // Decode would reject before its opcode, on any other opcode and on a
@@ -924,6 +925,9 @@ func Trim(frame []byte) (int, error) {
 	} else {
 		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(end-l.ip))
 		putIPv4Checksum(frame, l.ip, l.ipLen)
+		// None over IPv4: a sender's checksum no longer holds, and a
+		// receiving kernel would drop the packet for it (TestTrimIPv4Checksum).
+		frame[l.udp+6], frame[l.udp+7] = 0, 0
 	}
 	binary.BigEndian.PutUint16(frame[l.udp+4:], uint16(end-l.udp))
 	l.end, l.intOff, l.intLen, l.trimmed, l.tag = end, 0, 0, true, end-ICRCLen

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/sprayfabric/spray/internal/testutil"
@@ -76,5 +77,37 @@ func TestTrim(t *testing.T) {
 	p.BTH.Trimmed = true
 	if _, err := Encode(make([]byte, 256), &p, nil); !errors.Is(err, ErrBadHeader) {
 		t.Fatalf("Encode with Trimmed: want ErrBadHeader, got %v", err)
+	}
+}
+
+// TestTrimIPv4Checksum: a spray data packet over IPv4 whose sender set a
+// UDP checksum (a kernel UDP socket does) leaves Trim with none, as the
+// fabric program trims it: the old one no longer holds, and a receiving
+// kernel would drop the packet for it.
+func TestTrimIPv4Checksum(t *testing.T) {
+	p := Packet{
+		IP:   IP{Src: netip.MustParseAddr("10.0.0.2"), Dst: netip.MustParseAddr("10.0.0.1"), TTL: 64},
+		UDP:  UDP{Src: 49152, Dst: UDPPort},
+		BTH:  BTH{Opcode: OpSprayData, DestQP: 7, PSN: 9, PKey: 0xffff},
+		Data: Data{MsgID: 1, MsgLen: 4096, Kind: KindSend},
+	}
+	f := make([]byte, FrameLen(&p, 1000))
+	n, err := Encode(f, &p, make([]byte, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = f[:n]
+	const udp = 14 + 20
+	f[udp+6], f[udp+7] = 0x12, 0x34 // the sender's checksum
+	m, err := Trim(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f[udp+6] != 0 || f[udp+7] != 0 {
+		t.Fatalf("UDP checksum %#02x%02x after Trim, want none (0)", f[udp+6], f[udp+7])
+	}
+	var q Packet
+	if err := Decode(f[:m], &q); err != nil || !q.BTH.Trimmed {
+		t.Fatalf("the trimmed frame decodes as %+v, %v", q.BTH, err)
 	}
 }
