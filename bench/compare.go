@@ -317,6 +317,10 @@ type CompareRow struct {
 	// counts the frames the links dropped).
 	ECNMarks uint64 `json:"ecn_marks"`
 	Drops    Drops  `json:"drops"`
+	// Trimmed counts the spray data packets that switch ports cut to their
+	// headers instead of dropping them, on a fabric that trims
+	// (leafspine:...,trim).
+	Trimmed uint64 `json:"trimmed"`
 	// MaxQueueDelay is the largest queue delay a port measured (warm-up
 	// included); MeanQueueDelay the mean over the measured frames of the
 	// timed iterations. The fabric measures spray and roce frames only.

@@ -227,6 +227,7 @@ func (row *CompareRow) account(before, after cmpSnapshot) {
 		row.Drops.Loss += d.DropLoss
 		row.Drops.Burst += d.DropBurst
 		row.Drops.Blackhole += d.DropBlackhole
+		row.Trimmed += d.Trimmed
 		row.ECNMarks += d.ECNMarked
 		measured += d.Measured
 		sum += d.QueueDelaySum

@@ -16,8 +16,9 @@ import (
 // receivers got (spurious retransmits), ECN marks, drops by cause
 // (fault loss + burst / blackhole / full queue / host receive), max and
 // mean queue delay
-// (µs), per-spine byte imbalance (max/mean), and notes. A header line
-// states the fabric and its limits.
+// (µs), per-spine byte imbalance (max/mean), and notes; a line after the
+// table for each row whose fabric trimmed packets. A header line states the
+// fabric and its limits.
 func WriteCompareTable(w io.Writer, res CompareResult) {
 	switch res.Mode {
 	case "loopback":
@@ -59,6 +60,11 @@ func WriteCompareTable(w io.Writer, res CompareResult) {
 	tw.Flush()
 	for i, n := range notes {
 		fmt.Fprintf(w, "[%d] %s\n", i+1, n)
+	}
+	for _, r := range res.Rows {
+		if r.Trimmed > 0 {
+			fmt.Fprintf(w, "# %s/%s: %d data packets trimmed to their headers instead of dropped\n", r.Scenario, r.Profile, r.Trimmed)
+		}
 	}
 }
 

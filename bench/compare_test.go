@@ -234,3 +234,18 @@ func TestRunAllToAllCountsWrong(t *testing.T) {
 		t.Errorf("%d wrong elements, want the 1 that was corrupted", wrong)
 	}
 }
+
+// TestCompareTableTrimmed: a row whose fabric trimmed packets gets a line
+// after the table that counts them; a row that trimmed none gets none.
+func TestCompareTableTrimmed(t *testing.T) {
+	res := CompareResult{Rows: []CompareRow{
+		{Profile: "spray", Scenario: ScenarioLossless, Trimmed: 12},
+		{Profile: "roce", Scenario: ScenarioLossless},
+	}}
+	var b strings.Builder
+	WriteCompareTable(&b, res)
+	out := b.String()
+	if !strings.Contains(out, "# lossless/spray: 12 data packets trimmed to their headers instead of dropped\n") || strings.Contains(out, "lossless/roce: 0") {
+		t.Fatalf("table:\n%s\nwant one trimming line, for spray's 12", out)
+	}
+}

@@ -194,8 +194,8 @@ func (c compareSim) run(out io.Writer) error {
 		}
 		row := bench.CompareRow{Profile: r.Profile, Scenario: scName, Bytes: c.size / int64(n) * int64(n), Ranks: n,
 			Retransmits: r.Retransmits, TLPs: r.TLPs, Timeouts: r.Timeouts, Duplicates: r.Duplicates, ECNMarks: r.ECNMarks,
-			Drops: bench.Drops{Loss: r.Drops.Loss, Burst: r.Drops.Burst, Blackhole: r.Drops.Blackhole, Queue: r.Drops.Queue, Host: r.Drops.Host},
-			Err:   r.Err, SpineBytes: r.SpineBytes}
+			Drops:   bench.Drops{Loss: r.Drops.Loss, Burst: r.Drops.Burst, Blackhole: r.Drops.Blackhole, Queue: r.Drops.Queue, Host: r.Drops.Host},
+			Trimmed: r.Trimmed, Err: r.Err, SpineBytes: r.SpineBytes}
 		// As the testbed reports it: the most any spine carried over the
 		// mean (warm-up iterations included here).
 		var sum, most uint64
