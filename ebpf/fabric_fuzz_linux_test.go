@@ -141,11 +141,10 @@ func FuzzFabricTrim(f *testing.F) {
 	p, payload := sprayData(false, 0, 0)
 	p.Eth.HasVLAN, p.Eth.VLAN = true, 100
 	f.Add(encode(f, &p, payload))
-	p, payload = sprayData(false, 0, 0)
+	p, _ = sprayData(false, 0, 0)
 	p.BTH.Opcode = wire.OpSprayAck
 	p.Ack = wire.Ack{CumPSN: 3, AckedPSN: 2, SackWords: 1}
 	f.Add(encode(f, &p, nil))
-	_ = payload
 
 	fab := loadFabricRun(f, PortConfig{RateMbps: testRate, TrimQueue: 1, PriorityClass: 0x10010})
 	f.Fuzz(func(t *testing.T, frame []byte) {

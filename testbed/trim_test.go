@@ -174,8 +174,7 @@ func TestLeafSpineTrim(t *testing.T) {
 // bytes intact, one frame at a time. HTB, unlike TBF, does not cut a
 // segment larger than its queue into frames, and a host's TCP sends
 // segments of up to 64 KiB: the hosts send one frame a segment (GSO max
-// segs 1), or a 32 KiB queue drops every large segment whole (308 frames
-// of 13.7 KB on average; a quarter to a third of the segments resent).
+// segs 1), or a 32 KiB queue drops every large segment whole.
 func TestLeafSpineTrimTCP(t *testing.T) {
 	f := testFabric(t, LeafSpineConfig{Hosts: 1, Leaves: 2, Spines: 1, Rate: "50mbit", BufferBytes: 32 << 10, Trim: true})
 	a, b := f.Host(0, 0), f.Host(1, 0)
