@@ -263,6 +263,11 @@ func ParseRate(s string) (uint64, error) {
 	return uint64(math.Round(r)), nil
 }
 
+// Resolve checks c and returns it as NewLeafSpine builds it: every default
+// filled in and the rate strings turned into RateBps and HostRateBps.
+// Errors wrap ErrConfig.
+func (c LeafSpineConfig) Resolve() (LeafSpineConfig, error) { return c.resolve() }
+
 // resolve checks c and returns it with every default filled in and the
 // rate strings turned into RateBps and HostRateBps.
 func (c LeafSpineConfig) resolve() (LeafSpineConfig, error) {

@@ -66,10 +66,11 @@ func simTopo(tb testbed.LeafSpineConfig) (sim.Topo, error) {
 		t.PortBuffer = max(int(t.Rate/8/1000), 16*t.MTU)
 	}
 	if tb.Trim {
-		t.Trim = true
-		if t.PortBuffer = tb.TrimBytes; t.PortBuffer == 0 { // the testbed's default
-			t.PortBuffer = max(tb.BufferBytes, max(int(t.Rate/8/1000), 16*t.MTU)) * 3 / 4
+		r, err := tb.Resolve()
+		if err != nil {
+			return t, err
 		}
+		t.Trim, t.PortBuffer = true, r.TrimBytes
 	}
 	return t, nil
 }
