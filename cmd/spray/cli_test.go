@@ -65,7 +65,7 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"compare", "--size", "0"}, "--size"},
 		{[]string{"compare", "extra"}, `"extra"`},
 		{[]string{"sim", "extra"}, `"extra"`},
-		{[]string{"sim", "--window", "0"}, "--window 0: want at least 1"},
+		{[]string{"sim", "--window", "0"}, "--window 0: want a multiple of 64"},
 		{[]string{"sim", "--limit", "0s"}, "--limit"},
 		{[]string{"sim", "--pfc", "maybe"}, "--pfc maybe: want on or off"},
 		{[]string{"sim", "--topo", "leafspine:0x0x0"}, "--topo"},

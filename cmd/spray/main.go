@@ -60,7 +60,8 @@ func main() {
 
 // run runs the command line args (without the program's name) and returns
 // the exit status: 0 on success and for -h, 2 for a command line spray
-// refuses (printed on one line with a pointer to the command's -h), 1 when
+// refuses (one line, ending with a pointer to the command's -h, before
+// anything ran), 128 + the signal when SIGINT or SIGTERM ended it, 1 when
 // the command failed.
 func run(args []string, stderr io.Writer) int {
 	if len(args) < 1 {
@@ -88,7 +89,7 @@ func run(args []string, stderr io.Writer) int {
 	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "spray %s\nrun 'spray %s -h' for its usage\n", ue.msg, name)
+		fmt.Fprintf(stderr, "spray %s (run 'spray %s -h' for its usage)\n", ue.msg, name)
 		return 2
 	}
 	fmt.Fprintln(stderr, "spray:", err)
