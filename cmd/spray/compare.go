@@ -89,7 +89,15 @@ func runCompare(args []string) error {
 	c.atMost("size", n, 1<<30)
 	c.atLeast("iters", int64(*iters), 1)
 	c.atLeast("warmup", int64(*warmup), 0)
+	c.atMostInt("warmup", int64(*warmup), 1_000_000)
 	c.positiveDur("run-timeout", *runTimeout)
+	// The files go into --out, which the run makes if missing.
+	for flagName, name := range map[string]string{"json": *jsonFile, "png": *pngFile} {
+		if name != "" && !filepath.IsAbs(name) {
+			name = filepath.Join(*outDir, name)
+		}
+		c.outPathIn(flagName, name, filepath.Dir(name) == filepath.Clean(*outDir))
+	}
 	c.positiveDur("timeout", *timeout)
 	if c.err != nil {
 		return c.err

@@ -227,6 +227,13 @@ func (c *check) within(flagName string, v, lo, hi float64) {
 // (empty: none): its directory exists and is writable, and it is not a
 // directory, so that a run is not spent before the write fails.
 func (c *check) outPath(flagName, path string) {
+	c.outPathIn(flagName, path, false)
+}
+
+// outPathIn is outPath for a file whose directory the command makes when
+// it is missing (mkdir): the nearest existing ancestor must then be a
+// writable directory.
+func (c *check) outPathIn(flagName, path string, mkdir bool) {
 	if path == "" || c.err != nil {
 		return
 	}
@@ -240,6 +247,10 @@ func (c *check) outPath(flagName, path string) {
 	}
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
+	for mkdir && errors.Is(err, os.ErrNotExist) && dir != filepath.Dir(dir) {
+		dir = filepath.Dir(dir)
+		fi, err = os.Stat(dir)
+	}
 	switch {
 	case err != nil:
 		c.err = usagef("%s: --%s %s: %v", c.cmd, flagName, path, err)

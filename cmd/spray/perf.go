@@ -721,7 +721,7 @@ func perfFabric(ctx context.Context, f perfFlags, ecn bool) (*testbed.Fabric, *e
 	if ecn {
 		marks = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
 	}
-	progs, err := fab.AttachPrograms(marks)
+	progs, err := fab.AttachProgramsContext(ctx, marks)
 	if err != nil {
 		fab.Close()
 		return nil, nil, err
