@@ -332,6 +332,9 @@ func (f perfFlags) check() error {
 	c.atLeast("window-bytes", int64(f.windowBytes), 0)
 	c.prob("loss", f.loss)
 	c.within("gbps", f.gbps, 0, maxGbps)
+	if d := time.Duration(f.busyPoll); d > time.Second {
+		c.fail("busy-poll", d, "a duration up to 1s")
+	}
 	c.outPath("pcap", f.pcapFile)
 	c.outPath("cpuprofile", f.cpuProfile)
 	c.positiveDur("timeout", f.timeout)

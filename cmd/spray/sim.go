@@ -140,7 +140,16 @@ func runSim(args []string) error {
 	}
 	cfg := sim.Config{Topo: t, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
 		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
-	if *cmFile == "" {
+	if *cmFile != "" {
+		// Only the flows are built: bound them before they are.
+		s, err := sim.WorkloadShape(*work, t.Hosts())
+		if err != nil {
+			return usagef("sim: --workload: %v", err)
+		}
+		if s.Flows > sim.MaxFlows {
+			return usagef("sim: --write-cm: the workload has %d flows, more than %d", s.Flows, sim.MaxFlows)
+		}
+	} else {
 		// The estimate from the parameters, before the workload's flows
 		// or the fabric are built (TestSimRefusesBeforeAllocating).
 		// The topology is checked: a config error is the workload's.

@@ -87,6 +87,8 @@ func TestCLIUsageErrorsBeforeWork(t *testing.T) {
 		{[]string{"sim", "--memprofile", missing}, "--memprofile"},
 		{[]string{"sim", "--write-cm", missing}, "--write-cm"},
 		{[]string{"sim", "--topo", "leafspine:1000x1000x1000", "--workload", "alltoall:1G", "--mem", "2G"}, "does not fit in memory"},
+		{[]string{"sim", "--topo", "leafspine:1000x1000x1000", "--workload", "alltoall:1G", "--write-cm", filepath.Join(dir, "x.cm")}, "more than 8388608"},
+		{[]string{"perf", "--busy-poll=1000h", "--link", "mem"}, "--busy-poll"},
 		{[]string{"compare", "--warmup", "100000000"}, "--warmup"},
 		{[]string{"compare", "--json", "/nonexistent/x"}, "--json /nonexistent/x"},
 		{[]string{"compare", "--out", dir, "--png", "missing/x.png"}, "--png"},
