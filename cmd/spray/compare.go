@@ -151,8 +151,20 @@ func runCompare(args []string) error {
 		if err := mkOut(); err != nil {
 			return err
 		}
-		return compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
-			seed: *seed, pairwise: *pairwise, jsonFile: inOut(*jsonFile), pngFile: inOut(*pngFile), why: why}.run(os.Stdout)
+		cs := compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
+			seed: *seed, pairwise: *pairwise, jsonFile: inOut(*jsonFile), pngFile: inOut(*pngFile), why: why}
+		// sim.Run takes no context: a signal ends the command here, and
+		// the process with it, as in spray sim.
+		ctx, cancel := signalContext()
+		defer cancel()
+		ran := make(chan error, 1)
+		go func() { ran <- cs.run(os.Stdout) }()
+		select {
+		case err := <-ran:
+			return err
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	out := os.Stdout
 	if cfg.Loopback {

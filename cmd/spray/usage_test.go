@@ -126,7 +126,8 @@ func TestCLIUsageErrorsBeforeWork(t *testing.T) {
 }
 
 // TestSignalEndsEveryCommand: SIGTERM ends a perf server waiting for
-// clients and a simulation in its run with status 143 and the line
+// clients, a simulation and a simulated comparison in their runs with
+// status 143 and the line
 // "spray CMD: interrupted by terminated"; as root, also a perf run on a
 // testbed, which tears its testbed down first. Each child signals that it
 // is running by its first line on stderr; a child that does not end is a
@@ -135,6 +136,7 @@ func TestSignalEndsEveryCommand(t *testing.T) {
 	cases := [][]string{
 		{"perf", "server", "--listen", "127.0.0.1:0"},
 		{"sim", "--topo", "leafspine:16x8x8", "--workload", "alltoall:64M"},
+		{"compare", "--sim", "--iters", "1000", "--out", t.TempDir()},
 	}
 	if os.Geteuid() == 0 {
 		cases = append(cases, []string{"perf", "--testbed", "pair", "--link", "udp", "--size", "64M", "--total", "512G", "--pings", "0"})
