@@ -444,6 +444,9 @@ func testbedStatus(args []string, w io.Writer) error {
 	defer cancel()
 	for _, n := range names {
 		f, err := testbed.OpenLeafSpine(n)
+		if errors.Is(err, os.ErrNotExist) && len(pos) > 0 {
+			return usagef("testbed status: no testbed %q (spray testbed list shows them)", n)
+		}
 		if err != nil {
 			return err
 		}

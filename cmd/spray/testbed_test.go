@@ -200,7 +200,7 @@ func TestTestbedCLI(t *testing.T) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !strings.Contains(errs, c.want) {
 			t.Errorf("spray testbed %s: %v, stderr %q; want a failure saying %q", strings.Join(c.args, " "), err, errs, c.want)
-		} else if c.args[0] == "fault" && ee.ExitCode() != 2 {
+		} else if (c.args[0] == "fault" || c.args[0] == "status") && ee.ExitCode() != 2 {
 			t.Errorf("spray testbed %s: exit status %d, want 2 (a usage error)", strings.Join(c.args, " "), ee.ExitCode())
 		}
 	}
