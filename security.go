@@ -62,11 +62,54 @@ const MinPSK = 16
 
 // LoadPSK reads a pre-shared key from a file: its contents with
 // surrounding white space trimmed, at least MinPSK bytes (a line of `openssl
-// rand -hex 32` is 64). The file should be readable by its owner only.
+// rand -hex 32` is 64). The file should be readable by its owner only. It
+// must be a regular file of at most 4 KiB: a device (/dev/zero) or a FIFO
+// is refused before it is read, so that a wrong path neither fills memory
+// nor blocks (TestLoadPSKBounded).
 func LoadPSK(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	const maxFile = 4 << 10
+	regular := func(fi os.FileInfo) error {
+		if !fi.Mode().IsRegular() {
+			what := "not a regular file"
+			switch m := fi.Mode(); {
+			case m.IsDir():
+				what = "a directory"
+			case m&os.ModeNamedPipe != 0:
+				what = "a FIFO"
+			case m&os.ModeDevice != 0:
+				what = "a device"
+			}
+			return fmt.Errorf("%w: the pre-shared key file %s is %s, want a regular file", ErrOptions, path, what)
+		}
+		if fi.Size() > maxFile {
+			return fmt.Errorf("%w: the pre-shared key file %s has %d bytes, want at most %d", ErrOptions, path, fi.Size(), maxFile)
+		}
+		return nil
+	}
+	// Stat first: opening a FIFO blocks until a writer comes.
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("spray: pre-shared key: %w", err)
+	}
+	if err := regular(fi); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("spray: pre-shared key: %w", err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("spray: pre-shared key: %w", err)
+	} else if err := regular(fi); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("spray: pre-shared key: %w", err)
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("%w: the pre-shared key file %s has more than %d bytes", ErrOptions, path, maxFile)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) < MinPSK {

@@ -177,6 +177,7 @@
 // (TestSteerJumbo). AF_XDP sockets receive such frames only when bound
 // multi-buffer (package xdp, Config.MaxFrame). The generated
 // steer_bpfel.go and steer_bpfel.o are committed; after editing steer.c run
-// regen.sh (clang, llvm-strip and libbpf headers needed), which also fails on
-// a difference so that CI catches stale objects.
+// go generate ./ebpf/... (clang, llvm-strip and libbpf headers needed).
+// regen.sh builds them in a temporary directory and fails on a difference,
+// so that CI catches stale objects without touching the tree.
 package ebpf

@@ -1,7 +1,8 @@
 package ebpf
 
 // The generated *_bpfel.go and *_bpfel.o files are committed so that `go
-// build` needs no clang; regen.sh regenerates them and fails on a diff.
+// build` needs no clang; regen.sh regenerates them in a temporary directory
+// and fails on a diff, never writing the tree.
 // fabric.c needs -mcpu=v3 for the fetching atomic add of its per-port
 // transmit byte counter (BPF_ATOMIC with BPF_FETCH, Linux 5.12).
 

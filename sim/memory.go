@@ -38,31 +38,84 @@ func Estimate(cfg Config) (Footprint, error) {
 	if err != nil {
 		return Footprint{}, err
 	}
-	cfg.Topo = t
-	if cfg.Profiles == nil {
-		cfg.Profiles = DefaultProfiles
-	}
-	fp := Footprint{Flows: len(cfg.Workload.Flows)}
+	var s Shape
+	s.Flows = int64(len(cfg.Workload.Flows))
 	pairs := make(map[uint64]struct{})
 	hosts := make([]bool, t.Hosts())
-	var maxSize, total int64
+	var total int64
 	for _, f := range cfg.Workload.Flows {
 		if f.Src < 0 || f.Dst < 0 || f.Src >= len(hosts) || f.Dst >= len(hosts) {
-			return fp, fmt.Errorf("%w: flow %d->%d on %d hosts", ErrConfig, f.Src, f.Dst, len(hosts))
+			return Footprint{Flows: len(cfg.Workload.Flows)}, fmt.Errorf("%w: flow %d->%d on %d hosts", ErrConfig, f.Src, f.Dst, len(hosts))
 		}
 		lo, hi := min(f.Src, f.Dst), max(f.Src, f.Dst)
 		pairs[uint64(lo)<<32|uint64(hi)] = struct{}{}
 		hosts[f.Src], hosts[f.Dst] = true, true
-		maxSize = max(maxSize, f.Size)
+		s.MaxSize = max(s.MaxSize, f.Size)
 		total += f.Size
 	}
 	for _, h := range hosts {
 		if h {
-			fp.Hosts++
+			s.Hosts++
 		}
 	}
-	fp.Engines = fp.Hosts * min(max(cfg.Queues, 1), 2*len(pairs))
-	fp.QPs = 2 * len(pairs)
+	s.Pairs = int64(len(pairs))
+	// A run holds one source buffer of the largest flow and one sink, or
+	// with Verify every flow's bytes in each.
+	payload := 2 * s.MaxSize
+	if cfg.Verify {
+		payload = 2 * total
+	}
+	fc := cfg.Fabric
+	fc.Topo = t
+	n, err := New(fc)
+	if err != nil {
+		return Footprint{}, err
+	}
+	frames := int64(n.cfg.NICFrames) * int64(len(n.hosts))
+	for i := range n.switches {
+		frames += int64(n.switches[i].buf / (t.MTU + wireOverhead))
+	}
+	return footprint(cfg, t, s, payload, frames)
+}
+
+// Preflight refuses, with an error wrapping ErrMemory, a run of cfg with
+// the workload spec names (cfg.Workload unused) whose footprint from the
+// parameters alone exceeds cfg.Memory (0: MemoryBudget): WorkloadShape's
+// lower bounds and a NIC queue of frames per host of the topology. Call
+// it before ParseWorkload, which builds every flow, and before Run, which
+// builds the fabric: it builds nothing proportional to either
+// (TestPreflightRefusesBeforeAllocating), and refuses nothing that Run's
+// own estimate would accept.
+func Preflight(cfg Config, spec string) error {
+	t, err := cfg.Topo.withDefaults()
+	if err != nil {
+		return err
+	}
+	s, err := WorkloadShape(spec, t.Hosts())
+	if err != nil {
+		return err
+	}
+	nic := int64(cfg.Fabric.NICFrames)
+	if nic <= 0 {
+		nic = defaultNICFrames
+	}
+	fp, err := footprint(cfg, t, s, 2*s.MaxSize, nic*int64(t.Hosts()))
+	if err != nil {
+		return err
+	}
+	return overBudget(cfg, fp)
+}
+
+// footprint adds up a run's footprint: s's QPs, engines, flows and
+// payload, and frames packet buffers, with the QP and engine costs
+// measured for cfg's costliest profile.
+func footprint(cfg Config, t Topo, s Shape, payload, frames int64) (Footprint, error) {
+	cfg.Topo = t
+	if cfg.Profiles == nil {
+		cfg.Profiles = DefaultProfiles
+	}
+	fp := Footprint{Hosts: int(s.Hosts), Flows: int(s.Flows), QPs: int(2 * s.Pairs)}
+	fp.Engines = fp.Hosts * int(min(int64(max(cfg.Queues, 1)), 2*s.Pairs))
 	for _, prof := range cfg.Profiles {
 		cfg := cfg
 		if cfg.Window == 0 {
@@ -81,22 +134,7 @@ func Estimate(cfg Config) (Footprint, error) {
 		}
 		fp.QPBytes, fp.EngineBytes = max(fp.QPBytes, q), max(fp.EngineBytes, e)
 	}
-	// A run holds one source buffer of the largest flow and one sink, or
-	// with Verify every flow's bytes in each.
-	fp.Payload = 2 * maxSize
-	if cfg.Verify {
-		fp.Payload = 2 * total
-	}
-	fc := cfg.Fabric
-	fc.Topo = t
-	n, err := New(fc)
-	if err != nil {
-		return fp, err
-	}
-	frames := int64(n.cfg.NICFrames) * int64(len(n.hosts))
-	for i := range n.switches {
-		frames += int64(n.switches[i].buf / (t.MTU + wireOverhead))
-	}
+	fp.Payload = payload
 	fp.Packets = frames * int64(t.MTU+int(unsafe.Sizeof(packet{})))
 	flowBytes := int64(unsafe.Sizeof(flowState{}) + unsafe.Sizeof(Flow{}))
 	fp.Total = int64(fp.QPs)*fp.QPBytes + int64(fp.Engines)*fp.EngineBytes + int64(fp.Flows)*flowBytes + fp.Payload + fp.Packets
@@ -191,13 +229,19 @@ func physicalMemory() int64 {
 // checkMemory returns an error wrapping ErrMemory when cfg's footprint
 // exceeds its budget.
 func checkMemory(cfg Config) error {
-	budget := cfg.Memory
-	if budget == 0 {
-		budget = MemoryBudget()
-	}
 	fp, err := Estimate(cfg)
 	if err != nil {
 		return err
+	}
+	return overBudget(cfg, fp)
+}
+
+// overBudget returns an error wrapping ErrMemory when fp exceeds
+// cfg.Memory, or MemoryBudget when that is 0.
+func overBudget(cfg Config, fp Footprint) error {
+	budget := cfg.Memory
+	if budget == 0 {
+		budget = MemoryBudget()
 	}
 	if fp.Total <= budget {
 		return nil

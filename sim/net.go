@@ -99,6 +99,9 @@ type PFCConfig struct {
 	Resume int
 }
 
+// defaultNICFrames is FabricConfig.NICFrames's default.
+const defaultNICFrames = 64
+
 // DefaultPFCAlpha is PFCConfig.Alpha's default: XOFF at 1/8 of the free
 // shared buffer, the dynamic threshold (alpha) of shared-buffer switch
 // ASICs' lossless pools.
@@ -315,7 +318,7 @@ func New(cfg FabricConfig) (*Net, error) {
 		cfg.PFC.Resume = 2 * t.MTU
 	}
 	if cfg.NICFrames == 0 {
-		cfg.NICFrames = 64
+		cfg.NICFrames = defaultNICFrames
 	}
 	if cfg.HostRxFrames == 0 {
 		cfg.HostRxFrames = 1 << 16
@@ -341,12 +344,12 @@ func New(cfg FabricConfig) (*Net, error) {
 	return n, nil
 }
 
-// checkPFC validates PFC thresholds: alpha in [0, 8] or a static xoff of
+// checkPFC validates PFC thresholds: alpha in [0, 1] (a share) or a static xoff of
 // at least a frame, not both, and an XON hysteresis below a static xoff.
 func checkPFC(alpha float64, xoff, resume, mtu int) error {
 	switch {
-	case alpha < 0 || alpha > 8 || alpha != alpha:
-		return fmt.Errorf("%w: PFC XOFF alpha %v: want a share of the free buffer in (0, 8]", ErrConfig, alpha)
+	case alpha < 0 || alpha > 1 || alpha != alpha:
+		return fmt.Errorf("%w: PFC XOFF alpha %v: want a share of the free buffer in (0, 1]", ErrConfig, alpha)
 	case alpha > 0 && xoff > 0:
 		return fmt.Errorf("%w: PFC XOFF both dynamic (alpha %v) and static (%d bytes)", ErrConfig, alpha, xoff)
 	case xoff < 0 || (xoff > 0 && xoff < mtu):

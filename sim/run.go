@@ -253,6 +253,9 @@ func Run(cfg Config) (Result, error) {
 	if !(cfg.HostRate >= 0 && cfg.HostRate <= 1) {
 		return Result{}, fmt.Errorf("%w: host rate %v (want a share of the host link in (0, 1], 0 for none)", ErrConfig, cfg.HostRate)
 	}
+	if !(cfg.HostWindow <= MaxHostWindow) {
+		return Result{}, fmt.Errorf("%w: host window %v bandwidth-delay products (want at most %d)", ErrConfig, cfg.HostWindow, MaxHostWindow)
+	}
 	if cfg.Queues < 0 || cfg.Queues > 1024 {
 		return Result{}, fmt.Errorf("%w: %d queues per host (want 1 to 1024)", ErrConfig, cfg.Queues)
 	}
@@ -723,6 +726,10 @@ func (r *runner) scenario(sc string) error {
 // ranks of a 16 KiB all-to-all at 512 and 1,024 hosts no longer overflow
 // the spines (docs/results.md#host-window; TestHostWindowDefault).
 const DefaultHostWindow = 8
+
+// MaxHostWindow bounds Config.HostWindow: beyond it the byte count of
+// the window would overflow, and no fabric holds that much in flight.
+const MaxHostWindow = 1 << 10
 
 // sprayAckEvery is the spray profiles' AckEvery on a host link of
 // bytesPerSec and base RTT rtt: a packet in eight of a round trip at line

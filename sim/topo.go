@@ -401,8 +401,8 @@ func parsePFC(v string) (alpha float64, xoff, resume int, err error) {
 		}
 	default:
 		alpha, err = strconv.ParseFloat(x, 64)
-		if err != nil || !(alpha > 0 && alpha <= 8) {
-			return 0, 0, 0, fmt.Errorf("XOFF %q: want a share of the free buffer in (0, 8] (0.125) or bytes with a unit (200k, 150000B)", x)
+		if err != nil || !(alpha > 0 && alpha <= 1) {
+			return 0, 0, 0, fmt.Errorf("XOFF %q: want a share of the free buffer in (0, 1] (0.125) or bytes with a unit (200k, 150000B)", x)
 		}
 	}
 	if on != "" {

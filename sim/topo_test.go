@@ -21,7 +21,7 @@ func TestParsePFC(t *testing.T) {
 		{"leafspine:2x2x2,pfc=200k/3028", 0, 200 << 10, 3028},
 		{"leafspine:2x2x2,pfc=150000B", 0, 150000, 0},
 		{"leafspine:2x2x2,pfc=/4000B", 0, 0, 4000},
-		{"fattree:4,pfc=2", 2, 0, 0},
+		{"fattree:4,pfc=1", 1, 0, 0},
 	} {
 		tp, err := ParseTopo(c.in)
 		if err != nil {
@@ -38,7 +38,8 @@ func TestParsePFC(t *testing.T) {
 	}
 	for _, s := range []string{
 		"leafspine:2x2x2,pfc=0/3k",             // no alpha
-		"leafspine:2x2x2,pfc=9",                // alpha above 8
+		"leafspine:2x2x2,pfc=9",                // alpha above 1
+		"leafspine:2x2x2,pfc=2/3k",             // alpha above 1
 		"leafspine:2x2x2,pfc=-0.1",             // negative
 		"leafspine:2x2x2,pfc=1k",               // static XOFF below a frame
 		"leafspine:2x2x2,pfc=10k/10k",          // XON not below XOFF

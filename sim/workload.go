@@ -124,10 +124,13 @@ const MaxFlows = 1 << 23
 // 1024).
 func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 	w := Workload{Name: spec}
-	kind, rest, _ := strings.Cut(spec, ":")
-	parts := strings.Split(rest, ",")
+	ws, err := parseSpec(spec, hosts)
+	if err != nil {
+		return w, err
+	}
+	kind, size, iters, senders, bg, compute, cdf := ws.kind, ws.size, ws.iters, ws.senders, ws.bg, ws.compute, ws.cdf
 	if kind == WorkHtsim {
-		f, err := os.Open(parts[0])
+		f, err := os.Open(ws.path)
 		if err != nil {
 			return w, err
 		}
@@ -141,58 +144,6 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 		}
 		cm.Name = spec
 		return cm.Workload, nil
-	}
-	if parts[0] == "" {
-		return w, fmt.Errorf("%w: workload %q: want KIND:SIZE", ErrConfig, spec)
-	}
-	size, err := ParseSize(parts[0])
-	if err != nil {
-		return w, fmt.Errorf("%w: workload %q: %v", ErrConfig, spec, err)
-	}
-	iters, senders, bg := 1, 0, 10*size
-	itersSet := false
-	compute := time.Duration(0)
-	var cdf *CDF
-	for _, opt := range parts[1:] {
-		k, v, ok := strings.Cut(opt, "=")
-		if !ok {
-			return w, fmt.Errorf("%w: workload %q: option %q: want key=value", ErrConfig, spec, opt)
-		}
-		switch k {
-		case "iters":
-			iters, err = strconv.Atoi(v)
-			if err == nil && (iters < 1 || iters > 10000) {
-				err = errors.New("want 1 to 10000")
-			}
-			itersSet = true
-		case "compute":
-			if kind != WorkMoE {
-				err = errors.New("only for moe")
-			} else if compute, err = time.ParseDuration(v); err == nil && (compute <= 0 || compute > time.Second) {
-				err = fmt.Errorf("%v: want a duration in (0, 1s]", compute)
-			}
-		case "senders":
-			senders, err = strconv.Atoi(v)
-			if err == nil && (senders < 1 || senders >= hosts) {
-				err = fmt.Errorf("want 1 to %d", hosts-1)
-			}
-		case "bg":
-			bg, err = ParseSize(v)
-		case "cdf":
-			var f *os.File
-			if f, err = os.Open(v); err == nil {
-				cdf, err = ReadCDF(f)
-				f.Close()
-			}
-		default:
-			err = errors.New("unknown option")
-		}
-		if err != nil {
-			return w, fmt.Errorf("%w: workload %q: option %q: %v", ErrConfig, spec, opt, err)
-		}
-	}
-	if hosts < 2 {
-		return w, fmt.Errorf("%w: %d hosts", ErrConfig, hosts)
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x574F524B))
 	draw := func(def int64) int64 {
@@ -231,19 +182,6 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 		if block < 1 {
 			return w, fmt.Errorf("%w: workload %q: %d bytes over %d ranks", ErrConfig, spec, size, hosts)
 		}
-		if cdf != nil {
-			return w, fmt.Errorf("%w: workload %q: cdf is not for moe (every block is SIZE/hosts)", ErrConfig, spec)
-		}
-		if compute == 0 {
-			compute = time.Millisecond
-		}
-		if !itersSet {
-			iters = int((MinRateWindow + compute - 1) / compute)
-		}
-		if f := 2 * int64(iters) * int64(hosts) * int64(hosts-1); f > MaxFlows {
-			return w, fmt.Errorf("%w: workload %q: %d steps of two all-to-alls over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
-				ErrConfig, spec, iters, hosts, f, MaxFlows)
-		}
 		w.Flows, w.Triggers = moe(hosts, block, compute, iters)
 		w.Iters, w.Steps, w.Compute = 2*iters, iters, compute
 		return w, nil
@@ -270,6 +208,157 @@ func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
 	w.Flows, w.Triggers = repeat(one, iters)
 	w.Iters = iters
 	return w, nil
+}
+
+// workSpec is a workload spec's parameters, parsed and checked, before
+// anything proportional to them is built.
+type workSpec struct {
+	kind, path     string // path: an htsim file
+	size, bg       int64
+	iters, senders int
+	compute        time.Duration
+	cdf            *CDF
+}
+
+// parseSpec parses and checks spec for hosts hosts, as ParseWorkload
+// takes it, allocating nothing proportional to hosts or to the sizes.
+func parseSpec(spec string, hosts int) (workSpec, error) {
+	var ws workSpec
+	kind, rest, _ := strings.Cut(spec, ":")
+	parts := strings.Split(rest, ",")
+	ws.kind = kind
+	if kind == WorkHtsim {
+		ws.path = parts[0]
+		return ws, nil
+	}
+	if parts[0] == "" {
+		return ws, fmt.Errorf("%w: workload %q: want KIND:SIZE", ErrConfig, spec)
+	}
+	size, err := ParseSize(parts[0])
+	if err != nil {
+		return ws, fmt.Errorf("%w: workload %q: %v", ErrConfig, spec, err)
+	}
+	iters, senders, bg := 1, 0, 10*size
+	itersSet := false
+	compute := time.Duration(0)
+	var cdf *CDF
+	for _, opt := range parts[1:] {
+		k, v, ok := strings.Cut(opt, "=")
+		if !ok {
+			return ws, fmt.Errorf("%w: workload %q: option %q: want key=value", ErrConfig, spec, opt)
+		}
+		switch k {
+		case "iters":
+			iters, err = strconv.Atoi(v)
+			if err == nil && (iters < 1 || iters > 10000) {
+				err = errors.New("want 1 to 10000")
+			}
+			itersSet = true
+		case "compute":
+			if kind != WorkMoE {
+				err = errors.New("only for moe")
+			} else if compute, err = time.ParseDuration(v); err == nil && (compute <= 0 || compute > time.Second) {
+				err = fmt.Errorf("%v: want a duration in (0, 1s]", compute)
+			}
+		case "senders":
+			senders, err = strconv.Atoi(v)
+			if err == nil && (senders < 1 || senders >= hosts) {
+				err = fmt.Errorf("want 1 to %d", hosts-1)
+			}
+		case "bg":
+			bg, err = ParseSize(v)
+		case "cdf":
+			var f *os.File
+			if f, err = os.Open(v); err == nil {
+				cdf, err = ReadCDF(f)
+				f.Close()
+			}
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return ws, fmt.Errorf("%w: workload %q: option %q: %v", ErrConfig, spec, opt, err)
+		}
+	}
+	if hosts < 2 {
+		return ws, fmt.Errorf("%w: %d hosts", ErrConfig, hosts)
+	}
+	switch kind {
+	case WorkPermutation, WorkIncast, WorkMix:
+	case WorkAllToAll, WorkAllToAllPairwise, WorkMoE:
+		if size/int64(hosts) < 1 {
+			return ws, fmt.Errorf("%w: workload %q: %d bytes over %d ranks", ErrConfig, spec, size, hosts)
+		}
+	default:
+		return ws, fmt.Errorf("%w: workload kind %q (want permutation, alltoall, alltoall-pairwise, incast, mix, moe or htsim)", ErrConfig, kind)
+	}
+	if kind == WorkMoE {
+		if cdf != nil {
+			return ws, fmt.Errorf("%w: workload %q: cdf is not for moe (every block is SIZE/hosts)", ErrConfig, spec)
+		}
+		if compute == 0 {
+			compute = time.Millisecond
+		}
+		if !itersSet {
+			iters = int((MinRateWindow + compute - 1) / compute)
+		}
+		if f := 2 * int64(iters) * int64(hosts) * int64(hosts-1); f > MaxFlows {
+			return ws, fmt.Errorf("%w: workload %q: %d steps of two all-to-alls over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
+				ErrConfig, spec, iters, hosts, f, MaxFlows)
+		}
+	}
+	ws.size, ws.bg, ws.iters, ws.senders, ws.compute, ws.cdf = size, bg, iters, senders, compute, cdf
+	return ws, nil
+}
+
+// Shape is what a workload puts into a run: the hosts that send or
+// receive, its flows, the host pairs that flows join (a QP at each end)
+// and its largest flow.
+type Shape struct {
+	Hosts, Flows, Pairs, MaxSize int64
+}
+
+// WorkloadShape returns lower bounds of the Shape of ParseWorkload(spec,
+// hosts, seed), for every seed, computed from spec's parameters without
+// building anything proportional to them: Preflight's input. An htsim
+// file's flows, bounded by its size, count as none, and so do the sizes a
+// cdf draws.
+func WorkloadShape(spec string, hosts int) (Shape, error) {
+	ws, err := parseSpec(spec, hosts)
+	if err != nil {
+		return Shape{}, err
+	}
+	h, it := int64(hosts), int64(ws.iters)
+	size := ws.size
+	if ws.cdf != nil {
+		size = 0
+	}
+	switch ws.kind {
+	case WorkPermutation:
+		// A permutation's h ordered pairs join at least h/2 host pairs.
+		return Shape{Hosts: h, Flows: h * it, Pairs: (h + 1) / 2, MaxSize: size}, nil
+	case WorkAllToAll, WorkAllToAllPairwise:
+		return Shape{Hosts: h, Flows: h * (h - 1) * it, Pairs: h * (h - 1) / 2, MaxSize: ws.size / h}, nil
+	case WorkMoE:
+		return Shape{Hosts: h, Flows: 2 * h * (h - 1) * it, Pairs: h * (h - 1) / 2, MaxSize: ws.size / h}, nil
+	case WorkIncast:
+		n := int64(ws.senders)
+		if n == 0 {
+			n = h - 1
+		}
+		return Shape{Hosts: n + 1, Flows: n * it, Pairs: n, MaxSize: size}, nil
+	case WorkMix:
+		n := int64(ws.senders)
+		if n == 0 {
+			n = min(8, h-1)
+		}
+		bg := ws.bg
+		if ws.cdf != nil {
+			bg = 0
+		}
+		return Shape{Hosts: h, Flows: (h + n) * it, Pairs: (h + 1) / 2, MaxSize: max(ws.size, bg)}, nil
+	}
+	return Shape{}, nil // htsim
 }
 
 // repeat chains iters copies of flows: copy i+1 starts when a barrier

@@ -51,6 +51,15 @@
 //	                                          for another's QP), received
 //	spray_engine_handover_drops_total         dropped on a full hand-over ring
 //
+// Link filter (an AF_XDP link's steering program in the kernel: frames it
+// dropped before any engine saw them; only for links with one,
+// link.FilterStatsReader):
+//
+//	spray_link_filter_drops_total{reason}     malformed (IP or UDP header
+//	                                          truncated or inconsistent, a UDP
+//	                                          length beyond the frame), refused
+//	                                          (source not allowed), no_room
+//
 // QP:
 //
 //	spray_qp_tx_packets_total, spray_qp_tx_bytes_total   data packets (frames), resends included

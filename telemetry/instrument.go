@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -144,6 +145,7 @@ type instruments struct {
 	// engine
 	engRxFrames, engTxFrames, engRxBytes, engTxBytes, engDrops, engNoBuf metric.Int64ObservableCounter
 	engHandovers, engHandoverDrops                                       metric.Int64ObservableCounter
+	filterDrops                                                          metric.Int64ObservableCounter
 	// QP
 	txPkts, txBytes, rxPkts, rxBytes         metric.Int64ObservableCounter
 	retx, losses, timeouts, acks, naks       metric.Int64ObservableCounter
@@ -191,6 +193,7 @@ func (in *instruments) create(m metric.Meter) error {
 	counter(&in.engNoBuf, "spray.engine.tx_no_buffer", "{event}", "Times the link had no free transmit buffer.")
 	counter(&in.engHandovers, "spray.engine.handovers", "{frame}", "Frames passed between engines over their hand-over rings, by direction (sent: received on this engine's queue for another engine's QP; received: taken from another engine).")
 	counter(&in.engHandoverDrops, "spray.engine.handover_drops", "{frame}", "Frames dropped because the hand-over ring to their QP's engine was full.")
+	counter(&in.filterDrops, "spray.link.filter.drops", "{frame}", "Frames the link's filter in the kernel (an AF_XDP link's steering program) dropped before any engine saw them, by reason (malformed, refused, no_room).")
 
 	counter(&in.txPkts, "spray.qp.tx.packets", "{packet}", "Data packets sent, retransmissions included.")
 	counter(&in.txBytes, "spray.qp.tx", "By", "Bytes of the data packets sent (frames), retransmissions included.")
@@ -284,6 +287,16 @@ func (in *instruments) observe(ctx context.Context, o metric.Observer) error {
 		i64(in.engHandovers, e.HandedOver, with(ep, eng, sent))
 		i64(in.engHandovers, e.HandedIn, with(ep, eng, recv))
 		i64(in.engHandoverDrops, e.HandoverDrops, base)
+	}
+
+	if _, ok := in.ep.Link().(link.FilterStatsReader); ok {
+		f := in.snap.Filter
+		for _, d := range []struct {
+			r string
+			v uint64
+		}{{"malformed", f.Malformed}, {"refused", f.Refused}, {"no_room", f.NoRoom}} {
+			i64(in.filterDrops, d.v, with(ep, reason(d.r)))
+		}
 	}
 
 	for qi := range in.snap.QPs {

@@ -582,7 +582,19 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 			f.teardown()
 		}
 	}()
+	// A cancelled ctx stops the build between two steps (a signal ends
+	// spray testbed up within a second, TestSignalEndsEveryCommand), and
+	// the deferred teardown removes what was built.
+	stopped := func() error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("testbed: build stopped: %w", context.Cause(ctx))
+		}
+		return nil
+	}
 	for _, n := range f.nodes {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 		if n.ns, err = newNamed(n.name); err != nil {
 			return nil, fmt.Errorf("testbed: namespace %s: %w", n.name, err)
 		}
@@ -594,6 +606,9 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 		}
 	}()
 	for _, n := range f.nodes {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 		h, err := netlink.NewHandleAt(n.ns)
 		if err != nil {
 			return nil, fmt.Errorf("testbed: netlink in %s: %w", n.name, err)
@@ -611,6 +626,9 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 		}
 	}
 	for _, k := range f.links {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 		q := 1
 		if k.a.node.kind == kindHost || k.b.node.kind == kindHost {
 			q = c.Queues
@@ -627,6 +645,9 @@ func newFabric(ctx context.Context, prefix string, c LeafSpineConfig) (_ *Fabric
 		}
 	}
 	for _, n := range f.nodes {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 		h := handles[n]
 		for _, e := range n.ports {
 			if err := setupPort(h, e, c); err != nil {

@@ -143,7 +143,7 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 		return nil, err
 	}
 	f.Name, f.persistent = name, true
-	prog, err := f.AttachPrograms(ecn)
+	prog, err := f.AttachProgramsContext(ctx, ecn)
 	if err != nil {
 		f.teardown()
 		return nil, err

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/sprayfabric/spray/ebpf"
@@ -38,6 +39,13 @@ func (f *Fabric) PortID(sw *Switch, p int) ebpf.PortID {
 // Fabric.Programs). Fabric.Close closes it too; closing it earlier detaches
 // the programs earlier.
 func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
+	return f.AttachProgramsContext(context.Background(), ecn)
+}
+
+// AttachProgramsContext is AttachPrograms that a cancelled ctx stops
+// between two ports, detaching what it attached: loading the programs of
+// every port takes seconds on a large fabric.
+func (f *Fabric) AttachProgramsContext(ctx context.Context, ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 	prog, err := ebpf.LoadFabric()
 	if err != nil {
 		return nil, err
@@ -45,6 +53,10 @@ func (f *Fabric) AttachPrograms(ecn ebpf.ECNConfig) (*ebpf.Fabric, error) {
 	for _, sws := range [][]*Switch{f.Leaves, f.Spines} {
 		for _, sw := range sws {
 			for i, p := range sw.Ports {
+				if ctx.Err() != nil {
+					prog.Close()
+					return nil, fmt.Errorf("testbed: attaching the fabric programs stopped: %w", context.Cause(ctx))
+				}
 				cfg := ebpf.PortConfig{ID: f.PortID(sw, i), RateMbps: uint32(p.RateBps / 1e6), ECN: ecn}
 				// A leaf's host ports face hosts, which run no programs.
 				cfg.Edge = f.nodeByName(p.Peer).kind == kindHost

@@ -481,6 +481,13 @@ func register(c closer) {
 	})
 }
 
+// LeaveSignals keeps the package from handling SIGINT and SIGTERM
+// itself (closing every testbed, then dying of the signal): the caller
+// handles them, ends its runs and closes its testbeds, or calls CloseAll.
+// spray's CLI does, to report the signal and exit with 128 + its number.
+// Call it before the first testbed is built.
+func LeaveSignals() { registry.sigOnce.Do(func() {}) }
+
 func unregister(c closer) {
 	registry.Lock()
 	delete(registry.open, c)

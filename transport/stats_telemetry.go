@@ -377,6 +377,10 @@ type Snapshot struct {
 	Engine  EngineStats
 	Engines []EngineStats
 	QPs     []QPSnapshot
+	// Filter is what the link's filter in the kernel dropped before any
+	// engine saw it (link.FilterStatsReader: an AF_XDP link's steering
+	// program); zero for other links. Endpoint.Snapshot fills it.
+	Filter link.FilterStats
 }
 
 // Snapshot fills dst with the engine's counters and those of its QPs, in
@@ -431,6 +435,12 @@ func (ep *Endpoint) Snapshot(ctx context.Context, dst *Snapshot) error {
 		})
 		if err != nil {
 			return err
+		}
+	}
+	dst.Filter = link.FilterStats{}
+	if f, ok := ep.link.(link.FilterStatsReader); ok {
+		if st, err := f.FilterStats(); err == nil {
+			dst.Filter = st
 		}
 	}
 	dst.Time = ep.clk.Now()

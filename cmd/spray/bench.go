@@ -254,7 +254,14 @@ func (f *benchFlags) collConfig() (bench.CollConfig, error) {
 	c.atLeast("f", int64(f.factor), 2)
 	c.atLeast("w", int64(f.warmup), 0)
 	c.atLeast("n", int64(f.iters), 1)
+	c.atMostInt("n", int64(f.iters), 1_000_000)
+	c.atMostInt("w", int64(f.warmup), 1_000_000)
+	c.atLeast("r", int64(f.root), 0)
 	c.atLeast("paths", int64(f.paths), 1)
+	c.atMostInt("paths", int64(f.paths), 1024)
+	if f.jsonOut != "-" {
+		c.outPath("json", f.jsonOut)
+	}
 	c.atLeast("chunk", int64(f.chunk), 0)
 	c.positiveDur("timeout", f.timeout)
 	c.nonNegativeDur("min-rto", f.minRTO)
@@ -320,8 +327,14 @@ func (f *benchFlags) checkPlacement() error {
 			return usagef("bench: --bootstrap %q: want HOST:PORT", f.bootstrap)
 		}
 		if f.ip != "" {
-			if _, err := netip.ParseAddr(f.ip); err != nil {
+			ip, err := netip.ParseAddr(f.ip)
+			if err != nil {
 				return usagef("bench: --ip %q: want an IP address", f.ip)
+			}
+			// An address of another host would wait out the join
+			// timeout: refuse it at once.
+			if !localAddress(ip) {
+				return usagef("bench: --ip %v is not an address of this host (ip -br addr lists them)", ip)
 			}
 		}
 		if f.linkKind == "mem" {
@@ -597,6 +610,25 @@ func (f *benchFlags) join(ctx context.Context, logger *log.Logger) (*collective.
 	return b, err
 }
 
+// localAddress reports whether ip is assigned to an interface of this
+// host (of the calling thread's network namespace), or is a loopback
+// address (Linux answers for all of 127.0.0.0/8 on lo).
+func localAddress(ip netip.Addr) bool {
+	if ip.Unmap().IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell: let the link say
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == ip.Unmap() {
+			return true
+		}
+	}
+	return false
+}
+
 // localAddr is the address this rank uses: --ip, else on a loopback
 // bootstrap the bootstrap address plus the rank, else rank 0's bootstrap
 // address on rank 0, else the source address of the route towards it.
@@ -690,7 +722,7 @@ func (f *benchFlags) runTestbed(ctx context.Context) error {
 	if f.dcqcn() { // DCQCN reacts to ECN marks
 		ecn = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
 	}
-	progs, err := fab.AttachPrograms(ecn)
+	progs, err := fab.AttachProgramsContext(ctx, ecn)
 	if err != nil {
 		return err
 	}

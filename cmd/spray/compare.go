@@ -89,7 +89,15 @@ func runCompare(args []string) error {
 	c.atMost("size", n, 1<<30)
 	c.atLeast("iters", int64(*iters), 1)
 	c.atLeast("warmup", int64(*warmup), 0)
+	c.atMostInt("warmup", int64(*warmup), 1_000_000)
 	c.positiveDur("run-timeout", *runTimeout)
+	// The files go into --out, which the run makes if missing.
+	for flagName, name := range map[string]string{"json": *jsonFile, "png": *pngFile} {
+		if name != "" && !filepath.IsAbs(name) {
+			name = filepath.Join(*outDir, name)
+		}
+		c.outPathIn(flagName, name, filepath.Dir(name) == filepath.Clean(*outDir))
+	}
 	c.positiveDur("timeout", *timeout)
 	if c.err != nil {
 		return c.err
@@ -143,8 +151,20 @@ func runCompare(args []string) error {
 		if err := mkOut(); err != nil {
 			return err
 		}
-		return compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
-			seed: *seed, pairwise: *pairwise, jsonFile: inOut(*jsonFile), pngFile: inOut(*pngFile), why: why}.run(os.Stdout)
+		cs := compareSim{tb: cfg.Testbed, scenarios: cfg.Scenarios, profs: cfg.Profiles, size: n, iters: *iters, warmup: *warmup,
+			seed: *seed, pairwise: *pairwise, jsonFile: inOut(*jsonFile), pngFile: inOut(*pngFile), why: why}
+		// sim.Run takes no context: a signal ends the command here, and
+		// the process with it, as in spray sim.
+		ctx, cancel := signalContext()
+		defer cancel()
+		ran := make(chan error, 1)
+		go func() { ran <- cs.run(os.Stdout) }()
+		select {
+		case err := <-ran:
+			return err
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	out := os.Stdout
 	if cfg.Loopback {

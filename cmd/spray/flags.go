@@ -6,14 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // errHelp is a command's answer to -h: its usage is printed, and spray
@@ -84,13 +86,6 @@ func (c *check) atLeast(flagName string, v, lo int64) {
 func (c *check) prob(flagName string, v float64) {
 	if !(v >= 0 && v <= 1) {
 		c.fail(flagName, v, "a probability in [0, 1]")
-	}
-}
-
-// nonNegative checks a float flag (NaN and infinities refused).
-func (c *check) nonNegative(flagName string, v float64) {
-	if !(v >= 0) || math.IsInf(v, 0) {
-		c.fail(flagName, v, "a finite number >= 0")
 	}
 }
 
@@ -211,5 +206,59 @@ func formatSize(n int64) string {
 func (c *check) atMost(flagName string, v, hi int64) {
 	if v > hi {
 		c.fail(flagName, formatSize(v), "at most "+formatSize(hi))
+	}
+}
+
+// atMostInt checks a count flag against its largest allowed value.
+func (c *check) atMostInt(flagName string, v, hi int64) {
+	if v > hi {
+		c.fail(flagName, v, fmt.Sprintf("at most %d", hi))
+	}
+}
+
+// within checks a float flag: a number in [lo, hi] (NaN refused).
+func (c *check) within(flagName string, v, lo, hi float64) {
+	if !(v >= lo && v <= hi) {
+		c.fail(flagName, v, fmt.Sprintf("a number from %v to %v", lo, hi))
+	}
+}
+
+// outPath checks a flag naming a file the command writes after its run
+// (empty: none): its directory exists and is writable, and it is not a
+// directory, so that a run is not spent before the write fails.
+func (c *check) outPath(flagName, path string) {
+	c.outPathIn(flagName, path, false)
+}
+
+// outPathIn is outPath for a file whose directory the command makes when
+// it is missing (mkdir): the nearest existing ancestor must then be a
+// writable directory.
+func (c *check) outPathIn(flagName, path string, mkdir bool) {
+	if path == "" || c.err != nil {
+		return
+	}
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			c.err = usagef("%s: --%s %s: a directory, want a file", c.cmd, flagName, path)
+		} else if err := unix.Access(path, unix.W_OK); err != nil {
+			c.err = usagef("%s: --%s %s: not writable: %v", c.cmd, flagName, path, err)
+		}
+		return
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	for mkdir && errors.Is(err, os.ErrNotExist) && dir != filepath.Dir(dir) {
+		dir = filepath.Dir(dir)
+		fi, err = os.Stat(dir)
+	}
+	switch {
+	case err != nil:
+		c.err = usagef("%s: --%s %s: %v", c.cmd, flagName, path, err)
+	case !fi.IsDir():
+		c.err = usagef("%s: --%s %s: %s is not a directory", c.cmd, flagName, path, dir)
+	default:
+		if err := unix.Access(dir, unix.W_OK); err != nil {
+			c.err = usagef("%s: --%s %s: cannot create a file in %s: %v", c.cmd, flagName, path, dir, err)
+		}
 	}
 }

@@ -66,6 +66,7 @@ func runIncast(args []string) error {
 	c.atLeast("senders", int64(f.senders), 1)
 	c.positiveDur("duration", f.duration)
 	c.positiveDur("watch", f.watch)
+	c.nonNegativeDur("join", f.join)
 	c.positiveDur("timeout", f.timeout)
 	if c.err != nil {
 		return c.err
@@ -73,6 +74,9 @@ func runIncast(args []string) error {
 	lcfg, err := testbed.ParseLeafSpine(f.testbed)
 	if err != nil {
 		return usagef("incast: --testbed: %v", err)
+	}
+	if n := lcfg.Hosts * lcfg.Leaves; f.senders > n-1 {
+		return usagef("incast: --senders %d: want at most %d, the hosts of --testbed %s besides the receiver", f.senders, n-1, f.testbed)
 	}
 	for _, name := range strings.Split(f.ccs, ",") {
 		if _, err := cc.ByName(name, cc.Params{}); err != nil {
@@ -97,7 +101,7 @@ func runIncast(args []string) error {
 		return err
 	}
 	defer fab.Close()
-	progs, err := fab.AttachPrograms(ebpfNoECN)
+	progs, err := fab.AttachProgramsContext(ctx, ebpfNoECN)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ import (
 	"os"
 	"sort"
 	"syscall"
+
+	"github.com/sprayfabric/spray/testbed"
 )
 
 // command is one subcommand of the CLI.
@@ -55,12 +57,26 @@ func usage() {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(runMain(os.Args[1:]))
+}
+
+// runMain is main without the exit: the commands handle SIGINT and
+// SIGTERM (signalContext), each ends its run and tears down what it
+// built, and run reports the signal, so package testbed's own handler
+// (close every testbed, then die of the signal) stays off.
+func runMain(args []string) int {
+	testbed.LeaveSignals()
+	code := run(args, os.Stderr)
+	if err := testbed.CloseAll(); err != nil {
+		fmt.Fprintln(os.Stderr, "spray:", err)
+	}
+	return code
 }
 
 // run runs the command line args (without the program's name) and returns
 // the exit status: 0 on success and for -h, 2 for a command line spray
-// refuses (printed on one line with a pointer to the command's -h), 1 when
+// refuses (one line, ending with a pointer to the command's -h, before
+// anything ran), 128 + the signal when SIGINT or SIGTERM ended it, 1 when
 // the command failed.
 func run(args []string, stderr io.Writer) int {
 	if len(args) < 1 {
@@ -79,7 +95,9 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	err := c.run(args[1:])
-	if s, ok := interrupted.Load().(syscall.Signal); ok && err != nil {
+	// A signal ends the run however the command returned: a server that
+	// stops cleanly on it still reports it (TestSignalEndsEveryCommand).
+	if s, ok := interrupted.Load().(syscall.Signal); ok {
 		fmt.Fprintf(stderr, "spray %s: interrupted by %v\n", name, s)
 		return 128 + int(s)
 	}
@@ -88,7 +106,7 @@ func run(args []string, stderr io.Writer) int {
 	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "spray %s\nrun 'spray %s -h' for its usage\n", ue.msg, name)
+		fmt.Fprintf(stderr, "spray %s (run 'spray %s -h' for its usage)\n", ue.msg, name)
 		return 2
 	}
 	fmt.Fprintln(stderr, "spray:", err)

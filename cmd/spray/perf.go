@@ -318,22 +318,33 @@ func (f perfFlags) check() error {
 	if f.size > f.total && c.err == nil {
 		c.fail("size", formatSize(int64(f.size)), "at most --total ("+formatSize(int64(f.total))+")")
 	}
-	c.atMost("mtu", int64(f.mtu), 65535+14)
+	if f.mtu != 0 && (f.mtu < 256 || f.mtu > 65535+14) {
+		c.fail("mtu", f.mtu, "0 (the link's) or 256 to 65549")
+	}
 	c.atLeast("pings", int64(f.pings), -1)
 	c.atMost("pings", int64(f.pings), 10_000_000)
-	c.atMost("paths", int64(f.paths), 1<<16)
-	c.atMost("window", int64(f.window), 1<<20)
-	c.atMost("window-bytes", int64(f.windowBytes), 1<<30)
 	c.atLeast("paths", int64(f.paths), 1)
-	c.atLeast("mtu", int64(f.mtu), 0)
-	c.atLeast("window", int64(f.window), 0)
+	c.atMostInt("paths", int64(f.paths), 1024)
+	if f.window != 0 && (f.window < 64 || f.window > 1<<20 || f.window%64 != 0) {
+		c.fail("window", f.window, "0 (the transport's default) or a multiple of 64 from 64 to 1048576")
+	}
+	c.atMost("window-bytes", int64(f.windowBytes), 1<<30)
 	c.atLeast("window-bytes", int64(f.windowBytes), 0)
 	c.prob("loss", f.loss)
-	c.nonNegative("gbps", f.gbps)
+	c.within("gbps", f.gbps, 0, maxGbps)
+	if d := time.Duration(f.busyPoll); d > time.Second {
+		c.fail("busy-poll", d, "a duration up to 1s")
+	}
+	c.outPath("pcap", f.pcapFile)
+	c.outPath("cpuprofile", f.cpuProfile)
 	c.positiveDur("timeout", f.timeout)
 	c.nonNegativeDur("restore", f.restore)
 	return c.err
 }
+
+// maxGbps bounds --gbps: 100 Tbit/s, beyond any link, and far from the
+// overflow of a byte rate.
+const maxGbps = 100_000
 
 // perfKinds are the link kinds perf runs where: in one process (no
 // --testbed, no mode), across a testbed, and against a server.
@@ -378,6 +389,9 @@ func (f *perfFlags) checkPlan(mode string) error {
 		f.leafSpine = lc
 	case f.testbed != "":
 		return usagef("perf: --testbed %q: want pair[,mtu=N][,queues=N] or leafspine:HxLxS[,options]", f.testbed)
+	}
+	if where == "local" && f.engines > 1 && f.engines != f.queues {
+		return usagef("perf: --engines %d: want 0, 1 or --queues (%d) on the mem link", f.engines, f.queues)
 	}
 	if (f.fault != "" || f.restore != 0) && where != "leafspine" {
 		return usagef("perf: --fault and --restore need a leafspine testbed (--testbed leafspine:HxLxS)")
@@ -710,7 +724,7 @@ func perfFabric(ctx context.Context, f perfFlags, ecn bool) (*testbed.Fabric, *e
 	if ecn {
 		marks = ebpf.ECNConfig{KMin: 20 * time.Microsecond, KMax: 200 * time.Microsecond, PMax: 0.2}
 	}
-	progs, err := fab.AttachPrograms(marks)
+	progs, err := fab.AttachProgramsContext(ctx, marks)
 	if err != nil {
 		fab.Close()
 		return nil, nil, err

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -98,11 +97,20 @@ func runSim(args []string) error {
 		return err
 	}
 	c := check{cmd: "sim"}
-	c.atLeast("window", int64(*window), 1)
-	c.atLeast("queues", int64(*queues), 1)
-	if *hostWin < 0 || math.IsNaN(*hostWin) || math.IsInf(*hostWin, 0) {
-		c.fail("host-window", fmt.Sprint(*hostWin), "a number of bandwidth-delay products, 0 or more")
+	if *window < 64 || *window > 1<<20 || *window%64 != 0 {
+		c.fail("window", *window, "a multiple of 64 from 64 to 1048576")
 	}
+	c.atLeast("queues", int64(*queues), 1)
+	c.atMostInt("queues", int64(*queues), 1024)
+	if !(*hostWin >= 0 && *hostWin <= sim.MaxHostWindow) {
+		c.fail("host-window", fmt.Sprint(*hostWin), fmt.Sprintf("a number of bandwidth-delay products from 0 to %d", sim.MaxHostWindow))
+	}
+	c.nonNegativeDur("memprofile-at", *memProfAt)
+	c.outPath("json", *jsonFile)
+	c.outPath("png", *pngFile)
+	c.outPath("write-cm", *cmFile)
+	c.outPath("cpuprofile", *cpuProf)
+	c.outPath("memprofile", *memProf)
 	if !(*hostRate >= 0 && *hostRate <= 1) {
 		c.fail("host-rate", fmt.Sprint(*hostRate), "a share of the host link, 0 to 1 (0: none)")
 	}
@@ -130,10 +138,33 @@ func runSim(args []string) error {
 	} else if t, err = sim.ParseTopo(*topo); err != nil {
 		return usagef("sim: --topo: %v", err)
 	}
+	cfg := sim.Config{Topo: t, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
+	if *cmFile != "" {
+		// Only the flows are built: bound them before they are.
+		s, err := sim.WorkloadShape(*work, t.Hosts())
+		if err != nil {
+			return usagef("sim: --workload: %v", err)
+		}
+		if s.Flows > sim.MaxFlows {
+			return usagef("sim: --write-cm: the workload has %d flows, more than %d", s.Flows, sim.MaxFlows)
+		}
+	} else {
+		// The estimate from the parameters, before the workload's flows
+		// or the fabric are built (TestSimRefusesBeforeAllocating).
+		// The topology is checked: a config error is the workload's.
+		switch err := sim.Preflight(cfg, *work); {
+		case errors.Is(err, sim.ErrMemory):
+			return usagef("%v", err)
+		case err != nil:
+			return usagef("sim: --workload: %v", err)
+		}
+	}
 	w, err := sim.ParseWorkload(*work, t.Hosts(), *seed)
 	if err != nil {
 		return usagef("sim: --workload: %v", err)
 	}
+	cfg.Workload = w
 	if *cmFile != "" {
 		f, err := os.Create(*cmFile)
 		if err != nil {
@@ -145,8 +176,6 @@ func runSim(args []string) error {
 		}
 		return f.Close()
 	}
-	cfg := sim.Config{Topo: t, Workload: w, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
 	if mem > 0 {
 		debug.SetMemoryLimit(int64(mem))
 	}
@@ -183,7 +212,7 @@ func runSim(args []string) error {
 	var res sim.Result
 	select {
 	case r := <-ran:
-		if errors.Is(r.err, sim.ErrConfig) { // checked before anything runs
+		if errors.Is(r.err, sim.ErrConfig) || errors.Is(r.err, sim.ErrMemory) { // checked before anything runs
 			return usagef("%v", r.err)
 		}
 		if r.err != nil {

@@ -158,6 +158,9 @@ func testbedUp(args []string, w io.Writer) error {
 	if err != nil {
 		return usagef("testbed up: %v", err)
 	}
+	if *timeout <= 0 {
+		return usagef("testbed up: --timeout %v: want a duration above 0", *timeout)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, *timeout)
@@ -167,6 +170,14 @@ func testbedUp(args []string, w io.Writer) error {
 		return err
 	}
 	defer f.Close()
+	if ctx.Err() != nil {
+		// Interrupted while it came up: leave nothing behind.
+		f.Close()
+		if err := testbed.DownLeafSpine(*name); err != nil {
+			return fmt.Errorf("%w; removing the testbed: %v", context.Cause(ctx), err)
+		}
+		return context.Cause(ctx)
+	}
 	res := upResult{Name: f.Name, Prefix: f.Prefix, Config: f.Config.String(), PinDir: f.Programs().PinDir(),
 		State: filepath.Join(testbed.StateDir, f.Name+".json")}
 	for _, h := range f.Hosts {
@@ -433,6 +444,9 @@ func testbedStatus(args []string, w io.Writer) error {
 	defer cancel()
 	for _, n := range names {
 		f, err := testbed.OpenLeafSpine(n)
+		if errors.Is(err, os.ErrNotExist) && len(pos) > 0 {
+			return usagef("testbed status: no testbed %q (spray testbed list shows them)", n)
+		}
 		if err != nil {
 			return err
 		}
@@ -543,12 +557,23 @@ func testbedFault(args []string, w io.Writer) error {
 			return usagef("testbed fault: %v", err)
 		}
 	}
+	if sw, p, ok := strings.Cut(*port, ":"); !ok || sw == "" || p == "" {
+		return usagef("testbed fault: --port %q: want SWITCH:PORT, such as spine0:leaf1 or leaf0:up1", *port)
+	}
 	f, err := testbed.OpenLeafSpine(pos[0])
+	if errors.Is(err, os.ErrNotExist) {
+		return usagef("testbed fault: no testbed %q (spray testbed list shows them)", pos[0])
+	}
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	// A port the testbed does not have is a usage error, found before
+	// anything changes.
 	sw, pi, err := f.LookupPort(*port)
+	if errors.Is(err, testbed.ErrConfig) {
+		return usagef("testbed fault: --port: %v", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -177,12 +177,15 @@ func TestTestbedCLI(t *testing.T) {
 		t.Errorf("after fault --clear: %+v", p.Faults)
 	}
 
+	// A fault command line that names what the testbed does not have is
+	// a usage error (status 2), refused before any port changes.
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"fault", name, "--port", "spine7:leaf1", "--blackhole"}, "no switch"},
 		{[]string{"fault", name, "--port", "spine0:leaf9", "--blackhole"}, "no port"},
+		{[]string{"fault", name, "--port", "leaf0:up9", "--down"}, "no port"},
 		{[]string{"fault", name, "--port", "spine0:leaf1", "--loss", "1.5"}, "[0, 1]"},
 		{[]string{"fault", name, "--port", "spine0:leaf1", "--burst", "0.1"}, "--burst"},
 		{[]string{"fault", name, "--port", "spine0:leaf1"}, "nothing to do"},
@@ -197,6 +200,8 @@ func TestTestbedCLI(t *testing.T) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !strings.Contains(errs, c.want) {
 			t.Errorf("spray testbed %s: %v, stderr %q; want a failure saying %q", strings.Join(c.args, " "), err, errs, c.want)
+		} else if (c.args[0] == "fault" || c.args[0] == "status") && ee.ExitCode() != 2 {
+			t.Errorf("spray testbed %s: exit status %d, want 2 (a usage error)", strings.Join(c.args, " "), ee.ExitCode())
 		}
 	}
 
