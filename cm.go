@@ -215,6 +215,14 @@ type CMStats struct {
 	// (forged on the path, or a peer gone), or a record that failed TLS.
 	// They carry on, their packets authenticated (Conn.read).
 	ChannelsCut uint64
+	// ClosesOverQP counts secured connections whose close went over the
+	// QP (a close marker sent, asking or answering) because their
+	// channel had ended or stayed silent.
+	ClosesOverQP uint64
+	// CloseUnconfirmed counts Closes that freed the QP without the
+	// peer's confirmation within Options.CloseTimeout (a peer gone, or
+	// one that does not receive).
+	CloseUnconfirmed uint64
 }
 
 // CMStats returns the connection manager's counters.

@@ -3,6 +3,7 @@ package spray
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -31,12 +32,21 @@ type Conn struct {
 	done chan struct{} // closed when torn down
 	wmu  sync.Mutex    // serializes writes to tc
 
+	// halt ends the application's Recv on the QP when the teardown
+	// begins: from then on the teardown alone reads it (recvQP).
+	halt    context.Context
+	haltNow context.CancelFunc
+	rmu     sync.Mutex // serializes reads of the QP (recvQP)
+
 	mu       sync.Mutex
 	cause    error // why it closes; nil while open
 	left     []transport.Message
 	sentDREQ bool
-	gotDREQ  bool
-	gotDREP  bool
+	gotDREQ  bool // on the channel
+	gotDREP  bool // on the channel
+	qpDREQ   bool // as a close marker on the QP (secured only)
+	qpDREP   bool // as a close marker on the QP (secured only)
+	overQP   bool // a close marker was sent (CMStats.ClosesOverQP)
 	eof      bool
 	notify   chan struct{}
 	rdone    chan struct{} // the reader's end
@@ -54,6 +64,7 @@ func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ends *endConn, ver 
 	c := &Conn{ep: ep, qp: qc, tc: tc, ends: ends, ver: ver, prot: prot, service: service, remote: remote,
 		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
 	c.life, c.kill = context.WithCancelCause(context.Background())
+	c.halt, c.haltNow = context.WithCancel(context.Background())
 	ep.mu.Lock()
 	if ep.closed {
 		ep.mu.Unlock()
@@ -88,8 +99,8 @@ func (w *wrapped) Unwrap() error { return w.err }
 // forged on the path, so it is counted (CMStats.ChannelsCut) and leaves
 // the QP running, whose packets are authenticated: a peer that is really
 // gone shows as transport.ErrPeerUnreachable on the next operation, and
-// Close frees this side's QP without the peer's confirmation
-// (TestCMInjectedDREQ's secured row, TestSecureChannelCut).
+// Close then goes over the QP (closeLocal; TestCMInjectedDREQ's secured
+// row, TestSecureChannelCut, TestSecureCloseOverQP).
 func (c *Conn) read() {
 	defer close(c.rdone)
 	for {
@@ -156,6 +167,7 @@ func (c *Conn) start(k closeKind, cause error) {
 		c.mu.Lock()
 		c.cause = cause
 		c.mu.Unlock()
+		c.haltNow()
 		go c.teardown(k, cause)
 	})
 }
@@ -169,44 +181,42 @@ func (c *Conn) send(typ uint8) {
 
 func (c *Conn) teardown(k closeKind, cause error) {
 	timeout := c.ep.opts.CloseTimeout
+	deadline := time.Now().Add(timeout)
+	var stopReading func()
+	if c.prot != ProtectionClear && k != byGone {
+		stopReading = c.readQP()
+	}
 	if k != byGone {
-		c.drain(time.Now().Add(timeout))
+		c.drain(deadline)
 	}
 	switch k {
 	case byLocal:
-		c.mu.Lock()
-		c.sentDREQ = true
-		c.mu.Unlock()
-		c.send(msgDREQ)
-		sentDREP := false
-		t := time.NewTimer(timeout)
-	wait:
-		for {
-			c.mu.Lock()
-			dreq, drep, eof := c.gotDREQ, c.gotDREP, c.eof
-			c.mu.Unlock()
-			if dreq && !sentDREP { // both sides closed at once
-				c.send(msgDREP)
-				sentDREP = true
-			}
-			if drep || eof {
-				break
-			}
-			select {
-			case <-c.notify:
-			case <-t.C:
-				break wait
-			}
+		if !c.closeLocal(deadline) {
+			c.ep.mu.Lock()
+			c.ep.cm.CloseUnconfirmed++
+			c.ep.mu.Unlock()
 		}
-		t.Stop()
 	case byPeer:
+		c.mu.Lock()
+		onQP := c.qpDREQ
+		c.mu.Unlock()
 		c.send(msgDREP)
+		if onQP {
+			c.sendMarker(deadline, markDREP)
+		}
+	}
+	if stopReading != nil {
+		stopReading()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	left, _ := c.qp.Destroy(ctx)
 	cancel()
 	c.mu.Lock()
-	c.left = append(c.left, left...)
+	for _, m := range left {
+		if !c.isMarker(m) {
+			c.left = append(c.left, m)
+		}
+	}
 	c.mu.Unlock()
 	c.kill(cause)
 	c.tc.Close()
@@ -215,6 +225,176 @@ func (c *Conn) teardown(k closeKind, cause error) {
 	delete(c.ep.conns, c)
 	c.ep.mu.Unlock()
 	close(c.done)
+}
+
+// closeLocal tells the peer that this side closes and waits until
+// deadline for its confirmation; false if none came.
+//
+// A clear Conn sends DREQ on the channel and takes DREP, or the channel's
+// end, as the confirmation. A secured Conn does not believe the channel's
+// end (Conn.read), so when its channel has ended, or has said nothing for
+// a quarter of the close timeout (a channel cut towards the peer only
+// looks open from here), it sends DREQ over the QP as a close marker:
+// authenticated like every packet of the QP, acknowledged and retried by
+// the transport. The peer answers on the path the request came by, and
+// the first DREP, on either path, confirms (TestSecureCloseOverQP).
+func (c *Conn) closeLocal(deadline time.Time) bool {
+	secured := c.prot != ProtectionClear
+	c.mu.Lock()
+	c.sentDREQ = true
+	eof := c.eof
+	c.mu.Unlock()
+	if !secured || !eof {
+		c.send(msgDREQ)
+	}
+	// The DREQ marker is acknowledged once the peer's QP has it; a peer
+	// that answered on the channel and freed its QP never acknowledges
+	// it, so it is sent aside and abandoned once confirmed.
+	mctx, mcancel := context.WithDeadline(context.Background(), deadline)
+	var marking sync.WaitGroup
+	defer func() {
+		mcancel()
+		marking.Wait()
+	}()
+	overQP := false
+	sendQP := func() {
+		if !overQP {
+			overQP = true
+			c.countOverQP()
+			marking.Go(func() { c.qp.SendImm(mctx, nil, markDREQ) })
+		}
+	}
+	var fallback <-chan time.Time
+	if secured {
+		ft := time.NewTimer(c.ep.opts.CloseTimeout / 4)
+		defer ft.Stop()
+		fallback = ft.C
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	sentDREP, sentMarkDREP := false, false
+	for {
+		c.mu.Lock()
+		dreq, drep, qdreq, qdrep, eof := c.gotDREQ, c.gotDREP, c.qpDREQ, c.qpDREP, c.eof
+		c.mu.Unlock()
+		if dreq && !sentDREP { // both sides closed at once
+			c.send(msgDREP)
+			sentDREP = true
+		}
+		if qdreq && !sentMarkDREP {
+			c.sendMarker(deadline, markDREP)
+			sentMarkDREP = true
+		}
+		switch {
+		case drep || qdrep:
+			return true
+		case eof && !secured:
+			return true
+		case eof:
+			sendQP()
+		}
+		select {
+		case <-c.notify:
+		case <-fallback:
+			fallback = nil
+			sendQP()
+		case <-t.C:
+			return false
+		}
+	}
+}
+
+// sendMarker sends a close marker (markDREQ, markDREP) over the QP and
+// waits until the peer acknowledged it or deadline.
+func (c *Conn) sendMarker(deadline time.Time, imm uint32) {
+	c.countOverQP()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	c.qp.SendImm(ctx, nil, imm)
+	cancel()
+}
+
+// countOverQP counts, once per Conn, a close that went over the QP.
+func (c *Conn) countOverQP() {
+	c.mu.Lock()
+	first := !c.overQP
+	c.overQP = true
+	c.mu.Unlock()
+	if first {
+		c.ep.mu.Lock()
+		c.ep.cm.ClosesOverQP++
+		c.ep.mu.Unlock()
+	}
+}
+
+// isMarker reports whether m is a close marker: on a secured Conn, a
+// message without data whose immediate is markDREQ or markDREP. Only an
+// authenticated QP carries them; in clear one could be forged on the
+// path, so there it is an ordinary message.
+func (c *Conn) isMarker(m transport.Message) bool {
+	return c.prot != ProtectionClear && m.HasImm && m.Len == 0 && (m.Imm == markDREQ || m.Imm == markDREP)
+}
+
+// onMarker notes a close marker read from the QP: a DREQ closes the Conn
+// as a DREQ on the channel does.
+func (c *Conn) onMarker(imm uint32) {
+	c.mu.Lock()
+	if imm == markDREQ {
+		c.qpDREQ = true
+	} else {
+		c.qpDREP = true
+	}
+	c.mu.Unlock()
+	c.signal()
+	if imm == markDREQ {
+		c.start(byPeer, nil)
+	}
+}
+
+// signal wakes a teardown waiting for the peer.
+func (c *Conn) signal() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// recvQP returns the QP's next message, taking the close markers it reads
+// on the way. It is the only reader of the QP: Recv until the teardown
+// begins (c.halt), readQP after.
+func (c *Conn) recvQP(ctx context.Context) (transport.Message, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		m, err := c.qp.Recv(ctx)
+		if err != nil || !c.isMarker(m) {
+			return m, err
+		}
+		m.Release()
+		c.onMarker(m.Imm)
+	}
+}
+
+// readQP reads a secured Conn's QP during its teardown, keeping the
+// messages for Recv and taking the close markers, until stop.
+func (c *Conn) readQP() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := c.recvQP(ctx)
+			if err != nil {
+				return
+			}
+			c.mu.Lock()
+			c.left = append(c.left, m)
+			c.mu.Unlock()
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // drain waits until the QP has no work request pending or has failed.
@@ -234,9 +414,11 @@ func (c *Conn) drain(deadline time.Time) {
 
 // Close drains the work posted on the connection (up to
 // Options.CloseTimeout), tells the peer, waits for its confirmation and
-// frees the QP on this side; the peer frees its own. Calls pending on the
-// Conn then return ErrClosed. Close is idempotent: every call waits for the
-// teardown and returns nil.
+// frees the QP on this side; the peer frees its own. A secured Conn
+// whose channel was cut closes over the QP instead (see closeLocal). It
+// frees the QP after Options.CloseTimeout at the latest, confirmed or not.
+// Calls pending on the Conn then return ErrClosed. Close is idempotent:
+// every call waits for the teardown and returns nil.
 func (c *Conn) Close() error {
 	c.start(byLocal, nil)
 	<-c.done
@@ -294,8 +476,14 @@ func (c *Conn) call(ctx context.Context, fn func(context.Context) error) error {
 
 // withLife runs fn with a context that also ends at the teardown.
 func (c *Conn) withLife(ctx context.Context, fn func(context.Context) error) error {
+	return withCtx(ctx, c.life, fn)
+}
+
+// withCtx runs fn with a context that ends with ctx or with also, whose
+// cause it then takes.
+func withCtx(ctx, also context.Context, fn func(context.Context) error) error {
 	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.life, func() { cancel(context.Cause(c.life)) })
+	stop := context.AfterFunc(also, func() { cancel(context.Cause(also)) })
 	err := fn(cctx)
 	stop()
 	cancel(nil)
@@ -307,8 +495,13 @@ func (c *Conn) Send(ctx context.Context, msg []byte) error {
 	return c.call(ctx, func(ctx context.Context) error { return c.qp.Send(ctx, msg) })
 }
 
-// SendImm sends msg with an immediate value.
+// SendImm sends msg with an immediate value. On a secured Conn, an
+// empty message with the immediate 0x53504305 or 0x53504306 is reserved:
+// it is the close marker (see Close).
 func (c *Conn) SendImm(ctx context.Context, msg []byte, imm uint32) error {
+	if err := c.checkImm(msg, imm); err != nil {
+		return err
+	}
 	return c.call(ctx, func(ctx context.Context) error { return c.qp.SendImm(ctx, msg, imm) })
 }
 
@@ -319,8 +512,21 @@ func (c *Conn) Write(ctx context.Context, data []byte, to transport.Remote) erro
 }
 
 // WriteImm writes like Write, then gives the peer a completion with imm.
+// As for SendImm, an empty write with a close marker's immediate is
+// refused on a secured Conn.
 func (c *Conn) WriteImm(ctx context.Context, data []byte, to transport.Remote, imm uint32) error {
+	if err := c.checkImm(data, imm); err != nil {
+		return err
+	}
 	return c.call(ctx, func(ctx context.Context) error { return c.qp.WriteImm(ctx, data, to, imm) })
+}
+
+// checkImm refuses what the peer would take for a close marker.
+func (c *Conn) checkImm(data []byte, imm uint32) error {
+	if c.prot != ProtectionClear && len(data) == 0 && (imm == markDREQ || imm == markDREP) {
+		return fmt.Errorf("%w: an empty message with the immediate %#x is the secured close marker", transport.ErrInvalidRequest, imm)
+	}
+	return nil
 }
 
 // Read reads len(into) bytes of the peer's region at from into into (see
@@ -332,6 +538,9 @@ func (c *Conn) Read(ctx context.Context, into []byte, from transport.Remote) err
 
 // Recv returns the next received message. After the peer closed the
 // connection it returns the messages that arrived before, then io.EOF.
+// Once the teardown begins, by either side, it returns what the QP held
+// then (the teardown reads it from there on), then ErrClosed, io.EOF or
+// why the connection broke.
 func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 	for {
 		c.mu.Lock()
@@ -351,23 +560,25 @@ func (c *Conn) Recv(ctx context.Context) (transport.Message, error) {
 			return transport.Message{}, cause
 		default:
 		}
-		var m transport.Message
-		err := c.withLife(ctx, func(ctx context.Context) error {
-			var err error
-			m, err = c.qp.Recv(ctx)
-			return err
-		})
-		if err == nil {
-			return m, nil
-		}
-		if ctx.Err() != nil || (c.life.Err() == nil && !errors.Is(err, transport.ErrDestroyed)) {
-			return m, err // not torn down: the caller's context, the endpoint failed, or a receive buffer's error
+		if cause == nil {
+			var m transport.Message
+			err := withCtx(ctx, c.halt, func(ctx context.Context) error {
+				var err error
+				m, err = c.recvQP(ctx)
+				return err
+			})
+			if err == nil {
+				return m, nil
+			}
+			if ctx.Err() != nil || (c.halt.Err() == nil && !errors.Is(err, transport.ErrDestroyed)) {
+				return m, err // not torn down: the caller's context, the endpoint failed, or a receive buffer's error
+			}
 		}
 		// Torn down: wait for the messages left behind, then report them.
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return m, ctx.Err()
+			return transport.Message{}, ctx.Err()
 		}
 	}
 }

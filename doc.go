@@ -152,8 +152,15 @@
 // channel without one (a reset, a FIN, a record that fails its tag) can be
 // forged on the path, so it is counted (CMStats.ChannelsCut) and leaves
 // the QP running; a peer that is really gone shows as
-// transport.ErrPeerUnreachable on the next operation, and Close frees
-// this side's QP without waiting for the peer.
+// transport.ErrPeerUnreachable on the next operation. A Close still
+// reaches the peer: when the channel has ended, or stays silent for a
+// quarter of Options.CloseTimeout, DREQ and DREP travel over the QP
+// itself, authenticated like its every packet, acknowledged and retried
+// by the transport (an empty SEND whose immediate is 0x53504305, DREQ, or
+// 0x53504306, DREP; CMStats.ClosesOverQP). The peer's Recv then returns
+// io.EOF when it reaches the marker, and both QPs are freed within the
+// close timeout; a Close that no confirmation reached by then frees this
+// side's QP all the same (CMStats.CloseUnconfirmed).
 //
 // # Errors
 //
