@@ -1,4 +1,4 @@
-package spray
+package cm
 
 import (
 	"container/list"
@@ -92,9 +92,9 @@ func (ep *Endpoint) ListenWith(service string, o ListenOptions) (*Listener, erro
 		}
 	}
 	if ep.ln == nil {
-		ln, err := net.Listen("tcp", ep.opts.CMAddr)
+		ln, err := net.Listen("tcp", ep.cfg.CMAddr)
 		if err != nil {
-			return nil, fmt.Errorf("spray: connection manager on %s: %w (set Options.CMAddr)", ep.opts.CMAddr, err)
+			return nil, fmt.Errorf("spray: connection manager on %s: %w (set Options.CMAddr)", ep.cfg.CMAddr, err)
 		}
 		ep.ln = ln
 		ep.wg.Go(func() { ep.serve(ln) })
@@ -185,9 +185,9 @@ type handshake struct {
 	evicted bool          // dropped for a newer request (under Endpoint.mu)
 }
 
-// CMStats counts the connection manager's work: as listener, and, for
+// Stats counts the connection manager's work: as listener, and, for
 // ChannelsCut, for every connection.
-type CMStats struct {
+type Stats struct {
 	// HalfOpen is the number of requests being answered now, from the
 	// TCP accept to the dialer's RTU: at most Options.MaxHandshakes.
 	HalfOpen int
@@ -226,7 +226,7 @@ type CMStats struct {
 }
 
 // CMStats returns the connection manager's counters.
-func (ep *Endpoint) CMStats() CMStats {
+func (ep *Endpoint) CMStats() Stats {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	s := ep.cm
@@ -280,10 +280,10 @@ func (ep *Endpoint) admit(tc net.Conn) *handshake {
 	}
 	now := time.Now()
 	h := &handshake{tc: tc, start: now}
-	if ep.hs.Len() >= ep.opts.MaxHandshakes {
-		if now.Sub(ep.hs.Front().Value.(*handshake).start) < ep.opts.HandshakeTimeout/20 || ep.dropping >= ep.opts.MaxHandshakes {
+	if ep.hs.Len() >= ep.cfg.MaxHandshakes {
+		if now.Sub(ep.hs.Front().Value.(*handshake).start) < ep.cfg.HandshakeTimeout/20 || ep.dropping >= ep.cfg.MaxHandshakes {
 			ep.cm.Refused++
-			if ep.refusing >= ep.opts.MaxHandshakes {
+			if ep.refusing >= ep.cfg.MaxHandshakes {
 				tc.Close()
 				return nil
 			}
@@ -297,7 +297,7 @@ func (ep *Endpoint) admit(tc net.Conn) *handshake {
 		ep.dropping++
 		v.tc.SetReadDeadline(time.Unix(1, 0)) // its handler rejects it and cleans up
 	}
-	tc.SetDeadline(now.Add(ep.opts.HandshakeTimeout))
+	tc.SetDeadline(now.Add(ep.cfg.HandshakeTimeout))
 	h.elem = ep.hs.PushBack(h)
 	return h
 }
@@ -307,7 +307,7 @@ func (ep *Endpoint) admit(tc net.Conn) *handshake {
 // not reset the connection before the dialer reads the rejection.
 func (ep *Endpoint) refuse(tc net.Conn) {
 	r := rejection{reason: rejFull, version: ep.cmTop(),
-		text: fmt.Sprintf("%d connection requests in progress at %s; try again", ep.opts.MaxHandshakes, tc.LocalAddr())}
+		text: fmt.Sprintf("%d connection requests in progress at %s; try again", ep.cfg.MaxHandshakes, tc.LocalAddr())}
 	tc.Write(appendMsgV(nil, ep.cmTop(), msgREJ, r.marshal()))
 	if cw, ok := tc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
@@ -354,7 +354,7 @@ func (ep *Endpoint) handle(h *handshake) {
 		ep.mu.Unlock()
 		if evicted && !repSent {
 			tc.SetWriteDeadline(time.Now().Add(time.Second))
-			reject(rejFull, "%d connection requests in progress at %s: this one was dropped for a newer one; try again", ep.opts.MaxHandshakes, tc.LocalAddr())
+			reject(rejFull, "%d connection requests in progress at %s: this one was dropped for a newer one; try again", ep.cfg.MaxHandshakes, tc.LocalAddr())
 		}
 		if qc != nil {
 			qc.Destroy(context.Background())
@@ -468,8 +468,8 @@ func (ep *Endpoint) handle(h *handshake) {
 			return
 		}
 	}
-	if req.profile != ep.opts.Profile {
-		reject(rejProfile, "profile %v asked, this endpoint runs %v", req.profile, ep.opts.Profile)
+	if req.profile != ep.cfg.Profile {
+		reject(rejProfile, "profile %v asked, this endpoint runs %v", req.profile, ep.cfg.Profile)
 		return
 	}
 	if err := ep.checkPeerIP(req.qp.IP, tc.RemoteAddr(), "dialer", "came from"); err != nil {
@@ -493,7 +493,7 @@ func (ep *Endpoint) handle(h *handshake) {
 		reject(rejBusy, "backlog of service %q full", req.service)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ep.opts.HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ep.cfg.HandshakeTimeout)
 	defer cancel()
 	// A dialer that sent its steering gets a QP whose entropies its RSS
 	// delivers to its QP's engine (TestCMSteering).
@@ -590,9 +590,9 @@ func lingerClose(tc net.Conn) {
 // ports of a kernel UDP link only (AF_XDP and AF_PACKET take port 4791),
 // nothing but the MTU for a caller's link.
 func (ep *Endpoint) linkInfo() linkInfo {
-	l := linkInfo{kind: ep.kind, mtu: uint16(ep.mtu)}
+	l := linkInfo{kind: ep.kind, mtu: uint16(ep.cfg.MTU)}
 	if ep.kind == LinkUDP {
-		p := ep.opts.Port
+		p := ep.cfg.DataPort
 		if p == 0 {
 			p = 4791
 		}
@@ -633,7 +633,7 @@ func (ep *Endpoint) checkPeerIP(claimed netip.Addr, at net.Addr, who, how string
 	if claimed.IsMulticast() || claimed == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return fmt.Errorf("the %s's QP address %s is a multicast or broadcast address", who, claimed)
 	}
-	if ep.opts.TrustPeerIP {
+	if ep.cfg.TrustPeerIP {
 		return nil
 	}
 	ta, ok := at.(*net.TCPAddr)
@@ -647,7 +647,7 @@ func (ep *Endpoint) checkPeerIP(claimed netip.Addr, at net.Addr, who, how string
 }
 
 // Dial sets up a connection to the service at addr ("host:port" of the
-// peer's connection manager, or "host" for port CMPort): it creates a QP,
+// peer's connection manager, or "host" for port Port): it creates a QP,
 // exchanges QP information with the peer and connects both sides. A
 // refused TCP connection returns ErrRefused at once; a rejection returns
 // ErrUnknownService, ErrVersion, ErrIncompatible, ErrPeerAddr or
@@ -681,11 +681,11 @@ func (ep *Endpoint) DialWith(ctx context.Context, addr, service string, o DialOp
 		return nil, err
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(addr, strconv.Itoa(CMPort))
+		addr = net.JoinHostPort(addr, strconv.Itoa(Port))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ep.opts.HandshakeTimeout)
+		ctx, cancel = context.WithTimeout(ctx, ep.cfg.HandshakeTimeout)
 		defer cancel()
 	}
 	qc, err := ep.CreateQP(ctx)
@@ -700,7 +700,7 @@ func (ep *Endpoint) DialWith(ctx context.Context, addr, service string, o DialOp
 			return c, nil
 		}
 		if next.clear && sec != nil {
-			ep.opts.logf("spray: dial %s: %v; dialing again in clear (Security.AllowClear)", addr, err)
+			ep.cfg.logf("spray: dial %s: %v; dialing again in clear (Security.AllowClear)", addr, err)
 			sec = nil
 			continue
 		}
@@ -757,7 +757,7 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 	raw.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req := connReq{profile: ep.opts.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
+	req := connReq{profile: ep.cfg.Profile, qp: qc.Info(), service: service, steer: ep.steering(qc), link: ep.linkInfo()}
 	secure := sec != nil
 	var ts *tls.Conn
 	var recording *recConn
