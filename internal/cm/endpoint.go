@@ -125,6 +125,10 @@ type Endpoint struct {
 	// version of the connection protocol the endpoint speaks: 1 makes
 	// it a version-1 peer (TestCMVersion1Peer, TestCMSteering).
 	cmv uint8
+	// trace, when set (by tests, before Listen and Dial), sees every
+	// transition of every handshake: the role ("listener", "dialer") and
+	// the states left and entered.
+	trace func(role, from, to string)
 }
 
 // New starts a connection manager for te. Its Close closes te.
