@@ -169,7 +169,7 @@ func (ep *Endpoint) dialOnce(ctx context.Context, qc *transport.Conn, ver uint8,
 			stop = context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 		}
 		if ep.trace != nil {
-			ep.trace("dialer", s.String(), next.String())
+			ep.trace(x, "dialer", s.String(), next.String())
 		}
 		s = next
 	}

@@ -126,9 +126,9 @@ type Endpoint struct {
 	// it a version-1 peer (TestCMVersion1Peer, TestCMSteering).
 	cmv uint8
 	// trace, when set (by tests, before Listen and Dial), sees every
-	// transition of every handshake: the role ("listener", "dialer") and
-	// the states left and entered.
-	trace func(role, from, to string)
+	// transition of every handshake: which handshake, its role
+	// ("listener", "dialer") and the states left and entered.
+	trace func(hs any, role, from, to string)
 }
 
 // New starts a connection manager for te. Its Close closes te.

@@ -79,7 +79,7 @@ func (ep *Endpoint) handle(h *handshake) {
 	for s < lsConnected {
 		next := x.step(s)
 		if ep.trace != nil {
-			ep.trace("listener", s.String(), next.String())
+			ep.trace(h, "listener", s.String(), next.String())
 		}
 		s = next
 	}
