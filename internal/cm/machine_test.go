@@ -112,7 +112,7 @@ func TestListenerTransitions(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		set    []func(*Options)
-		listen func(t *testing.T, eb *Endpoint)         // the Listeners; nil: Listen("x")
+		listen func(t *testing.T, eb *Endpoint)       // the Listeners; nil: Listen("x")
 		dial   func(t *testing.T, eb *Endpoint) uint8 // returns the REJ reason read, or 0
 		path   string
 		stat   func(Stats) uint64
