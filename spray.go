@@ -128,7 +128,9 @@ type Options struct {
 	// (package telemetry) for as long as it is open.
 	Metrics metric.MeterProvider
 	// CloseTimeout bounds how long Conn.Close waits for posted work to
-	// complete and for the peer to confirm. 0: 5 s.
+	// complete and for the peer to confirm; both QPs are freed within it,
+	// over the QP itself for a secured connection whose channel was cut.
+	// 0: 5 s.
 	CloseTimeout time.Duration
 	// HandshakeTimeout bounds a connection's setup: each one the
 	// connection manager answers, and a Dial whose context has no

@@ -36,7 +36,7 @@ type Conn struct {
 	// begins: from then on the teardown alone reads it (recvQP).
 	halt    context.Context
 	haltNow context.CancelFunc
-	rmu     sync.Mutex // serializes reads of the QP (recvQP)
+	rmu     chan struct{} // holds one token: serializes reads of the QP (recvQP)
 
 	mu       sync.Mutex
 	cause    error // why it closes; nil while open
@@ -65,6 +65,8 @@ func (ep *Endpoint) newConn(qc *transport.Conn, tc net.Conn, ends *endConn, ver 
 		done: make(chan struct{}), notify: make(chan struct{}, 1), rdone: make(chan struct{})}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	c.halt, c.haltNow = context.WithCancel(context.Background())
+	c.rmu = make(chan struct{}, 1)
+	c.rmu <- struct{}{}
 	ep.mu.Lock()
 	if ep.closed {
 		ep.mu.Unlock()
@@ -282,8 +284,13 @@ func (c *Conn) closeLocal(deadline time.Time) bool {
 			sentDREP = true
 		}
 		if qdreq && !sentMarkDREP {
-			c.sendMarker(deadline, markDREP)
+			// Both sides close at once: the peer's DREQ says it has
+			// drained, and its QP's acknowledgement of this DREP that
+			// it knows this side closes (TestSecureCloseOverQP, both).
 			sentMarkDREP = true
+			if c.sendMarker(deadline, markDREP) == nil {
+				return true
+			}
 		}
 		switch {
 		case drep || qdrep:
@@ -305,12 +312,12 @@ func (c *Conn) closeLocal(deadline time.Time) bool {
 }
 
 // sendMarker sends a close marker (markDREQ, markDREP) over the QP and
-// waits until the peer acknowledged it or deadline.
-func (c *Conn) sendMarker(deadline time.Time, imm uint32) {
+// waits until the peer acknowledged it (nil) or deadline.
+func (c *Conn) sendMarker(deadline time.Time, imm uint32) error {
 	c.countOverQP()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	c.qp.SendImm(ctx, nil, imm)
-	cancel()
+	defer cancel()
+	return c.qp.SendImm(ctx, nil, imm)
 }
 
 // countOverQP counts, once per Conn, a close that went over the QP.
@@ -362,8 +369,12 @@ func (c *Conn) signal() {
 // on the way. It is the only reader of the QP: Recv until the teardown
 // begins (c.halt), readQP after.
 func (c *Conn) recvQP(ctx context.Context) (transport.Message, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
+	select {
+	case <-c.rmu:
+	case <-ctx.Done():
+		return transport.Message{}, ctx.Err()
+	}
+	defer func() { c.rmu <- struct{}{} }()
 	for {
 		m, err := c.qp.Recv(ctx)
 		if err != nil || !c.isMarker(m) {

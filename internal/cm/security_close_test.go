@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +21,12 @@ import (
 // the QP: the peer's Recv returns the closer's last message, then io.EOF,
 // and its Err is ErrPeerClosed; the closer's Close is confirmed
 // (CMStats.CloseUnconfirmed stays 0), both sides count the close over the
-// QP, and neither endpoint holds a QP.
+// QP, and neither endpoint holds a QP. When both sides close at once,
+// both are confirmed.
 func TestSecureCloseOverQP(t *testing.T) {
 	for _, rst := range []bool{false, true} {
-		for _, listenerCloses := range []bool{true, false} {
-			name := map[bool]string{false: "fin", true: "rst"}[rst] + map[bool]string{false: "-dialer-closes", true: "-listener-closes"}[listenerCloses]
+		for _, who := range []string{"listener", "dialer", "both"} {
+			name := map[bool]string{false: "fin", true: "rst"}[rst] + "-" + who + "-closes"
 			t.Run(name, func(t *testing.T) {
 				seed := testutil.Seed(t)
 				fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
@@ -49,8 +51,23 @@ func TestSecureCloseOverQP(t *testing.T) {
 				if n := eb.CMStats().ChannelsCut; n != 1 {
 					t.Fatalf("ChannelsCut %d, want 1", n)
 				}
+				if who == "both" {
+					var closed sync.WaitGroup
+					closed.Go(func() { a.Close() })
+					closed.Go(func() { b.Close() })
+					closed.Wait()
+					for _, ep := range []*Endpoint{ea, eb} {
+						if s := ep.CMStats(); s.ClosesOverQP != 1 || s.CloseUnconfirmed != 0 {
+							t.Fatalf("ClosesOverQP %d and CloseUnconfirmed %d, want 1 and 0", s.ClosesOverQP, s.CloseUnconfirmed)
+						}
+					}
+					if qps(t, ea) != 0 || qps(t, eb) != 0 {
+						t.Fatalf("QPs left: %d and %d", qps(t, ea), qps(t, eb))
+					}
+					return
+				}
 				closer, peer := a, b
-				if listenerCloses {
+				if who == "listener" {
 					closer, peer = b, a
 				}
 				last := []byte("last words")
