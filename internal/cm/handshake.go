@@ -147,11 +147,14 @@ func (x *lhs) firstByte() lstate {
 	return lsTLS
 }
 
-// tlsHandshake: a failed TLS handshake (a certificate either side
-// refuses, a dialer that sent none) is counted in Stats.AuthFailed.
+// tlsHandshake: a TLS handshake that fails (a certificate either side
+// refuses, a dialer that sent none) is counted in Stats.AuthFailed, one
+// cut short by the timer as a timeout.
 func (x *lhs) tlsHandshake() lstate {
 	if err := x.ts.Handshake(); err != nil {
-		x.ep.count(func(s *Stats) { s.AuthFailed++ })
+		if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+			x.ep.count(func(s *Stats) { s.AuthFailed++ })
+		}
 		return x.fail(err)
 	}
 	x.tc = x.ts

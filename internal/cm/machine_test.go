@@ -165,6 +165,13 @@ func TestListenerTransitions(t *testing.T) {
 				}
 				return 0
 			}, stat: func(s Stats) uint64 { return s.AuthFailed }},
+		{name: "tls-timeout", set: []func(*Options){psk, short}, path: "first-byte>tls>failed",
+			dial: func(t *testing.T, eb *Endpoint) uint8 {
+				c := rawConn(t, eb.CMAddr())
+				c.Write([]byte{0x16, 3, 1, 0, 200}) // a record header, and no record
+				io.Copy(io.Discard, c)
+				return 0
+			}, stat: func(s Stats) uint64 { return s.TimedOut + 10*s.AuthFailed }}, // a timeout, not an authentication failure
 		{name: "request-bad-magic", path: "first-byte>request>rejected",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
