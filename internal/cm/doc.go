@@ -97,9 +97,18 @@
 // endpoint dropped) and what to check. A restarted peer is dialled again
 // like a new one.
 //
+// A secured Conn does not believe a FIN or a reset on its channel (anyone
+// on the path can forge one): the QP carries on, and its close goes over
+// the QP itself when the channel has ended or stays silent, as a close
+// marker, an empty SEND whose immediate is 0x53504305 (DREQ) or
+// 0x53504306 (DREP), authenticated by the QP's keys, acknowledged and
+// retried by the transport (Conn.closeLocal; docs/design.md, "Close over
+// the QP").
+//
 // # The handshake as a state machine
 //
-// Each side of a handshake is a state machine (handshake.go): named
+// Each side of a handshake is a state machine (handshake.go for the
+// listener, dial.go for the dialer): named
 // states, the events that move it (a message read, a write that failed,
 // a timer, an eviction), and one small function per transition, each
 // returning the next state. The listener's runs in the goroutine that
