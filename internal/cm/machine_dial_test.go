@@ -142,7 +142,7 @@ func TestDialerTransitions(t *testing.T) {
 		{name: "tls-certificate-refused", sec: certSecurity(t, newPKI(t, "the dialer's CA"), "a", false),
 			addr: realListener(certSecurity(t, newPKI(t, "another CA"), "b", false)),
 			path: "connect>tls>failed", want: ErrAuth},
-		{name: "reply-timeout", timeout: 300 * time.Millisecond, path: "connect>request>reply>failed", want: os.ErrDeadlineExceeded},
+		{name: "reply-timeout", timeout: time.Second, path: "connect>request>reply>failed", want: os.ErrDeadlineExceeded},
 		{name: "reply-closed-unanswered", answer: func(c net.Conn, _ cmMsg) { c.Close() },
 			path: "connect>request>reply>failed", want: io.EOF, next: dialRetry{again: true}},
 		{name: "reply-rej-full", answer: answerRej(rejFull, cmVersion), path: "connect>request>reply>failed", want: ErrRejected, next: dialRetry{again: true}},
@@ -194,9 +194,7 @@ func TestDialerTransitions(t *testing.T) {
 			if timeout == 0 {
 				timeout = time.Minute
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			qc, err := ea.CreateQP(ctx)
+			qc, err := ea.CreateQP(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,6 +202,8 @@ func TestDialerTransitions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
 			c, next, err := ea.dialOnce(ctx, qc, cmVersion, sec, addr, "x")
 			if path := tr.first(t); path != tc.path {
 				t.Fatalf("path %s, want %s (error %v)", path, tc.path, err)

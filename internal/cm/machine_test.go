@@ -143,14 +143,14 @@ func TestListenerTransitions(t *testing.T) {
 				}
 				return 0
 			}, stat: func(s Stats) uint64 { return s.TimedOut }},
-		{name: "first-byte-evicted", set: []func(*Options){func(o *Options) { o.MaxHandshakes = 1; o.HandshakeTimeout = time.Second }},
+		{name: "first-byte-evicted", set: []func(*Options){func(o *Options) { o.MaxHandshakes = 1; o.HandshakeTimeout = 4 * time.Second }},
 			path: "first-byte>failed",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
 				waitHalfOpen(t, eb, 1)
 				// The oldest request may be dropped once it has waited a
 				// twentieth of the handshake timeout.
-				for start := time.Now(); time.Since(start) < time.Second/20; {
+				for start := time.Now(); time.Since(start) < 4*time.Second/20; {
 					time.Sleep(5 * time.Millisecond)
 				}
 				rawConn(t, eb.CMAddr())
@@ -302,7 +302,7 @@ func TestListenerTransitions(t *testing.T) {
 				sendREQ(c, r)
 				return readRej(t, c).reason
 			}, stat: func(s Stats) uint64 { return s.Rejected }},
-		{name: "ready-timeout", set: []func(*Options){short}, path: "first-byte>request>check>create>reply>ready>failed",
+		{name: "ready-timeout", set: []func(*Options){func(o *Options) { o.HandshakeTimeout = time.Second }}, path: "first-byte>request>check>create>reply>ready>failed",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
 				sendREQ(c, rawREQ())
@@ -321,13 +321,13 @@ func TestListenerTransitions(t *testing.T) {
 				io.Copy(io.Discard, c)
 				return 0
 			}},
-		{name: "ready-evicted", set: []func(*Options){func(o *Options) { o.MaxHandshakes = 1; o.HandshakeTimeout = time.Second }},
+		{name: "ready-evicted", set: []func(*Options){func(o *Options) { o.MaxHandshakes = 1; o.HandshakeTimeout = 4 * time.Second }},
 			path: "first-byte>request>check>create>reply>ready>failed",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
 				sendREQ(c, rawREQ())
 				readMsg(c)
-				for start := time.Now(); time.Since(start) < time.Second/20; {
+				for start := time.Now(); time.Since(start) < 4*time.Second/20; {
 					time.Sleep(5 * time.Millisecond)
 				}
 				rawConn(t, eb.CMAddr())
