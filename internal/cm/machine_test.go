@@ -294,6 +294,13 @@ func TestListenerTransitions(t *testing.T) {
 				sendREQ(c, r)
 				return readRej(t, c).reason
 			}, stat: func(s Stats) uint64 { return s.Rejected }},
+		{name: "create-qp-fails", path: "first-byte>request>check>create>rejected",
+			dial: func(t *testing.T, eb *Endpoint) uint8 {
+				eb.Endpoint.Close() // the transport: no QP can be created
+				c := rawConn(t, eb.CMAddr())
+				sendREQ(c, rawREQ())
+				return readRej(t, c).reason
+			}, stat: func(s Stats) uint64 { return s.Rejected }},
 		{name: "create-connect-fails", path: "first-byte>request>check>create>rejected",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
@@ -302,6 +309,28 @@ func TestListenerTransitions(t *testing.T) {
 				sendREQ(c, r)
 				return readRej(t, c).reason
 			}, stat: func(s Stats) uint64 { return s.Rejected }},
+		{name: "reply-write-fails", path: "first-byte>request>check>create>reply>failed",
+			listen: func(t *testing.T, eb *Endpoint) {
+				// The channel breaks as the reply is about to be written.
+				traced := eb.trace
+				eb.trace = func(hs any, role, from, to string) {
+					traced(hs, role, from, to)
+					if to == "reply" {
+						hs.(*handshake).tc.Close()
+					}
+				}
+				if _, err := eb.Listen("x"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			dial: func(t *testing.T, eb *Endpoint) uint8 {
+				c := rawConn(t, eb.CMAddr())
+				sendREQ(c, rawREQ())
+				if m, err := readMsg(c); err == nil {
+					t.Fatalf("read %+v after a reply that could not be written", m)
+				}
+				return 0
+			}},
 		{name: "ready-timeout", set: []func(*Options){func(o *Options) { o.HandshakeTimeout = time.Second }}, path: "first-byte>request>check>create>reply>ready>failed",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())
@@ -358,7 +387,7 @@ func TestListenerTransitions(t *testing.T) {
 			if tc.stat != nil {
 				waitStat(t, eb, tc.stat)
 			}
-			if !strings.HasSuffix(tc.path, "connected") {
+			if !strings.HasSuffix(tc.path, "connected") && tc.name != "create-qp-fails" {
 				waitQPs(t, eb, 0)
 			}
 		})
@@ -408,6 +437,7 @@ var wantReason = map[string]uint8{
 	"check-backlog-full":              rejBusy,
 	"create-bad-steering":             rejBadRequest,
 	"create-connect-fails":            rejBadRequest,
+	"create-qp-fails":                 rejInternal,
 }
 
 // dialOK dials eb's service "x" from a new endpoint with security sec
