@@ -118,7 +118,8 @@ func TestDialerTransitions(t *testing.T) {
 		path       string
 		want       error // nil: connected
 		next       dialRetry
-		afterwards uint8 // what the scripted listener read after its answer
+		afterwards uint8  // what the scripted listener read after its answer
+		breakAt    string // close the dialer's channel as it enters this state
 	}
 	realListener := func(sec *Security) func(*testing.T, *mem.Fabric) string {
 		return func(t *testing.T, fab *mem.Fabric) string {
@@ -171,6 +172,10 @@ func TestDialerTransitions(t *testing.T) {
 			path: "connect>tls>request>reply>check>refused", want: ErrRejected, afterwards: msgREJ},
 		{name: "set-up-connect-fails", answer: answerRep(func() connRep { r := rep(); r.qp.IP = netip.MustParseAddr("2001:db8::2"); return r }()),
 			path: "connect>request>reply>check>set-up>failed", want: transport.ErrInvalidRequest},
+		{name: "request-write-fails", breakAt: "request", answer: answerRep(rep()),
+			path: "connect>request>failed", want: net.ErrClosed},
+		{name: "ready-write-fails", breakAt: "ready", answer: answerRep(rep()),
+			path: "connect>request>reply>check>set-up>ready>failed", want: net.ErrClosed},
 		{name: "ready-rtu", answer: answerRep(rep()), path: "connect>request>reply>check>set-up>ready>connected", afterwards: msgRTU},
 	}
 	for _, tc := range rows {
@@ -183,6 +188,15 @@ func TestDialerTransitions(t *testing.T) {
 			}
 			ea := memEndpoint(t, fab, macA, ipA, seed, set...)
 			tr := traceOn(ea)
+			if tc.breakAt != "" {
+				traced := ea.trace
+				ea.trace = func(hs any, role, from, to string) {
+					traced(hs, role, from, to)
+					if to == tc.breakAt {
+						hs.(*dhs).tc.Close()
+					}
+				}
+			}
 			var got <-chan uint8
 			var addr string
 			if tc.addr != nil {
