@@ -1,12 +1,9 @@
 package spray
 
 import (
-	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -14,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sprayfabric/spray/internal/cm"
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/telemetry"
 	"github.com/sprayfabric/spray/transport"
@@ -38,19 +36,7 @@ const (
 	LinkRaw
 )
 
-func (k LinkKind) String() string {
-	switch k {
-	case LinkAuto:
-		return "auto"
-	case LinkXDP:
-		return "xdp"
-	case LinkUDP:
-		return "udp"
-	case LinkRaw:
-		return "raw"
-	}
-	return fmt.Sprintf("LinkKind(%d)", uint8(k))
-}
+func (k LinkKind) String() string { return cm.LinkKind(k).String() }
 
 // CMPort is the default TCP port of the connection manager: the RoCEv2
 // port number, over TCP.
@@ -68,43 +54,43 @@ const DefaultMTU = 1500
 // net.ErrClosed for calls on a closed Conn, Listener or Endpoint.
 var (
 	// ErrOptions is returned by Open for options that cannot work.
-	ErrOptions = errors.New("spray: invalid options")
+	ErrOptions = cm.ErrOptions
 	// ErrRefused is returned by Dial when nothing listens at the address.
-	ErrRefused = errors.New("spray: connection refused")
+	ErrRefused = cm.ErrRefused
 	// ErrUnknownService is returned by Dial when the peer has no Listener
 	// for the service.
-	ErrUnknownService = errors.New("spray: unknown service")
+	ErrUnknownService = cm.ErrUnknownService
 	// ErrVersion is returned by Dial when the peer speaks another version
 	// of the connection protocol.
-	ErrVersion = errors.New("spray: connection protocol version mismatch")
+	ErrVersion = cm.ErrVersion
 	// ErrRejected is returned by Dial when the peer refused the connection
 	// for another reason, given in the message.
-	ErrRejected = errors.New("spray: connection rejected")
+	ErrRejected = cm.ErrRejected
 	// ErrIncompatible is returned by Dial when the two endpoints' links
 	// cannot exchange frames: their kinds, MTUs or UDP data ports differ.
 	// The message names both sides' values.
-	ErrIncompatible = errors.New("spray: the peers' links cannot talk")
+	ErrIncompatible = cm.ErrIncompatible
 	// ErrPeerAddr is returned by Dial when one side gave its QP an address
 	// other than the one its connection manager's TCP connection has (see
 	// Options.TrustPeerIP).
-	ErrPeerAddr = errors.New("spray: the peer's QP address is not its own")
+	ErrPeerAddr = cm.ErrPeerAddr
 	// ErrSecurityMismatch is returned by Dial when one side runs its
 	// connection manager in TLS (Options.Security) and the other in clear,
 	// and the side that has security does not allow clear peers
 	// (Security.AllowClear). The message says which side has none.
-	ErrSecurityMismatch = errors.New("spray: one side requires security, the other has none")
+	ErrSecurityMismatch = cm.ErrSecurityMismatch
 	// ErrAuth is returned by Dial when a peer is not who it should be: its
 	// certificate does not verify against this side's CAs (or this
 	// side's against its), or it does not hold the same pre-shared key.
 	// The message names the cause.
-	ErrAuth = errors.New("spray: peer not authenticated")
+	ErrAuth = cm.ErrAuth
 	// ErrPeerClosed is returned by calls on a Conn whose peer closed it.
-	ErrPeerClosed = fmt.Errorf("spray: peer closed the connection: %w", net.ErrClosed)
+	ErrPeerClosed = cm.ErrPeerClosed
 	// ErrPeerGone is returned by calls on a Conn whose peer went away
 	// without closing it (its connection manager channel broke).
-	ErrPeerGone = fmt.Errorf("spray: peer went away: %w", net.ErrClosed)
+	ErrPeerGone = cm.ErrPeerGone
 	// ErrClosed is returned by calls on a Conn or Listener closed locally.
-	ErrClosed = fmt.Errorf("spray: closed: %w", net.ErrClosed)
+	ErrClosed = cm.ErrClosed
 )
 
 // Options configure Open. The zero value of every field selects the
@@ -142,7 +128,9 @@ type Options struct {
 	// (package telemetry) for as long as it is open.
 	Metrics metric.MeterProvider
 	// CloseTimeout bounds how long Conn.Close waits for posted work to
-	// complete and for the peer to confirm. 0: 5 s.
+	// complete and for the peer to confirm; both QPs are freed within it,
+	// over the QP itself for a secured connection whose channel was cut.
+	// 0: 5 s.
 	CloseTimeout time.Duration
 	// HandshakeTimeout bounds a connection's setup: each one the
 	// connection manager answers, and a Dial whose context has no
@@ -199,29 +187,12 @@ func (o *Options) logf(format string, args ...any) {
 // safe for concurrent use; Close is idempotent.
 type Endpoint struct {
 	*transport.Endpoint
+	cm     *cm.Endpoint
 	opts   Options
-	sec    *security // nil: in clear
 	kind   LinkKind
 	reason string
 	stop   func() // metrics
-
-	mtu       int // IP MTU of the transport's frames
-	mu        sync.Mutex
-	closed    bool
-	ln        net.Listener // the connection manager's, once Listen was called
-	listeners map[string]*Listener
-	cmSec     *security // the connection manager's TLS identity, once a secured Listen set it
-	conns     map[*Conn]struct{}
-	hs        list.List      // *handshake answered now, oldest first
-	wg        sync.WaitGroup // the connection manager's goroutines
-	cm        CMStats        // under mu
-	refusing  int            // refusals being written, under mu
-	dropping  int            // evicted handshakes not yet cleaned up, under mu
-
-	// cmv, when set (by tests, before Listen and Dial), is the highest
-	// version of the connection protocol the endpoint speaks: 1 makes
-	// it a version-1 peer (TestCMVersion1Peer, TestCMSteering).
-	cmv uint8
+	once   sync.Once
 }
 
 // Open resolves the interface and address, opens the best link on it and
@@ -274,24 +245,6 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 	if opts.MTU != 0 {
 		cfg.MTU = opts.MTU + 14
 	}
-	if opts.CloseTimeout < 0 || opts.HandshakeTimeout < 0 || opts.MaxHandshakes < 0 {
-		l.Close()
-		return nil, fmt.Errorf("%w: negative CloseTimeout, HandshakeTimeout or MaxHandshakes", ErrOptions)
-	}
-	if opts.CloseTimeout == 0 {
-		opts.CloseTimeout = 5 * time.Second
-	}
-	if opts.HandshakeTimeout == 0 {
-		opts.HandshakeTimeout = 10 * time.Second
-	}
-	if opts.MaxHandshakes == 0 {
-		opts.MaxHandshakes = DefaultMaxHandshakes
-	}
-	sec, err := newSecurity(opts.Security)
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
 	// The transport's default frame (transport.Config.MTU): the link's,
 	// at most 1514 bytes.
 	frame := cfg.MTU
@@ -301,20 +254,24 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 			frame = min(fs, frame)
 		}
 	}
-	if opts.CMAddr == "" {
-		opts.CMAddr = netip.AddrPortFrom(l.Info().IP, CMPort).String()
-	}
 	te, err := transport.NewEndpoint(l, cfg)
 	if err != nil {
 		l.Close()
 		return nil, err
 	}
-	ep := &Endpoint{Endpoint: te, opts: opts, sec: sec, kind: kind, reason: reason, mtu: frame - 14,
-		listeners: map[string]*Listener{}, conns: map[*Conn]struct{}{}}
+	c, err := cm.New(te, cm.Config{CMAddr: opts.CMAddr, Profile: opts.Profile, Kind: cm.LinkKind(kind), MTU: frame - 14,
+		DataPort: opts.Port, CloseTimeout: opts.CloseTimeout, HandshakeTimeout: opts.HandshakeTimeout,
+		MaxHandshakes: opts.MaxHandshakes, TrustPeerIP: opts.TrustPeerIP, Security: (*cm.Security)(opts.Security),
+		Logf: opts.Logf})
+	if err != nil {
+		te.Close()
+		return nil, err
+	}
+	ep := &Endpoint{Endpoint: te, cm: c, opts: opts, kind: kind, reason: reason}
 	if opts.Metrics != nil {
 		name := l.Info().Name
 		if ep.stop, err = telemetry.InstrumentWith(opts.Metrics, te, name); err != nil {
-			te.Close()
+			c.Close()
 			return nil, fmt.Errorf("spray: metrics: %w", err)
 		}
 	}
@@ -326,57 +283,24 @@ func newEndpoint(l link.Link, opts Options, kind LinkKind, reason string) (*Endp
 func (ep *Endpoint) Link() (LinkKind, string) { return ep.kind, ep.reason }
 
 // Addr returns the endpoint's IP address.
-func (ep *Endpoint) Addr() netip.Addr { return ep.Endpoint.LinkInfo().IP }
+func (ep *Endpoint) Addr() netip.Addr { return ep.cm.Addr() }
 
 // CMAddr returns the address the connection manager listens on, or would.
-func (ep *Endpoint) CMAddr() string {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if ep.ln != nil {
-		return ep.ln.Addr().String()
-	}
-	return ep.opts.CMAddr
-}
+func (ep *Endpoint) CMAddr() string { return ep.cm.CMAddr() }
+
+// CMStats returns the connection manager's counters.
+func (ep *Endpoint) CMStats() CMStats { return CMStats(ep.cm.CMStats()) }
 
 // Close closes every connection (telling the peers), every Listener and
 // the connection manager, then the transport endpoint and its link. It is
 // idempotent.
 func (ep *Endpoint) Close() error {
-	ep.mu.Lock()
-	if ep.closed {
-		ep.mu.Unlock()
-		return nil
-	}
-	ep.closed = true
-	ln := ep.ln
-	var lss []*Listener
-	for _, l := range ep.listeners {
-		lss = append(lss, l)
-	}
-	var cs []*Conn
-	for c := range ep.conns {
-		cs = append(cs, c)
-	}
-	for e := ep.hs.Front(); e != nil; e = e.Next() {
-		e.Value.(*handshake).tc.Close()
-	}
-	ep.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for _, l := range lss {
-		l.Close()
-	}
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		wg.Go(func() { c.Close() })
-	}
-	wg.Wait()
-	ep.wg.Wait()
-	if ep.stop != nil {
-		ep.stop()
-	}
-	return ep.Endpoint.Close()
+	ep.once.Do(func() {
+		if ep.stop != nil {
+			ep.stop()
+		}
+	})
+	return ep.cm.Close()
 }
 
 // firstLast shortens a multi-line error (a verifier log) to its first and

@@ -387,6 +387,12 @@ local function dissect_imm(tvb, off, tree, ctx)
         it:append_text(" (MsgID of the READ request answered)")
         tree:add(F.data_readreq, tvb(off, IMM_LEN)):set_generated()
         ctx.info[#ctx.info + 1] = string.format("answers MsgID %d", tvb(off, IMM_LEN):uint())
+    elseif ctx.secured and (tvb(off, IMM_LEN):uint() == 0x53504305 or tvb(off, IMM_LEN):uint() == 0x53504306) then
+        -- A secured connection's close over its QP: an empty SEND with
+        -- this immediate is DREQ (…05) or DREP (…06) (docs/design.md).
+        local what = tvb(off, IMM_LEN):uint() == 0x53504305 and "DREQ" or "DREP"
+        it:append_text(" (close marker " .. what .. " when the message is empty)")
+        ctx.info[#ctx.info + 1] = "close marker " .. what
     end
     return off + IMM_LEN
 end
@@ -793,6 +799,7 @@ function spray.dissector(tvb, pinfo, root)
 
     local off = BTH_LEN
     if not ctx.err and bit32.band(tvb(8, 1):uint(), SEC_BIT) ~= 0 then
+        ctx.secured = true
         off = dissect_sec(tvb, off, tree, ctx)
     end
     if off and not ctx.err then off = d(tvb, off, tree, ctx) end

@@ -1,4 +1,4 @@
-package spray
+package cm
 
 import (
 	"context"
@@ -283,7 +283,7 @@ func TestCMVersion1Peer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := append([]byte{byte(eb.opts.Profile)}, v1QPInfo(q.Info())...)
+		req := append([]byte{byte(eb.cfg.Profile)}, v1QPInfo(q.Info())...)
 		req = append(append(req, 3), "svc"...)
 		tc.Write(v1Msg(msgREQ, req))
 		body, err := readV1(tc, msgREP)
@@ -379,7 +379,7 @@ func v1Listener(t *testing.T, ctx context.Context, dialer, peer *Endpoint, r *ra
 				return result{c: c2}, err
 			}
 			// profile, QP info (19 bytes), service length, service
-			if len(body) != 1+19+1+len("svc") || body[0] != byte(dialer.opts.Profile) || string(body[21:]) != "svc" {
+			if len(body) != 1+19+1+len("svc") || body[0] != byte(dialer.cfg.Profile) || string(body[21:]) != "svc" {
 				return result{c: c2}, fmt.Errorf("version-1 request %x", body)
 			}
 			remote, err := readV1QPInfo(body[1:20])

@@ -1,4 +1,4 @@
-package spray
+package cm
 
 import (
 	"bytes"
@@ -14,8 +14,6 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -395,8 +393,7 @@ func TestSecurePSKManInTheMiddle(t *testing.T) {
 }
 
 // Security that cannot work is refused by NewEndpoint (no certificate
-// nor key, a short key) and Listen (no certificate to present), and
-// LoadPSK reads a key file and refuses a short one.
+// nor key, a short key) and Listen (no certificate to present).
 func TestSecurityOptions(t *testing.T) {
 	seed := testutil.Seed(t)
 	fab := mem.NewFabric(mem.Config{Seed: seed}, clock.NewSystem())
@@ -413,16 +410,6 @@ func TestSecurityOptions(t *testing.T) {
 	ep := memEndpoint(t, fab, macA, ipA, seed, withSec(&Security{TLS: &tls.Config{RootCAs: x509.NewCertPool()}}))
 	if _, err := ep.Listen("x"); !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "no certificate") {
 		t.Fatalf("Listen without a certificate: %v, want ErrOptions", err)
-	}
-	dir := t.TempDir()
-	good, short := filepath.Join(dir, "good"), filepath.Join(dir, "short")
-	os.WriteFile(good, append(bytes.Clone(testPSK), '\n'), 0o600)
-	os.WriteFile(short, []byte("abc\n"), 0o600)
-	if k, err := LoadPSK(good); err != nil || !bytes.Equal(k, testPSK) {
-		t.Fatalf("LoadPSK: %q, %v", k, err)
-	}
-	if _, err := LoadPSK(short); !errors.Is(err, ErrOptions) {
-		t.Fatalf("LoadPSK of a short key: %v, want ErrOptions", err)
 	}
 }
 

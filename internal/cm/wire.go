@@ -1,4 +1,4 @@
-package spray
+package cm
 
 import (
 	"encoding/binary"
@@ -53,6 +53,15 @@ const (
 	msgRTU  = 4
 	msgDREQ = 5
 	msgDREP = 6
+)
+
+// Close markers: a secured Conn whose channel has ended sends DREQ and
+// DREP over its QP as a SEND with immediate and no data, the immediate
+// "SPC" and the message type (Conn.closeLocal). The QP authenticates
+// them; a clear QP carries none.
+const (
+	markDREQ = 0x535043_00 | msgDREQ
+	markDREP = 0x535043_00 | msgDREP
 )
 
 // Reject reasons.

@@ -1,4 +1,4 @@
-package spray
+package cm
 
 import (
 	"context"
