@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/sprayfabric/spray/internal/cm"
