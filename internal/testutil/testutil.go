@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Environment variables read by Seed.
@@ -160,5 +161,23 @@ func SkipIfNotRoot(tb testing.TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (network namespaces, eBPF, AF_XDP): run the tests as root")
+	}
+}
+
+// Poll calls cond every few milliseconds until it returns true or d has
+// passed, and returns its last result. Tests wait on the condition itself
+// (a count reached, a frame arrived), never on a fixed sleep: a sleep that
+// is too short on a loaded machine fails a correct test, and one that is
+// long enough passes a late frame. Guarded by TestPoll.
+func Poll(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return cond()
+		}
+		time.Sleep(wait)
 	}
 }

@@ -3,6 +3,7 @@ package testutil
 import (
 	"regexp"
 	"testing"
+	"time"
 )
 
 func TestSeedFixedByName(t *testing.T) {
@@ -69,5 +70,15 @@ func TestRunPattern(t *testing.T) {
 	}
 	if got := packageDir(); got != "./internal/testutil" {
 		t.Fatalf("packageDir %q, want ./internal/testutil", got)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if !Poll(10*time.Second, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Fatalf("Poll returned before its condition held, or polled on (%d calls)", n)
+	}
+	if Poll(5*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll of a condition that never holds returned true")
 	}
 }
