@@ -8,9 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport/wire"
 )
 
@@ -18,9 +20,8 @@ import (
 // removed at the end of the test.
 func pinTestDir(tb testing.TB) string {
 	tb.Helper()
-	if err := MountBPFFS(DefaultBPFFS); err != nil {
-		tb.Skipf("no bpffs: %v", err)
-	}
+	// A kernel without bpffs: ENODEV.
+	testutil.SkipIfNotSupported(tb, MountBPFFS(DefaultBPFFS), syscall.ENODEV)
 	dir := filepath.Join(DefaultBPFFS, fmt.Sprintf("spray-test-%d-%s", os.Getpid(), tb.Name()))
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 )
 
@@ -19,9 +20,7 @@ const maxIdleQPBytes = 4096
 // with the default Config take less than maxIdleQPBytes of heap per QP
 // (heap after GC, before and after creating them), in both profiles.
 func TestIdleQPMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measures the heap of 512 QPs")
-	}
+	testutil.SkipIfShort(t, "measures the heap of 512 QPs")
 	for _, prof := range []Profile{Spray, RoCE} {
 		t.Run(prof.String(), func(t *testing.T) {
 			b := idleQPBytes(t, Config{Profile: prof, Seed: 1}, 256)

@@ -74,14 +74,12 @@ func BenchmarkSecureStream(b *testing.B) {
 				if kind == "udp" {
 					x, y := testutil.LoopbackNet(rand.New(rand.NewPCG(3, 4)))
 					a, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 1}), FrameSize: 9014})
-					if err != nil {
-						b.Skipf("link/udp on loopback: %v", err)
-					}
+					testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 					c, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 2}), FrameSize: 9014})
 					if err != nil {
 						a.Close()
-						b.Skipf("link/udp on loopback: %v", err)
 					}
+					testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 					la, lb = a, c
 				} else {
 					la, lb = scaleLinks(b, "mem")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // buildSpray builds the spray binary into a temporary directory.
@@ -90,9 +91,7 @@ func checkTable(t *testing.T, out string, world int) {
 // the variables srun and torchrun set: each finds its rank, the world size
 // and rank 0's address, and rank 0 prints a table with no wrong result.
 func TestBenchLauncherEnv(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	testutil.SkipIfShort(t, "builds the binary")
 	bin := buildSpray(t)
 	const n = 3
 	t.Run("srun", func(t *testing.T) {
@@ -134,13 +133,8 @@ func TestBenchLauncherErrors(t *testing.T) {
 // TestBenchMpirun runs spray bench alltoall under Open MPI's mpirun with
 // four ranks over UDP on loopback. It needs openmpi-bin.
 func TestBenchMpirun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found: install openmpi-bin")
-	}
+	testutil.SkipIfShort(t, "builds the binary")
+	mpirun := testutil.SkipIfMissingTool(t, "mpirun", "openmpi-bin")
 	bin := buildSpray(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

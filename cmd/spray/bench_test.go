@@ -167,10 +167,7 @@ func TestBenchErrors(t *testing.T) {
 func TestBenchTestbed(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
 	exe := filepath.Join(t.TempDir(), "spray")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build spray with")
-	}
+	gobin := testutil.SkipIfMissingTool(t, "go", "golang-go")
 	if out, err := exec.Command(gobin, "build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

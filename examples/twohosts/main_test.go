@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -92,14 +93,14 @@ func TestTwoHostsXDP(t *testing.T) {
 	defer cancel()
 	p, err := testbed.NewPair(ctx, testbed.PairConfig{})
 	if err != nil {
-		t.Skipf("no testbed: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
 	addrA, addrB := p.A.IP.String(), p.B.IP.String()
 	outB, errB, outA, errA := runTwoHosts(t, in(p.B.Name), in(p.A.Name), addrB, addrA)
 	for side, log := range map[string]string{"listening": errB, "dialling": errA} {
 		if strings.Contains(log, "AF_XDP unavailable") && strings.Contains(log, "not supported") {
-			t.Skipf("%s side: the kernel lacks AF_XDP: %s", side, log)
+			testutil.SkipIfNotSupported(t, fmt.Errorf("%s side: the kernel lacks AF_XDP: %s: %w", side, log, errors.ErrUnsupported))
 		}
 		if !strings.Contains(log, "xdp link, AF_XDP available") {
 			t.Fatalf("%s side did not run AF_XDP:\n%s", side, log)

@@ -1,5 +1,6 @@
 // Package testutil holds helpers for spray's tests: seeded randomness that is
-// fixed by default, logged and replayable, and root/kernel-feature skips.
+// fixed by default, logged and replayable; polls with a deadline; and the
+// only ways a test may skip (skip.go).
 //
 // Seeds come from the environment:
 //
@@ -154,14 +155,6 @@ func Rand(tb testing.TB) *rand.Rand {
 func LoopbackNet(r *rand.Rand) (b, c byte) {
 	pid := os.Getpid()
 	return byte(1 + (r.IntN(250)+pid)%250), byte(1 + (r.IntN(250)+pid/250)%250)
-}
-
-// SkipIfNotRoot skips the test with a clear reason when not run as root.
-func SkipIfNotRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces, eBPF, AF_XDP): run the tests as root")
-	}
 }
 
 // Poll calls cond every few milliseconds until it returns true or d has
