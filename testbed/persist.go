@@ -45,6 +45,9 @@ type persistState struct {
 	ECN     ebpf.ECNConfig  `json:"ecn"`
 	PinDir  string          `json:"pin_dir"`
 	Created time.Time       `json:"created"`
+	// Login is the login user who made it (CallerLogin); spray testbed
+	// down --all removes only the caller's. Absent (-1) in older files.
+	Login int `json:"login"`
 	// Known lists the links that were down at the last Reconverge, as
 	// pairs of node names without the prefix.
 	Known    [][2]string   `json:"known_down,omitempty"`
@@ -163,7 +166,7 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 }
 
 func (f *Fabric) state(ecn ebpf.ECNConfig, pinDir string) *persistState {
-	st := &persistState{Name: f.Name, Prefix: f.Prefix, Config: f.Config, ECN: ecn, PinDir: pinDir, Created: time.Now().UTC()}
+	st := &persistState{Name: f.Name, Prefix: f.Prefix, Config: f.Config, ECN: ecn, PinDir: pinDir, Created: time.Now().UTC(), Login: CallerLogin()}
 	for _, k := range f.links {
 		if k.known {
 			st.Known = append(st.Known, [2]string{k.a.node.short, k.b.node.short})
@@ -196,6 +199,20 @@ func writeState(st *persistState) error {
 		return fmt.Errorf("testbed: write state: %w", err)
 	}
 	return nil
+}
+
+// PersistentLogin returns the login user who made the persistent fabric
+// name, -1 when its state file does not say (an older spray's) or is gone.
+func PersistentLogin(name string) int {
+	b, err := os.ReadFile(statePath(name))
+	if err != nil {
+		return -1
+	}
+	st := persistState{Login: -1}
+	if json.Unmarshal(b, &st) != nil {
+		return -1
+	}
+	return st.Login
 }
 
 func readState(name string) (*persistState, error) {
