@@ -22,7 +22,7 @@ import (
 	"github.com/sprayfabric/spray/testbed"
 )
 
-const testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]   (root)
+var testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]   (root)
 
   spray testbed up leafspine:HxLxS[,rate=R,hostrate=R,buffer=B,mtu=N] [--name NAME]
         [--ecn KMIN,KMAX,PMAX]    build a fabric that stays after spray exits: namespaces,
