@@ -75,8 +75,9 @@ func checkEcho(t *testing.T, outB, outA, addrB, addrA string) {
 
 // TestTwoHostsUDP runs the example as its doc says, on loopback.
 func TestTwoHostsUDP(t *testing.T) {
-	r := testutil.Rand(t)
-	x, y := 1+r.IntN(250), 1+r.IntN(250)
+	// A loopback network moved by the process ID: two runs at once bind
+	// apart.
+	x, y := testutil.LoopbackNet(testutil.Rand(t))
 	addrA, addrB := fmt.Sprintf("127.%d.%d.1", x, y), fmt.Sprintf("127.%d.%d.2", x, y)
 	outB, errB, outA, _ := runTwoHosts(t, in(""), in(""), addrB, addrA)
 	checkEcho(t, outB, outA, addrB, addrA)
