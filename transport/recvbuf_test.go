@@ -359,7 +359,7 @@ func TestPostedRecvNoAllocs(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				s := steadyPair(t, prof)
-				msg := randomMessages(rand.New(rand.NewPCG(1, 1)), 3, 64<<10)[1]
+				msg := randomMessages(testutil.Rand(t), 3, 64<<10)[1]
 				buf := make([]byte, len(msg))
 				var err error
 				round := func() {

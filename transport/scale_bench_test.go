@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"syscall"
@@ -43,7 +42,7 @@ func scaleLinks(b *testing.B, kind string) (link.Link, link.Link) {
 		}
 		return pa, pb
 	case "udp":
-		x, y := testutil.LoopbackNet(rand.New(rand.NewPCG(1, 2)))
+		x, y := testutil.LoopbackNet(testutil.Rand(b))
 		a, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 1})})
 		testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 		c, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 2})})

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestIdleQPTrims(t *testing.T) {
 	for _, prof := range []Profile{Spray, RoCE} {
 		t.Run(prof.String(), func(t *testing.T) {
 			s := newSimPair(t, mem.Config{Seed: 3, Reorder: 0.2, ReorderDelay: 20 * time.Microsecond, Loss: 0.01}, Config{Profile: prof})
-			rng := rand.New(rand.NewPCG(1, 2))
+			rng := testutil.Rand(t)
 			for round := range 2 {
 				msgs := make([][]byte, 20)
 				for i := range msgs {

@@ -101,13 +101,13 @@ func TestSecureNoPlaintext(t *testing.T) {
 		tap := func(f []byte) bool { frames = append(frames, bytes.Clone(f)); return true }
 		s := newSecPair(t, mem.Config{Seed: 3, Delay: 5 * time.Microsecond, Filter: tap},
 			Config{Profile: Spray, Seed: 4, MinRTO: time.Millisecond}, integrity, 0)
-		rng := rand.New(rand.NewPCG(5, 6))
+		rng := testutil.Rand(t)
 		msgs := randomMessages(rng, 8, 32<<10)
 		transfer(t, s, msgs)
 		found := 0
 		for _, m := range msgs {
-			if len(m) < 16 {
-				continue
+			if len(m) < 32 {
+				continue // too short to probe 16 bytes from its middle
 			}
 			probe := m[len(m)/2 : len(m)/2+16]
 			for _, f := range frames {
@@ -215,7 +215,7 @@ func TestSecureForged(t *testing.T) {
 			// frames fall below it.
 			s := newSecPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond, Filter: capt.filter},
 				Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond, Window: 64}, false, 0)
-			rng := rand.New(rand.NewPCG(23, 24))
+			rng := testutil.Rand(t)
 			ab, ba := randomMessages(rng, 24, 512<<10), randomMessages(rng, 8, 16<<10)
 			for i, m := range ab {
 				if err := s.qa.Post(WorkRequest{ID: uint64(i + 1), Op: OpSend, Data: m}); err != nil {
@@ -407,7 +407,7 @@ func TestSecureRetiredEpoch(t *testing.T) {
 	capt := &capture{}
 	s := newSecPair(t, mem.Config{Seed: 31, Delay: 5 * time.Microsecond, Filter: capt.filter},
 		Config{Profile: Spray, Seed: 32, MinRTO: time.Millisecond}, false, 64)
-	rng := rand.New(rand.NewPCG(33, 34))
+	rng := testutil.Rand(t)
 	transfer(t, s, randomMessages(rng, 16, 256<<10))
 	sb := s.qb.Stats().Security
 	if sb.RxEpoch < 2 || sb.Dropped() != 0 {

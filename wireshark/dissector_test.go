@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -599,7 +598,7 @@ func TestDissectorGoldenFromTransfers(t *testing.T) {
 // Wireshark's InfiniBand dissector.
 func TestDissectorBadFrames(t *testing.T) {
 	bin := tshark(t)
-	r := rand.New(rand.NewPCG(1, 2))
+	r := testutil.Rand(t)
 	base := func(op wire.Opcode) wire.Packet { return lower(r, netVariants[0], op) }
 	enc := func(p wire.Packet, payload []byte) []byte {
 		buf := make([]byte, wire.FrameLen(&p, len(payload)))

@@ -39,9 +39,29 @@ const (
 )
 
 var (
-	seedsMu sync.Mutex
-	seeds   = map[testing.TB]uint64{}
+	seedsMu   sync.Mutex
+	seeds     = map[testing.TB]uint64{}
+	realClock = map[testing.TB]bool{}
 )
+
+// RealClock marks a test that runs on the real clock (a testbed, kernel
+// sockets, the scheduler): its seed still picks what it draws, but the
+// machine's timing decides the rest, so on failure it logs no replay
+// line, which would promise what no seed can give.
+func RealClock(tb testing.TB) {
+	seedsMu.Lock()
+	realClock[tb] = true
+	seedsMu.Unlock()
+	tb.Cleanup(func() {
+		// Seed's cleanup reads and drops the mark when it runs after
+		// this one (Seed called first); drop it here otherwise.
+		seedsMu.Lock()
+		if _, seeded := seeds[tb]; !seeded {
+			delete(realClock, tb)
+		}
+		seedsMu.Unlock()
+	})
+}
 
 // Seed returns the seed for a randomized test. Every call within one test
 // returns the same value, so that a replay with SPRAY_SEED reproduces the
@@ -72,8 +92,14 @@ func Seed(tb testing.TB) uint64 {
 	tb.Cleanup(func() {
 		seedsMu.Lock()
 		delete(seeds, tb)
+		real := realClock[tb]
+		delete(realClock, tb)
 		seedsMu.Unlock()
-		if tb.Failed() {
+		switch {
+		case !tb.Failed():
+		case real:
+			tb.Logf("seed %d; no replay line: the test runs on the real clock", v)
+		default:
 			tb.Logf("replay: %s=%d go test -count=1 -run '%s' %s", EnvSeed, v, RunPattern(tb.Name()), packageDir())
 		}
 	})

@@ -428,7 +428,7 @@ func TestNoAllocs(t *testing.T) {
 // BenchmarkLoopback measures Send+Recv of 64-frame batches of 1 KiB frames
 // between two links over loopback.
 func BenchmarkLoopback(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
+	r := testutil.Rand(b)
 	ipA, ipB := loopbackPair(r)
 	x, err := Open(Config{Local: ipA, Entropies: []uint16{30001, 30002, 30003, 30004}})
 	if err != nil {
