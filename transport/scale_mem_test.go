@@ -38,7 +38,7 @@ func TestIdleQPMemory(t *testing.T) {
 func TestIdleQPTrims(t *testing.T) {
 	for _, prof := range []Profile{Spray, RoCE} {
 		t.Run(prof.String(), func(t *testing.T) {
-			s := newSimPair(t, mem.Config{Seed: 3, Reorder: 0.2, ReorderDelay: 20 * time.Microsecond, Loss: 0.01}, Config{Profile: prof})
+			s := newSimPair(t, mem.Config{Seed: testutil.Seed(t), Reorder: 0.2, ReorderDelay: 20 * time.Microsecond, Loss: 0.01}, Config{Profile: prof})
 			rng := testutil.Rand(t)
 			for round := range 2 {
 				msgs := make([][]byte, 20)

@@ -39,8 +39,8 @@ type spoofRun struct {
 func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
 	t.Helper()
 	log := &frameLog{}
-	s := newSimPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond, Filter: log.filter},
-		Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond})
+	s := newSimPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: log.filter},
+		Config{Profile: prof, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond})
 	x, err := s.fab.NewPort(macX, ipX)
 	if err != nil {
 		t.Fatal(err)
