@@ -47,7 +47,7 @@ func Throwaways() ([]Throwaway, error) {
 			return nil
 		}
 		if byPrefix[p] == nil {
-			byPrefix[p] = &Throwaway{Prefix: p}
+			byPrefix[p] = &Throwaway{Prefix: p, Login: -1}
 		}
 		return byPrefix[p]
 	}

@@ -365,6 +365,9 @@ func testbedList(w io.Writer) error {
 		case t.Pid > 0:
 			state = fmt.Sprintf("left over by process %d, gone (spray testbed down %s removes it)", t.Pid, t.Prefix)
 		}
+		if !t.Mine {
+			state += "; " + whose(t.Login) + ", so down --all leaves it"
+		}
 		fmt.Fprintf(w, "%s\tthrow-away, %d namespaces and links\t%s\n", t.Prefix, len(t.Objects), state)
 	}
 	return nil
