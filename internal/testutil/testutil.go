@@ -183,6 +183,13 @@ func LoopbackNet(r *rand.Rand) (b, c byte) {
 	return byte(1 + (r.IntN(250)+pid)%250), byte(1 + (r.IntN(250)+pid/250)%250)
 }
 
+// LoopbackPort returns a port in [lo, lo+n) for a test to bind on an
+// address every process shares (::1), drawn from r and moved by the
+// process ID, as LoopbackNet moves networks: two runs at once bind apart.
+func LoopbackPort(r *rand.Rand, lo, n int) uint16 {
+	return uint16(lo + (r.IntN(n)+os.Getpid())%n)
+}
+
 // Poll calls cond every few milliseconds until it returns true or d has
 // passed, and returns its last result. Tests wait on the condition itself
 // (a count reached, a frame arrived), never on a fixed sleep: a sleep that

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -177,10 +176,7 @@ func exchangeOne(t *testing.T, a, b *Link, frame func([]byte) []byte) (rx, link.
 func TestIPv6(t *testing.T) {
 	r := testutil.Rand(t)
 	lo := netip.IPv6Loopback()
-	// ::1 is one address for every process: the ports are moved by the
-	// process ID, so that two runs at once bind apart.
-	pid := os.Getpid()
-	pa, pb := uint16(20000+(r.IntN(20000)+pid)%19999), uint16(40000+(r.IntN(20000)+pid)%20000)
+	pa, pb := testutil.LoopbackPort(r, 20000, 19999), testutil.LoopbackPort(r, 40000, 20000)
 	a, err := Open(Config{Local: lo, Port: pa, PeerPort: pb, Entropies: []uint16{pa + 1}})
 	// A kernel without IPv6 has no ::1 to bind.
 	testutil.SkipIfNotSupported(t, err, syscall.EADDRNOTAVAIL)
