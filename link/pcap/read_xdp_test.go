@@ -44,6 +44,7 @@ func TestReadXDPTshark(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "read.pcap")
 	w := createWriter(t, path)
 	la, lb := pcap.Wrap(open(p.A), w), open(p.B)
+	testutil.RealClock(t)
 	cfg := transport.Config{Profile: transport.RoCE, Seed: testutil.Seed(t)}
 	ea, err := transport.NewEndpoint(la, cfg)
 	if err != nil {

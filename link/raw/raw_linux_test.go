@@ -20,6 +20,7 @@ import (
 func pair(t *testing.T, mtu int) *testbed.Pair {
 	t.Helper()
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := testbed.NewPair(ctx, testbed.PairConfig{MTU: mtu})
