@@ -94,19 +94,24 @@ func TestBenchLauncherEnv(t *testing.T) {
 	testutil.SkipIfShort(t, "builds the binary")
 	bin := buildSpray(t)
 	const n = 3
+	// Rank 0 at 127.b.c.1 and rank r at 127.b.c.1+r, a loopback network
+	// moved by the process ID: another run at once binds elsewhere, so
+	// any port serves, with no look for a free one that another process
+	// could take before rank 0 listens.
+	b, c := testutil.LoopbackNet(testutil.Rand(t))
+	host := fmt.Sprintf("127.%d.%d.1", b, c)
+	const port = 18516
 	t.Run("srun", func(t *testing.T) {
-		port := freePort(t)
 		out := runRanks(t, bin, n, func(r int) []string {
 			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=" + strconv.Itoa(n),
-				"SLURM_JOB_NODELIST=localhost", "SLURM_STEP_RESV_PORTS=" + strconv.Itoa(port) + "-" + strconv.Itoa(port+3)}
+				"SLURM_JOB_NODELIST=" + host, "SLURM_STEP_RESV_PORTS=" + strconv.Itoa(port) + "-" + strconv.Itoa(port+3)}
 		})
 		checkTable(t, out, n)
 	})
 	t.Run("torchrun", func(t *testing.T) {
-		port := freePort(t)
 		out := runRanks(t, bin, n, func(r int) []string {
 			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
-				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port-1), "LOCAL_RANK=" + strconv.Itoa(r)}
+				"MASTER_ADDR=" + host, "MASTER_PORT=" + strconv.Itoa(port-1), "LOCAL_RANK=" + strconv.Itoa(r)}
 		})
 		checkTable(t, out, n)
 	})
