@@ -80,6 +80,7 @@ func checkRows(t *testing.T, res CompareResult, scenarios []string, iters int) {
 // every element right, the loss shows as retransmissions, and the
 // scenarios that need a fabric are skipped, not failed.
 func TestCompareLoopback(t *testing.T) {
+	testutil.RealClock(t) // kernel sockets and the scheduler's timing
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -154,6 +155,7 @@ func TestAllToAllLimit(t *testing.T) {
 // (table, JSON, PNG) are readable.
 func TestCompareFabric(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 func newFabric(t *testing.T, ctx context.Context, cfg testbed.LeafSpineConfig) (*testbed.Fabric, *ebpf.Fabric) {
 	t.Helper()
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	fab, err := testbed.NewLeafSpine(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 func newPair(t *testing.T) *testbed.Pair {
 	t.Helper()
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := testbed.NewPair(ctx, testbed.PairConfig{MTU: 3500})

@@ -65,6 +65,7 @@ func TestLeafSpineQueues(t *testing.T) {
 // receipt (the receiver's multi-buffer counter moves).
 func TestPairJumbo(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	seed := testutil.Seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -141,8 +141,27 @@ func TestHPCCCut(t *testing.T) {
 	if h.RefWindow() != wc {
 		t.Fatalf("reference window moved within an RTT: %d -> %d", wc, h.RefWindow())
 	}
-	if w, want := h.Window(), float64(wc)*eta/h.Utilization(); math.Abs(float64(w)-want) > want*0.01+100 {
-		t.Fatalf("window %d after the overload, want Wc·η/U = %.0f", w, want)
+	// U from the paper's EWMA (τ/T = 0.1 per ACK here), computed apart
+	// from the controller: 49 ACKs at 0.5 (the first record only sets the
+	// hop's reference), one at 1 (the queue is the smaller of the record's
+	// and the previous one's), five at 1 + 2 (line rate and 2 BDPs queued).
+	var uo float64
+	for i := range 49 + 1 + 5 {
+		x := 0.5
+		switch {
+		case i == 49:
+			x = 1
+		case i > 49:
+			x = 3
+		}
+		uo = 0.9*uo + 0.1*x
+	}
+	if got := h.Utilization(); math.Abs(got-uo) > 1e-6 {
+		t.Fatalf("utilization %.6f after the overload, want %.6f", got, uo)
+	}
+	// W = Wc·η/U + W_AI, W_AI = W_init·(1-η)/100 by default.
+	if w, want := h.Window(), float64(wc)*eta/uo+125000*(1-eta)/100; math.Abs(float64(w)-want) > 1 {
+		t.Fatalf("window %d after the overload, want Wc·η/U + W_AI = %.0f", w, want)
 	}
 	if h.Window() > wc*9/10 {
 		t.Fatalf("window %d not cut from %d", h.Window(), wc)

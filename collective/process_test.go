@@ -26,9 +26,7 @@ import (
 // link/udp sockets (rank r at 127.b.c.r+1, testutil.LoopbackNet). Each process checks its
 // results against the serial reference, computed from the shared seed.
 func TestProcesses(t *testing.T) {
-	if os.Getenv("COLLECTIVE_RANK") != "" {
-		t.Skip("inside a rank process")
-	}
+	testutil.SkipIfSubprocess(t, "COLLECTIVE_RANK")
 	seed := testutil.Seed(t)
 	nb, nc := testutil.LoopbackNet(testutil.Rand(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,10 +67,8 @@ func TestProcesses(t *testing.T) {
 
 // TestRankProcess is one rank of TestProcesses; it skips unless run by it.
 func TestRankProcess(t *testing.T) {
+	testutil.SkipUnlessSubprocess(t, "COLLECTIVE_RANK")
 	rankS := os.Getenv("COLLECTIVE_RANK")
-	if rankS == "" {
-		t.Skip("run by TestProcesses")
-	}
 	rank, _ := strconv.Atoi(rankS)
 	size, _ := strconv.Atoi(os.Getenv("COLLECTIVE_SIZE"))
 	seed, _ := strconv.ParseUint(os.Getenv("COLLECTIVE_SEED"), 10, 64)

@@ -4,26 +4,29 @@ package ebpf
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport/wire"
+
+	"golang.org/x/sys/unix"
 )
 
-// pinTestDir returns a fresh directory name on the bpffs for one test,
-// removed at the end of the test.
+// pinTestDir returns a directory for one test's pins on a bpffs of its
+// own, mounted on a temporary directory and unmounted at the end of the
+// test, so that nothing of the test reaches the host's /sys/fs/bpf.
 func pinTestDir(tb testing.TB) string {
 	tb.Helper()
-	if err := MountBPFFS(DefaultBPFFS); err != nil {
-		tb.Skipf("no bpffs: %v", err)
-	}
-	dir := filepath.Join(DefaultBPFFS, fmt.Sprintf("spray-test-%d-%s", os.Getpid(), tb.Name()))
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
+	fs := tb.TempDir()
+	// A kernel without bpffs: ENODEV.
+	testutil.SkipIfNotSupported(tb, MountBPFFS(fs), syscall.ENODEV)
+	tb.Cleanup(func() { _ = unix.Unmount(fs, unix.MNT_DETACH) })
+	return filepath.Join(fs, "pins")
 }
 
 // TestFabricPin pins a fabric attached to a veth pair, closes it, and checks

@@ -5,13 +5,11 @@ package ebpf
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +22,6 @@ import (
 // guard bounds every blocking call of these tests so that a broken kernel
 // path fails the test instead of hanging it. It is not a timed assertion.
 const guard = 30 * time.Second
-
-var nsSeq atomic.Int32
 
 // inNS runs fn on an OS thread that is inside ns, then puts the thread back
 // into its original namespace. Sockets and bpf_links created by fn belong to
@@ -54,11 +50,11 @@ func inNS(tb testing.TB, ns netns.NsHandle, fn func()) {
 	fn()
 }
 
-// newNS creates a named network namespace spt-ebpf-<pid>-<n>, deleted at the
-// end of the test.
+// newNS creates an unnamed network namespace, held by the handle it
+// returns and closed at the end of the test: nothing names it, so a test
+// that crashes leaves nothing behind.
 func newNS(tb testing.TB) netns.NsHandle {
 	tb.Helper()
-	name := fmt.Sprintf("spt-ebpf-%d-%d", os.Getpid(), nsSeq.Add(1))
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -66,24 +62,19 @@ func newNS(tb testing.TB) netns.NsHandle {
 		tb.Fatalf("get current netns: %v", err)
 	}
 	defer orig.Close()
-	ns, err := netns.NewNamed(name) // enters it
+	ns, err := netns.New() // enters it
 	if err != nil {
 		if err := netns.Set(orig); err != nil {
 			tb.Fatalf("return to the original netns: %v", err) // thread stays locked
 		}
 		runtime.UnlockOSThread()
-		tb.Fatalf("create netns %s: %v", name, err)
+		tb.Fatalf("create netns: %v", err)
 	}
 	if err := netns.Set(orig); err != nil {
 		tb.Fatalf("return to the original netns: %v", err) // thread stays locked
 	}
 	runtime.UnlockOSThread()
-	tb.Cleanup(func() {
-		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
-			tb.Errorf("delete netns %s: %v", name, err)
-		}
-	})
+	tb.Cleanup(func() { ns.Close() })
 	return ns
 }
 

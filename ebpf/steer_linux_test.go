@@ -412,7 +412,7 @@ func FuzzSteer(f *testing.F) {
 	}
 	f.Add(append([]byte{0}, v4UDP().build()...))
 	f.Add(append([]byte{3}, v6UDP().build()...))
-	r := rand.New(rand.NewPCG(1, 2))
+	r := testutil.Rand(f)
 	for i := range 16 {
 		f.Add(append([]byte{byte(i)}, randomFrame(r)...))
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/sprayfabric/spray/internal/testutil"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -49,9 +51,7 @@ func sockopt(fd, op uintptr, opt int, p unsafe.Pointer, size uintptr) error {
 func openXSK(tb testing.TB, ifindex int) *testXSK {
 	tb.Helper()
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		tb.Skipf("no AF_XDP sockets: %v", err)
-	}
+	testutil.SkipIfNotSupported(tb, err)
 	x := &testXSK{fd: fd}
 	tb.Cleanup(x.close)
 	x.umem, err = unix.Mmap(-1, 0, xskFrames*xskFrameSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)

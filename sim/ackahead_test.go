@@ -1,6 +1,10 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+)
 
 // TestAckAheadOfData: in a 32-host all-to-all at 10 Gb/s every host's
 // engine sends to 31 peers at once while it receives from each, and its
@@ -11,7 +15,7 @@ import "testing"
 // (Verify), and fewer than 0.1% of the data packets arrive twice.
 func TestAckAheadOfData(t *testing.T) {
 	tp := mustTopo(t, "leafspine:8x4x4,rate=10gbit")
-	res, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:4M", tp.Hosts()), Seed: 1, Verify: true,
+	res, err := Run(Config{Topo: tp, Workload: mustWork(t, "alltoall:4M", tp.Hosts()), Seed: testutil.Seed(t), Verify: true,
 		Profiles: []string{ProfileSpray}, Scenarios: []string{ScenarioLossless}})
 	if err != nil {
 		t.Fatal(err)

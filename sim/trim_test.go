@@ -1,6 +1,10 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+)
 
 // TestTrimSmallBuffer: an incast into switches with a small buffer drops
 // data frames for full queues; with trim the same frames are cut to their
@@ -18,7 +22,7 @@ func TestTrimSmallBuffer(t *testing.T) {
 		if tp.Trim != trim || trim && tp.String() != "leafspine:4x2x2,rate=100gbit,buffer=40960,trim" {
 			t.Fatalf("topology %q parsed as %q (Trim %v)", s, tp.String(), tp.Trim)
 		}
-		res, err := Run(Config{Topo: tp, Workload: mustWork(t, "incast:256k,senders=7", tp.Hosts()), Seed: 1, Verify: true,
+		res, err := Run(Config{Topo: tp, Workload: mustWork(t, "incast:256k,senders=7", tp.Hosts()), Seed: testutil.Seed(t), Verify: true,
 			Profiles: []string{ProfileSpray}, Scenarios: []string{ScenarioLossless}})
 		if err != nil {
 			t.Fatal(err)
@@ -56,7 +60,7 @@ func TestTrimShortQueue(t *testing.T) {
 	run := func(topo, work string) Row {
 		t.Helper()
 		tp := mustTopo(t, topo)
-		res, err := Run(Config{Topo: tp, Workload: mustWork(t, work, tp.Hosts()), Seed: 1, Verify: true,
+		res, err := Run(Config{Topo: tp, Workload: mustWork(t, work, tp.Hosts()), Seed: testutil.Seed(t), Verify: true,
 			Profiles: []string{ProfileSpray}, Scenarios: []string{ScenarioLossless}})
 		if err != nil {
 			t.Fatal(err)

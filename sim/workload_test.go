@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // TestHtsimFiles: htsim's topology and connection-matrix files of the
@@ -96,7 +97,7 @@ func TestCDF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := newTestRand()
+	rng := testutil.Rand(t)
 	small := 0
 	for range 10000 {
 		if c.Sample(rng) <= 1000 {
@@ -110,8 +111,6 @@ func TestCDF(t *testing.T) {
 		t.Error("a falling CDF read without error")
 	}
 }
-
-func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
 
 // TestMoEWorkload: moe:SIZE builds steps of a dispatch and a combine
 // all-to-all, each rank's combine starting the compute time after its

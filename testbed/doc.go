@@ -17,15 +17,19 @@
 // the signal is raised again, so the process still ends), and CloseAll does
 // the same for a program or TestMain that is about to exit. What a killed
 // or crashed process left behind is found through an owner file per testbed
-// (/run/spray-testbed/<prefix>, holding the pid) and removed by
-// CleanupStale, which NewPair and NewLeafSpine run once per process;
-// Cleanup removes everything under a prefix, owner alive or not.
-// Throwaways lists every throw-away testbed by its prefix, owner file or
-// not, with whether its owner runs (spray testbed list), and
-// RemoveThrowaway removes one whose owner is gone (spray testbed down).
-// A teardown that cannot remove something says so and keeps the owner
-// file, including a namespace hidden by a mount over /run/netns made
-// after it. Building anything first checks the capabilities it needs
+// (/run/spray-testbed/<prefix>), which the process that made the testbed
+// holds locked (flock) for the testbed's life: the kernel frees the lock
+// when the process ends, however it ends and in whatever PID namespace it
+// ran, so a free lock proves the testbed abandoned where a PID cannot.
+// CleanupStale, which NewPair and NewLeafSpine run once per process,
+// removes only those; Cleanup removes everything under a prefix, owner
+// alive or not. Throwaways lists every throw-away testbed by its prefix,
+// owner file or not, with whether its owner holds it and whose it is (the
+// login user) (spray testbed list), and RemoveThrowaway removes one whose
+// owner is gone (spray testbed down; --all only the caller's). A teardown
+// that cannot remove something says so and keeps the owner file, including
+// a namespace hidden by a mount over /run/netns made after it, or under a
+// later bind of /run/netns onto itself, with the commands that remove it. Building anything first checks the capabilities it needs
 // (CheckPrivilege), naming those missing.
 //
 // Persistent fabrics outlive the process that built them, for building,

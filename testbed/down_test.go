@@ -74,6 +74,7 @@ func TestDownSharedNetns(t *testing.T) {
 	if !inPrivateMountNS(t) {
 		return
 	}
+	privateState(t)
 	for _, stacked := range []bool{false, true} {
 		shareNetnsDir(t, stacked)
 		name := fmt.Sprintf("tbd%d-%v", os.Getpid()%100000, stacked)
@@ -180,6 +181,7 @@ func TestDownLeavesNamesake(t *testing.T) {
 		t.Fatal("ofFabric(\"lab\") does not tell lab's objects from lab-2's")
 	}
 	testutil.SkipIfNotRoot(t)
+	privateState(t)
 	name := fmt.Sprintf("tbn%d", os.Getpid()%100000)
 	other := name + "-2"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

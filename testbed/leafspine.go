@@ -424,6 +424,9 @@ type Fabric struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	// owner is the claim on a throw-away fabric's prefix; nil for a
+	// persistent one.
+	owner *ownerLock
 }
 
 type nodeKind int
@@ -519,7 +522,14 @@ func NewLeafSpine(ctx context.Context, cfg LeafSpineConfig) (*Fabric, error) {
 	for try := 0; try < 20; try++ {
 		n := seq.Add(1)
 		prefix := fmt.Sprintf("spt%d-%d-", os.Getpid()%1000, n%100000)
-		f, err = newFabric(ctx, prefix, c)
+		var own *ownerLock
+		if own, err = lockOwner(prefix); err == nil {
+			if f, err = newFabric(ctx, prefix, c); err == nil {
+				f.owner = own
+				break
+			}
+			own.release(false)
+		}
 		if !errors.Is(err, os.ErrExist) {
 			break
 		}
@@ -528,7 +538,6 @@ func NewLeafSpine(ctx context.Context, cfg LeafSpineConfig) (*Fabric, error) {
 		return nil, err
 	}
 	register(f)
-	writeOwner(f.Prefix)
 	return f, nil
 }
 
@@ -967,13 +976,9 @@ func (f *Fabric) teardown() (err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed.Store(true)
-	// The owner file stays while something could not be removed, so that
-	// CleanupStale and spray testbed list find it once this process is gone.
-	defer func() {
-		if err == nil {
-			_ = os.Remove(filepath.Join(ownerDir, f.Prefix))
-		}
-	}()
+	// The owner file stays (unlocked) while something could not be
+	// removed, so that CleanupStale and spray testbed list find it.
+	defer func() { f.owner.release(err != nil) }()
 	var errs []error
 	for _, n := range f.nodes {
 		if n.ns < 0 {

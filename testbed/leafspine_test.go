@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,12 +54,68 @@ func spineTx(t *testing.T, f *Fabric) []uint64 {
 	return out
 }
 
+// udpRcvbufErrors returns the UDP datagrams that h's kernel dropped for a
+// full socket receive buffer (a receiver the machine's load slowed down):
+// Udp RcvbufErrors of the namespace, which /proc/thread-self shows for the
+// thread inside it.
+func udpRcvbufErrors(t *testing.T, h *Host) uint64 {
+	t.Helper()
+	var n uint64
+	if err := h.Do(func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		var names []string
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] != "Udp:" {
+				continue
+			}
+			if names == nil {
+				names = f
+				continue
+			}
+			for i, name := range names {
+				if name == "RcvbufErrors" && i < len(f) {
+					n, err = strconv.ParseUint(f[i], 10, 64)
+					return err
+				}
+			}
+		}
+		return fmt.Errorf("no Udp RcvbufErrors in %s's snmp", h.Name)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// queueDrops returns the packets that the fabric's queues dropped.
+func queueDrops(t *testing.T, f *Fabric) uint64 {
+	t.Helper()
+	st, err := f.Status(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, p := range st {
+		n += p.DropQueue
+	}
+	return n
+}
+
+// marker is the payload of the datagrams that sendMarkers sends: shorter
+// than any the tests count.
+var marker = []byte{0x4d}
+
 // udpReceiver counts the UDP payload bytes that arrive at h on a port, and
-// the times of the first and last datagram.
+// the times of the first and last datagram; marker datagrams are counted
+// apart.
 type udpReceiver struct {
 	conn        net.PacketConn
 	mu          sync.Mutex
 	n, bytes    int
+	markers     int // datagrams of len(marker), not counted in n
 	first, last time.Time
 	done        chan struct{}
 }
@@ -85,6 +142,11 @@ func listenUDP(t *testing.T, h *Host) *udpReceiver {
 			if r.n == 0 {
 				r.first = now
 			}
+			if n == len(marker) {
+				r.markers++
+				r.mu.Unlock()
+				continue
+			}
 			r.n++
 			r.bytes += n
 			r.last = now
@@ -104,6 +166,44 @@ func (r *udpReceiver) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n
+}
+
+// waitMarker sends marker datagrams from h to r, from many source ports so
+// that some take every path that is up, until one arrives: a queue is
+// first in, first out, so the datagrams sent before it on its path have
+// arrived or are lost. A check that some datagrams must not arrive waits
+// for it, since a late datagram would pass it.
+func (r *udpReceiver) waitMarker(t *testing.T, h *Host, dst netip.AddrPort) {
+	t.Helper()
+	r.mu.Lock()
+	before := r.markers
+	r.mu.Unlock()
+	arrived := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.markers > before
+	}
+	if !testutil.Poll(10*time.Second, func() bool {
+		if err := h.Do(func() error {
+			for range 16 {
+				c, err := net.ListenPacket("udp4", net.JoinHostPort(h.IP.String(), "0"))
+				if err != nil {
+					return err
+				}
+				_, err = c.WriteTo(marker, net.UDPAddrFromAddrPort(dst))
+				c.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return testutil.Poll(50*time.Millisecond, arrived)
+	}) {
+		t.Fatalf("no marker datagram from %s reached %v", h.Name, dst)
+	}
 }
 
 func (r *udpReceiver) port() int { return r.conn.LocalAddr().(*net.UDPAddr).Port }
@@ -184,10 +284,14 @@ func TestLeafSpine(t *testing.T) {
 		before := spineTx(t, f)
 		const ports, count, size = 64, 20, 1000
 		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), ports, count, size)
-		after := spineTx(t, f)
-		d0, d1 := after[0]-before[0], after[1]-before[1]
-		t.Logf("spine bytes: %d %d", d0, d1)
 		total := uint64(ports * count * (size + 42))
+		var d0, d1 uint64
+		testutil.Poll(10*time.Second, func() bool {
+			after := spineTx(t, f)
+			d0, d1 = after[0]-before[0], after[1]-before[1]
+			return d0+d1 >= total
+		})
+		t.Logf("spine bytes: %d %d", d0, d1)
 		if d0+d1 < total*9/10 {
 			t.Fatalf("spines carried %d bytes of %d sent", d0+d1, total)
 		}
@@ -209,8 +313,12 @@ func TestLeafSpine(t *testing.T) {
 		r := listenUDP(t, b)
 		before := spineTx(t, f)
 		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), 32, 10, 1000)
-		after := spineTx(t, f)
-		d0, d1 := after[0]-before[0], after[1]-before[1]
+		var d0, d1 uint64
+		testutil.Poll(10*time.Second, func() bool {
+			after := spineTx(t, f)
+			d0, d1 = after[0]-before[0], after[1]-before[1]
+			return d1 >= 32*10*1000
+		})
 		t.Logf("spine bytes with leaf0-spine0 down: %d %d", d0, d1)
 		if d1 < 32*10*1000 || d0 > d1/100 {
 			t.Fatalf("spine bytes %d and %d: traffic still crosses the cut link", d0, d1)
@@ -223,7 +331,11 @@ func TestLeafSpine(t *testing.T) {
 		for round := range 2 {
 			before := ra.count()
 			sprayUDP(t, b, back, 64, 10, 1000)
-			time.Sleep(100 * time.Millisecond) // the last datagrams arrive
+			if round == 1 {
+				testutil.Poll(10*time.Second, func() bool { return ra.count()-before >= 640*95/100 })
+			} else {
+				ra.waitMarker(t, b, back)
+			}
 			got := ra.count() - before
 			t.Logf("round %d: %d of %d datagrams from leaf1 to leaf0", round, got, 640)
 			if round == 0 && got > 640*9/10 {
@@ -249,8 +361,11 @@ func TestLeafSpine(t *testing.T) {
 		}
 		before = spineTx(t, f)
 		sprayUDP(t, a, netip.AddrPortFrom(b.IP, uint16(r.port())), 64, 10, 1000)
-		after = spineTx(t, f)
-		d0, d1 = after[0]-before[0], after[1]-before[1]
+		testutil.Poll(10*time.Second, func() bool {
+			after := spineTx(t, f)
+			d0, d1 = after[0]-before[0], after[1]-before[1]
+			return d0+d1 >= 64*10*1042
+		})
 		t.Logf("spine bytes after repair: %d %d", d0, d1)
 		if d0 < 12*10*1000 || d1 < 12*10*1000 {
 			t.Fatalf("spine bytes %d and %d after repair: not spread", d0, d1)
@@ -295,6 +410,7 @@ func TestLeafSpineShaping(t *testing.T) {
 	}
 	a, b := f.Host(0, 0), f.Host(1, 0)
 	r := listenUDP(t, b)
+	rcvbuf0 := udpRcvbufErrors(t, b)
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.IP, uint16(r.port())))
 	const size = 1400
 	msg := make([]byte, size)
@@ -306,13 +422,16 @@ func TestLeafSpineShaping(t *testing.T) {
 			return err
 		}
 		defer c.Close()
+		// Paced by the clock, bounded by its own work: a second's worth
+		// at three times the rate, however slow the sender.
+		total := int(3*rate/8) / (size + 42)
 		start := time.Now()
-		for {
+		for sent < total {
 			el := time.Since(start)
 			if el > time.Second {
 				return nil
 			}
-			for float64(sent*(size+42)*8) < 3*rate*el.Seconds() {
+			for sent < total && float64(sent*(size+42)*8) < 3*rate*el.Seconds() {
 				if _, err := c.WriteTo(msg, dst); err != nil {
 					return err
 				}
@@ -320,11 +439,19 @@ func TestLeafSpineShaping(t *testing.T) {
 			}
 			time.Sleep(500 * time.Microsecond)
 		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the queues drain
+	// The queues have drained when every datagram sent has arrived or was
+	// counted dropped.
+	if !testutil.Poll(30*time.Second, func() bool {
+		return uint64(r.count())+queueDrops(t, f)+udpRcvbufErrors(t, b)-rcvbuf0 >= uint64(sent)
+	}) {
+		t.Fatalf("%d of %d datagrams arrived, %d were dropped at a queue, %d at the receiving socket: the rest vanished",
+			r.count(), sent, queueDrops(t, f), udpRcvbufErrors(t, b)-rcvbuf0)
+	}
 	window := time.Since(t0)
 	r.stop()
 	r.mu.Lock()

@@ -19,14 +19,37 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Where persistent fabrics keep what a later process needs to reopen them.
+// Environment variables that move where persistent fabrics keep their
+// state, read once at start (tests point them at temporary directories, so
+// that nothing of theirs reaches the host's).
 const (
+	// EnvStateDir replaces StateDir.
+	EnvStateDir = "SPRAY_TESTBED_STATE"
+	// EnvBPFFS replaces BPFFS (and PinRoot, BPFFS/spray).
+	EnvBPFFS = "SPRAY_BPFFS"
+)
+
+// Where persistent fabrics keep what a later process needs to reopen them.
+// Set them (or the variables above) before any fabric is made.
+var (
 	// StateDir holds one <name>.json per persistent fabric.
-	StateDir = "/run/spray/testbeds"
+	StateDir = envOr(EnvStateDir, "/run/spray/testbeds")
+	// BPFFS is the bpffs that UpLeafSpine mounts (if none is) and pins
+	// under.
+	BPFFS = envOr(EnvBPFFS, ebpf.DefaultBPFFS)
 	// PinRoot holds the pinned fabric programs of each persistent fabric,
-	// in <PinRoot>/<prefix>; it is on the bpffs that UpLeafSpine mounts on
-	// ebpf.DefaultBPFFS if none is.
-	PinRoot = ebpf.DefaultBPFFS + "/spray"
+	// in <PinRoot>/<prefix>.
+	PinRoot = BPFFS + "/spray"
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+const (
 	// PersistentPrefix starts the prefix of every persistent fabric:
 	// "spf-<name>-". CleanupStale, which only removes the testbeds of dead
 	// processes, never touches them.
@@ -45,6 +68,9 @@ type persistState struct {
 	ECN     ebpf.ECNConfig  `json:"ecn"`
 	PinDir  string          `json:"pin_dir"`
 	Created time.Time       `json:"created"`
+	// Login is the login user who made it (CallerLogin); spray testbed
+	// down --all removes only the caller's. Absent (-1) in older files.
+	Login int `json:"login"`
 	// Known lists the links that were down at the last Reconverge, as
 	// pairs of node names without the prefix.
 	Known    [][2]string   `json:"known_down,omitempty"`
@@ -123,7 +149,7 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 	if left, _ := leftoversMatching(ofFabric(name)); len(left) > 0 {
 		return nil, fmt.Errorf("testbed %q: %w: %s left behind (remove with spray testbed down %s)", name, os.ErrExist, strings.Join(left, ", "), name)
 	}
-	if err := ebpf.MountBPFFS(ebpf.DefaultBPFFS); err != nil {
+	if err := ebpf.MountBPFFS(BPFFS); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(StateDir, 0o755); err != nil {
@@ -163,7 +189,7 @@ func UpLeafSpine(ctx context.Context, name string, cfg LeafSpineConfig, ecn ebpf
 }
 
 func (f *Fabric) state(ecn ebpf.ECNConfig, pinDir string) *persistState {
-	st := &persistState{Name: f.Name, Prefix: f.Prefix, Config: f.Config, ECN: ecn, PinDir: pinDir, Created: time.Now().UTC()}
+	st := &persistState{Name: f.Name, Prefix: f.Prefix, Config: f.Config, ECN: ecn, PinDir: pinDir, Created: time.Now().UTC(), Login: CallerLogin()}
 	for _, k := range f.links {
 		if k.known {
 			st.Known = append(st.Known, [2]string{k.a.node.short, k.b.node.short})
@@ -196,6 +222,20 @@ func writeState(st *persistState) error {
 		return fmt.Errorf("testbed: write state: %w", err)
 	}
 	return nil
+}
+
+// PersistentLogin returns the login user who made the persistent fabric
+// name, -1 when its state file does not say (an older spray's) or is gone.
+func PersistentLogin(name string) int {
+	b, err := os.ReadFile(statePath(name))
+	if err != nil {
+		return -1
+	}
+	st := persistState{Login: -1}
+	if json.Unmarshal(b, &st) != nil {
+		return -1
+	}
+	return st.Login
 }
 
 func readState(name string) (*persistState, error) {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/testutil"
+
+	"golang.org/x/sys/unix"
 )
 
 // assertObjectsGone waits (the kernel frees objects once their last
@@ -96,11 +98,33 @@ func TestLeafSpineTeardownWithPrograms(t *testing.T) {
 	}
 }
 
+// privateState points the persistent fabrics' state directory and bpffs
+// at temporary ones for the test (and the processes it starts, through
+// the environment): a bpffs of its own, unmounted at the end, so that no
+// state file or pin of a test reaches the host's /run/spray or
+// /sys/fs/bpf.
+func privateState(t *testing.T) {
+	t.Helper()
+	state, bpffs := t.TempDir(), t.TempDir()
+	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
+		testutil.SkipIfNotSupported(t, fmt.Errorf("mount a bpffs on %s: %w", bpffs, err), unix.ENODEV)
+	}
+	oldState, oldFS, oldPins := StateDir, BPFFS, PinRoot
+	StateDir, BPFFS, PinRoot = state, bpffs, bpffs+"/spray"
+	t.Setenv(EnvStateDir, state)
+	t.Setenv(EnvBPFFS, bpffs)
+	t.Cleanup(func() {
+		StateDir, BPFFS, PinRoot = oldState, oldFS, oldPins
+		_ = unix.Unmount(bpffs, unix.MNT_DETACH)
+	})
+}
+
 // TestPersistentLeafSpine builds a fabric that outlives its handle, reopens
 // it by name, reads its status, breaks a spine port with a blackhole, and
 // removes it: nothing is left, CleanupStale never touched it.
 func TestPersistentLeafSpine(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
+	privateState(t)
 	name := fmt.Sprintf("tbt%d", os.Getpid()%100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

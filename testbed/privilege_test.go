@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // privChildEnv makes the test binary run privilegeChild instead of the
@@ -47,9 +49,7 @@ func TestCheckPrivilegeNames(t *testing.T) {
 		}
 		msg = err.Error()
 	} else {
-		if _, err := exec.LookPath("setpriv"); err != nil {
-			t.Skip("setpriv not installed: cannot drop capabilities")
-		}
+		testutil.SkipIfMissingTool(t, "setpriv", "util-linux")
 		cmd := exec.Command("setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), privChildEnv+"=1")
 		out, err := cmd.CombinedOutput()

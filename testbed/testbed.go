@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +74,7 @@ type Pair struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	owner     *ownerLock
 }
 
 var seq atomic.Uint32
@@ -108,17 +108,24 @@ func NewPair(ctx context.Context, cfg PairConfig) (*Pair, error) {
 		if !subnet.IsValid() {
 			subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(n), 0}), 24)
 		}
-		p, err = newPair(ctx, prefix, subnet.Masked(), cfg.MTU, cfg.Queues)
+		var own *ownerLock
+		if own, err = lockOwner(prefix); err == nil {
+			if p, err = newPair(ctx, prefix, subnet.Masked(), cfg.MTU, cfg.Queues); err == nil {
+				p.owner = own
+				break
+			}
+			own.release(false)
+		}
 		if !errors.Is(err, os.ErrExist) {
 			break
 		}
-		// Another process with the same pid%1000 holds this name: next.
+		// Another process with the same pid%1000 (or the same PID in
+		// another PID namespace) holds this name: next.
 	}
 	if err != nil {
 		return nil, err
 	}
 	register(p)
-	writeOwner(p.Prefix)
 	return p, nil
 }
 
@@ -243,11 +250,46 @@ func newNamed(name string) (netns.NsHandle, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with us
-		ns, err := netns.NewNamed(name)
+		ns, err := makeNamed(name)
 		ch <- result{ns, err}
 	}()
 	r := <-ch
 	return r.ns, r.err
+}
+
+// threadNS is the calling thread's network namespace, named through
+// /proc/thread-self, which holds in any PID namespace (a path built from
+// Getpid and Gettid names another process, or none, in a child PID
+// namespace: TestCleanupStalePIDNamespaces).
+const threadNS = "/proc/thread-self/ns/net"
+
+// makeNamed moves the calling (locked) thread into a new network
+// namespace and binds it to /run/netns/name, as `ip netns add` does. The
+// error wraps os.ErrExist when the name is taken.
+func makeNamed(name string) (netns.NsHandle, error) {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return netns.None(), err
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return netns.None(), fmt.Errorf("unshare: %w", err)
+	}
+	ns, err := netns.GetFromPath(threadNS)
+	if err != nil {
+		return netns.None(), err
+	}
+	path := filepath.Join(netnsDir, name)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		ns.Close()
+		return netns.None(), err
+	}
+	f.Close()
+	if err := unix.Mount(threadNS, path, "bind", unix.MS_BIND, ""); err != nil {
+		ns.Close()
+		os.Remove(path)
+		return netns.None(), fmt.Errorf("bind %s: %w", path, err)
+	}
+	return ns, nil
 }
 
 // Do runs fn on the calling goroutine's OS thread inside the host's
@@ -258,7 +300,7 @@ func (h *Host) Do(fn func() error) error {
 		return ErrClosed
 	}
 	runtime.LockOSThread()
-	orig, err := netns.Get()
+	orig, err := netns.GetFromPath(threadNS)
 	if err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("testbed: current namespace: %w", err)
@@ -295,13 +337,9 @@ func (p *Pair) Close() error {
 
 func (p *Pair) teardown() (err error) {
 	p.closed.Store(true)
-	// The owner file stays while something could not be removed, so that
-	// CleanupStale and spray testbed list find it once this process is gone.
-	defer func() {
-		if err == nil {
-			_ = os.Remove(filepath.Join(ownerDir, p.Prefix))
-		}
-	}()
+	// The owner file stays (unlocked) while something could not be
+	// removed, so that CleanupStale and spray testbed list find it.
+	defer func() { p.owner.release(err != nil) }()
 	var errs []error
 	if p.A.NS >= 0 {
 		// Deleting one end deletes both, now rather than when the
@@ -346,7 +384,8 @@ func deleteNamed(name string) error {
 			return hiddenMount(name, path)
 		}
 		// EINVAL: not (or no longer) a mount point, only the file is left.
-		if uerr := unix.Unmount(path, unix.MNT_DETACH); uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
+		uerr := unix.Unmount(path, unix.MNT_DETACH)
+		if uerr != nil && !errors.Is(uerr, unix.EINVAL) && !errors.Is(uerr, unix.ENOENT) {
 			return fmt.Errorf("testbed: delete namespace %s: unmount: %w", name, uerr)
 		}
 		err = os.Remove(path)
@@ -356,8 +395,50 @@ func deleteNamed(name string) error {
 		if !errors.Is(err, unix.EBUSY) {
 			break
 		}
+		if errors.Is(uerr, unix.EINVAL) && stacked(path) {
+			// Not a mount point here, yet busy: it is one in a mount of
+			// /run/netns that a later one hides.
+			return fmt.Errorf("testbed: delete namespace %s: %s is hidden under a later mount of %s (something bound %s onto itself after the namespace was made), which keeps the namespace: run `umount -l %s` (this also hides the namespaces made since, under that mount), then `spray testbed down %s`: %w",
+				name, path, netnsDir, netnsDir, netnsDir, downTarget(name), err)
+		}
 	}
 	return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
+}
+
+// stacked tells whether path's directory is a mount point and path is one
+// too, where unmounting path found none: a namespace's bind mount that a
+// later mount of the directory hides (TestTeardownStackedNetns).
+func stacked(path string) bool {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return false
+	}
+	dirs, points := 0, 0
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 4 {
+			switch f[4] {
+			case filepath.Dir(path):
+				dirs++
+			case path:
+				points++
+			}
+		}
+	}
+	return dirs > 0 && points > 0
+}
+
+// downTarget returns what spray testbed down takes to remove the testbed
+// that namespace name belongs to: a throw-away's prefix, a persistent
+// fabric's name.
+func downTarget(name string) string {
+	if p := throwawayPrefix.FindString(name); p != "" {
+		return p
+	}
+	if n, ok := fabricName(name); ok {
+		return n
+	}
+	return "--all"
 }
 
 // hiddenMount returns an error when path, which this thread no longer
@@ -374,8 +455,8 @@ func hiddenMount(name, path string) error {
 	for line := range strings.Lines(string(b)) {
 		f := strings.Fields(line)
 		if len(f) > 4 && f[4] == path {
-			return fmt.Errorf("testbed: delete namespace %s: %s is hidden under another mount (something mounted over %s since the namespace was made); unmount that, then run spray testbed down --all",
-				name, path, netnsDir)
+			return fmt.Errorf("testbed: delete namespace %s: %s is hidden under another mount (something mounted over %s since the namespace was made); unmount that, then run spray testbed down %s",
+				name, path, netnsDir, downTarget(name))
 		}
 	}
 	return nil
@@ -511,22 +592,14 @@ func CloseAll() error {
 	return errors.Join(errs...)
 }
 
-// ownerDir holds one file per open testbed, named by its prefix, holding
-// the owning process's pid, so that CleanupStale can tell a crashed run's
-// leftovers from a running testbed.
-const ownerDir = "/run/spray-testbed"
-
 var staleOnce sync.Once
 
-func writeOwner(prefix string) {
-	if os.MkdirAll(ownerDir, 0o755) == nil {
-		_ = os.WriteFile(filepath.Join(ownerDir, prefix), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
-	}
-}
-
-// CleanupStale removes the testbeds of processes that are gone (killed,
-// crashed, timed out) and leaves running ones alone. NewPair calls it once
-// per process.
+// CleanupStale removes the throw-away testbeds that it can prove abandoned
+// (their owner file's lock is free: the process that made them is gone,
+// however it ended) and leaves every other alone: running ones, in any PID
+// namespace, and those of an older spray, whose owner files hold a bare
+// PID. NewPair and NewLeafSpine call it once per process
+// (TestCleanupStale, TestCleanupStalePIDNamespaces).
 func CleanupStale() error {
 	entries, err := os.ReadDir(ownerDir)
 	if err != nil {
@@ -538,21 +611,18 @@ func CleanupStale() error {
 	var errs []error
 	for _, e := range entries {
 		prefix := e.Name()
-		b, err := os.ReadFile(filepath.Join(ownerDir, prefix))
+		if !IsThrowawayPrefix(prefix) {
+			continue // persistent fabrics, files being made
+		}
+		_, claim, ok := claimAbandoned(prefix)
+		if !ok {
+			continue
+		}
+		err := Cleanup(prefix)
 		if err != nil {
-			continue
+			errs = append(errs, err)
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || !strings.HasPrefix(prefix, "spt") {
-			continue
-		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			if err := Cleanup(prefix); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			_ = os.Remove(filepath.Join(ownerDir, prefix))
-		}
+		claim.release(err != nil)
 	}
 	return errors.Join(errs...)
 }

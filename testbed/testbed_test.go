@@ -286,11 +286,64 @@ func TestCleanupStale(t *testing.T) {
 	}
 }
 
+// TestCleanupStalePIDNamespaces: two processes in two PID namespaces make
+// a testbed each, the first as a PID past 100 in its namespace (one that
+// names no process or thread in the second), the second as PID 1; the second's NewPair runs
+// CleanupStale, and so does this process: both testbeds survive, since
+// their owners hold them. Once both processes are killed, CleanupStale
+// removes both.
+func TestCleanupStalePIDNamespaces(t *testing.T) {
+	testutil.SkipIfNotRoot(t)
+	unshare := testutil.SkipIfMissingTool(t, "unshare", "util-linux")
+	self := "-test.run=^TestSignal$"
+	// --mount-proc: netlink finds the thread's namespace by its PID in
+	// /proc. The namespaces' bind mounts stay in each child's mount
+	// namespace; their files in /run/netns are what a CleanupStale that
+	// took the wrong testbed for abandoned would remove.
+	a, pa := childCmd(t, exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", `i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done; "$0" "$1" & wait`, os.Args[0], self))
+	b, pb := childCmd(t, exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", os.Args[0], self))
+	if err := CleanupStale(); err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{pa, pb} {
+		if left, _ := Leftovers(prefix); len(left) != 2 {
+			t.Errorf("testbed %s of a live process in its own PID namespace: %v, want its two namespaces", prefix, left)
+		}
+	}
+	for _, c := range []*exec.Cmd{a, b} {
+		c.Process.Kill()
+		c.Wait()
+	}
+	// The kernel drops a lock when the last holder is gone.
+	gone := func() bool {
+		for _, prefix := range []string{pa, pb} {
+			if _, inUse, _ := readOwner(prefix); inUse {
+				return false
+			}
+		}
+		return true
+	}
+	if !testutil.Poll(10*time.Second, gone) {
+		t.Fatal("owner files still locked after their processes were killed")
+	}
+	if err := CleanupStale(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, pa)
+	assertGone(t, pb)
+}
+
 // child starts this test binary as a process that makes a testbed and
 // sleeps; it returns the process and the testbed's prefix.
 func child(t *testing.T) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSignal$")
+	return childCmd(t, exec.Command(os.Args[0], "-test.run=^TestSignal$"))
+}
+
+// childCmd starts cmd, which runs this test binary's TestSignal child
+// (perhaps through unshare), and returns it and the testbed's prefix.
+func childCmd(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "SPRAY_TESTBED_CHILD=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

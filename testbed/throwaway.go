@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 )
 
 // Throwaway is a testbed that NewPair or NewLeafSpine made, found by its
@@ -20,10 +18,16 @@ import (
 type Throwaway struct {
 	// Prefix names everything the testbed made.
 	Prefix string
-	// Pid is the process that made it, 0 when its owner file is gone.
+	// Pid is the process that made it (in its own PID namespace), 0 when
+	// its owner file is gone.
 	Pid int
-	// Running is set while that process lives.
+	// Running is set while that process holds it (its owner file's lock).
 	Running bool
+	// Login is the login user of the process that made it (its audit
+	// login UID, which sudo keeps), -1 when unknown; Mine is set when
+	// that is the calling process's.
+	Login int
+	Mine  bool
 	// Objects are its namespaces and links: "netns NAME", "link NAME".
 	Objects []string
 }
@@ -43,7 +47,7 @@ func Throwaways() ([]Throwaway, error) {
 			return nil
 		}
 		if byPrefix[p] == nil {
-			byPrefix[p] = &Throwaway{Prefix: p}
+			byPrefix[p] = &Throwaway{Prefix: p, Login: -1}
 		}
 		return byPrefix[p]
 	}
@@ -53,8 +57,9 @@ func Throwaways() ([]Throwaway, error) {
 	}
 	for _, e := range owners {
 		if t := get(e.Name()); t != nil && t.Prefix == e.Name() {
-			b, _ := os.ReadFile(filepath.Join(ownerDir, e.Name()))
-			t.Pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			if o, inUse, ok := readOwner(t.Prefix); ok {
+				t.Pid, t.Running, t.Login = o.Pid, inUse, o.Login
+			}
 		}
 	}
 	left, err := leftoversMatching(func(n string) bool { return throwawayPrefix.MatchString(n) })
@@ -68,8 +73,9 @@ func Throwaways() ([]Throwaway, error) {
 		}
 	}
 	var out []Throwaway
+	me := CallerLogin()
 	for _, t := range byPrefix {
-		t.Running = t.Pid > 0 && syscall.Kill(t.Pid, 0) != syscall.ESRCH
+		t.Mine = t.Login == me
 		if len(t.Objects) == 0 && t.Running {
 			continue // still building, or its owner file outlived nothing
 		}
@@ -84,8 +90,8 @@ func Throwaways() ([]Throwaway, error) {
 func IsThrowawayPrefix(s string) bool { return throwawayPrefix.FindString(s) == s }
 
 // RemoveThrowaway removes the throw-away testbed prefix (its namespaces,
-// links and owner file), and refuses one whose process still runs: that
-// process removes it when it ends.
+// links and owner file), and refuses one whose process still holds it:
+// that process removes it when it ends.
 func RemoveThrowaway(prefix string) error {
 	if !IsThrowawayPrefix(prefix) {
 		return fmt.Errorf("%w: %q is not a throw-away testbed's prefix (sptN-N-)", ErrConfig, prefix)
@@ -94,11 +100,13 @@ func RemoveThrowaway(prefix string) error {
 		return err
 	}
 	owner := filepath.Join(ownerDir, prefix)
-	if b, err := os.ReadFile(owner); err == nil {
-		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 && pid != os.Getpid() && syscall.Kill(pid, 0) != syscall.ESRCH {
-			return fmt.Errorf("testbed %s: process %d that made it still runs (it removes the testbed when it ends; stop it first)", prefix, pid)
+	_, claim, free := claimAbandoned(prefix)
+	if !free {
+		if o, inUse, ok := readOwner(prefix); ok && inUse {
+			return fmt.Errorf("testbed %s: process %d that made it still holds it (it removes the testbed when it ends; stop it first)", prefix, o.Pid)
 		}
 	}
+	defer claim.release(true) // the file goes below, once all else has
 	if err := Cleanup(prefix); err != nil {
 		return err
 	}

@@ -100,3 +100,45 @@ func TestTeardownReportsHiddenNamespace(t *testing.T) {
 	}
 	assertGone(t, p.Prefix)
 }
+
+// TestTeardownStackedNetns: /run/netns bound onto itself after a pair was
+// made (as `ip netns add` does when /run/netns is not a mount point) hides
+// the namespaces' mounts, and their files can no longer be unlinked
+// (EBUSY): Close says so and what to run, naming the testbed's prefix. The
+// bind happens in a mount namespace of its own, so the host never sees it.
+func TestTeardownStackedNetns(t *testing.T) {
+	p := testPair(t, PairConfig{})
+	t.Cleanup(func() { _ = Cleanup(p.Prefix) })
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Mount(netnsDir, netnsDir, "", unix.MS_BIND, ""); err != nil {
+			errc <- err
+			return
+		}
+		errc <- p.Close()
+	}()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("Close hung")
+	}
+	want := "is hidden under a later mount of " + netnsDir
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "spray testbed down "+p.Prefix) {
+		t.Fatalf("Close under a second mount of %s: %v, want an error saying %q and naming spray testbed down %s", netnsDir, err, want, p.Prefix)
+	}
+	t.Log(err)
+	if err := Cleanup(p.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, p.Prefix)
+}

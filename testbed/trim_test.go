@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/ebpf"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport/wire"
 	"golang.org/x/sys/unix"
 )
@@ -76,6 +77,7 @@ func TestLeafSpineTrim(t *testing.T) {
 			}
 		}
 	}()
+	rcvbuf0 := udpRcvbufErrors(t, b)
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(b.IP, wire.UDPPort))
 	sent, acks := 0, 0
 	var wholeLen int
@@ -85,10 +87,15 @@ func TestLeafSpineTrim(t *testing.T) {
 			return err
 		}
 		defer c.Close()
+		// Paced by the clock at three times the rate, bounded by its own
+		// work: total frames whatever the clock says, so that a sender
+		// slower than the pace still ends (and its PSNs stay 24-bit).
+		total := int(3*rate*3/10/8) / (1200 + 62 + 42) // 300 ms worth
 		start := time.Now()
 		bytesSent := 0
-		for time.Since(start) < 300*time.Millisecond {
-			for float64(bytesSent*8) < 3*rate*time.Since(start).Seconds() {
+		for sent < total {
+			due := 3 * rate * time.Since(start).Seconds()
+			for sent < total && float64(bytesSent*8) < due {
 				var d []byte
 				if sent%20 == 19 {
 					d = datagram(&wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayAck, DestQP: 5, PSN: uint32(sent), PKey: 0xffff},
@@ -112,7 +119,18 @@ func TestLeafSpineTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the queues drain
+	// The queues have drained when every frame sent has arrived or was
+	// counted dropped.
+	arrived := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
+	rcvbuf := func() uint64 { return udpRcvbufErrors(t, b) - rcvbuf0 }
+	if !testutil.Poll(30*time.Second, func() bool { return uint64(arrived())+queueDrops(t, f)+rcvbuf() >= uint64(sent) }) {
+		t.Fatalf("%d of %d frames arrived, %d were dropped at a queue, %d at the receiving socket: the rest vanished",
+			arrived(), sent, queueDrops(t, f), rcvbuf())
+	}
 	conn.Close()
 	<-done
 

@@ -2,10 +2,10 @@ package transport
 
 import (
 	"errors"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/sprayfabric/spray/cc"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/psn"
 	"github.com/sprayfabric/spray/transport/wire"
 )
@@ -24,7 +24,7 @@ func bareQP(t *testing.T, cfg Config) *QP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testutil.Rand(t)
 	q, err := newQP(&c, 0x11, bareStart, macA, ipA, nil, rng)
 	if err != nil {
 		t.Fatal(err)

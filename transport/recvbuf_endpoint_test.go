@@ -217,9 +217,7 @@ func BenchmarkEndpointPostedRecv(b *testing.B) {
 // first, so that the sender's blocking Send, which allocates, runs outside
 // the measurement; the Spray receiver holds them until their buffers come.
 func TestEndpointRecvNoAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || raceEnabled {
-		t.Skip("allocation counts differ under coverage and the race detector")
-	}
+	testutil.SkipIfInstrumented(t)
 	seed := testutil.Seed(t)
 	_, ea, eb, ca, cb := endpointPair(t, mem.Config{Seed: seed}, Config{Seed: seed})
 	defer ea.Close()

@@ -350,9 +350,7 @@ func steadyPair(t testing.TB, prof Profile) *simPair {
 // allocating path when each message's buffer goes back to the pool
 // (Message.Release).
 func TestPostedRecvNoAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || raceEnabled {
-		t.Skip("allocation counts differ under coverage and the race detector")
-	}
+	testutil.SkipIfInstrumented(t)
 	for _, prof := range []Profile{Spray, RoCE} {
 		for _, posted := range []bool{true, false} {
 			name := prof.String() + "/posted"
@@ -361,7 +359,7 @@ func TestPostedRecvNoAllocs(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				s := steadyPair(t, prof)
-				msg := randomMessages(rand.New(rand.NewPCG(1, 1)), 3, 64<<10)[1]
+				msg := randomMessages(testutil.Rand(t), 3, 64<<10)[1]
 				buf := make([]byte, len(msg))
 				var err error
 				round := func() {

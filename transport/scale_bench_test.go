@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"syscall"
@@ -43,16 +42,14 @@ func scaleLinks(b *testing.B, kind string) (link.Link, link.Link) {
 		}
 		return pa, pb
 	case "udp":
-		x, y := testutil.LoopbackNet(rand.New(rand.NewPCG(1, 2)))
+		x, y := testutil.LoopbackNet(testutil.Rand(b))
 		a, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 1})})
-		if err != nil {
-			b.Skipf("link/udp on loopback: %v", err)
-		}
+		testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 		c, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 2})})
 		if err != nil {
 			a.Close()
-			b.Skipf("link/udp on loopback: %v", err)
 		}
+		testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 		return a, c
 	}
 	b.Fatalf("unknown link %q", kind)

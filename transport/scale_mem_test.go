@@ -2,12 +2,12 @@ package transport
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 )
 
@@ -19,9 +19,7 @@ const maxIdleQPBytes = 4096
 // with the default Config take less than maxIdleQPBytes of heap per QP
 // (heap after GC, before and after creating them), in both profiles.
 func TestIdleQPMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measures the heap of 512 QPs")
-	}
+	testutil.SkipIfShort(t, "measures the heap of 512 QPs")
 	for _, prof := range []Profile{Spray, RoCE} {
 		t.Run(prof.String(), func(t *testing.T) {
 			b := idleQPBytes(t, Config{Profile: prof, Seed: 1}, 256)
@@ -40,8 +38,8 @@ func TestIdleQPMemory(t *testing.T) {
 func TestIdleQPTrims(t *testing.T) {
 	for _, prof := range []Profile{Spray, RoCE} {
 		t.Run(prof.String(), func(t *testing.T) {
-			s := newSimPair(t, mem.Config{Seed: 3, Reorder: 0.2, ReorderDelay: 20 * time.Microsecond, Loss: 0.01}, Config{Profile: prof})
-			rng := rand.New(rand.NewPCG(1, 2))
+			s := newSimPair(t, mem.Config{Seed: testutil.Seed(t), Reorder: 0.2, ReorderDelay: 20 * time.Microsecond, Loss: 0.01}, Config{Profile: prof})
+			rng := testutil.Rand(t)
 			for round := range 2 {
 				msgs := make([][]byte, 20)
 				for i := range msgs {

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -72,16 +71,14 @@ func BenchmarkSecureStream(b *testing.B) {
 			b.Run(kind+"/"+mode, func(b *testing.B) {
 				var la, lb link.Link
 				if kind == "udp" {
-					x, y := testutil.LoopbackNet(rand.New(rand.NewPCG(3, 4)))
+					x, y := testutil.LoopbackNet(testutil.Rand(b))
 					a, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 1}), FrameSize: 9014})
-					if err != nil {
-						b.Skipf("link/udp on loopback: %v", err)
-					}
+					testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 					c, err := udp.Open(udp.Config{Local: netip.AddrFrom4([4]byte{127, x, y, 2}), FrameSize: 9014})
 					if err != nil {
 						a.Close()
-						b.Skipf("link/udp on loopback: %v", err)
 					}
+					testutil.SkipIfNotSupported(b, err, udp.ErrNotSupported)
 					la, lb = a, c
 				} else {
 					la, lb = scaleLinks(b, "mem")

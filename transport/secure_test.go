@@ -99,15 +99,15 @@ func TestSecureNoPlaintext(t *testing.T) {
 	for _, integrity := range []bool{false, true} {
 		var frames [][]byte
 		tap := func(f []byte) bool { frames = append(frames, bytes.Clone(f)); return true }
-		s := newSecPair(t, mem.Config{Seed: 3, Delay: 5 * time.Microsecond, Filter: tap},
-			Config{Profile: Spray, Seed: 4, MinRTO: time.Millisecond}, integrity, 0)
-		rng := rand.New(rand.NewPCG(5, 6))
+		s := newSecPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: tap},
+			Config{Profile: Spray, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond}, integrity, 0)
+		rng := testutil.Rand(t)
 		msgs := randomMessages(rng, 8, 32<<10)
 		transfer(t, s, msgs)
 		found := 0
 		for _, m := range msgs {
-			if len(m) < 16 {
-				continue
+			if len(m) < 32 {
+				continue // too short to probe 16 bytes from its middle
 			}
 			probe := m[len(m)/2 : len(m)/2+16]
 			for _, f := range frames {
@@ -213,9 +213,9 @@ func TestSecureForged(t *testing.T) {
 			capt := &capture{}
 			// Window 64: a replay window of 128 counters, so that early
 			// frames fall below it.
-			s := newSecPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond, Filter: capt.filter},
-				Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond, Window: 64}, false, 0)
-			rng := rand.New(rand.NewPCG(23, 24))
+			s := newSecPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: capt.filter},
+				Config{Profile: prof, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond, Window: 64}, false, 0)
+			rng := testutil.Rand(t)
 			ab, ba := randomMessages(rng, 24, 512<<10), randomMessages(rng, 8, 16<<10)
 			for i, m := range ab {
 				if err := s.qa.Post(WorkRequest{ID: uint64(i + 1), Op: OpSend, Data: m}); err != nil {
@@ -405,9 +405,9 @@ func bthOffset([]byte) int { return wire.EthLen + wire.IPv4Len + wire.UDPLen }
 // rotation (RxRotations counts each, no legitimate packet dropped).
 func TestSecureRetiredEpoch(t *testing.T) {
 	capt := &capture{}
-	s := newSecPair(t, mem.Config{Seed: 31, Delay: 5 * time.Microsecond, Filter: capt.filter},
-		Config{Profile: Spray, Seed: 32, MinRTO: time.Millisecond}, false, 64)
-	rng := rand.New(rand.NewPCG(33, 34))
+	s := newSecPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: capt.filter},
+		Config{Profile: Spray, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond}, false, 64)
+	rng := testutil.Rand(t)
 	transfer(t, s, randomMessages(rng, 16, 256<<10))
 	sb := s.qb.Stats().Security
 	if sb.RxEpoch < 2 || sb.Dropped() != 0 {
@@ -432,7 +432,7 @@ func TestSecureRetiredEpoch(t *testing.T) {
 // (TestSecureForged), and both QPs must agree on IntegrityOnly: a packet
 // of the other mode is a bad tag.
 func TestSecureAPI(t *testing.T) {
-	s := newSimPair(t, mem.Config{Seed: 41}, Config{Seed: 42})
+	s := newSimPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{Seed: testutil.Seed(t) + 1})
 	if err := s.qa.Secure(secA(false)); !errors.Is(err, ErrSecure) {
 		t.Fatalf("Secure after Connect: %v", err)
 	}
@@ -453,7 +453,7 @@ func TestSecureAPI(t *testing.T) {
 	}
 
 	// Mismatched modes: nothing gets through, every packet is a bad tag.
-	mp := newSecPair(t, mem.Config{Seed: 43}, Config{Seed: 44, MaxRetries: 3}, false, 0)
+	mp := newSecPair(t, mem.Config{Seed: testutil.Seed(t)}, Config{Seed: testutil.Seed(t) + 1, MaxRetries: 3}, false, 0)
 	mp.qb.sec.flags = wire.SecIntegrityOnly
 	if err := mp.qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: []byte("hello")}); err != nil {
 		t.Fatal(err)

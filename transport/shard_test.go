@@ -522,9 +522,7 @@ var _ link.Multi = (*mem.MultiPort)(nil)
 // Pinned engines run; a CPU the process may not use fails NewEndpoint
 // with an error instead of leaving an engine unpinned.
 func TestEndpointPinned(t *testing.T) {
-	if !canPin {
-		t.Skip("pinning is Linux only")
-	}
+	testutil.SkipUnlessLinux(t, "pinning an engine to a CPU")
 	fab := mem.NewFabric(mem.Config{}, clock.NewSystem())
 	defer fab.Close()
 	m, _ := fab.NewMultiPort(macA, ipA, 2, nil)

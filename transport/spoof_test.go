@@ -39,15 +39,15 @@ type spoofRun struct {
 func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
 	t.Helper()
 	log := &frameLog{}
-	s := newSimPair(t, mem.Config{Seed: 21, Delay: 5 * time.Microsecond, Filter: log.filter},
-		Config{Profile: prof, Seed: 22, MinRTO: time.Millisecond})
+	s := newSimPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: log.filter},
+		Config{Profile: prof, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond})
 	x, err := s.fab.NewPort(macX, ipX)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Close() })
 	r := &spoofRun{simPair: s, log: log, x: x, mr: s.eb.Register(make([]byte, 1<<20), AccessRemoteWrite)}
-	rng := rand.New(rand.NewPCG(23, 24))
+	rng := testutil.Rand(t)
 	r.ab = randomMessages(rng, 24, 64<<10)
 	r.ba = randomMessages(rng, 8, 16<<10)
 	var off uint64
@@ -422,7 +422,7 @@ func TestSpoofWriteInWindow(t *testing.T) {
 	r.inject(t, false, &wire.Packet{BTH: wire.BTH{Opcode: wire.OpSprayData, PSN: uint32(cum.Add(3000))},
 		Data: wire.Data{Kind: wire.KindWrite, MsgID: 40, MsgLen: uint32(len(payload)), TxTime: 1},
 		RETH: wire.RETH{VA: 0xDEAD0000, RKey: 0xBAD, Len: uint32(len(payload))}}, payload)
-	more := randomMessages(rand.New(rand.NewPCG(25, 26)), 8, 32<<10)
+	more := randomMessages(testutil.Rand(t), 8, 32<<10)
 	for i, m := range more {
 		if err := r.qb.Post(WorkRequest{ID: uint64(100 + i), Op: OpSend, Data: m}); err != nil {
 			t.Fatal(err)

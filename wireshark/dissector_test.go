@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/pcap"
 	"github.com/sprayfabric/spray/transport/wire"
 )
@@ -37,16 +37,13 @@ const (
 // test.
 func tshark(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed (Debian package tshark): skipping the Wireshark dissector tests")
-	}
+	path := testutil.SkipIfMissingTool(t, "tshark", "tshark")
 	out, err := exec.Command(path, "-v").CombinedOutput()
 	if err != nil {
 		t.Fatalf("tshark -v: %v\n%s", err, out)
 	}
 	if !bytes.Contains(out, []byte("with Lua")) {
-		t.Skip("this tshark was built without Lua: skipping the Wireshark dissector tests")
+		testutil.SkipIfToolMissing(t, fmt.Errorf("%s was built without Lua: %w", path, testutil.ErrToolMissing))
 	}
 	// A tshark run as root ignores -X lua_script when its init.lua sets
 	// run_user_scripts_when_superuser = false (Debian's sets it true).
@@ -601,7 +598,7 @@ func TestDissectorGoldenFromTransfers(t *testing.T) {
 // Wireshark's InfiniBand dissector.
 func TestDissectorBadFrames(t *testing.T) {
 	bin := tshark(t)
-	r := rand.New(rand.NewPCG(1, 2))
+	r := testutil.Rand(t)
 	base := func(op wire.Opcode) wire.Packet { return lower(r, netVariants[0], op) }
 	enc := func(p wire.Packet, payload []byte) []byte {
 		buf := make([]byte, wire.FrameLen(&p, len(payload)))

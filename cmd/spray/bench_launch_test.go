@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/collective"
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // buildSpray builds the spray binary into a temporary directory.
@@ -90,24 +91,27 @@ func checkTable(t *testing.T, out string, world int) {
 // the variables srun and torchrun set: each finds its rank, the world size
 // and rank 0's address, and rank 0 prints a table with no wrong result.
 func TestBenchLauncherEnv(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	testutil.SkipIfShort(t, "builds the binary")
 	bin := buildSpray(t)
 	const n = 3
+	// Rank 0 at 127.b.c.1 and rank r at 127.b.c.1+r, a loopback network
+	// moved by the process ID: another run at once binds elsewhere, so
+	// any port serves, with no look for a free one that another process
+	// could take before rank 0 listens.
+	b, c := testutil.LoopbackNet(testutil.Rand(t))
+	host := fmt.Sprintf("127.%d.%d.1", b, c)
+	const port = 18516
 	t.Run("srun", func(t *testing.T) {
-		port := freePort(t)
 		out := runRanks(t, bin, n, func(r int) []string {
 			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=" + strconv.Itoa(n),
-				"SLURM_JOB_NODELIST=localhost", "SLURM_STEP_RESV_PORTS=" + strconv.Itoa(port) + "-" + strconv.Itoa(port+3)}
+				"SLURM_JOB_NODELIST=" + host, "SLURM_STEP_RESV_PORTS=" + strconv.Itoa(port) + "-" + strconv.Itoa(port+3)}
 		})
 		checkTable(t, out, n)
 	})
 	t.Run("torchrun", func(t *testing.T) {
-		port := freePort(t)
 		out := runRanks(t, bin, n, func(r int) []string {
 			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
-				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port-1), "LOCAL_RANK=" + strconv.Itoa(r)}
+				"MASTER_ADDR=" + host, "MASTER_PORT=" + strconv.Itoa(port-1), "LOCAL_RANK=" + strconv.Itoa(r)}
 		})
 		checkTable(t, out, n)
 	})
@@ -123,7 +127,7 @@ func TestBenchLauncherErrors(t *testing.T) {
 		t.Fatalf("rank without world size: %v, want an error naming SLURM_NTASKS", err)
 	}
 	// The flags win: the environment is not read.
-	boot := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	boot := "127.0.0.1:0" // a world of one: the kernel picks the port, nobody dials it
 	out, _ := runBenchCLI(t, "alltoall", "-b", "8", "-e", "8", "-w", "0", "-n", "1", "--transport", "tcp",
 		"--rank", "0", "--world", "1", "--bootstrap", boot)
 	if len(parseBenchTable(t, out)) != 1 {
@@ -134,13 +138,8 @@ func TestBenchLauncherErrors(t *testing.T) {
 // TestBenchMpirun runs spray bench alltoall under Open MPI's mpirun with
 // four ranks over UDP on loopback. It needs openmpi-bin.
 func TestBenchMpirun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun not found: install openmpi-bin")
-	}
+	testutil.SkipIfShort(t, "builds the binary")
+	mpirun := testutil.SkipIfMissingTool(t, "mpirun", "openmpi-bin")
 	bin := buildSpray(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

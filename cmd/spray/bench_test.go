@@ -167,10 +167,7 @@ func TestBenchErrors(t *testing.T) {
 func TestBenchTestbed(t *testing.T) {
 	testutil.SkipIfNotRoot(t)
 	exe := filepath.Join(t.TempDir(), "spray")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build spray with")
-	}
+	gobin := testutil.SkipIfMissingTool(t, "go", "golang-go")
 	if out, err := exec.Command(gobin, "build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -329,8 +326,9 @@ func FuzzParseSize(f *testing.F) {
 // says on stderr, every few seconds, that it waits for rank 2, and gives
 // up at --join-timeout with an error naming rank 2 and the flag.
 func TestBenchRankMissing(t *testing.T) {
-	port := freePort(t)
-	boot := fmt.Sprintf("127.0.0.1:%d", port)
+	// A loopback network moved by the process ID: any port serves.
+	b, c := testutil.LoopbackNet(testutil.Rand(t))
+	boot := fmt.Sprintf("127.%d.%d.1:18516", b, c)
 	var stderr bytes.Buffer
 	var mu sync.Mutex
 	errs := make(chan error, 2)

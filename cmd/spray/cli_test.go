@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // runCaptured runs the command line args as main does and returns its exit
@@ -319,9 +321,7 @@ func TestPerfSignalLargeMessages(t *testing.T) {
 func TestLinkPrivilegeNamesCaps(t *testing.T) {
 	var wrap []string
 	if os.Geteuid() == 0 {
-		if _, err := exec.LookPath("setpriv"); err != nil {
-			t.Skip("setpriv not installed: cannot drop capabilities")
-		}
+		testutil.SkipIfMissingTool(t, "setpriv", "util-linux")
 		wrap = []string{"setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"}
 	}
 	for kind, want := range map[string]string{"xdp": "CAP_NET_RAW", "raw": "CAP_NET_RAW"} {

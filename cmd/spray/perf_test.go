@@ -3,18 +3,40 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/internal/wirecheck"
 )
 
-// TestPerfMem runs the README's main command, shortened.
+// TestPerfMem runs the README's main command, shortened, and reads the
+// JSON it prints: a result per default link (mem, then kernel TCP), each
+// with the bytes asked for, intact, at a goodput, and the pings timed.
 func TestPerfMem(t *testing.T) {
-	if err := runPerf([]string{"--total", "8388608", "--pings", "50", "--json"}); err != nil {
-		t.Fatal(err)
+	const total = 8388608
+	rs := runPerfJSON(t, "--total", fmt.Sprint(total), "--pings", "50")
+	var links []string
+	for _, r := range rs {
+		links = append(links, fmt.Sprint(r["link"]))
+		if r["bytes"] != float64(total) || r["integrity_ok"] != true || r["pings"] != float64(50) {
+			t.Errorf("%v: bytes %v, intact %v, pings %v; want %d, true, 50", r["link"], r["bytes"], r["integrity_ok"], r["pings"], total)
+		}
+		if g, _ := r["goodput_gbps"].(float64); g <= 0 {
+			t.Errorf("%v: goodput %v Gbit/s", r["link"], r["goodput_gbps"])
+		}
+		if p50, _ := r["rtt_p50_us"].(float64); p50 <= 0 || r["rtt_p99_us"].(float64) < p50 {
+			t.Errorf("%v: ping p50 %v µs, p99 %v", r["link"], r["rtt_p50_us"], r["rtt_p99_us"])
+		}
+		if sum, _ := r["sha256"].(string); len(sum) != 64 {
+			t.Errorf("%v: sha256 %q", r["link"], r["sha256"])
+		}
+	}
+	if fmt.Sprint(links) != "[mem tcp]" {
+		t.Errorf("links %v, want [mem tcp]", links)
 	}
 }
 
@@ -59,10 +81,9 @@ func TestPerfPairPcap(t *testing.T) {
 // jumbo frames over two queues per end; bad pair options are refused
 // before anything runs.
 func TestPerfPairOptions(t *testing.T) {
-	for _, tb := range []string{"pair,", "pair,queues=0", "pair,mtu=9000,speed=1", "pairs"} {
-		if err := runPerf([]string{"--testbed", tb}); err == nil {
-			t.Errorf("perf --testbed %s: no error", tb)
-		}
+	for tb, want := range map[string]string{"pair,": `option ""`, "pair,queues=0": "queues must be 1 to 64",
+		"pair,mtu=9000,speed=1": `option "speed=1": unknown option`, "pairs": `--testbed "pairs"`} {
+		checkUsage(t, runPerf([]string{"--testbed", tb}), want)
 	}
 	testutil.SkipIfNotRoot(t)
 	if err := runPerf([]string{"--testbed", "pair,mtu=9000,queues=2", "--link", "xdp", "--total", "8388608",
@@ -74,18 +95,19 @@ func TestPerfPairOptions(t *testing.T) {
 // TestPerfFaultFlags: --fault and --restore are refused, with an error and
 // before anything runs, where they cannot apply.
 func TestPerfFaultFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--fault", "leaf0:up1@1s"},                          // no testbed
-		{"--testbed", "pair", "--fault", "leaf0:up1@1s"},     // not a leaf-spine
-		{"--testbed", "leafspine:1x2x2", "--restore", "2s"},  // restore without fault
-		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0"}, // no time
-		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@-1s"},
-		{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@2s", "--restore", "1s"},
-		{"--total", "12Q"},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fault", "leaf0:up1@1s"}, "need a leafspine testbed"},                      // no testbed
+		{[]string{"--testbed", "pair", "--fault", "leaf0:up1@1s"}, "need a leafspine testbed"}, // not a leaf-spine
+		{[]string{"--testbed", "leafspine:1x2x2", "--restore", "2s"}, "--restore needs --fault"},
+		{[]string{"--testbed", "leafspine:1x2x2", "--fault", "leaf0"}, "want PORT@TIME"}, // no time
+		{[]string{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@-1s"}, "not a positive duration"},
+		{[]string{"--testbed", "leafspine:1x2x2", "--fault", "leaf0:up1@2s", "--restore", "1s"}, "must come after the failure"},
+		{[]string{"--total", "12Q"}, `bad size "12Q"`},
 	} {
-		if err := runPerf(args); err == nil {
-			t.Errorf("perf %v: no error", args)
-		}
+		checkUsage(t, runPerf(c.args), c.want)
 	}
 }
 
@@ -128,5 +150,15 @@ func TestPerfFailover(t *testing.T) {
 		t.Errorf("goodput never recovered after the failure")
 	case !r.ProbedBack || r.DeadSpine != 1:
 		t.Errorf("spine %d not probed back in: shares after the restore %v", r.DeadSpine, r.SharesAfter)
+	}
+}
+
+// checkUsage fails the test unless err is a usage error (exit status 2)
+// whose message holds want.
+func checkUsage(t *testing.T, err error, want string) {
+	t.Helper()
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want a usage error saying %q", err, want)
 	}
 }

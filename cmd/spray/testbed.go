@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 	"github.com/sprayfabric/spray/testbed"
 )
 
-const testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]   (root)
+var testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]   (root)
 
   spray testbed up leafspine:HxLxS[,rate=R,hostrate=R,buffer=B,mtu=N] [--name NAME]
         [--ecn KMIN,KMAX,PMAX]    build a fabric that stays after spray exits: namespaces,
@@ -36,8 +37,9 @@ const testbedUsage = `usage: spray testbed <up|down|status|fault|list> [flags]  
                                   an interface (up1, down0) or the peer (spine0:leaf1)
   spray testbed down NAME|PREFIX|--all [--kill]
                                   remove programs, pins, veths, namespaces and state (--kill:
-                                  first stop what runs in the namespaces); --all also removes
-                                  what killed spray runs left (PREFIX sptN-N-, see list)
+                                  first stop what runs in the namespaces); --all removes your
+                                  persistent testbeds and what your killed spray runs left
+                                  (PREFIX sptN-N-, see list), never another user's
   spray testbed list              the persistent testbeds, and the throw-away testbeds of
                                   perf, bench, compare and incast runs (running or left over)
 
@@ -211,7 +213,7 @@ use it:
 
 func testbedDown(args []string, w io.Writer) error {
 	fs := newTestbedFlags("down")
-	all := fs.Bool("all", false, "remove every persistent testbed, and the throw-away testbeds whose process is gone")
+	all := fs.Bool("all", false, "remove your persistent testbeds, and your throw-away testbeds whose process is gone (never another login user's)")
 	kill := fs.Bool("kill", false, "first stop the processes running in the testbed's namespaces (SIGTERM, then SIGKILL after 2s)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -223,6 +225,7 @@ func testbedDown(args []string, w io.Writer) error {
 		if names, err = persistentNames(); err != nil {
 			return err
 		}
+		names = onlyMine(names, testbed.PersistentLogin, testbed.CallerLogin(), w)
 	case !*all && len(pos) > 0:
 		names = pos
 	default:
@@ -246,6 +249,10 @@ func testbedDown(args []string, w io.Writer) error {
 			fmt.Fprintf(w, "testbed %s left alone: process %d that made it still runs\n", t.Prefix, t.Pid)
 			continue
 		}
+		if *all && !t.Mine {
+			fmt.Fprintf(w, "testbed %s left alone: %s (spray testbed down %s removes it)\n", t.Prefix, whose(t.Login), t.Prefix)
+			continue
+		}
 		if err := testbed.RemoveThrowaway(t.Prefix); err != nil {
 			errs = append(errs, err)
 			continue
@@ -261,6 +268,32 @@ func testbedDown(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "testbed %s removed\n", n)
 	}
 	return errors.Join(errs...)
+}
+
+// onlyMine keeps the persistent testbeds whose login (from their state
+// file) is me, and says which it leaves alone: down --all never removes
+// another user's testbed, nor one whose maker is unknown
+// (TestDownAllOnlyMine).
+func onlyMine(names []string, login func(string) int, me int, w io.Writer) []string {
+	return slices.DeleteFunc(names, func(n string) bool {
+		if l := login(n); l != me {
+			fmt.Fprintf(w, "testbed %s left alone: %s (spray testbed down %s removes it)\n", n, whose(l), n)
+			return true
+		}
+		return false
+	})
+}
+
+// whose says whose a testbed is, for a login user l that is not the
+// caller's.
+func whose(l int) string {
+	if l < 0 {
+		return "made by an unknown user"
+	}
+	if u, err := user.LookupId(strconv.Itoa(l)); err == nil {
+		return "made by " + u.Username
+	}
+	return fmt.Sprintf("made by login user %d", l)
 }
 
 // stopProcesses stops (kill) or lists the processes that run in testbed
@@ -342,6 +375,9 @@ func testbedList(w io.Writer) error {
 			state = fmt.Sprintf("in use by process %d", t.Pid)
 		case t.Pid > 0:
 			state = fmt.Sprintf("left over by process %d, gone (spray testbed down %s removes it)", t.Pid, t.Prefix)
+		}
+		if !t.Mine {
+			state += "; " + whose(t.Login) + ", so down --all leaves it"
 		}
 		fmt.Fprintf(w, "%s\tthrow-away, %d namespaces and links\t%s\n", t.Prefix, len(t.Objects), state)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"io"
 	"reflect"
@@ -88,4 +89,20 @@ func FuzzTestbedFlags(f *testing.F) {
 			t.Fatalf("--loss %q accepted %v", s, p.v)
 		}
 	})
+}
+
+// TestDownAllOnlyMine: down --all keeps the caller's persistent testbeds
+// and leaves another login user's, and one of unknown maker, saying so.
+func TestDownAllOnlyMine(t *testing.T) {
+	logins := map[string]int{"mine": 1000, "theirs": 1001, "old": -1}
+	var out bytes.Buffer
+	got := onlyMine([]string{"mine", "theirs", "old"}, func(n string) int { return logins[n] }, 1000, &out)
+	if len(got) != 1 || got[0] != "mine" {
+		t.Fatalf("down --all would remove %v, want [mine]", got)
+	}
+	for _, want := range []string{"testbed theirs left alone: made by", "testbed old left alone: made by an unknown user (spray testbed down old removes it)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/sprayfabric/spray/ebpf"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/testbed"
+
+	"golang.org/x/sys/unix"
 )
 
 // sprayCLI runs the spray binary and returns its stdout, stderr and error.
@@ -102,6 +104,26 @@ func udpFlows(t *testing.T, name string, flows, count int) {
 	}
 }
 
+// privateTestbedState points the persistent testbeds' state directory and
+// bpffs at temporary ones, for this process and the spray processes it
+// starts: a bpffs of its own, unmounted at the end, so that no state file
+// or pin of the test reaches the host's /run/spray or /sys/fs/bpf.
+func privateTestbedState(t *testing.T) {
+	t.Helper()
+	state, bpffs := t.TempDir(), t.TempDir()
+	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
+		testutil.SkipIfNotSupported(t, fmt.Errorf("mount a bpffs on %s: %w", bpffs, err), unix.ENODEV)
+	}
+	oldState, oldFS, oldPins := testbed.StateDir, testbed.BPFFS, testbed.PinRoot
+	testbed.StateDir, testbed.BPFFS, testbed.PinRoot = state, bpffs, bpffs+"/spray"
+	t.Setenv(testbed.EnvStateDir, state)
+	t.Setenv(testbed.EnvBPFFS, bpffs)
+	t.Cleanup(func() {
+		testbed.StateDir, testbed.BPFFS, testbed.PinRoot = oldState, oldFS, oldPins
+		_ = unix.Unmount(bpffs, unix.MNT_DETACH)
+	})
+}
+
 // TestTestbedCLI drives spray testbed end to end with the built binary: up
 // returns and leaves a fabric; status shows idle counters, then the
 // counters of traffic sent from another process; fault --blackhole on a
@@ -114,6 +136,7 @@ func TestTestbedCLI(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	privateTestbedState(t)
 	name := fmt.Sprintf("c%d", os.Getpid()%100000)
 	t.Cleanup(func() { _ = testbed.DownLeafSpine(name) })
 

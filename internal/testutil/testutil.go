@@ -1,5 +1,6 @@
 // Package testutil holds helpers for spray's tests: seeded randomness that is
-// fixed by default, logged and replayable, and root/kernel-feature skips.
+// fixed by default, logged and replayable; polls with a deadline; and the
+// only ways a test may skip (skip.go).
 //
 // Seeds come from the environment:
 //
@@ -26,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Environment variables read by Seed.
@@ -37,9 +39,29 @@ const (
 )
 
 var (
-	seedsMu sync.Mutex
-	seeds   = map[testing.TB]uint64{}
+	seedsMu   sync.Mutex
+	seeds     = map[testing.TB]uint64{}
+	realClock = map[testing.TB]bool{}
 )
+
+// RealClock marks a test that runs on the real clock (a testbed, kernel
+// sockets, the scheduler): its seed still picks what it draws, but the
+// machine's timing decides the rest, so on failure it logs no replay
+// line, which would promise what no seed can give.
+func RealClock(tb testing.TB) {
+	seedsMu.Lock()
+	realClock[tb] = true
+	seedsMu.Unlock()
+	tb.Cleanup(func() {
+		// Seed's cleanup reads and drops the mark when it runs after
+		// this one (Seed called first); drop it here otherwise.
+		seedsMu.Lock()
+		if _, seeded := seeds[tb]; !seeded {
+			delete(realClock, tb)
+		}
+		seedsMu.Unlock()
+	})
+}
 
 // Seed returns the seed for a randomized test. Every call within one test
 // returns the same value, so that a replay with SPRAY_SEED reproduces the
@@ -70,8 +92,14 @@ func Seed(tb testing.TB) uint64 {
 	tb.Cleanup(func() {
 		seedsMu.Lock()
 		delete(seeds, tb)
+		real := realClock[tb]
+		delete(realClock, tb)
 		seedsMu.Unlock()
-		if tb.Failed() {
+		switch {
+		case !tb.Failed():
+		case real:
+			tb.Logf("seed %d; no replay line: the test runs on the real clock", v)
+		default:
 			tb.Logf("replay: %s=%d go test -count=1 -run '%s' %s", EnvSeed, v, RunPattern(tb.Name()), packageDir())
 		}
 	})
@@ -155,10 +183,27 @@ func LoopbackNet(r *rand.Rand) (b, c byte) {
 	return byte(1 + (r.IntN(250)+pid)%250), byte(1 + (r.IntN(250)+pid/250)%250)
 }
 
-// SkipIfNotRoot skips the test with a clear reason when not run as root.
-func SkipIfNotRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces, eBPF, AF_XDP): run the tests as root")
+// LoopbackPort returns a port in [lo, lo+n) for a test to bind on an
+// address every process shares (::1), drawn from r and moved by the
+// process ID, as LoopbackNet moves networks: two runs at once bind apart.
+func LoopbackPort(r *rand.Rand, lo, n int) uint16 {
+	return uint16(lo + (r.IntN(n)+os.Getpid())%n)
+}
+
+// Poll calls cond every few milliseconds until it returns true or d has
+// passed, and returns its last result. Tests wait on the condition itself
+// (a count reached, a frame arrived), never on a fixed sleep: a sleep that
+// is too short on a loaded machine fails a correct test, and one that is
+// long enough passes a late frame. Guarded by TestPoll.
+func Poll(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return cond()
+		}
+		time.Sleep(wait)
 	}
 }

@@ -1,8 +1,11 @@
 package testutil
 
 import (
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestSeedFixedByName(t *testing.T) {
@@ -69,5 +72,67 @@ func TestRunPattern(t *testing.T) {
 	}
 	if got := packageDir(); got != "./internal/testutil" {
 		t.Fatalf("packageDir %q, want ./internal/testutil", got)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if !Poll(10*time.Second, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Fatalf("Poll returned before its condition held, or polled on (%d calls)", n)
+	}
+	if Poll(5*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll of a condition that never holds returned true")
+	}
+}
+
+// TestReplayLine: a failing seeded test logs its replay command, one on
+// the real clock does not (RealClock before or after Seed).
+func TestReplayLine(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		real, last bool
+		want       string
+	}{
+		{"simulated", false, false, "replay: "},
+		{"real-before", true, false, "no replay line"},
+		{"real-after", true, true, "no replay line"},
+	} {
+		var log []string
+		rec := &recorder{TB: t, logs: &log}
+		func() {
+			defer rec.runCleanups()
+			if c.real && !c.last {
+				RealClock(rec)
+			}
+			Seed(rec)
+			if c.real && c.last {
+				RealClock(rec)
+			}
+			rec.failed = true
+		}()
+		got := strings.Join(log, "\n")
+		if !strings.Contains(got, c.want) || (c.real && strings.Contains(got, "replay: ")) {
+			t.Errorf("%s: logged %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// recorder is a testing.TB that keeps its logs and cleanups, and fails
+// when told.
+type recorder struct {
+	testing.TB
+	logs     *[]string
+	cleanups []func()
+	failed   bool
+}
+
+func (r *recorder) Helper()                 {}
+func (r *recorder) Name() string            { return "TestRecorded" }
+func (r *recorder) Failed() bool            { return r.failed }
+func (r *recorder) Cleanup(f func())        { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Logf(f string, a ...any) { *r.logs = append(*r.logs, fmt.Sprintf(f, a...)) }
+func (r *recorder) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
 	}
 }

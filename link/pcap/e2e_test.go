@@ -194,9 +194,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("tshark", func(t *testing.T) {
 		fields, err := wirecheck.CheckWithTshark(pathA)
-		if errors.Is(err, wirecheck.ErrToolMissing) {
-			t.Skipf("skipping the Wireshark cross-check: %v", err)
-		}
+		testutil.SkipIfToolMissing(t, err, wirecheck.ErrToolMissing)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +226,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 	t.Run("scapy", func(t *testing.T) {
 		n, err := wirecheck.CheckICRCWithScapy(pathA)
-		if errors.Is(err, wirecheck.ErrToolMissing) {
-			t.Skipf("skipping the scapy ICRC cross-check: %v", err)
-		}
+		testutil.SkipIfToolMissing(t, err, wirecheck.ErrToolMissing)
 		if err != nil {
 			t.Fatal(err)
 		}

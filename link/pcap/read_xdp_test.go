@@ -3,7 +3,6 @@ package pcap_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/sprayfabric/spray/link/route"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
+	"github.com/sprayfabric/spray/xdp"
 )
 
 // TestReadXDPTshark reads a region across a veth pair between two network
@@ -28,7 +28,7 @@ func TestReadXDPTshark(t *testing.T) {
 	defer cancel()
 	p, err := testbed.NewPair(ctx, testbed.PairConfig{})
 	if err != nil {
-		t.Skipf("no testbed: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
 	open := func(h *testbed.Host) link.Link {
@@ -38,14 +38,13 @@ func TestReadXDPTshark(t *testing.T) {
 			l, err = bench.OpenLink(bench.LinkSpec{Kind: bench.KindXDP, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, FrameSize: h.MTU + 14})
 			return err
 		})
-		if err != nil {
-			t.Skipf("no AF_XDP link in %s: %v", h.Name, err)
-		}
+		testutil.SkipIfNotSupported(t, err, xdp.ErrNotSupported)
 		return l
 	}
 	path := filepath.Join(t.TempDir(), "read.pcap")
 	w := createWriter(t, path)
 	la, lb := pcap.Wrap(open(p.A), w), open(p.B)
+	testutil.RealClock(t)
 	cfg := transport.Config{Profile: transport.RoCE, Seed: testutil.Seed(t)}
 	ea, err := transport.NewEndpoint(la, cfg)
 	if err != nil {
@@ -109,11 +108,8 @@ func TestReadXDPTshark(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wirecheck.CheckWithTshark(path); errors.Is(err, wirecheck.ErrToolMissing) {
-		t.Skipf("skipping the Wireshark check: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	_, err = wirecheck.CheckWithTshark(path)
+	testutil.SkipIfToolMissing(t, err, wirecheck.ErrToolMissing)
 	names, err := wirecheck.TsharkOpcodeNames(path)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 func pair(t *testing.T, mtu int) *testbed.Pair {
 	t.Helper()
 	testutil.SkipIfNotRoot(t)
+	testutil.RealClock(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := testbed.NewPair(ctx, testbed.PairConfig{MTU: mtu})
@@ -174,12 +175,29 @@ func TestExchange(t *testing.T) {
 		}
 		a.Wait(50 * time.Millisecond)
 	}
-	time.Sleep(20 * time.Millisecond)
-	if n, _ := b.Recv(in); n != 0 {
-		t.Fatal("B received its own frame")
+	// B must not receive its own frame: it would come before a marker
+	// that A sends after it.
+	fs = fs[:1]
+	a.Alloc(fs)
+	fs[0].Buf = udpFrame(fs[0].Buf, p.A, p.B, 1234, 4791, []byte("marker"))
+	if m, _ := a.Send(fs); m != 1 {
+		t.Fatal("Send of the marker from A")
+	}
+	if !testutil.Poll(10*time.Second, func() bool {
+		b.Wait(10 * time.Millisecond)
+		n, _ := b.Recv(in)
+		for _, f := range in[:n] {
+			if !strings.HasSuffix(string(f.Buf), "marker") {
+				t.Fatalf("B received % x before the marker: its own frame", f.Buf)
+			}
+		}
+		b.Release(in[:n])
+		return n > 0
+	}) {
+		t.Fatal("the marker from A did not reach B")
 	}
 	ca, cb := a.Counters(), b.Counters()
-	if ca.TxFrames != uint64(total+noise) || cb.RxFrames != total || ca.RxFrames != 1 || cb.RxDropped != 0 || ca.TxDropped != 0 {
+	if ca.TxFrames != uint64(total+noise+1) || cb.RxFrames != total+1 || ca.RxFrames != 1 || cb.RxDropped != 0 || ca.TxDropped != 0 {
 		t.Fatalf("counters a %+v b %+v", ca, cb)
 	}
 	t.Logf("a %+v", ca)
@@ -247,16 +265,31 @@ func TestBadInput(t *testing.T) {
 	if c.TxMalformed != 1 || c.TxErrors != 1 || c.TxErrno != 90 /* EMSGSIZE */ || c.BadFrames != 1 || c.TxDropped != 3 {
 		t.Fatalf("counters %+v", c)
 	}
-	in := make([]link.Frame, 4)
-	for i := 0; i < 100 && b.Counters().RxFrames == 0; i++ {
-		b.Wait(50 * time.Millisecond)
-		if n, _ := b.Recv(in); n > 0 && !strings.HasSuffix(string(in[0].Buf), "fits in 200 B") {
-			t.Fatalf("received % x", in[0].Buf)
-		}
+	// A marker sent after them: once it is in, every frame before it has
+	// been received or counted.
+	fs = fs[:1]
+	if a.Alloc(fs) != 1 {
+		t.Fatal("Alloc")
 	}
-	time.Sleep(20 * time.Millisecond)
-	b.Recv(in)
-	if c := b.Counters(); c.RxFrames != 1 || c.RxTruncated != 1 {
+	fs[0].Buf = udpFrame(fs[0].Buf, p.A, p.B, 1, 4791, []byte("marker"))
+	if n, err := a.Send(fs); n != 1 || err != nil {
+		t.Fatalf("Send of the marker = %d, %v", n, err)
+	}
+	in := make([]link.Frame, 4)
+	var got []string
+	testutil.Poll(10*time.Second, func() bool {
+		b.Wait(10 * time.Millisecond)
+		n, _ := b.Recv(in)
+		for _, f := range in[:n] {
+			got = append(got, string(f.Buf[len(f.Buf)-13:]))
+		}
+		b.Release(in[:n])
+		return len(got) > 0 && strings.HasSuffix(got[len(got)-1], "marker")
+	})
+	if len(got) != 2 || got[0] != "fits in 200 B" {
+		t.Fatalf("received %q, want the frame that fits, then the marker", got)
+	}
+	if c := b.Counters(); c.RxFrames != 2 || c.RxTruncated != 1 {
 		t.Fatalf("receiver counters %+v", c)
 	}
 }
@@ -316,18 +349,22 @@ func TestKernelDrops(t *testing.T) {
 	if m, _ := a.Send(fs[:n]); m != n {
 		t.Fatalf("sent %d of %d", m, n)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Every frame is either received or counted dropped by the kernel.
 	in := make([]link.Frame, 64)
-	for {
-		k, err := b.Recv(in)
-		if err != nil {
-			t.Fatal(err)
+	testutil.Poll(10*time.Second, func() bool {
+		for {
+			k, err := b.Recv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k == 0 {
+				break
+			}
+			b.Release(in[:k])
 		}
-		if k == 0 {
-			break
-		}
-		b.Release(in[:k])
-	}
+		c := b.Counters()
+		return c.RxFrames+c.RxKernelDrops >= uint64(n)
+	})
 	c := b.Counters()
 	if c.RxKernelDrops == 0 || c.RxFrames+c.RxKernelDrops != uint64(n) || c.RxDropped != c.RxKernelDrops {
 		t.Fatalf("counters %+v after %d frames", c, n)
@@ -384,10 +421,35 @@ func TestIPv6AndVLAN(t *testing.T) {
 		}
 		b.Release(in[:n])
 	}
-	time.Sleep(20 * time.Millisecond)
-	n, _ := b.Recv(in)
-	for _, f := range in[:n] {
-		got[int(f.Buf[len(f.Buf)-1])] = true
+	// The frames to port 4792 must not arrive: they would come before a
+	// marker sent after them.
+	mark := frame(false, false, 4791)
+	copy(mark[0:6], p.B.MAC[:])
+	copy(mark[6:12], p.A.MAC[:])
+	mark = append(mark, 0xff)
+	fs = fs[:1]
+	if a.Alloc(fs) != 1 {
+		t.Fatal("Alloc")
+	}
+	fs[0].Buf = fs[0].Buf[:copy(fs[0].Buf, mark)]
+	if n, err := a.Send(fs); n != 1 || err != nil {
+		t.Fatalf("Send of the marker = %d, %v", n, err)
+	}
+	if !testutil.Poll(10*time.Second, func() bool {
+		b.Wait(10 * time.Millisecond)
+		n, _ := b.Recv(in)
+		marked := false
+		for _, f := range in[:n] {
+			if i := int(f.Buf[len(f.Buf)-1]); i == 0xff {
+				marked = true
+			} else {
+				got[i] = true
+			}
+		}
+		b.Release(in[:n])
+		return marked
+	}) {
+		t.Fatal("the marker frame did not arrive")
 	}
 	for i, c := range cases {
 		if got[i] != (c.port == 4791) {

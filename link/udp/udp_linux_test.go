@@ -176,11 +176,10 @@ func exchangeOne(t *testing.T, a, b *Link, frame func([]byte) []byte) (rx, link.
 func TestIPv6(t *testing.T) {
 	r := testutil.Rand(t)
 	lo := netip.IPv6Loopback()
-	pa, pb := uint16(20000+r.IntN(20000)), uint16(40000+r.IntN(20000))
+	pa, pb := testutil.LoopbackPort(r, 20000, 19999), testutil.LoopbackPort(r, 40000, 20000)
 	a, err := Open(Config{Local: lo, Port: pa, PeerPort: pb, Entropies: []uint16{pa + 1}})
-	if errors.Is(err, syscall.EADDRNOTAVAIL) {
-		t.Skip("no IPv6 loopback")
-	}
+	// A kernel without IPv6 has no ::1 to bind.
+	testutil.SkipIfNotSupported(t, err, syscall.EADDRNOTAVAIL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +424,7 @@ func TestNoAllocs(t *testing.T) {
 // BenchmarkLoopback measures Send+Recv of 64-frame batches of 1 KiB frames
 // between two links over loopback.
 func BenchmarkLoopback(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
+	r := testutil.Rand(b)
 	ipA, ipB := loopbackPair(r)
 	x, err := Open(Config{Local: ipA, Entropies: []uint16{30001, 30002, 30003, 30004}})
 	if err != nil {

@@ -8,18 +8,16 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // TestUnprivileged runs the loopback tests again as nobody (uid 65534), to
 // show that the link needs no privilege. It runs only as root, which can
 // switch users; the child runs the tests as a normal user would.
 func TestUnprivileged(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("already unprivileged (or cannot switch users): the other tests cover it")
-	}
-	if testing.Short() {
-		t.Skip("short")
-	}
+	testutil.SkipIfNotRoot(t) // to switch users; unprivileged, the other tests cover it
+	testutil.SkipIfShort(t, "runs the package's tests again")
 	// The test binary lives in a directory only root may enter: copy it.
 	dir := t.TempDir()
 	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {

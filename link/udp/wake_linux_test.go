@@ -3,13 +3,13 @@
 package udp
 
 import (
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link"
 )
 
@@ -22,7 +22,7 @@ import (
 // Send to the return of the receiver's Wait, and of how late the pacers'
 // Waits return after their 30 µs.
 func BenchmarkWakeWhilePacing(b *testing.B) {
-	r := rand.New(rand.NewPCG(3, 4))
+	r := testutil.Rand(b)
 	ipA, ipB := loopbackPair(r)
 	x, err := Open(Config{Local: ipA})
 	if err != nil {

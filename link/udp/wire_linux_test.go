@@ -18,7 +18,7 @@ import (
 func TestWireCodec(t *testing.T) {
 	r := testutil.Rand(t)
 	ipA, ipB := loopbackPair(r)
-	p0 := uint16(20000 + r.IntN(20000))
+	p0 := testutil.LoopbackPort(r, 20000, 20000)
 	for _, v6 := range []bool{false, true} {
 		ca := Config{Local: ipA, Entropies: []uint16{p0, p0 + 1, p0 + 2}}
 		cb := Config{Local: ipB}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,10 +70,7 @@ func toolFrames(t *testing.T) ([]kase, [][]byte) {
 }
 
 func TestTshark(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed (Debian package tshark): skipping the Wireshark cross-check")
-	}
+	tshark := testutil.SkipIfMissingTool(t, "tshark", "tshark")
 	ks, fs := toolFrames(t)
 	path := writePcap(t, fs)
 	fields := []string{"frame.number", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn",
@@ -189,10 +187,10 @@ for i, p in enumerate(rdpcap(sys.argv[1])):
 func TestScapyICRC(t *testing.T) {
 	const py = "/usr/bin/python3" // Debian's python, which has python3-scapy
 	if _, err := os.Stat(py); err != nil {
-		t.Skip("no /usr/bin/python3 (Debian python3-scapy): skipping the scapy ICRC cross-check")
+		testutil.SkipIfToolMissing(t, fmt.Errorf("%v (Debian python3-scapy): %w", err, testutil.ErrToolMissing))
 	}
 	if err := exec.Command(py, "-c", "import scapy.contrib.roce").Run(); err != nil {
-		t.Skip("scapy.contrib.roce not importable by /usr/bin/python3 (install Debian python3-scapy): skipping")
+		testutil.SkipIfToolMissing(t, fmt.Errorf("scapy.contrib.roce not importable by %s (Debian python3-scapy): %v: %w", py, err, testutil.ErrToolMissing))
 	}
 	ks, fs := toolFrames(t)
 	path := writePcap(t, fs)

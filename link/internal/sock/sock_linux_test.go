@@ -406,13 +406,14 @@ func TestCloseWhileBusy(t *testing.T) {
 			a.Wake()
 		}
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// Close once the driver has received every frame, however slowly.
+	received := testutil.Poll(10*time.Second, func() bool { return a.c.Snapshot(0).RxFrames == uint64(n) })
 	a.Close()
 	close(stop)
 	if err := <-done; !errors.Is(err, link.ErrClosed) {
 		t.Fatalf("driver stopped with %v", err)
 	}
-	if s := a.c.Snapshot(0); s.RxFrames != uint64(n) {
+	if s := a.c.Snapshot(0); !received || s.RxFrames != uint64(n) {
 		t.Fatalf("received %d of %d frames", s.RxFrames, n)
 	}
 }

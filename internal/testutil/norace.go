@@ -1,5 +1,5 @@
 //go:build !race
 
-package transport
+package testutil
 
 const raceEnabled = false
