@@ -39,7 +39,7 @@ func perMinString(count uint64, window time.Duration) string {
 
 // WriteTable writes res as spray compare writes its table, one row per
 // scenario and profile: flow completion time mean, p50, p99 and p99.9,
-// algbw, retransmits and duplicates, timeouts, ECN marks, drops by cause,
+// algbw, the collectives' mean time beside their line-rate bound, retransmits and duplicates, timeouts, ECN marks, drops by cause,
 // then the simulated time the row covers, PFC (PAUSE frames, and per
 // minute of that time when it is at least MinRateWindow; paused time
 // summed over ports and of the port paused longest) and switch buffer
@@ -50,8 +50,8 @@ func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
-	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
+	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tcollective/\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
+	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\tbound (ms)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 	var notes []string
 	short := false
@@ -66,9 +66,9 @@ func WriteTable(w io.Writer, res Result) {
 			pfc = "on"
 		}
 		short = short || r.Simulated < MinRateWindow
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%s/%s\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
 			r.Scenario, r.Profile, mark, pfc, r.Done, r.Flows, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999), r.AlgBW,
-			r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
+			ms(r.Collective()), ms(r.Bound), r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
 			ms(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), ms(r.PausedTime), ms(r.MaxPortPaused), 100*r.BufferMax, 100*r.BufferMean)
 	}
 	tw.Flush()
@@ -88,6 +88,20 @@ func WriteTable(w io.Writer, res Result) {
 	if short {
 		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)
 	}
+}
+
+// Collective returns the mean time of r's collectives (Iterations), or
+// its makespan when the workload is not collectives: the time to set
+// beside Bound.
+func (r Row) Collective() time.Duration {
+	if len(r.Iterations) == 0 {
+		return r.Makespan
+	}
+	var sum time.Duration
+	for _, d := range r.Iterations {
+		sum += d
+	}
+	return sum / time.Duration(len(r.Iterations))
 }
 
 // StepStats are the figures of a training-step workload (moe) in one

@@ -147,6 +147,12 @@ type Row struct {
 	// flow posted to last flow received), for collectives.
 	Iterations []time.Duration `json:"iterations_ns,omitempty"`
 	AlgBW      float64         `json:"algbw_gbps"`
+	// Bound is the line-rate bound of the workload's longest collective
+	// (Net.Bound: its busiest link's bytes, these frames' headers
+	// included, at the link's rate; the whole workload when it is not
+	// collectives), and Bounds each collective's when there are several.
+	Bound  time.Duration   `json:"bound_ns"`
+	Bounds []time.Duration `json:"bounds_ns,omitempty"`
 	// Transport counters, summed over every QP. DataPackets counts the
 	// data packets sent, retransmissions included.
 	DataPackets uint64 `json:"data_packets"`
@@ -404,6 +410,12 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	tc, err := transportConfig(cfg, prof)
 	if err != nil {
 		return nil, row, err
+	}
+	if bs := n.bounds(cfg.Workload, tc); len(bs) > 0 {
+		row.Bound = slices.Max(bs)
+		if len(bs) > 1 {
+			row.Bounds = bs
+		}
 	}
 	// Payloads: one read-only source for every flow; destinations: one
 	// shared sink (the bytes of concurrent flows overwrite each other:

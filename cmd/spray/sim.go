@@ -50,6 +50,11 @@ buffer mean and max, and the shares of the step spent computing (MFU-style) and 
 network. Rates per minute are printed only from at least 100 ms of simulated time ("-" below);
 the simulated column gives each row's window.
 
+The collective/bound column sets each row's mean collective time (the makespan for a workload that
+is not collectives) beside its line-rate bound: the time the busiest link needs for the
+collective's bytes with the profile's frame headers, each flow spread evenly over its equal-cost
+paths (JSON bound_ns, and bounds_ns per collective).
+
 PFC's thresholds: --topo ...,pfc=XOFF/XON. XOFF is when an ingress port that has brought that
 much into a switch's buffer sends PAUSE: a share of the free shared buffer (dynamic; default
 0.125) or bytes with a unit (static: 200k, 150000B); XON is the bytes below XOFF at which it sends

@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/sprayfabric/spray/transport"
+	"github.com/sprayfabric/spray/transport/wire"
+)
+
+// framing is what a profile's data frames add to a message on the wire:
+// seg payload bytes per full frame, each frame carrying hdr bytes of
+// headers (those every data frame of the profile carries: no INT region,
+// which only some do) and the preamble, FCS and gap.
+type framing struct {
+	seg, hdr int
+}
+
+// framingOf returns the framing of tc's data frames on topology t.
+func framingOf(tc transport.Config, t Topo) framing {
+	p := wire.Packet{}
+	if tc.Profile == transport.Spray {
+		p.BTH.Opcode = wire.OpSprayData
+		p.Data.Kind = wire.KindWriteImm
+	} else {
+		p.BTH.Opcode = wire.OpWriteMiddle
+	}
+	f := framing{seg: transport.DataPayload(tc), hdr: wire.FrameLen(&p, 0)}
+	if !t.Shaper {
+		// A shaper counts the frame from its Ethernet header (shaperPs).
+		f.hdr += wireOverhead
+	}
+	return f
+}
+
+// wire returns the bytes that a message of size bytes takes on a link.
+func (f framing) wire(size int64) int64 {
+	frames := (size + int64(f.seg) - 1) / int64(f.seg)
+	return size + frames*int64(f.hdr)
+}
+
+// Bound returns the line-rate bound of flows on n's links as they stand
+// (links down are avoided, as after reconvergence): the time the busiest
+// link needs to carry its share of their frames' bytes, each flow's bytes
+// spread evenly over its equal-cost paths (perfect spraying) and every
+// link at its rate. It is the time no transport can beat for these flows
+// when they start at once; ACKs and control frames are not counted.
+// TestBoundByHand checks it on a fabric small enough to count.
+func (n *Net) Bound(flows []Flow, f framing) time.Duration {
+	load := n.loads(flows, f)
+	var worst float64
+	for i, b := range load {
+		if b > 0 {
+			worst = max(worst, b*8/float64(n.ports[i].rate))
+		}
+	}
+	return time.Duration(worst * 1e9)
+}
+
+// loads returns the bytes each port sends for flows, spread over the
+// equal-cost paths as Bound says.
+func (n *Net) loads(flows []Flow, f framing) []float64 {
+	load := make([]float64, len(n.ports))
+	frac := make([]float64, len(n.switches)) // the flow's share reaching each switch
+	var cur, next []int32
+	for _, fl := range flows {
+		b := float64(f.wire(fl.Size))
+		hp := n.hosts[fl.Src].port
+		if n.ports[hp].down {
+			continue
+		}
+		load[hp] += b
+		dst := int32(fl.Dst)
+		first := n.ports[n.ports[hp].peer].node
+		cur = append(cur[:0], first)
+		frac[first] = 1
+		for len(cur) > 0 {
+			next = next[:0]
+			for _, si := range cur {
+				fr := frac[si]
+				frac[si] = 0
+				s := &n.switches[si]
+				var outs []int32
+				if dst >= s.lo && dst < s.hi {
+					outs = s.down[(dst-s.lo)/s.div : (dst-s.lo)/s.div+1]
+				} else {
+					outs = n.usableUps(s, dst)
+				}
+				if len(outs) == 0 {
+					continue // unreachable: the fabric drops it
+				}
+				share := fr / float64(len(outs))
+				for _, o := range outs {
+					load[o] += share * b
+					peer := &n.ports[n.ports[o].peer]
+					if peer.host {
+						continue
+					}
+					if frac[peer.node] == 0 {
+						next = append(next, peer.node)
+					}
+					frac[peer.node] += share
+				}
+			}
+			cur, next = next, cur
+		}
+	}
+	return load
+}
+
+// usableUps returns the uplinks of s that route may choose for dst.
+func (n *Net) usableUps(s *swtch, dst int32) []int32 {
+	ok := true
+	for _, u := range s.up {
+		ok = ok && n.usable(u, dst)
+	}
+	if ok {
+		return s.up
+	}
+	var us []int32
+	for _, u := range s.up {
+		if n.usable(u, dst) {
+			us = append(us, u)
+		}
+	}
+	return us
+}
+
+// bounds returns the line-rate bound of each of w's collectives (its
+// Iters repetitions, or the whole workload as one) on n for the data
+// frames of tc.
+func (n *Net) bounds(w Workload, tc transport.Config) []time.Duration {
+	f := framingOf(tc, n.topo)
+	it := w.Iters
+	if it < 1 || len(w.Flows)%it != 0 {
+		it = 1
+	}
+	per := len(w.Flows) / it
+	bs := make([]time.Duration, it)
+	for k := range it {
+		bs[k] = n.Bound(w.Flows[k*per:(k+1)*per], f)
+	}
+	return bs
+}

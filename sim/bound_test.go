@@ -1,0 +1,85 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/transport"
+)
+
+// TestBoundByHand: on leafspine:2x2x2 with 10 Gbit/s uplinks, flows
+// 0->2, 1->3 and 0->1 of 10,000 bytes in frames of 1,000 payload bytes
+// and 100 of headers (11,000 bytes each on the wire) load each of leaf
+// 0's two uplinks with half of the two flows that leave the leaf: 11,000
+// bytes, 8.8 µs at 10 Gbit/s, more than host 0's 22,000 bytes at 100
+// Gbit/s (1.76 µs). With one uplink down the other carries both: 17.6 µs.
+func TestBoundByHand(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x2,rate=10gbit,hostrate=100gbit", nil)
+	flows := []Flow{{Src: 0, Dst: 2, Size: 10000}, {Src: 1, Dst: 3, Size: 10000}, {Src: 0, Dst: 1, Size: 10000}}
+	f := framing{seg: 1000, hdr: 100}
+	if got, want := n.Bound(flows, f), 8800*time.Nanosecond; got != want {
+		t.Errorf("bound %v, want %v", got, want)
+	}
+	if got, want := n.Bound(flows[2:], f), 880*time.Nanosecond; got != want {
+		t.Errorf("bound of the flow inside the leaf %v, want %v (host 0's link)", got, want)
+	}
+	if err := n.SetLinkDown(LinkRef{Switch: 0, Port: 3}, true, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := n.Bound(flows, f), 17600*time.Nanosecond; got != want {
+		t.Errorf("bound with an uplink down %v, want %v", got, want)
+	}
+}
+
+// TestFramingFits: the framing the bound counts is a full data frame of
+// each profile within the MTU, preamble, FCS and gap added.
+func TestFramingFits(t *testing.T) {
+	tp, err := ParseTopo("leafspine:2x2x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, _ = tp.withDefaults()
+	for _, prof := range []transport.Profile{transport.Spray, transport.RoCE} {
+		f := framingOf(transport.Config{Profile: prof, MTU: tp.MTU, INTHops: 3}, tp)
+		if f.seg < 1024 || f.seg+f.hdr > tp.MTU+wireOverhead {
+			t.Errorf("profile %v: %d payload bytes and %d of headers per frame at MTU %d", prof, f.seg, f.hdr, tp.MTU)
+		}
+		if got := f.wire(int64(3 * f.seg)); got != int64(3*(f.seg+f.hdr)) {
+			t.Errorf("profile %v: three full frames take %d bytes, want %d", prof, got, 3*(f.seg+f.hdr))
+		}
+	}
+}
+
+// TestBoundBelowRun: no profile ends a collective sooner than its bound,
+// and the bound is the busiest link's (the host links of an all-to-all
+// on a non-blocking fabric) within what the transport reaches.
+func TestBoundBelowRun(t *testing.T) {
+	tp, err := ParseTopo("leafspine:4x2x2,rate=100gbit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ParseWorkload("alltoall:256k,iters=2", tp.Hosts(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(Config{Topo: tp, Workload: w, Seed: 1, Scenarios: []string{ScenarioLossless}, Profiles: []string{ProfileRoCE, ProfileSpray}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if r.Err != "" || len(r.Iterations) != 2 || len(r.Bounds) != 2 {
+			t.Fatalf("%s: %s, %d collectives, %d bounds", r.Profile, r.Err, len(r.Iterations), len(r.Bounds))
+		}
+		// Each host sends 7 blocks of 32 KiB on its 50 Gbit/s link (two
+		// 100 Gbit/s uplinks over four hosts): 36.7 µs of payload, and at
+		// most a tenth more of headers.
+		if r.Bound < 36700*time.Nanosecond || r.Bound > 40400*time.Nanosecond {
+			t.Errorf("%s: bound %v, want the host link's 229,376 bytes and their headers", r.Profile, r.Bound)
+		}
+		for k, d := range r.Iterations {
+			if d < r.Bounds[k] {
+				t.Errorf("%s: collective %d took %v, under its bound %v", r.Profile, k, d, r.Bounds[k])
+			}
+		}
+	}
+}
