@@ -125,19 +125,14 @@ func (n *Net) usableUps(s *swtch, dst int32) []int32 {
 	return us
 }
 
-// bounds returns the line-rate bound of each of w's collectives (its
-// Iters repetitions, or the whole workload as one) on n for the data
-// frames of tc.
+// bounds returns the line-rate bound of each of w's collectives
+// (Workload.Collectives) on n for the data frames of tc.
 func (n *Net) bounds(w Workload, tc transport.Config) []time.Duration {
 	f := framingOf(tc, n.topo)
-	it := w.Iters
-	if it < 1 || len(w.Flows)%it != 0 {
-		it = 1
-	}
-	per := len(w.Flows) / it
-	bs := make([]time.Duration, it)
-	for k := range it {
-		bs[k] = n.Bound(w.Flows[k*per:(k+1)*per], f)
+	cs := w.Collectives()
+	bs := make([]time.Duration, len(cs))
+	for k, c := range cs {
+		bs[k] = n.Bound(w.Flows[c[0]:c[1]], f)
 	}
 	return bs
 }

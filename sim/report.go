@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -129,7 +130,7 @@ var ErrNotSteps = errors.New("sim: not a training-step workload")
 // RowSteps returns the step figures of row r, which ran workload w. A
 // row whose steps did not all complete has none (an error).
 func RowSteps(r Row, w Workload) (StepStats, error) {
-	if w.Steps < 1 || w.Compute <= 0 || w.Iters != 2*w.Steps {
+	if w.Steps < 1 || w.Compute <= 0 || w.Iters%w.Steps != 0 {
 		return StepStats{}, ErrNotSteps
 	}
 	if r.Done != r.Flows || len(r.Iterations) != w.Iters || r.Makespan <= 0 {
@@ -157,8 +158,21 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 	if w.Steps < 1 || w.Compute <= 0 {
 		return
 	}
-	fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
-		w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
+	if m := w.Model; m != nil {
+		routing := "the expected copies for every pair"
+		if m.Random {
+			routing = "each token's experts drawn at random"
+		}
+		fmt.Fprintf(out, "# training steps: %d x (%s) with %v compute after dispatch; %d job(s) of %d EP groups of %d ranks placed by %s; %d tokens a rank, top-%d of %d experts, %d B a token copy out and %d B back (%s)",
+			w.Steps, strings.Join(w.Phases, ", "), w.Compute, max(m.Jobs, 1), m.groups(res.Hosts), m.EP, m.Place, m.Tokens, m.TopK, m.Experts, m.Dispatch, m.Combine, routing)
+		if m.Grad > 0 {
+			fmt.Fprintf(out, "; %s of gradients a rank reduced in its data parallel ring", byteString(int(m.Grad)))
+		}
+		fmt.Fprintln(out)
+	} else {
+		fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
+			w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tprofile\tsteps\tstep\tall-to-all\tall-to-all\tflow\tflow\tsimulated\tpauses\tpauses\tbuffer\tbuffer\tcompute\tnetwork\t")
 	fmt.Fprintln(tw, "\t\t\tmean (ms)\tmean (ms)\tmax (ms)\tmean (ms)\tp99.9 (ms)\t(ms)\t\t(/min)\tmean\tmax\t(MFU)\twait\t")
@@ -178,6 +192,26 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 	tw.Flush()
 	for _, n := range notes {
 		fmt.Fprintf(out, "# %s\n", n)
+	}
+	if len(w.Phases) == 0 {
+		return
+	}
+	for _, r := range res.Rows {
+		if len(r.Iterations) != w.Iters || len(r.Bounds) != w.Iters {
+			continue
+		}
+		fmt.Fprintf(out, "# %s/%s collectives, mean (line-rate bound):", r.Scenario, r.Profile)
+		np := len(w.Phases)
+		for p, name := range w.Phases {
+			var t, b time.Duration
+			for k := p; k < len(r.Iterations); k += np {
+				t += r.Iterations[k]
+				b += r.Bounds[k]
+			}
+			steps := time.Duration(len(r.Iterations) / np)
+			fmt.Fprintf(out, " %s %s (%s)", name, ms(t/steps), ms(b/steps))
+		}
+		fmt.Fprintln(out, " ms")
 	}
 }
 

@@ -147,10 +147,11 @@ type Row struct {
 	// flow posted to last flow received), for collectives.
 	Iterations []time.Duration `json:"iterations_ns,omitempty"`
 	AlgBW      float64         `json:"algbw_gbps"`
-	// Bound is the line-rate bound of the workload's longest collective
-	// (Net.Bound: its busiest link's bytes, these frames' headers
+	// Bound is the mean line-rate bound of the workload's collectives
+	// (Net.Bound: the busiest link's bytes, these frames' headers
 	// included, at the link's rate; the whole workload when it is not
-	// collectives), and Bounds each collective's when there are several.
+	// collectives), to set beside Row.Collective; Bounds is each
+	// collective's when there are several.
 	Bound  time.Duration   `json:"bound_ns"`
 	Bounds []time.Duration `json:"bounds_ns,omitempty"`
 	// Transport counters, summed over every QP. DataPackets counts the
@@ -412,7 +413,11 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 		return nil, row, err
 	}
 	if bs := n.bounds(cfg.Workload, tc); len(bs) > 0 {
-		row.Bound = slices.Max(bs)
+		var sum time.Duration
+		for _, b := range bs {
+			sum += b
+		}
+		row.Bound = sum / time.Duration(len(bs))
 		if len(bs) > 1 {
 			row.Bounds = bs
 		}
@@ -644,11 +649,10 @@ func (r *runner) run(row Row) Row {
 		row.P50, row.P99, row.P999, row.Max = pct(fct, 50), pct(fct, 99), pct(fct, 99.9), fct[len(fct)-1]
 	}
 	row.Makespan = time.Duration(r.lastDone)
-	if it := cfg.Workload.Iters; it > 0 && len(r.flows)%it == 0 {
-		per := len(r.flows) / it
-		for k := range it {
+	if cfg.Workload.Iters > 0 {
+		for _, c := range cfg.Workload.Collectives() {
 			first, last, ok := clock.Never, clock.Time(0), true
-			for _, fs := range r.flows[k*per : (k+1)*per] {
+			for _, fs := range r.flows[c[0]:c[1]] {
 				ok = ok && fs.recvd
 				first, last = min(first, fs.start), max(last, fs.done)
 			}

@@ -37,7 +37,7 @@ credit grants). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every 
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
-moe:SIZE[,compute=DUR,iters=N], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
+moe:SIZE[,compute=DUR,iters=N], moe:ep=G[,...], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
 transport engine with one QP per peer (--queues: one engine per NIC queue); a workload whose QPs,
 flows and buffers are estimated above --mem is refused before it runs.
 
@@ -49,6 +49,18 @@ mean step, the all-to-alls' mean and longest time, the flows' mean and p99.9, PA
 buffer mean and max, and the shares of the step spent computing (MFU-style) and waiting on the
 network. Rates per minute are printed only from at least 100 ms of simulated time ("-" below);
 the simulated column gives each row's window.
+
+moe:ep=G[,place=leaf|spread|pod,jobs=J,tokens=T,experts=E,topk=K,hidden=H,dispatch=B,combine=B,
+grad=SIZE,routing=uniform|random,compute=DUR,iters=N] is MoE training with expert parallelism: each
+of J jobs (default 1) takes its block of hosts/J hosts and splits it into EP groups of G ranks,
+packed in consecutive hosts (leaf, the default), dealt over the job's leaves (spread) or over its
+pods (pod: a fat-tree's). Each rank holds E/G of a group's E experts and each step dispatches each
+of its T tokens, one copy per rank that holds one of the token's top-K experts, of B bytes, computes
+for DUR, and combines them back; routing=uniform gives every pair the expected copies,
+T x (1 - C(E-E/G, K)/C(E, K)), random draws each token's experts (seeded). With grad=SIZE the ranks
+holding the same experts in a job's groups then reduce-scatter and all-gather SIZE bytes in a ring
+before the next step. Defaults: DeepSeek-V3's pretraining setting as DeepEP benchmarks it, T=4096,
+E=256, K=8, H=7168, FP8 dispatch (7392 B a copy) and BF16 combine (14336 B); no grad.
 
 The collective/bound column sets each row's mean collective time (the makespan for a workload that
 is not collectives) beside its line-rate bound: the time the busiest link needs for the
@@ -165,7 +177,7 @@ func runSim(args []string) error {
 			return usagef("sim: --workload: %v", err)
 		}
 	}
-	w, err := sim.ParseWorkload(*work, t.Hosts(), *seed)
+	w, err := sim.ParseWorkloadOn(*work, t, *seed)
 	if err != nil {
 		return usagef("sim: --workload: %v", err)
 	}
