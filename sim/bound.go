@@ -64,15 +64,20 @@ func (n *Net) loads(flows []Flow, f framing) []float64 {
 	var cur, next []int32
 	for _, fl := range flows {
 		b := float64(f.wire(fl.Size))
-		hp := n.hosts[fl.Src].port
-		if n.ports[hp].down {
-			continue
+		h := n.hosts[fl.Src]
+		nics := h.planes
+		if nics == nil {
+			nics = []int32{h.port}
 		}
-		load[hp] += b
 		dst := int32(fl.Dst)
-		first := n.ports[n.ports[hp].peer].node
-		cur = append(cur[:0], first)
-		frac[first] = 1
+		cur = cur[:0]
+		for _, hp := range nics {
+			share := 1 / float64(len(nics))
+			load[hp] += share * b
+			first := n.ports[n.ports[hp].peer].node
+			cur = append(cur, first)
+			frac[first] = share
+		}
 		for len(cur) > 0 {
 			next = next[:0]
 			for _, si := range cur {

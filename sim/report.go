@@ -50,6 +50,12 @@ func perMinString(count uint64, window time.Duration) string {
 func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
+	if res.PodOversub > 1 || res.Planes > 1 {
+		fmt.Fprintf(w, "# fabric: %d:1 oversubscribed above the pod, %d plane(s), every host a port into each\n", max(res.PodOversub, 1), max(res.Planes, 1))
+	}
+	if res.Faults != "" {
+		fmt.Fprintf(w, "# faults: %s\n", res.Faults)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tcollective/\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
 	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\tbound (ms)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
@@ -81,6 +87,9 @@ func WriteTable(w io.Writer, res Result) {
 			fmt.Fprintf(w, "# %s/%s credits: %d grants, %d requests, %d packets unsolicited, %d waits, %d fallbacks; %d data packets, %.3f%% retransmitted\n",
 				r.Scenario, r.Profile, r.CreditGrants, r.CreditRequests, r.Unsolicited, r.CreditWaits, r.CreditFallbacks,
 				r.DataPackets, 100*float64(r.Retransmits)/float64(max(r.DataPackets, 1)))
+		}
+		if r.LinkFlaps > 0 {
+			fmt.Fprintf(w, "# %s/%s: %d link flaps began\n", r.Scenario, r.Profile, r.LinkFlaps)
 		}
 		if r.Trimmed > 0 {
 			fmt.Fprintf(w, "# %s/%s: %d data frames trimmed to their headers (trim) instead of dropped\n", r.Scenario, r.Profile, r.Trimmed)

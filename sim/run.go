@@ -190,7 +190,9 @@ type Row struct {
 	// SpineBytes are the bytes each top-tier switch (a leaf-spine's
 	// spine, a fat-tree's core) sent, in switch order: how evenly ECMP
 	// or spraying spread the load.
-	SpineBytes     []uint64        `json:"spine_bytes,omitempty"`
+	SpineBytes []uint64 `json:"spine_bytes,omitempty"`
+	// LinkFlaps counts the flaps of Topo.FlapRate that began in the run.
+	LinkFlaps      uint64          `json:"link_flaps,omitempty"`
 	BufferMax      float64         `json:"buffer_max"`
 	BufferMean     float64         `json:"buffer_mean"`
 	Events         uint64          `json:"events"`
@@ -205,9 +207,14 @@ type Row struct {
 // Result is a comparison: its settings and one row per scenario and
 // profile.
 type Result struct {
-	Topo        string        `json:"topo"`
-	Hosts       int           `json:"hosts"`
-	Oversub     float64       `json:"oversubscription"`
+	Topo    string  `json:"topo"`
+	Hosts   int     `json:"hosts"`
+	Oversub float64 `json:"oversubscription"`
+	// PodOversub is a fat-tree's oversubscription above its pods, Planes
+	// its planes and Faults its faults at scale (Topo.Faults).
+	PodOversub  int           `json:"pod_oversubscription,omitempty"`
+	Planes      int           `json:"planes,omitempty"`
+	Faults      string        `json:"faults,omitempty"`
 	Workload    string        `json:"workload"`
 	Seed        uint64        `json:"seed"`
 	BaseRTT     time.Duration `json:"base_rtt_ns"`
@@ -290,7 +297,8 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Samples == 0 {
 		cfg.Samples = 400
 	}
-	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t)}
+	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t),
+		PodOversub: t.PodOversub, Planes: t.Planes, Faults: t.Faults()}
 	for _, sc := range cfg.Scenarios {
 		for _, prof := range cfg.Profiles {
 			row, buf, err := runOne(cfg, sc, prof)
@@ -399,6 +407,9 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	}
 	fc := cfg.Fabric
 	fc.Topo, fc.Seed, fc.PFC.On = t, cfg.Seed, pfc
+	if fc.Horizon == 0 {
+		fc.Horizon = cfg.Limit
+	}
 	n, err := New(fc)
 	if err != nil {
 		return nil, Row{}, err
@@ -691,6 +702,7 @@ func (r *runner) run(row Row) Row {
 	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
 	row.SpineBytes = n.topBytes()
 	row.Events = n.nevents
+	row.LinkFlaps = n.Flaps()
 	row.PacketBuffers = n.Packets()
 	row.Occupancy, row.OccupancyEvery = occ, time.Duration(every)
 	row.Err = strings.Join(errs, "; ")
@@ -775,7 +787,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 	q := min(max(most, 16), 1024)
 	tc := transport.Config{MTU: t.MTU, Window: cfg.Window, Entropies: cfg.Entropies, SendQueue: q, MaxMessages: min(q, 256)}
 	rtt := baseRTT(t)
-	p := cc.Params{LineRate: float64(t.HostRate) / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
+	// The NIC's rate: its port into every plane.
+	nic := float64(t.HostRate) * float64(t.planes())
+	p := cc.Params{LineRate: nic / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
 	name := "hpcc"
 	switch prof {
 	case ProfileRoCE:
@@ -791,7 +805,7 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 			tc.Paths = transport.PathsECMP
 		}
 		if prof == ProfileSprayCredits {
-			tc.Credits, tc.LineRate = true, float64(t.HostRate)/8
+			tc.Credits, tc.LineRate = true, nic/8
 		}
 		if t.Kind == FatTree {
 			tc.INTHops = 5
@@ -802,13 +816,13 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		if cfg.SprayCC != "" {
 			name = cfg.SprayCC
 		}
-		p.AckEvery = sprayAckEvery(float64(t.HostRate)/8, rtt, t.MTU)
+		p.AckEvery = sprayAckEvery(nic/8, rtt, t.MTU)
 		tc.AckEvery = p.AckEvery
 		if hw := cmp.Or(cfg.HostWindow, DefaultHostWindow); hw > 0 {
-			tc.HostWindow = max(int(hw*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
+			tc.HostWindow = max(int(hw*nic/8*rtt.Seconds()), t.MTU)
 		}
 		if cfg.HostRate > 0 {
-			tc.HostRate = cfg.HostRate * float64(t.HostRate) / 8 / float64(max(cfg.Queues, 1)) // the host's queues share its link
+			tc.HostRate = cfg.HostRate * nic / 8 / float64(max(cfg.Queues, 1)) // the host's queues share its link
 		}
 	}
 	mk, err := cc.ByName(name, p)

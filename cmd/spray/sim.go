@@ -62,6 +62,15 @@ holding the same experts in a job's groups then reduce-scatter and all-gather SI
 before the next step. Defaults: DeepSeek-V3's pretraining setting as DeepEP benchmarks it, T=4096,
 E=256, K=8, H=7168, FP8 dispatch (7392 B a copy) and BF16 combine (14336 B); no grad.
 
+Fabrics at scale: --topo fattree:K,oversub=N keeps K/2/N core uplinks on each aggregation switch
+(N:1 above the pod; N divides K/2); planes=N builds N copies of the fabric with every host a port
+into each (the NIC's rate is N times hostrate; a frame takes the plane its ECMP key hashes to, so
+spraying spreads over planes). Faults on the links between switches, chosen by --seed and named
+in the header: fail=N (down from the start, withdrawn from the routes), flap=RATE[/DOWN] (each link
+flaps RATE times an hour at random, down DOWN each time, default 100ms, withdrawn after 5 ms),
+lossy=SHARE/P (that share of the links loses each frame with probability P).
+  spray sim --topo fattree:16,oversub=4,planes=2,fail=8,flap=0.1,lossy=0.01/1e-6 --workload moe:ep=64,tokens=512
+
 The collective/bound column sets each row's mean collective time (the makespan for a workload that
 is not collectives) beside its line-rate bound: the time the busiest link needs for the
 collective's bytes with the profile's frame headers, each flow spread evenly over its equal-cost
@@ -87,7 +96,7 @@ func init() {
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simUsage); fs.PrintDefaults() }
-	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON; or htsim:FILE")
+	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON, oversub, planes, fail, flap, lossy; or htsim:FILE")
 	work := fs.String("workload", "alltoall:1M", "workload: KIND:SIZE[,iters=N,senders=N,bg=SIZE,cdf=FILE,compute=DUR] or htsim:FILE")
 	profs := fs.String("profiles", strings.Join(sim.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
 	scen := fs.String("scenarios", strings.Join(sim.DefaultScenarios, ","), "comma-separated scenarios: lossless, loss0.01, loss0.1, linkfail")
