@@ -1298,6 +1298,21 @@ func (n *Net) topBytes() []uint64 {
 	return b
 }
 
+// delivered returns the bytes the switches have sent to hosts.
+func (n *Net) delivered() int64 {
+	var b uint64
+	for _, h := range n.hosts {
+		if h.planes == nil {
+			b += n.ports[n.ports[h.port].peer].stats.TxBytes
+			continue
+		}
+		for _, p := range h.planes {
+			b += n.ports[n.ports[p].peer].stats.TxBytes
+		}
+	}
+	return int64(b)
+}
+
 // BufferShare returns the share of its buffer that the fullest switch
 // holds now.
 func (n *Net) BufferShare() float64 {

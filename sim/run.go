@@ -123,6 +123,32 @@ type Progress struct {
 	Wall              time.Duration
 	Events            uint64
 	FlowsDone, Flows  int
+	// Run is this run's number (from 1) of the Runs that Run makes, one
+	// per scenario and profile.
+	Run, Runs int
+	// Delivered is the bytes the switches have handed to hosts, frames
+	// whole (ACKs too); Expected the bytes of the workload's data frames.
+	Delivered, Expected int64
+}
+
+// Left estimates the wall time left in this run and in every run, from
+// the share done so far: the larger of the flows done and the bytes
+// delivered (at most 99%: ACKs count too). Later runs are taken to cost
+// what this one will. ok is false before anything is done.
+func (p Progress) Left() (run, all time.Duration, ok bool) {
+	f := 0.0
+	if p.Flows > 0 {
+		f = float64(p.FlowsDone) / float64(p.Flows)
+	}
+	if p.Expected > 0 {
+		f = max(f, min(float64(p.Delivered)/float64(p.Expected), 0.99))
+	}
+	if f <= 0 {
+		return 0, 0, false
+	}
+	whole := time.Duration(float64(p.Wall) / f)
+	run = whole - p.Wall
+	return run, run + time.Duration(max(p.Runs-p.Run, 0))*whole, true
 }
 
 // Row is the outcome of one profile under one scenario.
@@ -297,11 +323,17 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Samples == 0 {
 		cfg.Samples = 400
 	}
+	runs, run := len(cfg.Scenarios)*len(cfg.Profiles), 0
 	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t),
 		PodOversub: t.PodOversub, Planes: t.Planes, Faults: t.Faults()}
 	for _, sc := range cfg.Scenarios {
 		for _, prof := range cfg.Profiles {
-			row, buf, err := runOne(cfg, sc, prof)
+			run++
+			c := cfg
+			if p := cfg.Progress; p != nil {
+				c.Progress = func(pr Progress) { pr.Run, pr.Runs = run, runs; p(pr) }
+			}
+			row, buf, err := runOne(c, sc, prof)
 			if err != nil {
 				return res, err
 			}
@@ -380,6 +412,7 @@ type runner struct {
 	hosts    []*simHost      // by host index; nil for a host without flows
 	qps      []*transport.QP // every QP, the two ends of a connection side by side
 	ends     []*hostQueue    // the queue of each of qps
+	expected int64           // the bytes of the workload's data frames
 }
 
 func runOne(cfg Config, sc, prof string) (Row, int, error) {
@@ -422,6 +455,10 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	tc, err := transportConfig(cfg, prof)
 	if err != nil {
 		return nil, row, err
+	}
+	fr := framingOf(tc, t)
+	for _, f := range cfg.Workload.Flows {
+		r.expected += fr.wire(f.Size)
 	}
 	if bs := n.bounds(cfg.Workload, tc); len(bs) > 0 {
 		var sum time.Duration
@@ -605,7 +642,8 @@ func (r *runner) run(row Row) Row {
 		if check++; check&0xffff == 0 && cfg.Progress != nil {
 			if now := time.Now(); now.Sub(last) >= time.Second {
 				last = now
-				cfg.Progress(Progress{Scenario: sc, Profile: prof, Sim: time.Duration(n.now), Wall: now.Sub(wall), Events: n.nevents, FlowsDone: r.done, Flows: len(r.flows)})
+				cfg.Progress(Progress{Scenario: sc, Profile: prof, Sim: time.Duration(n.now), Wall: now.Sub(wall), Events: n.nevents, FlowsDone: r.done, Flows: len(r.flows),
+					Run: 1, Runs: 1, Delivered: n.delivered(), Expected: r.expected})
 			}
 		}
 		return false

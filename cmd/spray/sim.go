@@ -207,9 +207,13 @@ func runSim(args []string) error {
 	}
 	if !*quiet {
 		cfg.Progress = func(p sim.Progress) {
-			fmt.Fprintf(os.Stderr, "sim: %s/%s: simulated %v, wall %v, %.2fM events/s, %d/%d flows done\n",
-				p.Scenario, p.Profile, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second),
-				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows)
+			left := ""
+			if run, all, ok := p.Left(); ok {
+				left = fmt.Sprintf(", about %v left (%v in all %d runs)", run.Round(time.Second), all.Round(time.Second), p.Runs)
+			}
+			fmt.Fprintf(os.Stderr, "sim: %s/%s (run %d of %d): simulated %v, wall %v, %.2fM events/s, %d/%d flows done%s\n",
+				p.Scenario, p.Profile, p.Run, p.Runs, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second),
+				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows, left)
 		}
 	}
 	if *cpuProf != "" {
