@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/sprayfabric/spray/transport"
@@ -49,7 +51,8 @@ func (n *Net) Bound(flows []Flow, f framing) time.Duration {
 	load := n.loads(flows, f)
 	var worst float64
 	for i, b := range load {
-		if b > 0 {
+		// A Shaper fabric's hosts send at once (Topo.Shaper).
+		if b > 0 && !n.ports[i].instant {
 			worst = max(worst, b*8/float64(n.ports[i].rate))
 		}
 	}
@@ -57,56 +60,82 @@ func (n *Net) Bound(flows []Flow, f framing) time.Duration {
 }
 
 // loads returns the bytes each port sends for flows, spread over the
-// equal-cost paths as Bound says.
+// equal-cost paths as Bound says. Routes above a leaf depend only on the
+// leaf that covers the destination, so the flows are summed by first
+// switch and destination leaf and each sum spread once.
 func (n *Net) loads(flows []Flow, f framing) []float64 {
 	load := make([]float64, len(n.ports))
-	frac := make([]float64, len(n.switches)) // the flow's share reaching each switch
-	var cur, next []int32
+	type key struct{ first, rep int32 } // rep: the destination leaf's first host
+	sums := map[key]float64{}
 	for _, fl := range flows {
 		b := float64(f.wire(fl.Size))
-		h := n.hosts[fl.Src]
-		nics := h.planes
-		if nics == nil {
-			nics = []int32{h.port}
+		src, dst := n.hosts[fl.Src], n.hosts[fl.Dst]
+		out, in := src.planes, dst.planes
+		if out == nil {
+			out, in = []int32{src.port}, []int32{dst.port}
 		}
-		dst := int32(fl.Dst)
-		cur = cur[:0]
-		for _, hp := range nics {
-			share := 1 / float64(len(nics))
-			load[hp] += share * b
-			first := n.ports[n.ports[hp].peer].node
-			cur = append(cur, first)
-			frac[first] = share
+		share := b / float64(len(out))
+		for i, hp := range out {
+			load[hp] += share
+			down := n.ports[in[i]].peer // the leaf's port to dst in plane i
+			sums[key{n.ports[n.ports[hp].peer].node, n.switches[n.ports[down].node].lo}] += share
 		}
+	}
+	reached := make(map[key]float64, len(sums)) // the share of a sum that reaches its leaf
+	keys := make([]key, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.first, b.first), cmp.Compare(a.rep, b.rep)) })
+	frac := make([]float64, len(n.switches)) // the share of a sum reaching each switch
+	var cur, next []int32
+	for _, k := range keys {
+		cur = append(cur[:0], k.first)
+		frac[k.first] = 1
 		for len(cur) > 0 {
 			next = next[:0]
 			for _, si := range cur {
-				fr := frac[si]
+				b := frac[si]
 				frac[si] = 0
 				s := &n.switches[si]
 				var outs []int32
-				if dst >= s.lo && dst < s.hi {
-					outs = s.down[(dst-s.lo)/s.div : (dst-s.lo)/s.div+1]
+				if k.rep >= s.lo && k.rep < s.hi {
+					d := s.down[(k.rep-s.lo)/s.div]
+					if n.ports[n.ports[d].peer].host {
+						reached[k] += b // the leaf: its ports to hosts below
+						continue
+					}
+					outs = []int32{d}
 				} else {
-					outs = n.usableUps(s, dst)
+					outs = n.usableUps(s, k.rep)
 				}
 				if len(outs) == 0 {
 					continue // unreachable: the fabric drops it
 				}
-				share := fr / float64(len(outs))
+				share := b / float64(len(outs))
 				for _, o := range outs {
-					load[o] += share * b
-					peer := &n.ports[n.ports[o].peer]
-					if peer.host {
-						continue
+					load[o] += share * sums[k]
+					peer := n.ports[n.ports[o].peer].node
+					if frac[peer] == 0 {
+						next = append(next, peer)
 					}
-					if frac[peer.node] == 0 {
-						next = append(next, peer.node)
-					}
-					frac[peer.node] += share
+					frac[peer] += share
 				}
 			}
 			cur, next = next, cur
+		}
+	}
+	// The leaves' ports to the hosts carry what reaches them.
+	for _, fl := range flows {
+		b := float64(f.wire(fl.Size))
+		src, dst := n.hosts[fl.Src], n.hosts[fl.Dst]
+		out, in := src.planes, dst.planes
+		if out == nil {
+			out, in = []int32{src.port}, []int32{dst.port}
+		}
+		for i, hp := range out {
+			down := n.ports[in[i]].peer
+			load[down] += b / float64(len(out)) * reached[key{n.ports[n.ports[hp].peer].node, n.switches[n.ports[down].node].lo}]
 		}
 	}
 	return load

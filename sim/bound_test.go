@@ -83,3 +83,63 @@ func TestBoundBelowRun(t *testing.T) {
 		}
 	}
 }
+
+// slowLoads is loads without the sums: every flow walked from its host,
+// hop by hop, down to the destination host, its share halved at every
+// choice of uplinks (the reference for TestLoadsMatchSlow).
+func slowLoads(n *Net, flows []Flow, f framing) []float64 {
+	load := make([]float64, len(n.ports))
+	var walk func(si int32, dst int32, b float64)
+	walk = func(si, dst int32, b float64) {
+		s := &n.switches[si]
+		var outs []int32
+		if dst >= s.lo && dst < s.hi {
+			outs = []int32{s.down[(dst-s.lo)/s.div]}
+		} else {
+			outs = n.usableUps(s, dst)
+		}
+		for _, o := range outs {
+			load[o] += b / float64(len(outs))
+			if p := &n.ports[n.ports[o].peer]; !p.host {
+				walk(p.node, dst, b/float64(len(outs)))
+			}
+		}
+	}
+	for _, fl := range flows {
+		h := n.hosts[fl.Src]
+		ports := h.planes
+		if ports == nil {
+			ports = []int32{h.port}
+		}
+		for _, hp := range ports {
+			b := float64(f.wire(fl.Size)) / float64(len(ports))
+			load[hp] += b
+			walk(n.ports[n.ports[hp].peer].node, int32(fl.Dst), b)
+		}
+	}
+	return load
+}
+
+// TestLoadsMatchSlow: the summed loads equal the hop-by-hop walk of every
+// flow, on fabrics with planes, oversubscription and failed links, for
+// random flows.
+func TestLoadsMatchSlow(t *testing.T) {
+	rng := newTestRand()
+	for _, spec := range []string{"leafspine:3x4x2", "fattree:4,oversub=2,planes=2,fail=3", "fattree:6,hosts=4,fail=10"} {
+		n := newNet(t, spec, nil)
+		var flows []Flow
+		for range 200 {
+			s, d := rng.IntN(n.Hosts()), rng.IntN(n.Hosts())
+			if s != d {
+				flows = append(flows, Flow{Src: s, Dst: d, Size: 1 + rng.Int64N(1<<20)})
+			}
+		}
+		f := framing{seg: 1400, hdr: 90}
+		got, want := n.loads(flows, f), slowLoads(n, flows, f)
+		for i := range want {
+			if d := got[i] - want[i]; d > 1e-6*want[i]+1e-9 || -d > 1e-6*want[i]+1e-9 {
+				t.Errorf("%s: port %d carries %v, the walk says %v", spec, i, got[i], want[i])
+			}
+		}
+	}
+}
