@@ -145,6 +145,11 @@ const MaxFlows = 1 << 23
 //     received all of its combine. Ranks wait on their own receives, not
 //     on each other (no global barrier). iters defaults to enough steps
 //     that their compute alone takes MinRateWindow (100 ms);
+//   - moe:ep=G[,place=leaf|spread|pod,jobs=J,tokens=T,experts=E,topk=K,
+//     hidden=H,dispatch=B,combine=B,grad=SIZE,routing=uniform|random]:
+//     MoE training with expert parallelism from the model (MoEModel), with
+//     compute and iters as moe:SIZE; placement by leaf and pod needs
+//     ParseWorkloadOn;
 //   - htsim:FILE: an htsim connection matrix (see ReadConnectionMatrix).
 //
 // Options: iters=N repeats the flows N times, each repetition once the
@@ -384,7 +389,7 @@ func parseSpec(spec string, hosts int) (workSpec, error) {
 			f, _, _ = ws.model.shape(hosts, iters)
 		}
 		if f > MaxFlows {
-			return ws, fmt.Errorf("%w: workload %q: %d steps of two all-to-alls over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
+			return ws, fmt.Errorf("%w: workload %q: %d steps of their collectives over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
 				ErrConfig, spec, iters, hosts, f, MaxFlows)
 		}
 	}
