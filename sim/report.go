@@ -50,8 +50,15 @@ func perMinString(count uint64, window time.Duration) string {
 func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
-	if res.PodOversub > 1 || res.Planes > 1 {
-		fmt.Fprintf(w, "# fabric: %d:1 oversubscribed above the pod, %d plane(s), every host a port into each\n", max(res.PodOversub, 1), max(res.Planes, 1))
+	var fab []string
+	if res.PodOversub > 1 {
+		fab = append(fab, fmt.Sprintf("%d:1 oversubscribed above the pod", res.PodOversub))
+	}
+	if res.Planes > 1 {
+		fab = append(fab, fmt.Sprintf("%d planes, every host a port into each", res.Planes))
+	}
+	if len(fab) > 0 {
+		fmt.Fprintf(w, "# fabric: %s\n", strings.Join(fab, "; "))
 	}
 	if res.Faults != "" {
 		fmt.Fprintf(w, "# faults: %s\n", res.Faults)

@@ -144,7 +144,7 @@ func TestFaultsDeterministic(t *testing.T) {
 	}
 	var out bytes.Buffer
 	WriteTable(&out, Result{Topo: tp.String(), PodOversub: tp.PodOversub, Planes: tp.Planes, Faults: tp.Faults()})
-	for _, want := range []string{"2:1 oversubscribed above the pod, 2 plane(s)", "3 of 48 links between switches down", "flapping 0.5 times an hour, down 2s", "12 links (0.25 of them) losing 1e-05"} {
+	for _, want := range []string{"2:1 oversubscribed above the pod; 2 planes", "3 of 48 links between switches down", "flapping 0.5 times an hour, down 2s", "12 links (0.25 of them) losing 1e-05"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("header without %q:\n%s", want, out.String())
 		}
