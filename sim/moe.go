@@ -138,7 +138,7 @@ func (m *MoEModel) check(hosts int) error {
 	case m.TopK > m.Experts:
 		return fmt.Errorf("top-%d of %d experts", m.TopK, m.Experts)
 	case m.Jobs*m.EP > hosts:
-		return fmt.Errorf("%d jobs of EP groups of %d on %d hosts", m.Jobs, m.EP, hosts)
+		return fmt.Errorf("%d job(s) of EP groups of %d on %d hosts", m.Jobs, m.EP, hosts)
 	case m.Dispatch*int64(m.Tokens) > 1<<30 || m.Combine*int64(m.Tokens) > 1<<30:
 		return fmt.Errorf("%d tokens of %d and %d bytes: over 1 GiB a rank pair", m.Tokens, m.Dispatch, m.Combine)
 	}
