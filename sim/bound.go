@@ -159,14 +159,44 @@ func (n *Net) usableUps(s *swtch, dst int32) []int32 {
 	return us
 }
 
+// boundCache keeps the bounds of collectives already computed, by their
+// framing and flows: a training run repeats the same collectives every
+// step, and every scenario of a profile starts on the same fabric.
+type boundCache map[boundKey]time.Duration
+
+type boundKey struct {
+	f    framing
+	hash uint64
+}
+
+// flowsHash returns a hash of the sources, destinations and sizes of fs,
+// in order.
+func flowsHash(fs []Flow) uint64 {
+	h := uint64(len(fs))
+	for _, f := range fs {
+		h = splitmix(h ^ uint64(f.Src)<<42 ^ uint64(f.Dst)<<21 ^ uint64(f.Size))
+	}
+	return h
+}
+
 // bounds returns the line-rate bound of each of w's collectives
-// (Workload.Collectives) on n for the data frames of tc.
-func (n *Net) bounds(w Workload, tc transport.Config) []time.Duration {
+// (Workload.Collectives) on n for the data frames of tc, taking those
+// already in cache (nil: none kept) and adding the others.
+func (n *Net) bounds(w Workload, tc transport.Config, cache boundCache) []time.Duration {
+	if cache == nil {
+		cache = boundCache{}
+	}
 	f := framingOf(tc, n.topo)
 	cs := w.Collectives()
 	bs := make([]time.Duration, len(cs))
 	for k, c := range cs {
-		bs[k] = n.Bound(w.Flows[c[0]:c[1]], f)
+		key := boundKey{f, flowsHash(w.Flows[c[0]:c[1]])}
+		b, ok := cache[key]
+		if !ok {
+			b = n.Bound(w.Flows[c[0]:c[1]], f)
+			cache[key] = b
+		}
+		bs[k] = b
 	}
 	return bs
 }

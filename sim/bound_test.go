@@ -143,3 +143,22 @@ func TestLoadsMatchSlow(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundCache: repeated collectives are computed once and get the
+// bound computed afresh; another framing is another entry.
+func TestBoundCache(t *testing.T) {
+	n := newNet(t, "leafspine:2x2x2,rate=10gbit", nil)
+	w := mustWork(t, "alltoall:64k,iters=3", n.Hosts())
+	tc := transport.Config{Profile: transport.Spray, MTU: 1514, INTHops: 3}
+	cache := boundCache{}
+	bs := n.bounds(w, tc, cache)
+	want := n.Bound(w.Flows[:len(w.Flows)/3], framingOf(tc, n.topo))
+	if len(cache) != 1 || len(bs) != 3 || bs[0] != want || bs[1] != want || bs[2] != want {
+		t.Errorf("bounds %v with %d cached, want 3 x %v from one entry", bs, len(cache), want)
+	}
+	tc.Profile = transport.RoCE
+	n.bounds(w, tc, cache)
+	if len(cache) != 2 {
+		t.Errorf("%d entries after a second framing, want 2", len(cache))
+	}
+}

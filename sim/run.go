@@ -114,6 +114,9 @@ type Config struct {
 	Queues int
 	// Progress, when set, is called about once a second of wall time.
 	Progress func(Progress)
+	// boundCache, set by Run, keeps the line-rate bounds of its rows'
+	// collectives: the same on every row of a profile.
+	boundCache boundCache
 }
 
 // Progress reports a run in progress.
@@ -324,6 +327,7 @@ func Run(cfg Config) (Result, error) {
 		cfg.Samples = 400
 	}
 	runs, run := len(cfg.Scenarios)*len(cfg.Profiles), 0
+	cfg.boundCache = boundCache{}
 	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t),
 		PodOversub: t.PodOversub, Planes: t.Planes, Faults: t.Faults()}
 	for _, sc := range cfg.Scenarios {
@@ -460,7 +464,7 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	for _, f := range cfg.Workload.Flows {
 		r.expected += fr.wire(f.Size)
 	}
-	if bs := n.bounds(cfg.Workload, tc); len(bs) > 0 {
+	if bs := n.bounds(cfg.Workload, tc, cfg.boundCache); len(bs) > 0 {
 		var sum time.Duration
 		for _, b := range bs {
 			sum += b
