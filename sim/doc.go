@@ -134,8 +134,19 @@
 // collectives' times, and the share of the step spent computing (the
 // MFU-style figure) and waiting on the network.
 //
+// moe:ep=G,... is expert-parallel training from the model (MoEModel):
+// jobs of EP groups placed in a leaf, over leaves or over pods, per-pair
+// token copies from tokens, experts and top-k, dispatch, compute and
+// combine, and a data parallel ring between steps (TestMoEDataParallel).
+// Topo adds what fabrics of a hundred thousand hosts have: a fat-tree
+// oversubscribed above its pods, planes, and links failed, flapping and
+// lossy, chosen by the seed (TestFaultsDeterministic).
+//
 // # Reports
 //
+// Every Row sets its collectives' time beside their line-rate bound
+// (Row.Bound, Net.Bound: the busiest link's bytes with these frames'
+// headers, each flow spread over its equal-cost paths; TestBoundByHand).
 // Every Row states the simulated time its counters cover (Simulated). A
 // rate per minute (PausesPerMin) is given only from at least
 // MinRateWindow of it (PerMinute); a shorter row reports its count and

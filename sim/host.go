@@ -20,7 +20,8 @@ import (
 type Host struct {
 	n       *Net
 	idx     int32
-	port    int32
+	port    int32   // the NIC's port into the first plane
+	planes  []int32 // with Topo.Planes, the port into each plane
 	mac     [6]byte
 	queues  []*hostEngine
 	steer   map[uint32]int32 // destination QP -> queue, with more than one queue
@@ -139,8 +140,18 @@ func (h *Host) Send(frame []byte) bool {
 	pk.buf = pk.buf[:copy(pk.buf, frame)]
 	h.txOut++
 	h.n.inject(id)
-	h.n.send(h.port, id)
+	h.n.send(h.egress(id), id)
 	return true
+}
+
+// egress returns the port that packet id leaves by: port, or with planes
+// the one its ECMP key hashes to (TestPlanesSpread).
+func (h *Host) egress(id int32) int32 {
+	if h.planes == nil {
+		return h.port
+	}
+	k := splitmix(h.n.pkts[id].flow ^ 0x504C414E45)
+	return h.planes[k%uint64(len(h.planes))]
 }
 
 // bthDestQP is the offset of the BTH's destination QP in a RoCEv2 frame:
@@ -333,7 +344,7 @@ func (l *hostLink) Send(fs []link.Frame) (int, error) {
 		pk.buf = pk.buf[:len(f.Buf)]
 		h.txOut++
 		n.inject(id)
-		n.send(h.port, id)
+		n.send(h.egress(id), id)
 		sent++
 	}
 	if l.closed {

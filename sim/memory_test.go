@@ -37,6 +37,7 @@ func TestPreflightBelowEstimate(t *testing.T) {
 	for _, spec := range []string{
 		"permutation:1M", "permutation:1M,iters=3", "alltoall:1M", "alltoall-pairwise:64k,iters=2",
 		"moe:1M,iters=2", "incast:64k", "incast:64k,senders=5", "mix:64k,senders=3",
+		"moe:ep=4,tokens=16,iters=2,grad=64k", "moe:ep=8,tokens=16,iters=1,jobs=2,routing=random",
 	} {
 		cfg := Config{Topo: tp, Workload: mustWork(t, spec, tp.Hosts()), Profiles: []string{ProfileSpray}}
 		fp, err := Estimate(cfg)

@@ -46,8 +46,11 @@ type FabricConfig struct {
 	// means 65536.
 	HostRxFrames int
 	// Seed seeds the fabric's random decisions (ECMP hash seeds, ECN
-	// marks, losses).
+	// marks, losses, Topo's faults).
 	Seed uint64
+	// Horizon bounds the simulated time over which Topo.FlapRate's flaps
+	// are scheduled; 0 means DefaultHorizon.
+	Horizon time.Duration
 }
 
 // ECNConfig is RED-style marking on an egress queue: no mark at or below
@@ -257,6 +260,7 @@ type Net struct {
 	// to transmit (tests).
 	Trace   func(sw, port int, frame []byte)
 	mtuWire int
+	flaps   uint64
 	// withdrawn counts the ports withdrawn from the fabric's routes;
 	// while it is 0 a route needs no look beyond its own links.
 	withdrawn int
@@ -410,7 +414,11 @@ func (n *Net) link(a int32, aHost bool, b int32, rate uint64, delay time.Duratio
 	}
 	n.ports = append(n.ports, mk(a, aHost, pb), mk(b, false, pa))
 	if aHost {
-		n.hosts[a].port = pa
+		h := n.hosts[a]
+		if len(h.planes) == 0 {
+			h.port = pa
+		}
+		h.planes = append(h.planes, pa)
 	} else {
 		s := &n.switches[a]
 		n.ports[pa].local = uint16(len(s.ports))
@@ -430,6 +438,22 @@ func (n *Net) build() {
 	for i := range n.hosts {
 		n.hosts[i] = newHost(n, i)
 	}
+	for range t.planes() {
+		n.buildPlane()
+	}
+	for _, h := range n.hosts {
+		if len(h.planes) == 1 {
+			h.planes = nil // one plane: every frame leaves by port
+		}
+	}
+	n.sizeBuffers()
+	n.faults()
+}
+
+// buildPlane adds one plane of the fabric, linking every host into it.
+func (n *Net) buildPlane() {
+	t := n.topo
+	nh := t.Hosts()
 	switch t.Kind {
 	case LeafSpine:
 		leaves := make([]int32, t.Leaves)
@@ -467,7 +491,7 @@ func (n *Net) build() {
 			}
 		}
 		for j := range half {
-			for range half {
+			for range t.coresPerGroup() {
 				c := n.newSwitch(0, nh, podHosts)
 				for p := range t.K {
 					n.link(aggs[p][j], false, c, t.CoreRate, t.CoreDelay)
@@ -475,6 +499,11 @@ func (n *Net) build() {
 			}
 		}
 	}
+}
+
+// sizeBuffers gives every switch its buffer.
+func (n *Net) sizeBuffers() {
+	t := n.topo
 	for i := range n.switches {
 		s := &n.switches[i]
 		cap := 0.0
@@ -1267,6 +1296,21 @@ func (n *Net) topBytes() []uint64 {
 		b = append(b, sum)
 	}
 	return b
+}
+
+// delivered returns the bytes the switches have sent to hosts.
+func (n *Net) delivered() int64 {
+	var b uint64
+	for _, h := range n.hosts {
+		if h.planes == nil {
+			b += n.ports[n.ports[h.port].peer].stats.TxBytes
+			continue
+		}
+		for _, p := range h.planes {
+			b += n.ports[n.ports[p].peer].stats.TxBytes
+		}
+	}
+	return int64(b)
 }
 
 // BufferShare returns the share of its buffer that the fullest switch

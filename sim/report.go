@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,7 +40,7 @@ func perMinString(count uint64, window time.Duration) string {
 
 // WriteTable writes res as spray compare writes its table, one row per
 // scenario and profile: flow completion time mean, p50, p99 and p99.9,
-// algbw, retransmits and duplicates, timeouts, ECN marks, drops by cause,
+// algbw, the collectives' mean time beside their line-rate bound, retransmits and duplicates, timeouts, ECN marks, drops by cause,
 // then the simulated time the row covers, PFC (PAUSE frames, and per
 // minute of that time when it is at least MinRateWindow; paused time
 // summed over ports and of the port paused longest) and switch buffer
@@ -49,9 +50,22 @@ func perMinString(count uint64, window time.Duration) string {
 func WriteTable(w io.Writer, res Result) {
 	fmt.Fprintf(w, "# simulator: %s, %d hosts, oversubscription %.2g:1, %s; base RTT %v, switch buffer %s; same transport code as the testbed, simulated clock\n",
 		res.Topo, res.Hosts, res.Oversub, res.Workload, res.BaseRTT, byteString(res.BufferBytes))
+	var fab []string
+	if res.PodOversub > 1 {
+		fab = append(fab, fmt.Sprintf("%d:1 oversubscribed above the pod", res.PodOversub))
+	}
+	if res.Planes > 1 {
+		fab = append(fab, fmt.Sprintf("%d planes, every host a port into each", res.Planes))
+	}
+	if len(fab) > 0 {
+		fmt.Fprintf(w, "# fabric: %s\n", strings.Join(fab, "; "))
+	}
+	if res.Faults != "" {
+		fmt.Fprintf(w, "# faults: %s\n", res.Faults)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
-	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
+	fmt.Fprintln(tw, "scenario\tprofile\tPFC\tflows\tmean\tp50\tp99\tp99.9\talgbw\tcollective/\tretx/dup/tlp\ttimeouts\tECN\tdrops\tsimulated\tpauses\tpauses\tpaused\tmax port\tbuffer\tbuffer\t")
+	fmt.Fprintln(tw, "\t\t\tdone\t(ms)\t(ms)\t(ms)\t(ms)\t(GB/s)\tbound (ms)\t\t\t\tloss/bh/q/host\t(ms)\t\t(/min)\t(ms)\tpaused (ms)\tmax\tmean\t")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 	var notes []string
 	short := false
@@ -66,9 +80,9 @@ func WriteTable(w io.Writer, res Result) {
 			pfc = "on"
 		}
 		short = short || r.Simulated < MinRateWindow
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%.2f\t%s/%s\t%d/%d/%d\t%d\t%d\t%d/%d/%d/%d\t%s\t%d\t%s\t%s\t%s\t%.1f%%\t%.1f%%\t\n",
 			r.Scenario, r.Profile, mark, pfc, r.Done, r.Flows, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999), r.AlgBW,
-			r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
+			ms(r.Collective()), ms(r.Bound), r.Retransmits, r.Duplicates, r.TLPs, r.Timeouts, r.ECNMarks, r.Drops.Loss+r.Drops.Burst, r.Drops.Blackhole, r.Drops.Queue, r.Drops.Host,
 			ms(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), ms(r.PausedTime), ms(r.MaxPortPaused), 100*r.BufferMax, 100*r.BufferMean)
 	}
 	tw.Flush()
@@ -81,6 +95,9 @@ func WriteTable(w io.Writer, res Result) {
 				r.Scenario, r.Profile, r.CreditGrants, r.CreditRequests, r.Unsolicited, r.CreditWaits, r.CreditFallbacks,
 				r.DataPackets, 100*float64(r.Retransmits)/float64(max(r.DataPackets, 1)))
 		}
+		if r.LinkFlaps > 0 {
+			fmt.Fprintf(w, "# %s/%s: %d link flaps began\n", r.Scenario, r.Profile, r.LinkFlaps)
+		}
 		if r.Trimmed > 0 {
 			fmt.Fprintf(w, "# %s/%s: %d data frames trimmed to their headers (trim) instead of dropped\n", r.Scenario, r.Profile, r.Trimmed)
 		}
@@ -88,6 +105,20 @@ func WriteTable(w io.Writer, res Result) {
 	if short {
 		fmt.Fprintf(w, "# pauses per minute: - where a row simulated less than %v, too short a window to scale to a minute (the count is the measure)\n", MinRateWindow)
 	}
+}
+
+// Collective returns the mean time of r's collectives (Iterations), or
+// its makespan when the workload is not collectives: the time to set
+// beside Bound.
+func (r Row) Collective() time.Duration {
+	if len(r.Iterations) == 0 {
+		return r.Makespan
+	}
+	var sum time.Duration
+	for _, d := range r.Iterations {
+		sum += d
+	}
+	return sum / time.Duration(len(r.Iterations))
 }
 
 // StepStats are the figures of a training-step workload (moe) in one
@@ -115,7 +146,7 @@ var ErrNotSteps = errors.New("sim: not a training-step workload")
 // RowSteps returns the step figures of row r, which ran workload w. A
 // row whose steps did not all complete has none (an error).
 func RowSteps(r Row, w Workload) (StepStats, error) {
-	if w.Steps < 1 || w.Compute <= 0 || w.Iters != 2*w.Steps {
+	if w.Steps < 1 || w.Compute <= 0 || w.Iters%w.Steps != 0 {
 		return StepStats{}, ErrNotSteps
 	}
 	if r.Done != r.Flows || len(r.Iterations) != w.Iters || r.Makespan <= 0 {
@@ -143,8 +174,21 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 	if w.Steps < 1 || w.Compute <= 0 {
 		return
 	}
-	fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
-		w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
+	if m := w.Model; m != nil {
+		routing := "the expected copies for every pair"
+		if m.Random {
+			routing = "each token's experts drawn at random"
+		}
+		fmt.Fprintf(out, "# training steps: %d x (%s) with %v compute after dispatch; %d job(s) of %d EP groups of %d ranks placed by %s; %d tokens a rank, top-%d of %d experts, %d B a token copy out and %d B back (%s)",
+			w.Steps, strings.Join(w.Phases, ", "), w.Compute, max(m.Jobs, 1), m.groups(res.Hosts), m.EP, m.Place, m.Tokens, m.TopK, m.Experts, m.Dispatch, m.Combine, routing)
+		if m.Grad > 0 {
+			fmt.Fprintf(out, "; %s of gradients a rank reduced in its data parallel ring", byteString(int(m.Grad)))
+		}
+		fmt.Fprintln(out)
+	} else {
+		fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
+			w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tprofile\tsteps\tstep\tall-to-all\tall-to-all\tflow\tflow\tsimulated\tpauses\tpauses\tbuffer\tbuffer\tcompute\tnetwork\t")
 	fmt.Fprintln(tw, "\t\t\tmean (ms)\tmean (ms)\tmax (ms)\tmean (ms)\tp99.9 (ms)\t(ms)\t\t(/min)\tmean\tmax\t(MFU)\twait\t")
@@ -164,6 +208,26 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 	tw.Flush()
 	for _, n := range notes {
 		fmt.Fprintf(out, "# %s\n", n)
+	}
+	if len(w.Phases) == 0 {
+		return
+	}
+	for _, r := range res.Rows {
+		if len(r.Iterations) != w.Iters || len(r.Bounds) != w.Iters {
+			continue
+		}
+		fmt.Fprintf(out, "# %s/%s collectives, mean (line-rate bound):", r.Scenario, r.Profile)
+		np := len(w.Phases)
+		for p, name := range w.Phases {
+			var t, b time.Duration
+			for k := p; k < len(r.Iterations); k += np {
+				t += r.Iterations[k]
+				b += r.Bounds[k]
+			}
+			steps := time.Duration(len(r.Iterations) / np)
+			fmt.Fprintf(out, " %s %s (%s)", name, ms(t/steps), ms(b/steps))
+		}
+		fmt.Fprintln(out, " ms")
 	}
 }
 

@@ -79,3 +79,21 @@ func TestRowSteps(t *testing.T) {
 		t.Errorf("a step table for another workload:\n%s", b.String())
 	}
 }
+
+// TestProgressLeft: the time left is the wall time so far scaled by the
+// share not done (the larger of flows and bytes, bytes at most 99%), and
+// the runs after this one each the whole of this one.
+func TestProgressLeft(t *testing.T) {
+	p := Progress{Wall: 10 * time.Second, FlowsDone: 1, Flows: 4, Delivered: 50, Expected: 100, Run: 1, Runs: 3}
+	if run, all, ok := p.Left(); !ok || run != 10*time.Second || all != 50*time.Second {
+		t.Errorf("half done in 10s, run 1 of 3: %v left, %v in all (%v); want 10s and 50s", run, all, ok)
+	}
+	p.Delivered = 300 // ACKs and headers overshoot the data frames' bytes
+	if run, _, ok := p.Left(); !ok || run <= 0 {
+		t.Errorf("bytes past the expected: %v left (%v), want a little", run, ok)
+	}
+	p.FlowsDone, p.Delivered = 0, 0
+	if _, _, ok := p.Left(); ok {
+		t.Error("an estimate with nothing done")
+	}
+}

@@ -114,6 +114,9 @@ type Config struct {
 	Queues int
 	// Progress, when set, is called about once a second of wall time.
 	Progress func(Progress)
+	// boundCache, set by Run, keeps the line-rate bounds of its rows'
+	// collectives: the same on every row of a profile.
+	boundCache boundCache
 }
 
 // Progress reports a run in progress.
@@ -123,6 +126,32 @@ type Progress struct {
 	Wall              time.Duration
 	Events            uint64
 	FlowsDone, Flows  int
+	// Run is this run's number (from 1) of the Runs that Run makes, one
+	// per scenario and profile.
+	Run, Runs int
+	// Delivered is the bytes the switches have handed to hosts, frames
+	// whole (ACKs too); Expected the bytes of the workload's data frames.
+	Delivered, Expected int64
+}
+
+// Left estimates the wall time left in this run and in every run, from
+// the share done so far: the larger of the flows done and the bytes
+// delivered (at most 99%: ACKs count too). Later runs are taken to cost
+// what this one will. ok is false before anything is done.
+func (p Progress) Left() (run, all time.Duration, ok bool) {
+	f := 0.0
+	if p.Flows > 0 {
+		f = float64(p.FlowsDone) / float64(p.Flows)
+	}
+	if p.Expected > 0 {
+		f = max(f, min(float64(p.Delivered)/float64(p.Expected), 0.99))
+	}
+	if f <= 0 {
+		return 0, 0, false
+	}
+	whole := time.Duration(float64(p.Wall) / f)
+	run = whole - p.Wall
+	return run, run + time.Duration(max(p.Runs-p.Run, 0))*whole, true
 }
 
 // Row is the outcome of one profile under one scenario.
@@ -147,6 +176,13 @@ type Row struct {
 	// flow posted to last flow received), for collectives.
 	Iterations []time.Duration `json:"iterations_ns,omitempty"`
 	AlgBW      float64         `json:"algbw_gbps"`
+	// Bound is the mean line-rate bound of the workload's collectives
+	// (Net.Bound: the busiest link's bytes, these frames' headers
+	// included, at the link's rate; the whole workload when it is not
+	// collectives), to set beside Row.Collective; Bounds is each
+	// collective's when there are several.
+	Bound  time.Duration   `json:"bound_ns"`
+	Bounds []time.Duration `json:"bounds_ns,omitempty"`
 	// Transport counters, summed over every QP. DataPackets counts the
 	// data packets sent, retransmissions included.
 	DataPackets uint64 `json:"data_packets"`
@@ -183,7 +219,9 @@ type Row struct {
 	// SpineBytes are the bytes each top-tier switch (a leaf-spine's
 	// spine, a fat-tree's core) sent, in switch order: how evenly ECMP
 	// or spraying spread the load.
-	SpineBytes     []uint64        `json:"spine_bytes,omitempty"`
+	SpineBytes []uint64 `json:"spine_bytes,omitempty"`
+	// LinkFlaps counts the flaps of Topo.FlapRate that began in the run.
+	LinkFlaps      uint64          `json:"link_flaps,omitempty"`
 	BufferMax      float64         `json:"buffer_max"`
 	BufferMean     float64         `json:"buffer_mean"`
 	Events         uint64          `json:"events"`
@@ -198,9 +236,14 @@ type Row struct {
 // Result is a comparison: its settings and one row per scenario and
 // profile.
 type Result struct {
-	Topo        string        `json:"topo"`
-	Hosts       int           `json:"hosts"`
-	Oversub     float64       `json:"oversubscription"`
+	Topo    string  `json:"topo"`
+	Hosts   int     `json:"hosts"`
+	Oversub float64 `json:"oversubscription"`
+	// PodOversub is a fat-tree's oversubscription above its pods, Planes
+	// its planes and Faults its faults at scale (Topo.Faults).
+	PodOversub  int           `json:"pod_oversubscription,omitempty"`
+	Planes      int           `json:"planes,omitempty"`
+	Faults      string        `json:"faults,omitempty"`
 	Workload    string        `json:"workload"`
 	Seed        uint64        `json:"seed"`
 	BaseRTT     time.Duration `json:"base_rtt_ns"`
@@ -283,10 +326,18 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Samples == 0 {
 		cfg.Samples = 400
 	}
-	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t)}
+	runs, run := len(cfg.Scenarios)*len(cfg.Profiles), 0
+	cfg.boundCache = boundCache{}
+	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t),
+		PodOversub: t.PodOversub, Planes: t.Planes, Faults: t.Faults()}
 	for _, sc := range cfg.Scenarios {
 		for _, prof := range cfg.Profiles {
-			row, buf, err := runOne(cfg, sc, prof)
+			run++
+			c := cfg
+			if p := cfg.Progress; p != nil {
+				c.Progress = func(pr Progress) { pr.Run, pr.Runs = run, runs; p(pr) }
+			}
+			row, buf, err := runOne(c, sc, prof)
 			if err != nil {
 				return res, err
 			}
@@ -365,6 +416,7 @@ type runner struct {
 	hosts    []*simHost      // by host index; nil for a host without flows
 	qps      []*transport.QP // every QP, the two ends of a connection side by side
 	ends     []*hostQueue    // the queue of each of qps
+	expected int64           // the bytes of the workload's data frames
 }
 
 func runOne(cfg Config, sc, prof string) (Row, int, error) {
@@ -392,6 +444,9 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	}
 	fc := cfg.Fabric
 	fc.Topo, fc.Seed, fc.PFC.On = t, cfg.Seed, pfc
+	if fc.Horizon == 0 {
+		fc.Horizon = cfg.Limit
+	}
 	n, err := New(fc)
 	if err != nil {
 		return nil, Row{}, err
@@ -404,6 +459,20 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	tc, err := transportConfig(cfg, prof)
 	if err != nil {
 		return nil, row, err
+	}
+	fr := framingOf(tc, t)
+	for _, f := range cfg.Workload.Flows {
+		r.expected += fr.wire(f.Size)
+	}
+	if bs := n.bounds(cfg.Workload, tc, cfg.boundCache); len(bs) > 0 {
+		var sum time.Duration
+		for _, b := range bs {
+			sum += b
+		}
+		row.Bound = sum / time.Duration(len(bs))
+		if len(bs) > 1 {
+			row.Bounds = bs
+		}
 	}
 	// Payloads: one read-only source for every flow; destinations: one
 	// shared sink (the bytes of concurrent flows overwrite each other:
@@ -577,7 +646,8 @@ func (r *runner) run(row Row) Row {
 		if check++; check&0xffff == 0 && cfg.Progress != nil {
 			if now := time.Now(); now.Sub(last) >= time.Second {
 				last = now
-				cfg.Progress(Progress{Scenario: sc, Profile: prof, Sim: time.Duration(n.now), Wall: now.Sub(wall), Events: n.nevents, FlowsDone: r.done, Flows: len(r.flows)})
+				cfg.Progress(Progress{Scenario: sc, Profile: prof, Sim: time.Duration(n.now), Wall: now.Sub(wall), Events: n.nevents, FlowsDone: r.done, Flows: len(r.flows),
+					Run: 1, Runs: 1, Delivered: n.delivered(), Expected: r.expected})
 			}
 		}
 		return false
@@ -632,11 +702,10 @@ func (r *runner) run(row Row) Row {
 		row.P50, row.P99, row.P999, row.Max = pct(fct, 50), pct(fct, 99), pct(fct, 99.9), fct[len(fct)-1]
 	}
 	row.Makespan = time.Duration(r.lastDone)
-	if it := cfg.Workload.Iters; it > 0 && len(r.flows)%it == 0 {
-		per := len(r.flows) / it
-		for k := range it {
+	if cfg.Workload.Iters > 0 {
+		for _, c := range cfg.Workload.Collectives() {
 			first, last, ok := clock.Never, clock.Time(0), true
-			for _, fs := range r.flows[k*per : (k+1)*per] {
+			for _, fs := range r.flows[c[0]:c[1]] {
 				ok = ok && fs.recvd
 				first, last = min(first, fs.start), max(last, fs.done)
 			}
@@ -675,6 +744,7 @@ func (r *runner) run(row Row) Row {
 	row.BufferMax, row.BufferMean = fst.BufferMax, fst.BufferMean
 	row.SpineBytes = n.topBytes()
 	row.Events = n.nevents
+	row.LinkFlaps = n.Flaps()
 	row.PacketBuffers = n.Packets()
 	row.Occupancy, row.OccupancyEvery = occ, time.Duration(every)
 	row.Err = strings.Join(errs, "; ")
@@ -759,7 +829,9 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 	q := min(max(most, 16), 1024)
 	tc := transport.Config{MTU: t.MTU, Window: cfg.Window, Entropies: cfg.Entropies, SendQueue: q, MaxMessages: min(q, 256)}
 	rtt := baseRTT(t)
-	p := cc.Params{LineRate: float64(t.HostRate) / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
+	// The NIC's rate: its port into every plane.
+	nic := float64(t.HostRate) * float64(t.planes())
+	p := cc.Params{LineRate: nic / 8, BaseRTT: rtt, PacketBytes: t.MTU - 100}
 	name := "hpcc"
 	switch prof {
 	case ProfileRoCE:
@@ -775,7 +847,7 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 			tc.Paths = transport.PathsECMP
 		}
 		if prof == ProfileSprayCredits {
-			tc.Credits, tc.LineRate = true, float64(t.HostRate)/8
+			tc.Credits, tc.LineRate = true, nic/8
 		}
 		if t.Kind == FatTree {
 			tc.INTHops = 5
@@ -786,13 +858,13 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		if cfg.SprayCC != "" {
 			name = cfg.SprayCC
 		}
-		p.AckEvery = sprayAckEvery(float64(t.HostRate)/8, rtt, t.MTU)
+		p.AckEvery = sprayAckEvery(nic/8, rtt, t.MTU)
 		tc.AckEvery = p.AckEvery
 		if hw := cmp.Or(cfg.HostWindow, DefaultHostWindow); hw > 0 {
-			tc.HostWindow = max(int(hw*float64(t.HostRate)/8*rtt.Seconds()), t.MTU)
+			tc.HostWindow = max(int(hw*nic/8*rtt.Seconds()), t.MTU)
 		}
 		if cfg.HostRate > 0 {
-			tc.HostRate = cfg.HostRate * float64(t.HostRate) / 8 / float64(max(cfg.Queues, 1)) // the host's queues share its link
+			tc.HostRate = cfg.HostRate * nic / 8 / float64(max(cfg.Queues, 1)) // the host's queues share its link
 		}
 	}
 	mk, err := cc.ByName(name, p)

@@ -97,7 +97,39 @@ type Topo struct {
 	// frames are dropped as before. Without PFC only (a lossless class
 	// drops nothing to trim).
 	Trim bool
+	// PodOversub, above 1, oversubscribes a fat-tree above its pods: each
+	// aggregation switch keeps K/2/PodOversub core uplinks (and the core
+	// tier (K/2)^2/PodOversub switches), PodOversub:1 of its edge
+	// capacity. It must divide K/2. 0 or 1 means non-blocking.
+	PodOversub int
+	// Planes, above 1, builds that many copies of the fabric, every host
+	// with one link into each (a NIC port per plane, each at HostRate:
+	// the host's NIC has Planes x HostRate). A frame leaves by the plane
+	// its ECMP key hashes to, so a sprayed QP spreads over the planes and
+	// an ECMP QP keeps to one. 0 or 1 means one fabric.
+	Planes int
+	// Faults at scale, on the links between switches, chosen by the
+	// fabric's seed. FailLinks are down from the start (and withdrawn
+	// from the routes). FlapRate is each link's flaps per hour, at
+	// exponential intervals: a flap takes the link down for FlapDown (0
+	// means DefaultFlapDown), the fabric withdrawing it DefaultReconverge
+	// later. LossyShare of the links (a share, 0.01 for 1%) lose each
+	// frame with probability LossyRate (a bit error rate, as frames).
+	FailLinks             int
+	FlapRate              float64
+	FlapDown              time.Duration
+	LossyShare, LossyRate float64
 }
+
+// DefaultFlapDown is how long a flap keeps a link down when Topo gives
+// no FlapDown: the loss of signal, the retraining of the link and its
+// return to the routes take a fraction of a second on today's optics.
+const DefaultFlapDown = 100 * time.Millisecond
+
+// DefaultReconverge is how long after a link goes down the fabric's
+// routes withdraw it (BFD-style detection and a route update); the
+// switches at its ends stop using it at once.
+const DefaultReconverge = 5 * time.Millisecond
 
 // DefaultRate is Topo.Rate's default, in bit/s.
 const DefaultRate = 100e9
@@ -118,8 +150,25 @@ func (t Topo) withDefaults() (Topo, error) {
 		if t.HostsPerLeaf == 0 {
 			t.HostsPerLeaf = t.K / 2
 		}
+		if t.PodOversub < 0 || (t.PodOversub > 1 && (t.K/2)%t.PodOversub != 0) {
+			return t, fmt.Errorf("%w: fat-tree k=%d oversubscribed %d:1 above the pod: want a divisor of %d", ErrConfig, t.K, t.PodOversub, t.K/2)
+		}
 	default:
 		return t, fmt.Errorf("%w: topology kind %q (want %s or %s)", ErrConfig, t.Kind, LeafSpine, FatTree)
+	}
+	if t.Kind != FatTree && t.PodOversub > 1 {
+		return t, fmt.Errorf("%w: oversubscription above the pod is for a fat-tree", ErrConfig)
+	}
+	if t.Planes < 0 || t.Planes > 16 || t.Switches() > 1<<16-1 {
+		return t, fmt.Errorf("%w: %d planes of %d switches: want 1 to 16 planes, at most 65535 switches", ErrConfig, t.Planes, t.Switches()/max(t.Planes, 1))
+	}
+	if t.FailLinks < 0 || t.FailLinks > t.FabricLinks() || !(t.FlapRate >= 0 && t.FlapRate <= 3.6e6) || t.FlapDown < 0 ||
+		!(t.LossyShare >= 0 && t.LossyShare <= 1) || !(t.LossyRate >= 0 && t.LossyRate <= 1) {
+		return t, fmt.Errorf("%w: faults: %d links failed of %d, %v flaps a link an hour (down %v), %v of the links losing %v of their frames",
+			ErrConfig, t.FailLinks, t.FabricLinks(), t.FlapRate, t.FlapDown, t.LossyShare, t.LossyRate)
+	}
+	if t.FlapDown == 0 {
+		t.FlapDown = DefaultFlapDown
 	}
 	if t.Hosts() > 1<<20 || t.Hosts() < 2 {
 		return t, fmt.Errorf("%w: %d hosts: want 2 to %d", ErrConfig, t.Hosts(), 1<<20)
@@ -191,6 +240,31 @@ func (t Topo) Hosts() int {
 		return t.K * t.K / 2 * h
 	}
 	return t.HostsPerLeaf * t.Leaves
+}
+
+// planes returns the fabric's planes, at least 1.
+func (t Topo) planes() int { return max(t.Planes, 1) }
+
+// coresPerGroup returns a fat-tree's core switches per aggregation index.
+func (t Topo) coresPerGroup() int { return t.K / 2 / max(t.PodOversub, 1) }
+
+// Switches returns the number of switches, every plane's.
+func (t Topo) Switches() int {
+	if t.Kind == FatTree {
+		half := t.K / 2
+		return t.planes() * (t.K*t.K + half*t.coresPerGroup())
+	}
+	return t.planes() * (t.Leaves + t.Spines)
+}
+
+// FabricLinks returns the number of links between switches, every
+// plane's: the links that Topo's faults choose from.
+func (t Topo) FabricLinks() int {
+	if t.Kind == FatTree {
+		half := t.K / 2
+		return t.planes() * (t.K*half*half + t.K*half*t.coresPerGroup())
+	}
+	return t.planes() * t.Leaves * t.Spines
 }
 
 // Oversubscription is the host capacity of a first-tier switch over its
@@ -265,7 +339,44 @@ func (t Topo) String() string {
 	if t.Trim {
 		b.WriteString(",trim")
 	}
+	if t.PodOversub > 1 {
+		fmt.Fprintf(&b, ",oversub=%d", t.PodOversub)
+	}
+	if t.Planes > 1 {
+		fmt.Fprintf(&b, ",planes=%d", t.Planes)
+	}
+	if t.FailLinks > 0 {
+		fmt.Fprintf(&b, ",fail=%d", t.FailLinks)
+	}
+	if t.FlapRate > 0 {
+		b.WriteString(",flap=" + strconv.FormatFloat(t.FlapRate, 'g', -1, 64))
+		if t.FlapDown != 0 && t.FlapDown != DefaultFlapDown {
+			fmt.Fprintf(&b, "/%v", t.FlapDown)
+		}
+	}
+	if t.LossyShare > 0 && t.LossyRate > 0 {
+		b.WriteString(",lossy=" + strconv.FormatFloat(t.LossyShare, 'g', -1, 64) + "/" + strconv.FormatFloat(t.LossyRate, 'g', -1, 64))
+	}
 	return b.String()
+}
+
+// Faults describes t's faults at scale in words, or "" when it has none.
+func (t Topo) Faults() string {
+	var fs []string
+	if t.FailLinks > 0 {
+		fs = append(fs, fmt.Sprintf("%d of %d links between switches down from the start", t.FailLinks, t.FabricLinks()))
+	}
+	if t.FlapRate > 0 {
+		d := t.FlapDown
+		if d == 0 {
+			d = DefaultFlapDown
+		}
+		fs = append(fs, fmt.Sprintf("every link flapping %v times an hour, down %v a flap (withdrawn after %v)", t.FlapRate, d, DefaultReconverge))
+	}
+	if t.LossyShare > 0 && t.LossyRate > 0 {
+		fs = append(fs, fmt.Sprintf("%d links (%v of them) losing %v of their frames", int(t.LossyShare*float64(t.FabricLinks())+0.5), t.LossyShare, t.LossyRate))
+	}
+	return strings.Join(fs, "; ")
 }
 
 func rateString(r uint64) string {
@@ -288,8 +399,13 @@ func rateString(r uint64) string {
 // egress queue's own), shaper (tbf, or a bucket in bytes: Topo.Shaper),
 // mtu, pfc (XOFF/XON: PFC's thresholds, see parsePFC), alpha (the lossy
 // queues' dynamic threshold: Topo.Alpha), trim (no value:
-// Topo.Trim), and for a fat-tree hosts (per edge switch). Example:
-// "leafspine:16x8x4,rate=100gbit,pfc=0.25/6k".
+// Topo.Trim), planes (Topo.Planes), fail (links down from the start),
+// flap (RATE[/DOWN]: flaps a link an hour, and how long each keeps it
+// down), lossy (SHARE/P: a share of the links losing frames with
+// probability P), and for a fat-tree hosts (per edge switch) and oversub
+// (above the pod: Topo.PodOversub). Examples:
+// "leafspine:16x8x4,rate=100gbit,pfc=0.25/6k",
+// "fattree:32,oversub=4,planes=2,fail=20,flap=0.01,lossy=0.01/1e-5".
 func ParseTopo(s string) (Topo, error) {
 	var t Topo
 	kind, rest, ok := strings.Cut(s, ":")
@@ -364,6 +480,46 @@ func ParseTopo(s string) (Topo, error) {
 			}
 		case "pfc":
 			t.PFCAlpha, t.PFCXOff, t.PFCResume, err = parsePFC(v)
+		case "oversub":
+			t.PodOversub, err = strconv.Atoi(v)
+			if err == nil && t.PodOversub < 1 {
+				err = errors.New("want a ratio of at least 1")
+			}
+		case "planes":
+			t.Planes, err = strconv.Atoi(v)
+			if err == nil && (t.Planes < 1 || t.Planes > 16) {
+				err = errors.New("want 1 to 16")
+			}
+		case "fail":
+			t.FailLinks, err = strconv.Atoi(v)
+			if err == nil && t.FailLinks < 0 {
+				err = errors.New("want a count of links")
+			}
+		case "flap":
+			r, d, hasD := strings.Cut(v, "/")
+			t.FlapRate, err = strconv.ParseFloat(r, 64)
+			if err == nil && !(t.FlapRate > 0 && t.FlapRate <= 3.6e6) {
+				err = errors.New("want flaps a link an hour in (0, 3600000]")
+			}
+			if err == nil && hasD {
+				t.FlapDown, err = time.ParseDuration(d)
+				if err == nil && (t.FlapDown <= 0 || t.FlapDown > time.Hour) {
+					err = fmt.Errorf("down %v: want (0, 1h]", t.FlapDown)
+				}
+			}
+		case "lossy":
+			sh, p, ok := strings.Cut(v, "/")
+			if !ok {
+				err = errors.New("want SHARE/P: a share of the links and their loss probability")
+				break
+			}
+			t.LossyShare, err = strconv.ParseFloat(sh, 64)
+			if err == nil {
+				t.LossyRate, err = strconv.ParseFloat(p, 64)
+			}
+			if err == nil && !(t.LossyShare > 0 && t.LossyShare <= 1 && t.LossyRate > 0 && t.LossyRate <= 1) {
+				err = errors.New("want a share in (0, 1] and a probability in (0, 1]")
+			}
 		case "hosts":
 			if t.Kind != FatTree {
 				err = errors.New("only for a fat-tree")

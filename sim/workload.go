@@ -69,6 +69,37 @@ type Workload struct {
 	// between them on every rank. RowSteps reads them.
 	Steps   int
 	Compute time.Duration
+	// Ends, when set, are where each of the Iters collectives' flows end
+	// (exclusive), for collectives of unequal flow counts; Phases then
+	// names the collectives of one step (dispatch, combine, ...).
+	Ends   []int
+	Phases []string
+	// Model is the MoE jobs' model (moe:ep=G), or nil.
+	Model *MoEModel
+}
+
+// Collectives returns the flow ranges [lo, hi) of w's collectives: Ends,
+// or Iters equal parts, or the whole workload as one.
+func (w Workload) Collectives() [][2]int {
+	if len(w.Ends) > 0 {
+		rs := make([][2]int, len(w.Ends))
+		lo := 0
+		for i, e := range w.Ends {
+			rs[i] = [2]int{lo, e}
+			lo = e
+		}
+		return rs
+	}
+	it := w.Iters
+	if it < 1 || len(w.Flows)%it != 0 {
+		it = 1
+	}
+	per := len(w.Flows) / it
+	rs := make([][2]int, it)
+	for k := range it {
+		rs[k] = [2]int{k * per, (k + 1) * per}
+	}
+	return rs
 }
 
 // Workload kinds that ParseWorkload knows.
@@ -114,6 +145,11 @@ const MaxFlows = 1 << 23
 //     received all of its combine. Ranks wait on their own receives, not
 //     on each other (no global barrier). iters defaults to enough steps
 //     that their compute alone takes MinRateWindow (100 ms);
+//   - moe:ep=G[,place=leaf|spread|pod,jobs=J,tokens=T,experts=E,topk=K,
+//     hidden=H,dispatch=B,combine=B,grad=SIZE,routing=uniform|random]:
+//     MoE training with expert parallelism from the model (MoEModel), with
+//     compute and iters as moe:SIZE; placement by leaf and pod needs
+//     ParseWorkloadOn;
 //   - htsim:FILE: an htsim connection matrix (see ReadConnectionMatrix).
 //
 // Options: iters=N repeats the flows N times, each repetition once the
@@ -123,10 +159,29 @@ const MaxFlows = 1 << 23
 // mix's background). SIZE is bytes with an optional k, M or G (powers of
 // 1024).
 func ParseWorkload(spec string, hosts int, seed uint64) (Workload, error) {
+	return parseWorkload(spec, Layout{Hosts: hosts, LeafHosts: hosts, PodHosts: hosts}, seed)
+}
+
+// ParseWorkloadOn is ParseWorkload for the hosts of topology t, whose
+// leaves and pods place a moe workload's EP groups (place=spread, pod).
+func ParseWorkloadOn(spec string, t Topo, seed uint64) (Workload, error) {
+	return parseWorkload(spec, LayoutOf(t), seed)
+}
+
+func parseWorkload(spec string, l Layout, seed uint64) (Workload, error) {
+	hosts := l.Hosts
 	w := Workload{Name: spec}
 	ws, err := parseSpec(spec, hosts)
 	if err != nil {
 		return w, err
+	}
+	if ws.model != nil {
+		m := ws.model
+		w.Flows, w.Triggers, w.Ends = m.build(l, ws.compute, ws.iters, seed)
+		w.Phases, w.Model = m.phases(hosts), m
+		w.Iters, w.Steps, w.Compute = len(w.Ends), ws.iters, ws.compute
+		w.PerRank = m.expectedCopies() * m.Dispatch * int64(m.EP-1)
+		return w, nil
 	}
 	kind, size, iters, senders, bg, compute, cdf := ws.kind, ws.size, ws.iters, ws.senders, ws.bg, ws.compute, ws.cdf
 	if kind == WorkHtsim {
@@ -218,6 +273,7 @@ type workSpec struct {
 	iters, senders int
 	compute        time.Duration
 	cdf            *CDF
+	model          *MoEModel // moe with EP groups
 }
 
 // parseSpec parses and checks spec for hosts hosts, as ParseWorkload
@@ -234,8 +290,15 @@ func parseSpec(spec string, hosts int) (workSpec, error) {
 	if parts[0] == "" {
 		return ws, fmt.Errorf("%w: workload %q: want KIND:SIZE", ErrConfig, spec)
 	}
-	size, err := ParseSize(parts[0])
-	if err != nil {
+	var size int64
+	var err error
+	if kind == WorkMoE && strings.Contains(parts[0], "=") {
+		// moe:ep=G,...: the model's sizes, no SIZE.
+		m := defaultMoE()
+		ws.model = &m
+		parts = append([]string{""}, parts...)
+		size = 1
+	} else if size, err = ParseSize(parts[0]); err != nil {
 		return ws, fmt.Errorf("%w: workload %q: %v", ErrConfig, spec, err)
 	}
 	iters, senders, bg := 1, 0, 10*size
@@ -246,6 +309,19 @@ func parseSpec(spec string, hosts int) (workSpec, error) {
 		k, v, ok := strings.Cut(opt, "=")
 		if !ok {
 			return ws, fmt.Errorf("%w: workload %q: option %q: want key=value", ErrConfig, spec, opt)
+		}
+		if ws.model != nil {
+			if is, err := ws.model.setOpt(k, v); is {
+				if err != nil {
+					return ws, fmt.Errorf("%w: workload %q: option %q: %v", ErrConfig, spec, opt, err)
+				}
+				continue
+			}
+		} else if kind == WorkMoE {
+			var probe MoEModel
+			if is, _ := probe.setOpt(k, v); is {
+				return ws, fmt.Errorf("%w: workload %q: option %q: the model's options come without SIZE (moe:ep=G,...)", ErrConfig, spec, opt)
+			}
 		}
 		switch k {
 		case "iters":
@@ -286,6 +362,12 @@ func parseSpec(spec string, hosts int) (workSpec, error) {
 	switch kind {
 	case WorkPermutation, WorkIncast, WorkMix:
 	case WorkAllToAll, WorkAllToAllPairwise, WorkMoE:
+		if ws.model != nil {
+			if err := ws.model.check(hosts); err != nil {
+				return ws, fmt.Errorf("%w: workload %q: %v", ErrConfig, spec, err)
+			}
+			break
+		}
 		if size/int64(hosts) < 1 {
 			return ws, fmt.Errorf("%w: workload %q: %d bytes over %d ranks", ErrConfig, spec, size, hosts)
 		}
@@ -302,8 +384,12 @@ func parseSpec(spec string, hosts int) (workSpec, error) {
 		if !itersSet {
 			iters = int((MinRateWindow + compute - 1) / compute)
 		}
-		if f := 2 * int64(iters) * int64(hosts) * int64(hosts-1); f > MaxFlows {
-			return ws, fmt.Errorf("%w: workload %q: %d steps of two all-to-alls over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
+		f := 2 * int64(iters) * int64(hosts) * int64(hosts-1)
+		if ws.model != nil {
+			f, _, _ = ws.model.shape(hosts, iters)
+		}
+		if f > MaxFlows {
+			return ws, fmt.Errorf("%w: workload %q: %d steps of their collectives over %d ranks are %d flows, more than %d: take fewer steps or a longer compute",
 				ErrConfig, spec, iters, hosts, f, MaxFlows)
 		}
 	}
@@ -340,6 +426,10 @@ func WorkloadShape(spec string, hosts int) (Shape, error) {
 	case WorkAllToAll, WorkAllToAllPairwise:
 		return Shape{Hosts: h, Flows: h * (h - 1) * it, Pairs: h * (h - 1) / 2, MaxSize: ws.size / h}, nil
 	case WorkMoE:
+		if m := ws.model; m != nil {
+			f, p, ms := m.shape(hosts, ws.iters)
+			return Shape{Hosts: int64(max(m.Jobs, 1) * m.groups(hosts) * m.EP), Flows: f, Pairs: p, MaxSize: ms}, nil
+		}
 		return Shape{Hosts: h, Flows: 2 * h * (h - 1) * it, Pairs: h * (h - 1) / 2, MaxSize: ws.size / h}, nil
 	case WorkIncast:
 		n := int64(ws.senders)

@@ -37,7 +37,7 @@ credit grants). Scenarios: lossless, loss0.01 and loss0.1 (random loss on every 
 between switches), linkfail (a leaf's uplink to the last spine fails 20us in; the rest of the
 fabric withdraws it 5 ms later). Workloads: permutation:SIZE, alltoall:SIZE (each rank's buffer,
 every peer at once), alltoall-pairwise:SIZE, incast:SIZE[,senders=N], mix:SIZE[,senders=N,bg=SIZE],
-moe:SIZE[,compute=DUR,iters=N], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
+moe:SIZE[,compute=DUR,iters=N], moe:ep=G[,...], htsim:FILE; options iters=N, cdf=FILE. Every host runs one
 transport engine with one QP per peer (--queues: one engine per NIC queue); a workload whose QPs,
 flows and buffers are estimated above --mem is refused before it runs.
 
@@ -49,6 +49,32 @@ mean step, the all-to-alls' mean and longest time, the flows' mean and p99.9, PA
 buffer mean and max, and the shares of the step spent computing (MFU-style) and waiting on the
 network. Rates per minute are printed only from at least 100 ms of simulated time ("-" below);
 the simulated column gives each row's window.
+
+moe:ep=G[,place=leaf|spread|pod,jobs=J,tokens=T,experts=E,topk=K,hidden=H,dispatch=B,combine=B,
+grad=SIZE,routing=uniform|random,compute=DUR,iters=N] is MoE training with expert parallelism: each
+of J jobs (default 1) takes its block of hosts/J hosts and splits it into EP groups of G ranks,
+packed in consecutive hosts (leaf, the default), dealt over the job's leaves (spread) or over its
+pods (pod: a fat-tree's). Each rank holds E/G of a group's E experts and each step dispatches each
+of its T tokens, one copy per rank that holds one of the token's top-K experts, of B bytes, computes
+for DUR, and combines them back; routing=uniform gives every pair the expected copies,
+T x (1 - C(E-E/G, K)/C(E, K)), random draws each token's experts (seeded). With grad=SIZE the ranks
+holding the same experts in a job's groups then reduce-scatter and all-gather SIZE bytes in a ring
+before the next step. Defaults: DeepSeek-V3's pretraining setting as DeepEP benchmarks it, T=4096,
+E=256, K=8, H=7168, FP8 dispatch (7392 B a copy) and BF16 combine (14336 B); no grad.
+
+Fabrics at scale: --topo fattree:K,oversub=N keeps K/2/N core uplinks on each aggregation switch
+(N:1 above the pod; N divides K/2); planes=N builds N copies of the fabric with every host a port
+into each (the NIC's rate is N times hostrate; a frame takes the plane its ECMP key hashes to, so
+spraying spreads over planes). Faults on the links between switches, chosen by --seed and named
+in the header: fail=N (down from the start, withdrawn from the routes), flap=RATE[/DOWN] (each link
+flaps RATE times an hour at random, down DOWN each time, default 100ms, withdrawn after 5 ms),
+lossy=SHARE/P (that share of the links loses each frame with probability P).
+  spray sim --topo fattree:16,oversub=4,planes=2,fail=8,flap=0.1,lossy=0.01/1e-6 --workload moe:ep=64,tokens=512
+
+The collective/bound column sets each row's mean collective time (the makespan for a workload that
+is not collectives) beside its line-rate bound: the time the busiest link needs for the
+collective's bytes with the profile's frame headers, each flow spread evenly over its equal-cost
+paths (JSON bound_ns, and bounds_ns per collective).
 
 PFC's thresholds: --topo ...,pfc=XOFF/XON. XOFF is when an ingress port that has brought that
 much into a switch's buffer sends PAUSE: a share of the free shared buffer (dynamic; default
@@ -70,7 +96,7 @@ func init() {
 func runSim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simUsage); fs.PrintDefaults() }
-	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON; or htsim:FILE")
+	topo := fs.String("topo", "leafspine:16x8x8,rate=100gbit", "fabric: leafspine:HxLxS or fattree:K, options rate, hostrate, corerate, delay, hostdelay, coredelay, buffer, mtu, pfc=XOFF/XON, oversub, planes, fail, flap, lossy; or htsim:FILE")
 	work := fs.String("workload", "alltoall:1M", "workload: KIND:SIZE[,iters=N,senders=N,bg=SIZE,cdf=FILE,compute=DUR] or htsim:FILE")
 	profs := fs.String("profiles", strings.Join(sim.DefaultProfiles, ","), "comma-separated profiles, run in this order under each scenario")
 	scen := fs.String("scenarios", strings.Join(sim.DefaultScenarios, ","), "comma-separated scenarios: lossless, loss0.01, loss0.1, linkfail")
@@ -160,7 +186,7 @@ func runSim(args []string) error {
 			return usagef("sim: --workload: %v", err)
 		}
 	}
-	w, err := sim.ParseWorkload(*work, t.Hosts(), *seed)
+	w, err := sim.ParseWorkloadOn(*work, t, *seed)
 	if err != nil {
 		return usagef("sim: --workload: %v", err)
 	}
@@ -181,9 +207,13 @@ func runSim(args []string) error {
 	}
 	if !*quiet {
 		cfg.Progress = func(p sim.Progress) {
-			fmt.Fprintf(os.Stderr, "sim: %s/%s: simulated %v, wall %v, %.2fM events/s, %d/%d flows done\n",
-				p.Scenario, p.Profile, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second),
-				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows)
+			left := ""
+			if run, all, ok := p.Left(); ok {
+				left = fmt.Sprintf(", about %v left (%v in all %d runs)", run.Round(time.Second), all.Round(time.Second), p.Runs)
+			}
+			fmt.Fprintf(os.Stderr, "sim: %s/%s (run %d of %d): simulated %v, wall %v, %.2fM events/s, %d/%d flows done%s\n",
+				p.Scenario, p.Profile, p.Run, p.Runs, p.Sim.Round(time.Microsecond), p.Wall.Round(time.Second),
+				float64(p.Events)/p.Wall.Seconds()/1e6, p.FlowsDone, p.Flows, left)
 		}
 	}
 	if *cpuProf != "" {
