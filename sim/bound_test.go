@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -124,7 +125,7 @@ func slowLoads(n *Net, flows []Flow, f framing) []float64 {
 // flow, on fabrics with planes, oversubscription and failed links, for
 // random flows.
 func TestLoadsMatchSlow(t *testing.T) {
-	rng := newTestRand()
+	rng := testutil.Rand(t)
 	for _, spec := range []string{"leafspine:3x4x2", "fattree:4,oversub=2,planes=2,fail=3", "fattree:6,hosts=4,fail=10"} {
 		n := newNet(t, spec, nil)
 		var flows []Flow
