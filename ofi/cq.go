@@ -41,7 +41,7 @@ type complQueue struct {
 	mu     sync.Mutex
 	items  []entry
 	wake   chan struct{}
-	efd    int // eventfd for FI_WAIT_FD, else -1
+	efd    int         // eventfd for FI_WAIT_FD, else -1
 	signal atomic.Bool // fi_cq_signal: the blocked reader returns -FI_EAGAIN
 	bound  atomic.Int64
 }
