@@ -403,6 +403,7 @@ func (ch *choice) fill(info, h *C.struct_fi_info) {
 	e._type = C.FI_EP_RDM
 	e.protocol = C.FI_PROTO_UNSPEC
 	e.max_msg_size = maxMsgSize
+	e.mem_tag_format = 0xaaaaaaaaaaaaaaaa // libfabric's generic format: every tag bit matches
 	e.tx_ctx_cnt = 1
 	e.rx_ctx_cnt = 1
 	d := info.domain_attr

@@ -213,3 +213,33 @@ func TestErrorCodes(t *testing.T) {
 		t.Errorf("an unknown error maps to %d", code(errors.New("other")))
 	}
 }
+
+// TestMPI compiles testdata/mpicheck.c with mpicc and runs it on four
+// ranks of this host under Open MPI's cm PML and ofi MTL over the
+// provider: wildcard receives, probes, MPI_Alltoall, MPI_Alltoallv and a
+// 12 MiB MPI_Allreduce, every byte checked by the program.
+func TestMPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: four MPI ranks take seconds")
+	}
+	dir := provider(t, "mpicc", "mpirun")
+	bin := filepath.Join(t.TempDir(), "mpicheck")
+	if out, err := exec.Command("mpicc", "-O2", "-o", bin, "testdata/mpicheck.c").CombinedOutput(); err != nil {
+		t.Fatalf("mpicc: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+		"--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "spray",
+		"-x", "FI_PROVIDER_PATH", bin, "65536", "2")
+	cmd.Env = providerEnv(dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("PASS: 4 ranks, 0 checks failed")) {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ok p2p-wildcard", "ok probe-mprobe", "ok alltoall-65536", "ok alltoallv", "ok allreduce-12MiB"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}
