@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -98,6 +99,7 @@ type txOp struct {
 	cnt    int
 	readTo []C.struct_iovec // a READ scatters from buf into these
 	buf    []byte
+	peer   *peer
 }
 
 // peer is the sending side towards one name: one connection, dialled on
@@ -146,8 +148,6 @@ type endpoint struct {
 	ops      map[uint64]*txOp
 	nextID   uint64
 	stalled  map[*peer]struct{} // peers whose queue waits for send queue room
-	mrs      map[uint32]*transport.MR
-	remoteRx int64
 }
 
 //export goEndpoint
@@ -171,8 +171,7 @@ func goEndpoint(dh C.uintptr_t, info *C.struct_fi_info, o *C.sp_ep) C.int {
 		set.addr, set.cmPort, set.iface = a.Addr(), a.Port(), ""
 	}
 	ep := &endpoint{dom: d, set: set, caps: info.caps, peers: map[netip.AddrPort]*peer{},
-		claimed: map[unsafe.Pointer]*inMsg{}, ops: map[uint64]*txOp{}, stalled: map[*peer]struct{}{},
-		mrs: map[uint32]*transport.MR{}}
+		claimed: map[unsafe.Pointer]*inMsg{}, ops: map[uint64]*txOp{}, stalled: map[*peer]struct{}{}}
 	if ep.caps == 0 {
 		ep.caps = allCaps
 	}
@@ -522,11 +521,32 @@ func (ep *endpoint) submit(dest C.uint64_t, op *txOp) C.ssize_t {
 		ep.wg.Go(func() { ep.dial(p) })
 	}
 	ep.mu.Unlock()
+	op.peer = p
 	p.mu.Lock()
 	p.queue = append(p.queue, op)
 	p.mu.Unlock()
 	ep.flush(p)
 	return 0
+}
+
+// drop forgets p after an operation on its connection failed (a refused
+// WRITE or READ fails the QP, as in verbs): the next operation to that
+// name dials a new connection.
+func (ep *endpoint) drop(p *peer) {
+	ep.mu.Lock()
+	if ep.peers[p.name] == p {
+		delete(ep.peers, p.name)
+	}
+	ep.mu.Unlock()
+	p.mu.Lock()
+	c := p.conn
+	if p.err == nil {
+		p.err = net.ErrClosed
+	}
+	p.mu.Unlock()
+	if c != nil {
+		ep.wg.Go(func() { c.Close() })
+	}
 }
 
 func (p *peer) failed() bool {
@@ -629,6 +649,9 @@ func (ep *endpoint) finish(op *txOp, err error) {
 	delete(ep.ops, op.id)
 	q, c := ep.txcq, ep.cntr[op.cnt]
 	ep.mu.Unlock()
+	if err != nil && op.peer != nil {
+		ep.drop(op.peer)
+	}
 	if op.hello {
 		return
 	}
@@ -669,6 +692,10 @@ func (ep *endpoint) serve(c *spray.Conn) {
 		m, err := c.Recv(ep.ctx)
 		if err != nil {
 			return
+		}
+		if m.HasImm && m.Data == nil {
+			ep.remoteWrite(m)
+			continue
 		}
 		b := m.Data
 		if len(b) < hdrLen {

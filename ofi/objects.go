@@ -62,6 +62,7 @@ type domain struct {
 	mu   sync.Mutex
 	eps  map[*endpoint]struct{}
 	mrs  map[*memRegion]struct{}
+	keys map[uint32]bool
 }
 
 func (d *domain) addEndpoint(ep *endpoint) {
@@ -77,6 +78,9 @@ func (d *domain) removeEndpoint(ep *endpoint) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.eps, ep)
+	for mr := range d.mrs {
+		delete(mr.regs, ep)
+	}
 }
 
 func (d *domain) close() C.int {
@@ -98,7 +102,7 @@ func goDomain(fh C.uintptr_t, info *C.struct_fi_info, o *C.sp_domain) C.int {
 	}
 	f.hold()
 	o.h = newHandle(&domain{fab: f, name: C.GoString(info.domain_attr.name),
-		eps: map[*endpoint]struct{}{}, mrs: map[*memRegion]struct{}{}})
+		eps: map[*endpoint]struct{}{}, mrs: map[*memRegion]struct{}{}, keys: map[uint32]bool{}})
 	return 0
 }
 

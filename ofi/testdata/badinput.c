@@ -134,7 +134,7 @@ int main(void)
 	r = getinfo_with(h);
 	CHECK("getinfo-rma-without-prov-key-enodata", r == -FI_ENODATA, "got %d", r);
 
-	h = hints(FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV);
+	h = hints(FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV | FI_RMA);
 	ret = fi_getinfo(VER, NULL, NULL, 0, h, &info);
 	CHECK("getinfo", ret == 0 && info && (info->caps & FI_DIRECTED_RECV), "got %d", ret);
 	fi_freeinfo(h);
@@ -298,6 +298,47 @@ int main(void)
 	CHECK("cq-wait-fd", ret == 0 && fd >= 0, "ret=%d fd=%d", ret, fd);
 	if (ret == 0)
 		fi_close(&fdcq->fid);
+
+	// RMA: a region registered on the domain is written and read by
+	// offset; a WRITE with data completes on the target's CQ; a wrong
+	// key fails the operation, and the next one to that peer works.
+	static char region[4096];
+	struct fid_mr *mr;
+	ret = fi_mr_reg(domain, region, sizeof(region), FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL);
+	CHECK("mr-reg", ret == 0 && fi_mr_key(mr) != 0, "ret=%d", ret);
+	uint64_t key = fi_mr_key(mr);
+	strcpy(sbuf, "written remotely");
+	ret = (int)fi_write(a.ep, sbuf, 17, NULL, fb, 100, key, sbuf);
+	r = wait_cq(a.cq, &e, NULL);
+	CHECK("rma-write", ret == 0 && r == 1 && (e.flags & FI_WRITE) && !strcmp(region + 100, "written remotely"),
+	      "ret=%d r=%d region=%.17s", ret, r, region + 100);
+	memset(rbuf, 0, sizeof(rbuf));
+	strcpy(region + 2000, "read me");
+	ret = (int)fi_read(a.ep, rbuf, 8, NULL, fb, 2000, key, rbuf);
+	r = wait_cq(a.cq, &e, NULL);
+	CHECK("rma-read", ret == 0 && r == 1 && (e.flags & FI_READ) && !strcmp(rbuf, "read me"), "ret=%d r=%d buf=%s", ret, r, rbuf);
+	ret = (int)fi_writedata(a.ep, "imm", 4, NULL, 0xfeed, fb, 300, key, NULL);
+	r = wait_cq(a.cq, &e, NULL);
+	w = wait_cq(b.cq, &e, NULL);
+	CHECK("rma-writedata", ret == 0 && r == 1 && w == 1 && (e.flags & FI_REMOTE_CQ_DATA) && e.data == 0xfeed &&
+	      !strcmp(region + 300, "imm"), "ret=%d r=%d w=%d data=%#lx", ret, r, w, (unsigned long)e.data);
+	ret = (int)fi_write(a.ep, sbuf, 17, NULL, fb, 100, key ^ 1, NULL);
+	r = wait_cq(a.cq, &e, NULL);
+	memset(&err, 0, sizeof(err));
+	fi_cq_readerr(a.cq, &err, 0);
+	CHECK("rma-bad-key", ret == 0 && r == -FI_EAVAIL && err.err == FI_EACCES, "ret=%d r=%d err=%d", ret, r, err.err);
+	ret = (int)fi_write(a.ep, sbuf, 17, NULL, fb, 4090, key, NULL);
+	r = wait_cq(a.cq, &e, NULL);
+	memset(&err, 0, sizeof(err));
+	fi_cq_readerr(a.cq, &err, 0);
+	CHECK("rma-out-of-bounds", ret == 0 && r == -FI_EAVAIL && err.err == FI_EACCES, "ret=%d r=%d err=%d", ret, r, err.err);
+	ret = fi_recv(b.ep, rbuf, sizeof(rbuf), NULL, FI_ADDR_UNSPEC, NULL);
+	fi_send(a.ep, "again", 6, NULL, fb, NULL);
+	r = wait_cq(b.cq, &e, NULL);
+	CHECK("send-after-rma-error", ret == 0 && r == 1 && !strcmp(rbuf, "again"), "r=%d", r);
+	wait_cq(a.cq, &e, NULL);
+	r = fi_close(&mr->fid);
+	CHECK("mr-close", r == 0, "got %d", r);
 
 	// Closing out of order is refused, in order it works; a closed
 	// endpoint refuses work.
