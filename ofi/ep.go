@@ -127,27 +127,27 @@ type endpoint struct {
 	wg    sync.WaitGroup
 	txOut atomic.Int64
 
-	mu       sync.Mutex
-	enabled  bool
-	av       *addrVec
-	txcq     *complQueue
-	rxcq     *complQueue
-	txSel    bool // FI_SELECTIVE_COMPLETION on the tx CQ
-	rxSel    bool
-	txFlags  C.uint64_t
-	rxFlags  C.uint64_t
-	cntr     [nCnt]*counter
-	eq       *eventQueue
-	peers    map[netip.AddrPort]*peer
-	posted   [2][]*recvOp // untagged, tagged
-	unexp    [2][]*inMsg
-	ueBytes  int64
-	ueWaits  int64 // deliveries that waited for room among unexpected messages
-	room     *sync.Cond
-	claimed  map[unsafe.Pointer]*inMsg
-	ops      map[uint64]*txOp
-	nextID   uint64
-	stalled  map[*peer]struct{} // peers whose queue waits for send queue room
+	mu      sync.Mutex
+	enabled bool
+	av      *addrVec
+	txcq    *complQueue
+	rxcq    *complQueue
+	txSel   bool // FI_SELECTIVE_COMPLETION on the tx CQ
+	rxSel   bool
+	txFlags C.uint64_t
+	rxFlags C.uint64_t
+	cntr    [nCnt]*counter
+	eq      *eventQueue
+	peers   map[netip.AddrPort]*peer
+	posted  [2][]*recvOp // untagged, tagged
+	unexp   [2][]*inMsg
+	ueBytes int64
+	ueWaits int64 // deliveries that waited for room among unexpected messages
+	room    *sync.Cond
+	claimed map[unsafe.Pointer]*inMsg
+	ops     map[uint64]*txOp
+	nextID  uint64
+	stalled map[*peer]struct{} // peers whose queue waits for send queue room
 }
 
 //export goEndpoint
