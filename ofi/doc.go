@@ -18,3 +18,8 @@
 // pointers. Errors cross as negative FI_E* codes from one table
 // (errors.go).
 package main
+
+// main is never called: the package is built with -buildmode=c-shared and
+// libfabric enters it through fi_prov_ini. It lives in a file without cgo
+// so that the package still builds where cgo is off.
+func main() {}

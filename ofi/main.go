@@ -13,10 +13,6 @@ import (
 	"unsafe"
 )
 
-// main is never called: the package is built with -buildmode=c-shared and
-// libfabric enters it through fi_prov_ini.
-func main() {}
-
 // closer is every object behind a handle: close returns 0 or a negative
 // FI_E* code (-FI_EBUSY while other objects still use it).
 type closer interface {
