@@ -37,6 +37,7 @@ const (
 	injectSize  = 8192
 	queueSize   = 1024 // tx and rx queue depth
 	iovLimit    = 16
+	mrKeySize   = 4 // the transport's remote keys
 	nameLen     = C.sizeof_struct_sockaddr_in
 	providerVer = 1 // FI_VERSION(0, 1)
 )
@@ -279,11 +280,14 @@ func (ch *choice) match(version C.uint32_t, h *C.struct_fi_info) C.int {
 		if version >= 1<<16|5 && mr != C.FI_MR_BASIC && mr&C.FI_MR_PROV_KEY == 0 {
 			rma = false // keys would be the application's; spray's are the transport's
 		}
+		if d.mr_key_size != 0 && d.mr_key_size < mrKeySize {
+			rma = false // the application cannot carry a 4-byte key
+		}
 		if d.name != nil && C.GoString(d.name) != ch.ifc.Name {
 			return nodata("domain " + C.GoString(d.name) + " is not " + ch.ifc.Name)
 		}
-		if d.cq_data_size > 8 || d.mr_key_size > 8 {
-			return nodata("cq_data_size or mr_key_size above 8")
+		if d.cq_data_size > 8 {
+			return nodata("cq_data_size above 8")
 		}
 		if d.caps&^(allCaps) != 0 {
 			return nodata("domain caps")
@@ -417,7 +421,7 @@ func (ch *choice) fill(info, h *C.struct_fi_info) {
 	if ch.caps&rmaCaps != 0 {
 		d.mr_mode = C.FI_MR_PROV_KEY
 	}
-	d.mr_key_size = 8
+	d.mr_key_size = mrKeySize
 	d.cq_data_size = 8
 	d.cq_cnt = 1024
 	d.ep_cnt = 256
