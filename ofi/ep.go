@@ -207,6 +207,7 @@ func (ep *endpoint) open() C.int {
 		opts := spray.Options{Interface: ifc.Name, Addr: ifc.IP, Link: s.link, Port: s.port,
 			CMAddr:       netip.AddrPortFrom(ifc.IP, s.cmPort).String(),
 			CloseTimeout: 2 * time.Second, Logf: logf}
+		opts.Transport.BusyPoll = s.busy
 		sp, err := spray.Open(context.Background(), opts)
 		if err == nil {
 			ln, lerr := sp.Listen(service)

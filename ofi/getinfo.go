@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"github.com/sprayfabric/spray"
@@ -50,9 +51,10 @@ type settings struct {
 	cmPort uint16     // the connection manager's TCP port; 0: the kernel picks
 	port   uint16     // FI_SPRAY_PORT, the UDP port of every endpoint of a job
 	link   spray.LinkKind
-	maxUE  int   // FI_SPRAY_UNEXPECTED: unexpected messages held
-	maxUEB int64 // FI_SPRAY_UNEXPECTED_BYTES: their bytes
-	log    bool  // FI_SPRAY_LOG
+	maxUE  int           // FI_SPRAY_UNEXPECTED: unexpected messages held
+	maxUEB int64         // FI_SPRAY_UNEXPECTED_BYTES: their bytes
+	log    bool          // FI_SPRAY_LOG
+	busy   time.Duration // FI_SPRAY_BUSY_POLL: transport.Config.BusyPoll
 }
 
 // envSettings reads the FI_SPRAY_* variables; an invalid value is an
@@ -110,6 +112,14 @@ func envSettings() (settings, C.int) {
 		}
 	}
 	s.log = os.Getenv("FI_SPRAY_LOG") != ""
+	if v := os.Getenv("FI_SPRAY_BUSY_POLL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Second {
+			logf("spray: FI_SPRAY_BUSY_POLL=%q: want a duration from 0 to 1s, such as 50us", v)
+			return s, -C.FI_EINVAL
+		}
+		s.busy = d
+	}
 	return s, 0
 }
 
