@@ -252,6 +252,9 @@ func (ep *endpoint) close() C.int {
 	ep.stop()
 	ep.mu.Lock()
 	ep.room.Broadcast()
+	if ep.ueWaits > 0 {
+		logf("spray: endpoint %s: %d deliveries waited for room among unexpected messages", ep.name, ep.ueWaits)
+	}
 	ep.mu.Unlock()
 	ep.sp.Close()
 	ep.wg.Wait()
