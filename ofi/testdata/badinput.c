@@ -354,6 +354,16 @@ int main(void)
 	CHECK("recv-closed-ep", r == -FI_EINVAL, "got %d", r);
 	r = fi_close(&c.ep->fid);
 	CHECK("close-ep-twice", r == -FI_EINVAL, "got %d", r);
+
+	// A peer that went away: the send completes with an error.
+	fi_addr_t gone;
+	r = fi_av_insert(av, c.name, 1, &gone, 0, NULL);
+	ret = (int)fi_send(a.ep, sbuf, 4, NULL, gone, sbuf);
+	w = wait_cq(a.cq, &e, NULL);
+	memset(&err, 0, sizeof(err));
+	fi_cq_readerr(a.cq, &err, 0);
+	CHECK("send-to-closed-peer", r == 1 && ret == 0 && w == -FI_EAVAIL && err.err != 0 && err.op_context == sbuf,
+	      "r=%d ret=%d w=%d err=%d", r, ret, w, err.err);
 	r = fi_close(&a.ep->fid) + fi_close(&b.ep->fid);
 	r += fi_close(&a.cq->fid) + fi_close(&b.cq->fid) + fi_close(&c.cq->fid);
 	r += fi_close(&av->fid);
