@@ -208,6 +208,7 @@ func (ep *endpoint) open() C.int {
 			CMAddr:       netip.AddrPortFrom(ifc.IP, s.cmPort).String(),
 			CloseTimeout: 2 * time.Second, Logf: logf}
 		opts.Transport.BusyPoll = s.busy
+		opts.Transport.LineRate = s.rate
 		sp, err := spray.Open(context.Background(), opts)
 		if err == nil {
 			ln, lerr := sp.Listen(service)

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -55,6 +56,7 @@ type settings struct {
 	maxUEB int64         // FI_SPRAY_UNEXPECTED_BYTES: their bytes
 	log    bool          // FI_SPRAY_LOG
 	busy   time.Duration // FI_SPRAY_BUSY_POLL: transport.Config.BusyPoll
+	rate   float64       // FI_SPRAY_LINE_RATE in bytes per second: transport.Config.LineRate
 }
 
 // envSettings reads the FI_SPRAY_* variables; an invalid value is an
@@ -120,7 +122,35 @@ func envSettings() (settings, C.int) {
 		}
 		s.busy = d
 	}
+	if v := os.Getenv("FI_SPRAY_LINE_RATE"); v != "" {
+		r, ok := parseRate(v)
+		if !ok {
+			logf("spray: FI_SPRAY_LINE_RATE=%q: want bits per second such as 10g, 25000m or 1e9", v)
+			return s, -C.FI_EINVAL
+		}
+		s.rate = r / 8
+	}
 	return s, 0
+}
+
+// parseRate reads a rate in bits per second with an optional k, m or g
+// (powers of 1000) and an optional "bit" suffix.
+func parseRate(v string) (float64, bool) {
+	v = strings.TrimSuffix(strings.ToLower(v), "bit")
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(v, "k"):
+		mult, v = 1e3, v[:len(v)-1]
+	case strings.HasSuffix(v, "m"):
+		mult, v = 1e6, v[:len(v)-1]
+	case strings.HasSuffix(v, "g"):
+		mult, v = 1e9, v[:len(v)-1]
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || f*mult > 1e13 {
+		return 0, false
+	}
+	return f * mult, true
 }
 
 func logf(format string, args ...any) {
