@@ -475,7 +475,8 @@ func goSend(h C.uintptr_t, iov *C.struct_iovec, count C.size_t, dest, tag, data 
 	if inject && n > injectSize {
 		return -C.FI_EINVAL
 	}
-	buf := make([]byte, hdrLen+n)
+	buf := getBuf(hdrLen + n)
+	clear(buf[:hdrLen])
 	buf[0] = kindMsg
 	cf := C.uint64_t(C.FI_SEND | C.FI_MSG)
 	if tagged {
@@ -663,6 +664,10 @@ func (ep *endpoint) finish(op *txOp, err error) {
 	ep.txOut.Add(-1)
 	if err == nil && op.readTo != nil {
 		scatter(op.readTo, op.buf)
+	}
+	if op.buf != nil {
+		putBuf(op.buf) // the transport is done with it
+		op.buf = nil
 	}
 	if c != nil {
 		c.add(err == nil)

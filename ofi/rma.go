@@ -118,7 +118,7 @@ func goRMA(h C.uintptr_t, write C.int, iov *C.struct_iovec, count C.size_t, dest
 		return -C.FI_EINVAL
 	}
 	remote := transport.Remote{Addr: uint64(raddr), RKey: uint32(key)}
-	op := &txOp{ctx: ctx, n: n, buf: make([]byte, n),
+	op := &txOp{ctx: ctx, n: n, buf: getBuf(n),
 		comp: flags&flagInject == 0 && (!ep.txSel || flags&C.FI_COMPLETION != 0)}
 	if write != 0 {
 		gather(op.buf, v)
