@@ -340,6 +340,52 @@ int main(void)
 	r = fi_close(&mr->fid);
 	CHECK("mr-close", r == 0, "got %d", r);
 
+	// A counter bound for sends and receives counts completions, and
+	// fi_cntr_wait returns once it reaches the threshold.
+	struct fi_cntr_attr cattr = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_UNSPEC };
+	struct fid_cntr *cntr;
+	struct node d;
+	ret = fi_cntr_open(domain, &cattr, &cntr, NULL);
+	CHECK("cntr-open", ret == 0, "got %d", ret);
+	{
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD };
+		fi_cq_open(domain, &cq_attr, &d.cq, NULL);
+		fi_endpoint(domain, info, &d.ep, NULL);
+		fi_ep_bind(d.ep, &av->fid, 0);
+		fi_ep_bind(d.ep, &d.cq->fid, FI_TRANSMIT | FI_RECV);
+		r = fi_ep_bind(d.ep, &cntr->fid, FI_SEND | FI_RECV);
+		ret = fi_enable(d.ep);
+		d.namelen = sizeof(d.name);
+		fi_getname(&d.ep->fid, d.name, &d.namelen);
+	}
+	fi_addr_t fd_addr;
+	fi_av_insert(av, d.name, 1, &fd_addr, 0, NULL);
+	CHECK("cntr-bind", r == 0 && ret == 0, "bind=%d enable=%d", r, ret);
+	fi_send(d.ep, "count", 6, NULL, fb, NULL);
+	fi_recv(d.ep, rbuf, sizeof(rbuf), NULL, FI_ADDR_UNSPEC, NULL);
+	fi_recv(b.ep, rbuf + 100, 100, NULL, FI_ADDR_UNSPEC, NULL);
+	fi_send(b.ep, "back", 5, NULL, fd_addr, NULL);
+	r = fi_cntr_wait(cntr, 2, 10000);
+	CHECK("cntr-wait", r == 0 && fi_cntr_read(cntr) == 2 && fi_cntr_readerr(cntr) == 0, "r=%d value=%lu",
+	      r, (unsigned long)fi_cntr_read(cntr));
+	r = fi_cntr_wait(cntr, 3, 50);
+	CHECK("cntr-wait-timeout", r == -FI_ETIMEDOUT, "got %d", r);
+	fi_cntr_add(cntr, 10);
+	CHECK("cntr-add", fi_cntr_read(cntr) == 12, "value %lu", (unsigned long)fi_cntr_read(cntr));
+	int dfd = -1;
+	fi_control(&d.cq->fid, FI_GETWAIT, &dfd);
+	struct pollfd pfd = { .fd = dfd, .events = POLLIN };
+	r = poll(&pfd, 1, 10000);
+	CHECK("cq-fd-readable", dfd >= 0 && r == 1, "fd=%d poll=%d", dfd, r);
+	while (fi_cq_read(d.cq, &e, 1) == 1)
+		;
+	wait_cq(b.cq, &e, NULL);
+	wait_cq(b.cq, &e, NULL);
+	r = fi_close(&cntr->fid);
+	CHECK("close-bound-cntr-busy", r == -FI_EBUSY, "got %d", r);
+	r = fi_close(&d.ep->fid) + fi_close(&cntr->fid) + fi_close(&d.cq->fid);
+	CHECK("close-cntr-ep", r == 0, "got %d", r);
+
 	// Closing out of order is refused, in order it works; a closed
 	// endpoint refuses work.
 	r = fi_close(&domain->fid);
