@@ -714,10 +714,21 @@ func (ep *endpoint) serve(c *spray.Conn) {
 		}
 		switch b[0] {
 		case kindHello:
-			if len(b) >= hdrLen+nameLen-10 {
-				src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[hdrLen:hdrLen+4])), binary.BigEndian.Uint16(b[hdrLen+4:]))
+			// The name's address must be the one the connection manager
+			// checked (its QP's), so that a peer cannot pose as another
+			// host in FI_SOURCE; only its port is taken on trust.
+			if len(b) < hdrLen+6 {
+				m.Release()
+				c.Close()
+				return
 			}
+			src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[hdrLen:hdrLen+4])), binary.BigEndian.Uint16(b[hdrLen+4:]))
 			m.Release()
+			if src.Addr() != c.Remote().IP.Unmap() {
+				logf("spray: %s named itself %s: connection closed", c.Remote().IP, src)
+				c.Close()
+				return
+			}
 		case kindMsg, kindTagged:
 			in := &inMsg{src: src, tagged: b[0] == kindTagged, tag: binary.LittleEndian.Uint64(b[8:]),
 				data: binary.LittleEndian.Uint64(b[16:]), hasDat: b[1]&hdrHasData != 0, body: b[hdrLen:], m: m}
