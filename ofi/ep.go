@@ -772,7 +772,8 @@ func (ep *endpoint) deliver(in *inMsg) bool {
 		}
 	}
 	waited := false
-	for len(ep.unexp[0])+len(ep.unexp[1]) >= ep.set.maxUE || ep.ueBytes+int64(len(in.body)) > ep.set.maxUEB && ep.ueBytes > 0 {
+	// Claimed messages count against the bound until they are received.
+	for len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes+int64(len(in.body)) > ep.set.maxUEB && ep.ueBytes > 0 {
 		if ep.closed.Load() {
 			ep.mu.Unlock()
 			in.m.Release()
@@ -909,6 +910,8 @@ func (ep *endpoint) peekClaim(r *recvOp, flags C.uint64_t) C.ssize_t {
 			return -C.FI_EINVAL
 		}
 		delete(ep.claimed, r.ctx)
+		ep.ueBytes -= int64(len(in.body))
+		ep.room.Broadcast()
 		ep.mu.Unlock()
 		if flags&C.FI_DISCARD != 0 {
 			in.m.Release()
@@ -927,7 +930,13 @@ func (ep *endpoint) peekClaim(r *recvOp, flags C.uint64_t) C.ssize_t {
 		if flags&(C.FI_CLAIM|C.FI_DISCARD) != 0 {
 			ep.takeUnexpected(1, i)
 			if flags&C.FI_CLAIM != 0 {
+				if old, ok := ep.claimed[r.ctx]; ok {
+					// A context names one claim: the earlier one is dropped.
+					ep.ueBytes -= int64(len(old.body))
+					old.m.Release()
+				}
 				ep.claimed[r.ctx] = in
+				ep.ueBytes += int64(len(in.body))
 			}
 		}
 		ep.mu.Unlock()
