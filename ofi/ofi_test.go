@@ -100,7 +100,9 @@ func TestBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = providerEnv(dir)
+	// A small unexpected-message bound, so that the program's 40
+	// unreceived messages reach it; the log line counts the waits.
+	cmd.Env = append(providerEnv(dir), "FI_SPRAY_UNEXPECTED=8", "FI_SPRAY_LOG=1")
 	out, err := cmd.CombinedOutput()
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	oks := 0
@@ -115,6 +117,9 @@ func TestBadInput(t *testing.T) {
 	}
 	if err != nil || oks < 40 {
 		t.Fatalf("badinput: %v, %d checks passed\n%s", err, oks, out)
+	}
+	if !bytes.Contains(out, []byte("deliveries waited for room among unexpected messages")) {
+		t.Errorf("no delivery waited at the unexpected-message bound:\n%s", out)
 	}
 }
 
