@@ -148,6 +148,7 @@ type endpoint struct {
 	ops     map[uint64]*txOp
 	nextID  uint64
 	stalled map[*peer]struct{} // peers whose queue waits for send queue room
+	bound   []*atomic.Int64    // the bind counts this endpoint holds on CQs and counters
 }
 
 //export goEndpoint
@@ -273,22 +274,10 @@ func (ep *endpoint) close() C.int {
 	if ep.av != nil {
 		ep.av.release()
 	}
-	for _, q := range []*complQueue{ep.txcq, ep.rxcq} {
-		if q != nil {
-			q.bound.Add(-1)
-		}
+	for _, b := range ep.bound {
+		b.Add(-1)
 	}
-	if ep.txcq == ep.rxcq && ep.txcq != nil {
-		// bound once for both directions
-		ep.txcq.bound.Add(1)
-	}
-	seen := map[*counter]bool{}
-	for _, c := range ep.cntr {
-		if c != nil && !seen[c] {
-			c.bound.Add(-1)
-			seen[c] = true
-		}
-	}
+	ep.bound = nil
 	ep.mu.Unlock()
 	ep.dom.removeEndpoint(ep)
 	ep.dom.release()
@@ -323,6 +312,7 @@ func (ep *endpoint) bind(bh C.uintptr_t, flags C.uint64_t) C.int {
 			return -C.FI_EINVAL
 		}
 		q.bound.Add(1)
+		ep.bound = append(ep.bound, &q.bound)
 		sel := flags&C.FI_SELECTIVE_COMPLETION != 0
 		if flags&C.FI_TRANSMIT != 0 {
 			ep.txcq, ep.txSel = q, sel
@@ -334,17 +324,20 @@ func (ep *endpoint) bind(bh C.uintptr_t, flags C.uint64_t) C.int {
 	}
 	if c, ok := object[*counter](bh); ok {
 		bits := []C.uint64_t{C.FI_SEND, C.FI_RECV, C.FI_READ, C.FI_WRITE, C.FI_REMOTE_READ, C.FI_REMOTE_WRITE}
-		any := false
+		all := C.uint64_t(0)
+		for _, b := range bits {
+			all |= b
+		}
+		if flags&all == 0 || flags&^all != 0 || c.closed.Load() {
+			return -C.FI_EINVAL
+		}
 		for i, b := range bits {
 			if flags&b != 0 {
 				ep.cntr[i] = c
-				any = true
 			}
 		}
-		if !any || c.closed.Load() {
-			return -C.FI_EINVAL
-		}
 		c.bound.Add(1)
+		ep.bound = append(ep.bound, &c.bound)
 		return 0
 	}
 	if q, ok := object[*eventQueue](bh); ok {
