@@ -169,6 +169,9 @@ func goEndpoint(dh C.uintptr_t, info *C.struct_fi_info, o *C.sp_ep) C.int {
 		if !ok {
 			return -C.FI_EINVAL
 		}
+		if a.Addr() != set.addr {
+			set.more = nil // the hints chose an address of their own
+		}
 		set.addr, set.cmPort, set.iface = a.Addr(), a.Port(), ""
 	}
 	ep := &endpoint{dom: d, set: set, caps: info.caps, peers: map[netip.AddrPort]*peer{},
@@ -192,10 +195,11 @@ func goEndpoint(dh C.uintptr_t, info *C.struct_fi_info, o *C.sp_ep) C.int {
 	return 0
 }
 
-// open starts the spray endpoint and its connection manager. On a
-// loopback interface, an address already taken by another endpoint (an
-// earlier rank on this host) moves to the next one, 127.0.0.1, .2, ...,
-// so that several processes share a host with nothing set.
+// open starts the spray endpoint and its connection manager. An address
+// already taken by another endpoint (an earlier rank on this host) moves
+// to the next one FI_SPRAY_ADDR lists, or on a loopback interface to the
+// next address, 127.0.0.1, .2, ..., so that several processes share a
+// host with nothing set.
 func (ep *endpoint) open() C.int {
 	s := ep.set
 	var lastErr error
@@ -227,6 +231,10 @@ func (ep *endpoint) open() C.int {
 		}
 		lastErr = err
 		inUse := errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+		if inUse && len(s.more) > 0 {
+			s.addr, s.more, s.iface = s.more[0], s.more[1:], ""
+			continue
+		}
 		if !inUse || !ifc.Loopback || s.cmPort != 0 && try > 0 {
 			logf("spray: opening an endpoint on %s: %v", ifc.IP, err)
 			return -code(err)

@@ -47,10 +47,11 @@ const (
 // settings is what the environment (FI_SPRAY_*) and the hints choose for
 // an endpoint.
 type settings struct {
-	iface  string     // FI_SPRAY_IFACE
-	addr   netip.Addr // FI_SPRAY_ADDR, or the hints' source address
-	cmPort uint16     // the connection manager's TCP port; 0: the kernel picks
-	port   uint16     // FI_SPRAY_PORT, the UDP port of every endpoint of a job
+	iface  string       // FI_SPRAY_IFACE
+	addr   netip.Addr   // FI_SPRAY_ADDR, or the hints' source address
+	more   []netip.Addr // FI_SPRAY_ADDR's further addresses, tried in turn when addr is taken
+	cmPort uint16       // the connection manager's TCP port; 0: the kernel picks
+	port   uint16       // FI_SPRAY_PORT, the UDP port of every endpoint of a job
 	link   spray.LinkKind
 	maxUE  int           // FI_SPRAY_UNEXPECTED: unexpected messages held
 	maxUEB int64         // FI_SPRAY_UNEXPECTED_BYTES: their bytes
@@ -65,12 +66,18 @@ func envSettings() (settings, C.int) {
 	s := settings{port: 4791, maxUE: 4096, maxUEB: 256 << 20}
 	s.iface = os.Getenv("FI_SPRAY_IFACE")
 	if v := os.Getenv("FI_SPRAY_ADDR"); v != "" {
-		a, err := netip.ParseAddr(v)
-		if err != nil || !a.Is4() {
-			logf("spray: FI_SPRAY_ADDR=%q is not an IPv4 address", v)
-			return s, -C.FI_EINVAL
+		for i, f := range strings.Split(v, ",") {
+			a, err := netip.ParseAddr(strings.TrimSpace(f))
+			if err != nil || !a.Is4() {
+				logf("spray: FI_SPRAY_ADDR=%q: %q is not an IPv4 address", v, f)
+				return s, -C.FI_EINVAL
+			}
+			if i == 0 {
+				s.addr = a
+			} else {
+				s.more = append(s.more, a)
+			}
 		}
-		s.addr = a
 	}
 	if s.iface == "" && !s.addr.IsValid() {
 		s.addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
