@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sprayfabric/spray"
+	"github.com/sprayfabric/spray/cc"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -214,6 +215,9 @@ func (ep *endpoint) open() C.int {
 			CloseTimeout: 2 * time.Second, Logf: logf}
 		opts.Transport.BusyPoll = s.busy
 		opts.Transport.LineRate = s.rate
+		if s.cc != "" {
+			opts.Transport.CC, _ = cc.ByName(s.cc, cc.Params{LineRate: s.rate}) // checked in envSettings
+		}
 		sp, err := spray.Open(context.Background(), opts)
 		if err == nil {
 			ln, lerr := sp.Listen(service)

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/sprayfabric/spray"
+	"github.com/sprayfabric/spray/cc"
 )
 
 // What the provider offers. RMA capabilities are offered only where the
@@ -58,6 +59,7 @@ type settings struct {
 	log    bool          // FI_SPRAY_LOG
 	busy   time.Duration // FI_SPRAY_BUSY_POLL: transport.Config.BusyPoll
 	rate   float64       // FI_SPRAY_LINE_RATE in bytes per second: transport.Config.LineRate
+	cc     string        // FI_SPRAY_CC: a congestion controller by cc.ByName's names
 }
 
 // envSettings reads the FI_SPRAY_* variables; an invalid value is an
@@ -128,6 +130,13 @@ func envSettings() (settings, C.int) {
 			return s, -C.FI_EINVAL
 		}
 		s.busy = d
+	}
+	if v := os.Getenv("FI_SPRAY_CC"); v != "" {
+		if _, err := cc.ByName(v, cc.Params{}); err != nil {
+			logf("spray: FI_SPRAY_CC: %v", err)
+			return s, -C.FI_EINVAL
+		}
+		s.cc = v
 	}
 	if v := os.Getenv("FI_SPRAY_LINE_RATE"); v != "" {
 		r, ok := parseRate(v)
