@@ -601,25 +601,29 @@ func (ep *endpoint) dial(p *peer) {
 }
 
 // flush posts p's queued operations while its send queue takes them.
+// Operations the connection refused complete after p.mu is released
+// (finish drops the peer, which takes p.mu).
 func (ep *endpoint) flush(p *peer) {
+	var failed []*txOp
+	var errs []error
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn == nil {
-		return
-	}
-	for len(p.queue) > 0 {
+	for p.conn != nil && len(p.queue) > 0 {
 		op := p.queue[0]
 		err := p.conn.QP().Post(ep.ctx, op.wr)
 		if errors.Is(err, transport.ErrQueueFull) {
 			ep.mu.Lock()
 			ep.stalled[p] = struct{}{}
 			ep.mu.Unlock()
-			return
+			break
 		}
 		p.queue = p.queue[1:]
 		if err != nil {
-			ep.finish(op, err)
+			failed, errs = append(failed, op), append(errs, err)
 		}
+	}
+	p.mu.Unlock()
+	for i, op := range failed {
+		ep.finish(op, errs[i])
 	}
 }
 

@@ -353,6 +353,22 @@ int main(void)
 	memset(&err, 0, sizeof(err));
 	fi_cq_readerr(a.cq, &err, 0);
 	CHECK("rma-out-of-bounds", ret == 0 && r == -FI_EAVAIL && err.err == FI_EACCES, "ret=%d r=%d err=%d", ret, r, err.err);
+	// Operations queued behind a refused one all complete, with errors
+	// or not, and none hangs.
+	int posted = 0, done = 0;
+	if (fi_write(a.ep, sbuf, 17, NULL, fb, 100, key ^ 1, NULL) == 0)
+		posted++;
+	for (int i = 0; i < 20; i++)
+		if (fi_write(a.ep, sbuf, 17, NULL, fb, 100, key, NULL) == 0)
+			posted++;
+	for (int i = 0; i < posted; i++) {
+		r = wait_cq(a.cq, &e, NULL);
+		if (r == -FI_EAVAIL)
+			fi_cq_readerr(a.cq, &err, 0);
+		if (r != 0)
+			done++;
+	}
+	CHECK("ops-behind-refused-complete", posted == 21 && done == 21, "posted %d, completed %d", posted, done);
 	ret = fi_recv(b.ep, rbuf, sizeof(rbuf), NULL, FI_ADDR_UNSPEC, NULL);
 	fi_send(a.ep, "again", 6, NULL, fb, NULL);
 	r = wait_cq(b.cq, &e, NULL);
