@@ -148,8 +148,12 @@ type endpoint struct {
 	claimed map[unsafe.Pointer]*inMsg
 	ops     map[uint64]*txOp
 	nextID  uint64
-	stalled map[*peer]struct{} // peers whose queue waits for send queue room
-	bound   []*atomic.Int64    // the bind counts this endpoint holds on CQs and counters
+	// stalled holds the peers whose queue waits for send queue room,
+	// under stallMu, which flush takes while it holds a peer's lock: the
+	// lock order is ep.mu, then a peer's mu, then stallMu.
+	stallMu sync.Mutex
+	stalled map[*peer]struct{}
+	bound   []*atomic.Int64 // the bind counts this endpoint holds on CQs and counters
 }
 
 //export goEndpoint
@@ -611,9 +615,9 @@ func (ep *endpoint) flush(p *peer) {
 		op := p.queue[0]
 		err := p.conn.QP().Post(ep.ctx, op.wr)
 		if errors.Is(err, transport.ErrQueueFull) {
-			ep.mu.Lock()
+			ep.stallMu.Lock()
 			ep.stalled[p] = struct{}{}
-			ep.mu.Unlock()
+			ep.stallMu.Unlock()
 			break
 		}
 		p.queue = p.queue[1:]
@@ -645,13 +649,13 @@ func (ep *endpoint) completionLoop() {
 				ep.finish(op, c.Err)
 			}
 		}
-		ep.mu.Lock()
+		ep.stallMu.Lock()
 		var ps []*peer
 		for p := range ep.stalled {
 			ps = append(ps, p)
 		}
 		clear(ep.stalled)
-		ep.mu.Unlock()
+		ep.stallMu.Unlock()
 		for _, p := range ps {
 			ep.flush(p)
 		}
