@@ -544,6 +544,19 @@ func (ep *Endpoint) Register(ctx context.Context, buf []byte, acc Access) (*MR, 
 	return ep.mrs.register(buf, acc), nil
 }
 
+// RegisterAt registers buf as Register does, under a remote key and
+// address the caller chooses: one key for the same region on several
+// endpoints (a libfabric domain's), addresses that are offsets from 0.
+// Keys and addresses are then as guessable as the caller makes them. A key
+// of 0 or one that names a registered region is refused with ErrConfig
+// (TestRegisterAt).
+func (ep *Endpoint) RegisterAt(ctx context.Context, buf []byte, acc Access, rkey uint32, addr uint64) (*MR, error) {
+	if err := ep.open(ctx); err != nil {
+		return nil, err
+	}
+	return ep.mrs.registerAt(buf, acc, rkey, addr)
+}
+
 // Deregister removes a region.
 func (ep *Endpoint) Deregister(ctx context.Context, mr *MR) error {
 	if err := ep.open(ctx); err != nil {

@@ -103,6 +103,27 @@ func (t *mrTable) register(buf []byte, acc Access) *MR {
 	return mr
 }
 
+// registerAt adds a region under the caller's key and address.
+func (t *mrTable) registerAt(buf []byte, acc Access, key uint32, va uint64) (*MR, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.m.Load()
+	if key == 0 || old[key] != nil {
+		return nil, fmt.Errorf("%w: remote key %#x is 0 or taken", ErrConfig, key)
+	}
+	if va+uint64(len(buf)) < va {
+		return nil, fmt.Errorf("%w: region at %#x of %d bytes wraps", ErrConfig, va, len(buf))
+	}
+	mr := &MR{Buf: buf, Addr: va, RKey: key, Access: acc}
+	m := make(map[uint32]*MR, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[key] = mr
+	t.m.Store(&m)
+	return mr, nil
+}
+
 // randomVA returns a page-aligned address at which span bytes overlap no
 // region of m.
 func (t *mrTable) randomVA(m map[uint32]*MR, span uint64) uint64 {
