@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // buildProvider builds the provider into a temporary directory once per
@@ -42,18 +44,23 @@ func TestMain(m *testing.M) {
 func provider(t *testing.T, tools ...string) string {
 	t.Helper()
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (Debian: libfabric-bin, libfabric-dev, a C compiler): %v", tool, err)
-		}
+		testutil.SkipIfMissingTool(t, tool, toolPackages[tool])
 	}
-	if out, _ := exec.Command("go", "env", "CGO_ENABLED").Output(); strings.TrimSpace(string(out)) != "1" {
-		t.Skip("cgo is off (CGO_ENABLED=0): the provider is a cgo library")
-	}
+	testutil.SkipIfNoCgo(t, "the provider")
 	dir, err := buildProvider()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// toolPackages names the Debian package of each tool the tests run.
+var toolPackages = map[string]string{
+	"fi_info":     "libfabric-bin",
+	"fi_pingpong": "libfabric-bin",
+	"cc":          "gcc",
+	"mpicc":       "libopenmpi-dev",
+	"mpirun":      "openmpi-bin",
 }
 
 func providerEnv(dir string) []string {
@@ -90,9 +97,7 @@ func TestFiInfo(t *testing.T) {
 // endpoint, each answered with libfabric's error.
 func TestBadInput(t *testing.T) {
 	dir := provider(t, "cc")
-	if _, err := os.Stat("/usr/include/rdma/fabric.h"); err != nil {
-		t.Skipf("libfabric headers not installed (Debian: libfabric-dev): %v", err)
-	}
+	testutil.SkipIfMissingFile(t, "/usr/include/rdma/fabric.h", "libfabric-dev")
 	bin := filepath.Join(t.TempDir(), "badinput")
 	if out, err := exec.Command("cc", "-Wall", "-o", bin, "testdata/badinput.c", "-lfabric").CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
@@ -205,9 +210,7 @@ func atoi(s string) int {
 // provider: wildcard receives, probes, MPI_Alltoall, MPI_Alltoallv and a
 // 12 MiB MPI_Allreduce, every byte checked by the program.
 func TestMPI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: four MPI ranks take seconds")
-	}
+	testutil.SkipIfShort(t, "four MPI ranks take seconds")
 	dir := provider(t, "mpicc", "mpirun")
 	bin := filepath.Join(t.TempDir(), "mpicheck")
 	if out, err := exec.Command("mpicc", "-O2", "-o", bin, "testdata/mpicheck.c").CombinedOutput(); err != nil {

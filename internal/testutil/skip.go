@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -138,5 +139,29 @@ func SkipIfSubprocess(tb testing.TB, env string) {
 	tb.Helper()
 	if os.Getenv(env) != "" {
 		tb.Skipf("inside a subprocess (%s set)", env)
+	}
+}
+
+// SkipIfMissingFile skips the test when path (a header, a library) is not
+// installed; pkg is the Debian package that has it.
+func SkipIfMissingFile(tb testing.TB, path, pkg string) {
+	tb.Helper()
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		tb.Skipf("%s not installed (Debian package %s)", path, pkg)
+	} else if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// SkipIfNoCgo skips the test when the go command builds without cgo
+// (CGO_ENABLED=0 or no C compiler); what names what needs it.
+func SkipIfNoCgo(tb testing.TB, what string) {
+	tb.Helper()
+	out, err := exec.Command("go", "env", "CGO_ENABLED").Output()
+	if err != nil {
+		tb.Fatalf("go env CGO_ENABLED: %v", err)
+	}
+	if string(bytes.TrimSpace(out)) != "1" {
+		tb.Skipf("cgo is off (CGO_ENABLED=0): %s is a cgo build", what)
 	}
 }
