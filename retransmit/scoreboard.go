@@ -1333,6 +1333,32 @@ func (s *Scoreboard) PeerAlive() {
 	}
 }
 
+// Restart restarts from now the timers that expired at or before now
+// (retransmission, reordering, probe), for a host that was not running
+// when they came due: the acknowledgements they wait for may not have
+// been sent by a peer that was descheduled with it, or may still wait in
+// its queues, so they get the time the timer gives them from now on
+// before anything is declared lost or probed. It reports whether it moved
+// a timer. Nothing is declared lost and nothing counts against
+// MaxRetries. Guarded by TestStalledEngineNoResends.
+func (s *Scoreboard) Restart(now clock.Time) bool {
+	if s.failed != nil {
+		return false
+	}
+	moved := false
+	if s.rtoAt != clock.Never && !now.Before(s.rtoAt) {
+		s.rtoAt, moved = now.Add(s.RTO()), true
+	}
+	if s.reoAt != clock.Never && !now.Before(s.reoAt) {
+		s.reoAt, moved = now.Add(s.ReorderWindow()), true
+	}
+	if s.ptoAt != clock.Never && !now.Before(s.ptoAt) {
+		s.armProbe(now, true)
+		moved = true
+	}
+	return moved
+}
+
 // OnTimeout handles the timer due at now (call it when now reaches
 // NextTimeout; it handles one timer per call, so call it again while
 // NextTimeout is still not after now). It appends newly lost packets to dst.

@@ -332,6 +332,7 @@ func (s *epShard) step(now clock.Time) (bool, error) {
 	if err != nil {
 		return work, err
 	}
+	e.plan(now, work || sent)
 	s.dispatch()
 	return work || sent, nil
 }

@@ -231,6 +231,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	}
 	q.stats.AcksReceived++
 	q.creditAck(now, a)
+	q.winAck(a)
 	if rnr {
 		// The receiver refused data for lack of room: it is alive, so
 		// the timeouts until it takes more do not count against
