@@ -41,3 +41,26 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("acked %d, resent %d; want 4 and 0", res.AckedPkts, s.Stats().Retransmitted)
 	}
 }
+
+// TestHostDelayLengthensTimers: the host's recent stalls lengthen the
+// retransmission timeout and the probe timer by as much, so that a host
+// that lately could not run for 5 ms does not call a packet lost 1 ms
+// after sending it.
+func TestHostDelayLengthensTimers(t *testing.T) {
+	send := func(d time.Duration) (rto time.Duration, next clock.Time) {
+		s := mustNew(t, Config{Mode: SelectiveRepeat}, 0)
+		s.NoteHostDelay(d)
+		if err := s.OnSend(0, s.Next(), 1000, 0, 7); err != nil {
+			t.Fatal(err)
+		}
+		return s.RTO(), s.NextTimeout()
+	}
+	rto0, next0 := send(0)
+	rto5, next5 := send(5 * time.Millisecond)
+	if rto5 != rto0+5*time.Millisecond {
+		t.Errorf("RTO %v with 5 ms of host delay, want %v", rto5, rto0+5*time.Millisecond)
+	}
+	if next5.Sub(next0) < 5*time.Millisecond {
+		t.Errorf("first timer at %v with 5 ms of host delay, %v without: want 5 ms later", next5, next0)
+	}
+}

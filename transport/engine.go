@@ -154,6 +154,12 @@ type Engine struct {
 	// arrival of a frame it reads, finds that the engine did not run
 	// meanwhile (stallMin; runTimers).
 	expect clock.Time
+	// hostDelay is the longest stall lately that found loss timers due
+	// (a stall between bursts, with nothing in flight, is none), noted at
+	// hostDelayAt and halved every hostDecay since: the QPs' retransmission
+	// and probe timers wait that much longer (Scoreboard.NoteHostDelay).
+	hostDelay   time.Duration
+	hostDelayAt clock.Time
 }
 
 // QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
@@ -378,6 +384,24 @@ func (e *Engine) plan(now clock.Time, work bool) {
 // (TestStalledEngineNoResends).
 const stallMin = time.Millisecond
 
+// hostDecay is the half-life of an engine's hostDelay.
+const hostDecay = 100 * time.Millisecond
+
+// noteStall takes a stall of d found at now (0: none) into hostDelay.
+func (e *Engine) noteStall(now clock.Time, d time.Duration) {
+	if e.hostDelay > 0 {
+		if k := now.Sub(e.hostDelayAt) / hostDecay; k >= 32 {
+			e.hostDelay = 0
+		} else if k > 0 {
+			e.hostDelay >>= k
+			e.hostDelayAt = e.hostDelayAt.Add(k * hostDecay)
+		}
+	}
+	if d > 0 && d >= e.hostDelay {
+		e.hostDelay, e.hostDelayAt = d, now
+	}
+}
+
 // maxRxBatches bounds the link batches a step reads before it runs the
 // timers: all that waited, as RACK reads every ACK before its timers,
 // unless more keep coming.
@@ -430,7 +454,11 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 	if since == clock.Never || now.Sub(since) < stallMin {
 		since = now
 	}
-	e.runTimers(now, since)
+	if e.runTimers(now, since) > 0 {
+		e.noteStall(now, now.Sub(since))
+	} else {
+		e.noteStall(now, 0)
+	}
 	return work, nil
 }
 

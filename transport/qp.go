@@ -1087,6 +1087,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		return 0, nil
 	}
 	q.lastNow = now
+	q.noteHostDelay()
 	if n, err := q.pollControl(now, buf); n > 0 || err != nil {
 		return n, err
 	}
@@ -1337,6 +1338,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		return
 	}
 	q.rxAt, q.activeAt = at, now
+	q.noteHostDelay()
 	if pk.IP.Src != q.rip {
 		q.rareStats().BadPackets++
 		return

@@ -199,8 +199,9 @@ func (e *Engine) noteCompl(q *QP) {
 // last, then moves every QP whose key passed to the ready list and runs
 // its expired timers. The engine did not run from stalled to now (now
 // when it did): a QP whose key passed in that time restarts its loss
-// timers instead (QP.restartTimers).
-func (e *Engine) runTimers(now, stalled clock.Time) {
+// timers instead (QP.restartTimers); runTimers returns how many did.
+func (e *Engine) runTimers(now, stalled clock.Time) int {
+	restarted := 0
 	if e.credit != nil {
 		e.credit.run(e, now)
 	}
@@ -213,6 +214,7 @@ func (e *Engine) runTimers(now, stalled clock.Time) {
 		e.visits++
 		if at > stalled && q.restartTimers(now) {
 			e.stats.TimersRestarted++
+			restarted++
 		}
 		if now >= q.NextTimeout() {
 			e.visits++
@@ -222,6 +224,7 @@ func (e *Engine) runTimers(now, stalled clock.Time) {
 		e.noteCtrl(q, now)
 		e.noteRepair(q)
 	}
+	return restarted
 }
 
 // takeCompl returns the QPs that may hold completions and empties the

@@ -17,3 +17,11 @@ func (q *QP) restartTimers(now clock.Time) bool {
 	q.restarted, q.restartAt = true, now
 	return true
 }
+
+// noteHostDelay gives the scoreboard its engine's recent stalls
+// (Engine.hostDelay), which lengthen its retransmission and probe timers.
+func (q *QP) noteHostDelay() {
+	if e := q.sch.eng; e != nil {
+		q.sb.NoteHostDelay(e.hostDelay)
+	}
+}

@@ -13,8 +13,9 @@ import (
 // has packets in flight that the receiver has not read. The sender's
 // loss timers came due in that time; they restart from when its engine
 // runs again (EngineStats.TimersRestarted) instead of resending, the
-// receiver's ACKs arrive meanwhile, and nothing is sent twice. Every
-// message arrives intact.
+// receiver's ACKs arrive meanwhile, and nothing is sent twice; the stall
+// lengthens its timers for a while (Engine.hostDelay). Every message
+// arrives intact.
 func TestStalledEngineNoResends(t *testing.T) {
 	const n, size = 40, 4000
 	s := newSimPair(t, mem.Config{Delay: 5 * time.Microsecond}, Config{Profile: Spray})
@@ -86,5 +87,9 @@ func TestStalledEngineNoResends(t *testing.T) {
 	}
 	if s.ea.Stats().TimersRestarted == 0 {
 		t.Fatal("no timer restarted: the stall found none due")
+	}
+	// The stall lengthens the sender's timers for a while after it.
+	if rto := s.qa.sb.RTO(); rto < 5*time.Millisecond {
+		t.Fatalf("RTO %v after a 5 ms stall, want at least 5 ms", rto)
 	}
 }
