@@ -431,10 +431,10 @@ func (s *epShard) dispatch() {
 func (s *epShard) deliver(c *Conn) {
 	q := c.qp
 	s.eng.visits++
-	for len(q.comps) > 0 {
-		comp := q.comps[0]
-		q.comps[0] = Completion{}
-		q.comps = q.comps[1:]
+	// The completions go out in order and the slice keeps its array: a
+	// slice advanced past each would lose its front and reallocate as
+	// completeSends appends (TestSmallMessageAllocs).
+	for _, comp := range q.comps {
 		if comp.ID&internalID != 0 {
 			if w := s.waiters[comp.ID]; w != nil {
 				delete(s.waiters, comp.ID)
@@ -444,6 +444,8 @@ func (s *epShard) deliver(c *Conn) {
 		}
 		s.ep.cq.push(comp)
 	}
+	clear(q.comps)
+	q.comps = q.comps[:0]
 	for {
 		comp, ok := q.peekRecv()
 		if !ok {
