@@ -884,7 +884,10 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 }
 
 func (c *Conn) received(comp Completion) (Message, error) {
-	if c.full.Load() && c.full.Swap(false) {
+	// A full receive channel wakes its engine once half of it is read:
+	// one wake-up and one dispatch per half a channel of messages, not
+	// one per message while the reader is behind.
+	if c.full.Load() && c.rx.len() <= c.ep.cfg.MaxMessages/2 && c.full.Swap(false) {
 		// Messages wait for the room this made.
 		c.s.mu.Lock()
 		c.s.unblocked = append(c.s.unblocked, c)
