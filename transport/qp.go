@@ -406,11 +406,14 @@ type QP struct {
 	cred *qpCredit
 	// mwin is the flow control in messages (msgwin.go).
 	mwin msgWin
-	// restartAt is when the engine last restarted the loss timers, found
-	// due while it did not run, restarted whether it did (restartTimers).
-	restartAt clock.Time
+	// restarted: the engine restarted the loss timers, found due while it
+	// did not run, and nothing came from the peer since (restartTimers).
 	restarted bool
-	state     qpState
+	// peerHold is the longest hold of stallMin or more that the peer's
+	// ACKs reported lately, in hostUnits; peerHoldN counts the ACKs
+	// towards its halving (notePeerHold).
+	peerHold, peerHoldN uint8
+	state               qpState
 	// ackTurn: acknowledgements rotate over the QP's entropies (at most
 	// 1,024, so 16 bits).
 	ackTurn uint16
@@ -1343,7 +1346,7 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		q.rareStats().BadPackets++
 		return
 	}
-	q.heardAt = now
+	q.heardAt, q.restarted = now, false
 	switch op := pk.BTH.Opcode; {
 	case q.rcv.takes(op):
 		q.rcv.recv(now, pk)

@@ -293,6 +293,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold,
 		HostHold: a.HoldNs&wire.HoldFromArrival != 0, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
 	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it
+	q.notePeerHold(hold)
 	if a.Entropy != 0 {
 		if len(hops) > 0 {
 			qd := intQueueDelay(hops)

@@ -93,3 +93,31 @@ func TestStalledEngineNoResends(t *testing.T) {
 		t.Fatalf("RTO %v after a 5 ms stall, want at least 5 ms", rto)
 	}
 }
+
+// TestPeerStallLengthensTimers: an ACK whose hold says the peer's engine
+// was kept from running for 5 ms lengthens the QP's retransmission
+// timeout by as much; a hold of microseconds (a delayed ACK) changes
+// nothing, and the peer's stall is forgotten by halves, every 256 ACKs.
+func TestPeerStallLengthensTimers(t *testing.T) {
+	s := newSimPair(t, mem.Config{Delay: 5 * time.Microsecond}, Config{Profile: Spray})
+	q := s.qa
+	q.noteHostDelay()
+	base := q.sb.RTO()
+	q.notePeerHold(50 * time.Microsecond)
+	q.noteHostDelay()
+	if rto := q.sb.RTO(); rto != base {
+		t.Fatalf("RTO %v after a 50 µs hold, want %v", rto, base)
+	}
+	q.notePeerHold(5 * time.Millisecond)
+	q.noteHostDelay()
+	if rto := q.sb.RTO(); rto != base+5*time.Millisecond {
+		t.Fatalf("RTO %v after the peer stalled 5 ms, want %v", rto, base+5*time.Millisecond)
+	}
+	for range 256 {
+		q.notePeerHold(0)
+	}
+	q.noteHostDelay()
+	if rto := q.sb.RTO(); rto != base+2500*time.Microsecond {
+		t.Fatalf("RTO %v 256 ACKs later, want %v", rto, base+2500*time.Microsecond)
+	}
+}
