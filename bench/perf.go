@@ -100,6 +100,10 @@ type PerfResult struct {
 	// the client's alone. Zero where the platform does not say.
 	CPUSeconds  float64 `json:"cpu_seconds,omitempty"`
 	CPUSecPerGB float64 `json:"cpu_sec_per_gb,omitempty"`
+	// CPUMicrosPerMsg is CPUSeconds over the messages of the bulk phase,
+	// in microseconds: what a message costs, both ends together where
+	// both run in the process.
+	CPUMicrosPerMsg float64 `json:"cpu_us_per_msg,omitempty"`
 	// QPs has one entry per QP of a run with PerfConfig.QPs > 1; the
 	// fields above then sum them (Bytes, Messages, Retransmits) or cover
 	// them all (Seconds from the first start to the last end, GoodputGbps
@@ -248,6 +252,9 @@ func (r *PerfResult) setCPU(cpu time.Duration) {
 	}
 	r.CPUSeconds = cpu.Seconds()
 	r.CPUSecPerGB = cpu.Seconds() / (float64(r.Bytes) / 1e9)
+	if r.Messages > 0 {
+		r.CPUMicrosPerMsg = cpu.Seconds() * 1e6 / float64(r.Messages)
+	}
 }
 
 // PerfServer runs the server half of one perf run over c: it receives and

@@ -371,15 +371,17 @@ type Scoreboard struct {
 	reoMult, reoLeft   uint8
 	ptoMult, ptoLeft   uint8
 	waitMult, waitLeft uint8
-	hasRTT             bool
-	rackOK             bool
-	spurOK             bool
-	inRecov            bool
-	rttEndOK           bool
-	tlpActive          bool
-	waitOK             bool
-	nakActive          bool
-	nakResent          bool
+	// hostD is NoteHostDelay's delay in hostUnits, rounded up.
+	hostD     uint8
+	hasRTT    bool
+	rackOK    bool
+	spurOK    bool
+	inRecov   bool
+	rttEndOK  bool
+	tlpActive bool
+	waitOK    bool
+	nakActive bool
+	nakResent bool
 }
 
 // New returns a Scoreboard whose first packet gets PSN first (masked to 24
@@ -495,7 +497,8 @@ func (s *Scoreboard) MinRTT() time.Duration {
 
 // RTO returns the current retransmission timeout: Config.FixedRTO when it
 // is set; otherwise SRTT + 4*RTTVAR (RFC 6298 2.2-2.3; Config.InitialRTO
-// before the first sample, RFC 6298 2.1) within [MinRTO, MaxRTO], doubled
+// before the first sample, RFC 6298 2.1) at least MinRTO, plus the host's
+// delay (NoteHostDelay), doubled
 // for each timeout since the last valid RTT sample (RFC 6298 5.5) and
 // capped at MaxRTO.
 func (s *Scoreboard) RTO() time.Duration {
@@ -508,6 +511,7 @@ func (s *Scoreboard) RTO() time.Duration {
 	} else {
 		rto = max(s.cfg.InitialRTO, s.cfg.MinRTO)
 	}
+	rto += s.hostDelay()
 	for i := uint32(0); i < s.backoff && rto < s.cfg.MaxRTO; i++ {
 		rto *= 2
 	}
@@ -842,6 +846,23 @@ func (s *Scoreboard) NoteQueueDelay(d time.Duration) {
 func (s *Scoreboard) NoteFabricQueue(d time.Duration) {
 	s.fabQ = min(d, MaxDuration)
 }
+
+// NoteHostDelay tells the scoreboard the longest time its host's engine
+// was kept from running lately (descheduled, or busy): the retransmission
+// and probe timers wait that much longer, as the time the host could not
+// answer or read an acknowledgement is no sign of loss (RTO, armProbe;
+// TestHostDelayLengthensTimers).
+func (s *Scoreboard) NoteHostDelay(d time.Duration) {
+	s.hostD = uint8(min((max(d, 0)+hostUnit-1)/hostUnit, math.MaxUint8))
+}
+
+// hostUnit is NoteHostDelay's unit: the delay is kept in a byte (a
+// simulator holds a million scoreboards), up to 25.5 ms, above which the
+// retransmission timeout's own backoff takes over.
+const hostUnit = 100 * time.Microsecond
+
+// hostDelay returns the delay NoteHostDelay noted.
+func (s *Scoreboard) hostDelay() time.Duration { return time.Duration(s.hostD) * hostUnit }
 
 // RecentQueue returns the largest queueing delay noted in this round trip
 // or the previous one.
@@ -1216,8 +1237,8 @@ const probeTailPkts = 4
 // the queueing delay the QP has seen lately: SRTT lags a round trip that
 // grows with a queue, and a probe sent into the queue only lengthens it;
 // TestTimerUnderGrowingQueue), times the
-// spurious-probe multiplier (spuriousProbe), plus
-// MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
+// spurious-probe multiplier (spuriousProbe), plus the host's delay
+// (NoteHostDelay), plus MaxAckDelay while fewer than AckEvery packets are in flight (the RFC: one
 // packet), no later than the retransmission timer; only in SelectiveRepeat
 // with TLP on, packets in flight, no probe
 // outstanding, nothing queued and no reordering timer. restart moves an
@@ -1246,7 +1267,7 @@ func (s *Scoreboard) armProbe(now clock.Time, restart bool) {
 	if s.inPkts > probeTailPkts {
 		k = 3
 	}
-	pto := (k*s.RecentRTT() + max(s.RecentQueue(), s.fabQ)) * time.Duration(s.ptoMult)
+	pto := (k*s.RecentRTT()+max(s.RecentQueue(), s.fabQ))*time.Duration(s.ptoMult) + s.hostDelay()
 	if s.inPkts < s.cfg.AckEvery {
 		pto += s.cfg.MaxAckDelay
 	}
@@ -1331,6 +1352,32 @@ func (s *Scoreboard) PeerAlive() {
 	if s.failed == nil {
 		s.retries = 0
 	}
+}
+
+// Restart restarts from now the timers that expired at or before now
+// (retransmission, reordering, probe), for a host that was not running
+// when they came due: the acknowledgements they wait for may not have
+// been sent by a peer that was descheduled with it, or may still wait in
+// its queues, so they get the time the timer gives them from now on
+// before anything is declared lost or probed. It reports whether it moved
+// a timer. Nothing is declared lost and nothing counts against
+// MaxRetries. Guarded by TestStalledEngineNoResends.
+func (s *Scoreboard) Restart(now clock.Time) bool {
+	if s.failed != nil {
+		return false
+	}
+	moved := false
+	if s.rtoAt != clock.Never && !now.Before(s.rtoAt) {
+		s.rtoAt, moved = now.Add(s.RTO()), true
+	}
+	if s.reoAt != clock.Never && !now.Before(s.reoAt) {
+		s.reoAt, moved = now.Add(s.ReorderWindow()), true
+	}
+	if s.ptoAt != clock.Never && !now.Before(s.ptoAt) {
+		s.armProbe(now, true)
+		moved = true
+	}
+	return moved
 }
 
 // OnTimeout handles the timer due at now (call it when now reaches

@@ -373,7 +373,8 @@ func (q *QP) fillCredit(a *wire.Ack) {
 	if !q.cfg.Credits {
 		return
 	}
-	a.Flags, a.Credit = wire.AckCredit, q.cred.cr.limit
+	a.Flags |= wire.AckCredit
+	a.Credit = q.cred.cr.limit
 	q.cred.cr.told, q.cred.cr.due = q.cred.cr.limit, false
 }
 

@@ -110,9 +110,14 @@
 //     pool, taken per message when its first packet arrives (Spray) or
 //     grown as packets arrive in order (RoCE), which Message.Release gives
 //     back. The receiver holds at most Config.MaxMessages undelivered
-//     messages per QP: beyond that, packets are dropped (counted in
-//     NoBuffer) and the sender retransmits them later: a slow reader slows
-//     its sender down instead of growing memory. The receiver answers such
+//     messages per QP, and a Spray receiver's ACKs say so: they carry the
+//     ID of the first message it has no room for, and the sender starts
+//     no message beyond it (msgwin.go), so a slow reader holds its sender
+//     back without a packet resent. Beyond that (RoCE, or a Spray
+//     sender's persist probe once the reader has been silent for a
+//     retransmission timeout), packets are dropped (counted in NoBuffer)
+//     and the sender retransmits them later: a slow reader slows its
+//     sender down instead of growing memory. The receiver answers such
 //     drops with an RNR NAK (receiver not ready), which tells the sender
 //     its peer is alive: the retransmission timeouts until the reader
 //     takes more do not count against MaxRetries (IBA's rnr_retry 7,

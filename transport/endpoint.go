@@ -332,6 +332,7 @@ func (s *epShard) step(now clock.Time) (bool, error) {
 	if err != nil {
 		return work, err
 	}
+	e.plan(now, work || sent)
 	s.dispatch()
 	return work || sent, nil
 }
@@ -430,10 +431,10 @@ func (s *epShard) dispatch() {
 func (s *epShard) deliver(c *Conn) {
 	q := c.qp
 	s.eng.visits++
-	for len(q.comps) > 0 {
-		comp := q.comps[0]
-		q.comps[0] = Completion{}
-		q.comps = q.comps[1:]
+	// The completions go out in order and the slice keeps its array: a
+	// slice advanced past each would lose its front and reallocate as
+	// completeSends appends (TestSmallMessageAllocs).
+	for _, comp := range q.comps {
 		if comp.ID&internalID != 0 {
 			if w := s.waiters[comp.ID]; w != nil {
 				delete(s.waiters, comp.ID)
@@ -443,6 +444,8 @@ func (s *epShard) deliver(c *Conn) {
 		}
 		s.ep.cq.push(comp)
 	}
+	clear(q.comps)
+	q.comps = q.comps[:0]
 	for {
 		comp, ok := q.peekRecv()
 		if !ok {
@@ -894,7 +897,10 @@ func (c *Conn) Recv(ctx context.Context) (Message, error) {
 }
 
 func (c *Conn) received(comp Completion) (Message, error) {
-	if c.full.Load() && c.full.Swap(false) {
+	// A full receive channel wakes its engine once half of it is read:
+	// one wake-up and one dispatch per half a channel of messages, not
+	// one per message while the reader is behind.
+	if c.full.Load() && c.rx.len() <= c.ep.cfg.MaxMessages/2 && c.full.Swap(false) {
 		// Messages wait for the room this made.
 		c.s.mu.Lock()
 		c.s.unblocked = append(c.s.unblocked, c)

@@ -37,6 +37,11 @@ type EngineStats struct {
 	// HostRateHeld counts the times output stopped because the next new
 	// packet would have gone faster than Config.HostRate.
 	HostRateHeld uint64
+	// TimersRestarted counts the QPs whose loss timers (retransmission,
+	// reordering, probe) came due while the engine was not running
+	// (descheduled, or busy) for at least stallMin, and restarted from the
+	// time it ran again instead of resending (Engine.runTimers).
+	TimersRestarted uint64
 }
 
 // add adds o's counters to s.
@@ -58,6 +63,7 @@ func (s *EngineStats) add(o EngineStats) {
 	s.HandedOver += o.HandedOver
 	s.HandoverDrops += o.HandoverDrops
 	s.HandedIn += o.HandedIn
+	s.TimersRestarted += o.TimersRestarted
 }
 
 // Malformed returns the sum of the malformed-frame counters.
@@ -141,6 +147,19 @@ type Engine struct {
 	// credit paces the credit of the senders towards this engine's link
 	// (Config.Credits; credit.go); nil without credits.
 	credit *creditPacer
+
+	// expect is when the engine asked to run next: the time of a Step
+	// that reported work, or the deadline of one that did not (Never:
+	// until a frame comes). A Step at now later than that, or than the
+	// arrival of a frame it reads, finds that the engine did not run
+	// meanwhile (stallMin; runTimers).
+	expect clock.Time
+	// hostDelay is the longest stall lately that found loss timers due
+	// (a stall between bursts, with nothing in flight, is none), noted at
+	// hostDelayAt and halved every hostDecay since: the QPs' retransmission
+	// and probe timers wait that much longer (Scoreboard.NoteHostDelay).
+	hostDelay   time.Duration
+	hostDelayAt clock.Time
 }
 
 // QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
@@ -171,6 +190,7 @@ func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable)
 		cfg: c, link: l, info: info, rng: rng, seeded: seeded, mrs: mrs,
 		qps: map[uint32]*QP{}, nextQPN: minQPN + rng.Uint32N(0x1000),
 		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
+		expect: clock.Never,
 	}
 	if c.Credits {
 		e.credit = newCreditPacer(&c)
@@ -343,24 +363,78 @@ func (e *Engine) Step(now clock.Time) (bool, error) {
 	if e.check != nil {
 		e.check(now)
 	}
+	e.plan(now, work || sent)
 	return work || sent, err
 }
+
+// plan notes when the engine asks to run next after a step at now that
+// did work or not (Engine.expect).
+func (e *Engine) plan(now clock.Time, work bool) {
+	if work {
+		e.expect = now
+	} else {
+		e.expect = e.NextDeadline()
+	}
+}
+
+// stallMin is the shortest time an engine must have been kept from
+// running for the loss timers that came due meanwhile to restart rather
+// than fire: above the lateness of the Go runtime's timers (up to a
+// millisecond), the time a loaded host's scheduler takes a thread away
+// (TestStalledEngineNoResends).
+const stallMin = time.Millisecond
+
+// hostDecay is the half-life of an engine's hostDelay.
+const hostDecay = 100 * time.Millisecond
+
+// noteStall takes a stall of d found at now (0: none) into hostDelay.
+func (e *Engine) noteStall(now clock.Time, d time.Duration) {
+	if e.hostDelay > 0 {
+		if k := now.Sub(e.hostDelayAt) / hostDecay; k >= 32 {
+			e.hostDelay = 0
+		} else if k > 0 {
+			e.hostDelay >>= k
+			e.hostDelayAt = e.hostDelayAt.Add(k * hostDecay)
+		}
+	}
+	if d > 0 && d >= e.hostDelay {
+		e.hostDelay, e.hostDelayAt = d, now
+	}
+}
+
+// maxRxBatches bounds the link batches a step reads before it runs the
+// timers: all that waited, as RACK reads every ACK before its timers,
+// unless more keep coming.
+const maxRxBatches = 16
 
 // receive is the first half of Step: a batch received and the expired
 // timers run. A busy-polling endpoint hands out what it completed before
 // transmit, and a polling Recv runs receive alone (epShard.step, poll).
+//
+// Every batch waiting is read before the timers run (up to maxRxBatches),
+// so that no timer fires for an acknowledgement that had arrived. A step
+// that finds the engine did not run for stallMin since it asked to (or
+// since the first frame it reads arrived) restarts the loss timers that
+// came due meanwhile instead of running them: the peer may have been kept
+// from running as well (two engines of one host, or of one machine), and
+// its acknowledgements get the time their timer gives them from now.
 func (e *Engine) receive(now clock.Time) (bool, error) {
 	work := false
-	n, err := e.link.Recv(e.rx)
-	if err != nil {
-		return false, err
-	}
-	if n > 0 {
+	since := e.expect
+	for range maxRxBatches {
+		n, err := e.link.Recv(e.rx)
+		if err != nil {
+			return false, err
+		}
+		if n == 0 {
+			break
+		}
 		work = true
 		for i := range n {
 			e.stats.RxFrames++
 			e.stats.RxBytes += uint64(len(e.rx[i].Buf))
 			at := e.arrival(now, e.rx[i].RxTime)
+			since = clock.Min(since, at)
 			if e.sh != nil && e.handOver(e.rx[i].Buf, at) {
 				continue
 			}
@@ -370,11 +444,21 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 		if e.sh != nil {
 			e.wakeOwners()
 		}
+		if n < len(e.rx) {
+			break
+		}
 	}
 	if e.sh != nil && e.takeHandedIn(now) {
 		work = true
 	}
-	e.runTimers(now)
+	if since == clock.Never || now.Sub(since) < stallMin {
+		since = now
+	}
+	if e.runTimers(now, since) > 0 {
+		e.noteStall(now, now.Sub(since))
+	} else {
+		e.noteStall(now, 0)
+	}
 	return work, nil
 }
 

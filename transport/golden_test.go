@@ -53,7 +53,7 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "ee95ce9288e01215c2b73c343847460fc782d952e8a90672ede8d626b287ba5f",
+		frames: "598ac4f8b2e2b3dd43127e3cc3edab6fded5a8ba0a0a6e24019ab2be26aab384",
 		state:  "415f78017064dc1c13181b41b17418974aee6459cdf542b06f125d23ed43e882",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
@@ -68,7 +68,7 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "32733b6ea4439bad97c03c544b3d2fb009803515153211c7804b0c0a8d3c9bd1",
+		frames: "aeb5fab299fe36feeba62eaed960af103ace6e5179532576e441dff3441fd317",
 		state:  "30f0c23facbb2074e81d9575358abd45a07bd8900b7c0af636272ff9ac10078f",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
@@ -105,7 +105,7 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "175fc5a9ecc9fcb1fca5815d958d9295b29c8059bff2c9dcd5d7cf6f1f140e36",
+		frames: "fed0ea370526d88471162bfa4a8e025e15fd095ba76ffac2df4ef5ffebe56bd8",
 		state:  "33f62765a5eaef31f91ef35149585d593c0f6628a09d2063680a1b50cceabd8a",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)

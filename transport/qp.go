@@ -403,8 +403,17 @@ type QP struct {
 	sec *secState
 	// cred is the sender's and the receiver's credit state, nil without
 	// Config.Credits (credit.go).
-	cred  *qpCredit
-	state qpState
+	cred *qpCredit
+	// mwin is the flow control in messages (msgwin.go).
+	mwin msgWin
+	// restarted: the engine restarted the loss timers, found due while it
+	// did not run, and nothing came from the peer since (restartTimers).
+	restarted bool
+	// peerHold is the longest hold of stallMin or more that the peer's
+	// ACKs reported lately, in hostUnits; peerHoldN counts the ACKs
+	// towards its halving (notePeerHold).
+	peerHold, peerHoldN uint8
+	state               qpState
 	// ackTurn: acknowledgements rotate over the QP's entropies (at most
 	// 1,024, so 16 bits).
 	ackTurn uint16
@@ -901,7 +910,7 @@ func (q *QP) timerDeadline() clock.Time {
 	if q.state != stateReady {
 		return clock.Never
 	}
-	t := clock.Min(q.sb.NextTimeout(), q.creditDeadline())
+	t := clock.Min(clock.Min(q.sb.NextTimeout(), q.creditDeadline()), q.winProbeAt())
 	if q.ackPending > 0 && !q.ackNow && !q.rcv.responding() {
 		t = clock.Min(t, q.ackDue) // an ACK held AckDelay goes ahead of the data
 	}
@@ -978,7 +987,7 @@ func (q *QP) canSendNew() bool {
 	if q.cursor >= q.tail || q.sb.Full() {
 		return false
 	}
-	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) || !q.mayCredit() {
+	if q.cursor-q.head >= uint64(q.cfg.MaxMessages) || !q.mayCredit() || q.winHolds() {
 		return false
 	}
 	if n := q.snd.span(q.msg(q.cursor), q.curOff); n > 1 && q.sb.Outstanding()+int(n) > q.cfg.Window {
@@ -1006,6 +1015,7 @@ func (q *QP) HandleTimeout(now clock.Time) {
 		q.ctrl.OnTimer(now)
 	}
 	q.creditTimeout(now)
+	q.winTimeout(now)
 	if now >= q.readDeadline() {
 		q.fail(fmt.Errorf("%w: a READ's response did not arrive: nothing from the peer for %v (a response in frames larger than this side's MTU never arrives: check that both sides' MTUs match)",
 			ErrPeerUnreachable, q.readPatience()))
@@ -1080,6 +1090,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		return 0, nil
 	}
 	q.lastNow = now
+	q.noteHostDelay()
 	if n, err := q.pollControl(now, buf); n > 0 || err != nil {
 		return n, err
 	}
@@ -1136,6 +1147,7 @@ func (q *QP) PollTransmit(now clock.Time, buf []byte) (int, error) {
 		q.cursor++
 		q.curOff = 0
 	}
+	q.winSent()
 	q.sent(now, n, rate)
 	if e := q.sch.eng; e != nil && q.cfg.HostRate > 0 {
 		e.hostPace.OnSend(now, n, q.cfg.HostRate)
@@ -1329,11 +1341,12 @@ func (q *QP) handle(now, at clock.Time, pk *wire.Packet) {
 		return
 	}
 	q.rxAt, q.activeAt = at, now
+	q.noteHostDelay()
 	if pk.IP.Src != q.rip {
 		q.rareStats().BadPackets++
 		return
 	}
-	q.heardAt = now
+	q.heardAt, q.restarted = now, false
 	switch op := pk.BTH.Opcode; {
 	case q.rcv.takes(op):
 		q.rcv.recv(now, pk)
@@ -1363,6 +1376,7 @@ func (q *QP) noteData(now clock.Time, pk *wire.Packet) {
 	if q.ackPending == 0 {
 		q.ackDue = now.Add(q.cfg.AckDelay)
 	}
+	q.mwin.update = false // the ACK due reports this packet
 	q.ackPending++
 }
 

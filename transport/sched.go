@@ -197,17 +197,25 @@ func (e *Engine) noteCompl(q *QP) {
 
 // runTimers starts a step: it settles the keys that changed since the
 // last, then moves every QP whose key passed to the ready list and runs
-// its expired timers.
-func (e *Engine) runTimers(now clock.Time) {
+// its expired timers. The engine did not run from stalled to now (now
+// when it did): a QP whose key passed in that time restarts its loss
+// timers instead (QP.restartTimers); runTimers returns how many did.
+func (e *Engine) runTimers(now, stalled clock.Time) int {
+	restarted := 0
 	if e.credit != nil {
 		e.credit.run(e, now)
 	}
 	e.settle()
 	for len(e.timers) > 0 && e.timers[0].at <= now {
 		q := e.timers[0].q
+		at := e.timers[0].at
 		e.heapRemove(0)
 		q.touch()
 		e.visits++
+		if at > stalled && q.restartTimers(now) {
+			e.stats.TimersRestarted++
+			restarted++
+		}
 		if now >= q.NextTimeout() {
 			e.visits++
 			q.HandleTimeout(now)
@@ -216,6 +224,7 @@ func (e *Engine) runTimers(now clock.Time) {
 		e.noteCtrl(q, now)
 		e.noteRepair(q)
 	}
+	return restarted
 }
 
 // takeCompl returns the QPs that may hold completions and empties the

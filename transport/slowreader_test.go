@@ -11,7 +11,8 @@ import (
 
 // TestSlowReaderResumes: a reader that stops polling fills its QP's
 // receive queue, then the messages the receiver finishes behind it fill
-// every message slot, and later packets are refused (NoBuffer). Once the
+// every message slot, and later packets are refused (NoBuffer: Spray's
+// persist probes past the message limit, msgwin.go). Once the
 // reader polls again, those finished messages must reach the queue and the
 // refused packets' resends be taken: every message arrives, byte-exact and
 // in order, and the sender does not give up as if its peer were gone. With

@@ -401,9 +401,25 @@ func (r *sprayReceiver) pollResponse(clock.Time, []byte) (int, uint16, bool, err
 	return 0, 0, false, nil
 }
 
+// limit is the receiver's message limit (msgwin.go): the first message
+// ID past the assembler's span.
+func (r *sprayReceiver) limit() uint32 { return r.asm.Next() + uint32(r.q.cfg.MaxMessages) }
+
 // deliver completes, in order, the messages the assembler finished. With
 // posted buffers, a SEND waits at the head until its buffer is posted.
+// The room it makes may owe the sender a window update (msgwin.go).
 func (r *sprayReceiver) deliver() {
+	if r.asm == nil {
+		return
+	}
+	next := r.asm.Next()
+	r.deliverFinished()
+	if r.asm.Next() != next {
+		r.q.winUpdate(r.limit())
+	}
+}
+
+func (r *sprayReceiver) deliverFinished() {
 	q := r.q
 	for !q.recvFull() {
 		m, ok := r.asm.Peek()
@@ -517,6 +533,11 @@ func (r *sprayReceiver) fillAck(now clock.Time, pk *wire.Packet) bool {
 		}
 	}
 	r.rnr = false
+	if r.q.winUpdateOnly() && a.Syndrome == wire.SyndromeAck {
+		// A window update alone reports no packet (winUpdateOnly).
+		a.AckedPSN, a.EchoTime, a.HoldNs, a.Entropy = uint32(r.win.Cum().Prev()), 0, 0, 0
+	}
+	r.q.winFill(a, r.limit())
 	r.q.fillCredit(a)
 	pk.BTH.PSN = a.CumPSN
 	return r.rxErr != 0

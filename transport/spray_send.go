@@ -231,6 +231,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	}
 	q.stats.AcksReceived++
 	q.creditAck(now, a)
+	q.winAck(a)
 	if rnr {
 		// The receiver refused data for lack of room: it is alive, so
 		// the timeouts until it takes more do not count against
@@ -292,6 +293,7 @@ func (s *spraySender) onAck(now clock.Time, pk *wire.Packet) {
 	q.ctrl.OnAck(cc.Sample{Now: now, AckedBytes: res.AckedBytes, RTT: rtt, HoldTime: hold,
 		HostHold: a.HoldNs&wire.HoldFromArrival != 0, ECNCount: int(a.ECNCount), INT: hops, Entropy: a.Entropy})
 	q.noteRTT(rtt - hold) // the fabric's part, as the paths see it
+	q.notePeerHold(hold)
 	if a.Entropy != 0 {
 		if len(hops) > 0 {
 			qd := intQueueDelay(hops)

@@ -67,6 +67,9 @@ local FLAG_INT = 0x01
 -- header of grants and requests (12 bytes).
 local DATA_UNSOLICITED, DATA_CREDITED = 0x01, 0x02
 local ACK_CREDIT = 0x01
+-- The message limit (end-to-end flow control): ACK flags bit 1, in the
+-- MsgID field of a plain ACK.
+local ACK_MSG_LIMIT = 0x02
 local CREDIT_RETRY = 0x01
 local CREDIT_LEN = 12
 -- The security header (transport/wire/sec.go).
@@ -180,7 +183,7 @@ local F = {
     ack_cumpsn = ProtoField.uint32("spraywire.ack.cumpsn", "Cumulative PSN (next expected)", base.DEC),
     ack_ackedpsn = ProtoField.uint32("spraywire.ack.ackedpsn", "Acknowledged PSN", base.DEC),
     ack_sackbase = ProtoField.uint32("spraywire.ack.sackbase", "SACK base PSN", base.DEC),
-    ack_msgid = ProtoField.uint32("spraywire.ack.msgid", "MsgID (of a NAK)", base.DEC),
+    ack_msgid = ProtoField.uint32("spraywire.ack.msgid", "MsgID (of a NAK; message limit with its flag)", base.DEC),
     ack_echotime = ProtoField.uint64("spraywire.ack.echotime", "Echoed transmit time (ns)", base.DEC),
     ack_hold = ProtoField.uint32("spraywire.ack.hold", "Hold", base.HEX),
     ack_hold_ns = ProtoField.uint32("spraywire.ack.hold.ns", "Hold time (ns)", base.DEC, nil, 0x7FFFFFFF),
@@ -192,6 +195,7 @@ local F = {
     ack_inthops = ProtoField.uint8("spraywire.ack.inthops", "Echoed hop records", base.DEC),
     ack_flags = ProtoField.uint8("spraywire.ack.flags", "Flags", base.HEX),
     ack_flag_credit = ProtoField.bool("spraywire.ack.flags.credit", "Carries credit", 8, nil, ACK_CREDIT),
+    ack_flag_msglimit = ProtoField.bool("spraywire.ack.flags.msglimit", "Carries the message limit", 8, nil, ACK_MSG_LIMIT),
     ack_credit = ProtoField.uint32("spraywire.ack.credit", "Credit (packets, cumulative)", base.DEC),
 
     credit = ProtoField.none("spraywire.credit", "spray credit header"),
@@ -650,6 +654,7 @@ local function dissect_ack(tvb, off, tree, ctx)
     local ii = t:add(F.ack_inthops, tvb(off + 34, 1))
     local fi = t:add(F.ack_flags, tvb(off + 35, 1))
     fi:add(F.ack_flag_credit, tvb(off + 35, 1))
+    fi:add(F.ack_flag_msglimit, tvb(off + 35, 1))
     local ci = t:add(F.ack_credit, tvb(off + 36, 4))
     local aflags, acredit = tvb(off + 35, 1):uint(), tvb(off + 36, 4):uint()
     ctx.sackbase, ctx.sackwords, ctx.inthops = tvb(off + 8, 4):uint(), tvb(off + 33, 1):uint(), tvb(off + 34, 1):uint()
@@ -668,14 +673,20 @@ local function dissect_ack(tvb, off, tree, ctx)
     if ctx.inthops > MAX_INT_HOPS then
         return fail(ctx, ii, string.format("%d echoed hop records, at most %d", ctx.inthops, MAX_INT_HOPS))
     end
-    if bit32.band(aflags, bit32.bnot(ACK_CREDIT)) ~= 0 then
+    if bit32.band(aflags, bit32.bnot(bit32.bor(ACK_CREDIT, ACK_MSG_LIMIT))) ~= 0 then
         return fail(ctx, fi, string.format("unknown ACK flags 0x%02x", aflags))
     end
-    if aflags == 0 and acredit ~= 0 then
+    if bit32.band(aflags, ACK_CREDIT) == 0 and acredit ~= 0 then
         return fail(ctx, ci, "credit without the credit flag")
     end
-    if aflags ~= 0 then
+    if bit32.band(aflags, ACK_MSG_LIMIT) ~= 0 and bit32.band(syn, 0xE0) ~= 0 then
+        return fail(ctx, fi, "message limit in a NAK")
+    end
+    if bit32.band(aflags, ACK_CREDIT) ~= 0 then
         ctx.info[#ctx.info + 1] = string.format("credit %d", acredit)
+    end
+    if bit32.band(aflags, ACK_MSG_LIMIT) ~= 0 then
+        ctx.info[#ctx.info + 1] = string.format("msg limit %d", tvb(off + 12, 4):uint())
     end
     ctx.payload = false
     off = off + ACK_HDR_LEN

@@ -163,6 +163,40 @@ func (s *sizeFlag) Set(v string) error {
 	return nil
 }
 
+// sizeListFlag is a comma-separated list of sizes (parseSize): all of
+// them in *all, the first in *first.
+type sizeListFlag struct {
+	first *sizeFlag
+	all   *[]int64
+}
+
+func (s sizeListFlag) String() string {
+	if s.first == nil {
+		return ""
+	}
+	if s.all == nil || len(*s.all) == 0 {
+		return s.first.String()
+	}
+	parts := make([]string, len(*s.all))
+	for i, n := range *s.all {
+		parts[i] = formatSize(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (s sizeListFlag) Set(v string) error {
+	var all []int64
+	for _, part := range strings.Split(v, ",") {
+		n, err := parseSize(part)
+		if err != nil {
+			return err
+		}
+		all = append(all, n)
+	}
+	*s.first, *s.all = sizeFlag(all[0]), all
+	return nil
+}
+
 // parseSize parses "8", "64K", "64M", "1G" (also lower case, and with a
 // trailing B or iB: "64KiB", "1gb"), powers of two, at most maxSize.
 func parseSize(v string) (int64, error) {

@@ -34,6 +34,8 @@ const perfUsage = `usage: spray perf [server|client] [flags]
 
   spray perf [--link mem,tcp]                 client and server in this process, over spray's
                                               in-memory fabric and kernel TCP on loopback
+  spray perf --size 64,1K,4K,64K              a sweep: each link kind at each size (messages/s,
+                                              latency percentiles, CPU per message)
   sudo spray perf --testbed pair              two network namespaces joined by a veth pair,
         [--link xdp,raw,udp,tcp]              one run per link kind, TCP on the same veth
   sudo spray perf --testbed pair,mtu=9000,queues=2
@@ -71,6 +73,8 @@ type perfFlags struct {
 	pings, mtu, paths, window, qps, queues, engines         int
 	busyPoll                                                busyPollFlag
 	size, total, windowBytes                                sizeFlag
+	sizes                                                   []int64 // --size, all of its sizes
+	totalSet                                                bool
 	restore                                                 time.Duration
 	loss, gbps                                              float64
 	seed                                                    uint64
@@ -108,7 +112,7 @@ func runPerf(args []string) error {
 	fs.StringVar(&f.listen, "listen", fmt.Sprintf(":%d", bench.DefaultControlPort), "server: control address to listen on")
 	fs.StringVar(&f.peer, "peer", "", "client: the server's host or host:port")
 	f.size, f.total = 1<<20, 1<<30
-	fs.Var(&f.size, "size", "bulk message size in bytes (K, M, G suffixes; default 1M, at most 256M and --total)")
+	fs.Var(sizeListFlag{&f.size, &f.sizes}, "size", "bulk message size in bytes (K, M, G suffixes; default 1M, at most 256M and --total), or a comma-separated sweep (64,1K,4K,64K) run size by size, each link kind at each, with pings of that size and, without --total, min(1G, 256Ki messages) each (local and pair runs)")
 	fs.Var(&f.total, "total", "bulk bytes to transfer (K, M, G suffixes; default 1G)")
 	fs.IntVar(&f.pings, "pings", 2000, "ping-pong round trips to time (0 or negative: none)")
 	fs.Float64Var(&f.loss, "loss", 0, "mem link: random loss probability of the in-memory fabric")
@@ -156,6 +160,7 @@ func runPerf(args []string) error {
 	if f.pskFile != "" && f.fault != "" {
 		return usagef("perf: --psk does not apply to --fault runs")
 	}
+	fs.Visit(func(fl *flag.Flag) { f.totalSet = f.totalSet || fl.Name == "total" })
 	if err := f.check(); err != nil {
 		return err
 	}
@@ -185,6 +190,9 @@ func runPerf(args []string) error {
 	}
 	if f.qps > 1 && mode != "" {
 		return usagef("perf: --qps runs locally only (mem, or --testbed pair), not in %s mode", mode)
+	}
+	if len(f.sizes) > 1 && (mode != "" || f.fault != "" || f.testbed != "" && !isPairTestbed(f.testbed)) {
+		return usagef("perf: a --size sweep runs locally only (mem and tcp, or --testbed pair)")
 	}
 	prof, err := transport.ParseProfile(f.profile)
 	if err != nil {
@@ -287,36 +295,71 @@ func runPerf(args []string) error {
 	switch f.testbed {
 	case "":
 		var results []bench.PerfResult
-		for _, kind := range splitKinds(f.links, "mem,tcp") {
-			var res bench.PerfResult
-			var err error
-			switch kind {
-			case "mem":
-				res, err = perfMem(ctx, f, tcfg, pcfg, wrap)
-			default: // checkPlan let only mem and tcp through
-				res, err = perfTCP(ctx, pcfg)
+		for _, pc := range f.sweep(pcfg) {
+			for _, kind := range splitKinds(f.links, "mem,tcp") {
+				var res bench.PerfResult
+				var err error
+				switch kind {
+				case "mem":
+					res, err = perfMem(ctx, f, tcfg, pc, wrap)
+				default: // checkPlan let only mem and tcp through
+					res, err = perfTCP(ctx, pc)
+				}
+				if err != nil {
+					return fmt.Errorf("perf over %s at %s: %w", kind, formatSize(int64(pc.MsgSize)), err)
+				}
+				results = append(results, res)
 			}
-			if err != nil {
-				return fmt.Errorf("perf over %s: %w", kind, err)
-			}
-			results = append(results, res)
 		}
 		return report(f, results)
 	}
-	if f.testbed == "pair" || strings.HasPrefix(f.testbed, "pair,") {
+	if isPairTestbed(f.testbed) {
 		return perfPair(ctx, f, tcfg, pcfg, wrap, logger)
 	}
 	return perfLeafSpine(ctx, f, tcfg, pcfg, wrap, logger)
 }
 
+// isPairTestbed reports whether --testbed names the pair testbed.
+func isPairTestbed(tb string) bool { return tb == "pair" || strings.HasPrefix(tb, "pair,") }
+
+// sweepMessages is the messages of each size a --size sweep sends when
+// --total is not given (at most the default 1G): a sweep from 64 bytes to
+// 64K then takes seconds per size, not minutes at the smallest.
+const sweepMessages = 256 << 10
+
+// sweep returns the runs of --size: pcfg alone for one size; for a
+// sweep, one per size, with pings of that size and, without --total,
+// sweepMessages messages of it (at most 1G).
+func (f perfFlags) sweep(pcfg bench.PerfConfig) []bench.PerfConfig {
+	if len(f.sizes) <= 1 {
+		return []bench.PerfConfig{pcfg}
+	}
+	var runs []bench.PerfConfig
+	for _, n := range f.sizes {
+		pc := pcfg
+		pc.MsgSize, pc.PingSize = int(n), int(n)
+		if !f.totalSet {
+			pc.Total = min(n*sweepMessages, 1<<30)
+		}
+		runs = append(runs, pc)
+	}
+	return runs
+}
+
 // check refuses flag values out of range, naming the flag and the range.
 func (f perfFlags) check() error {
 	c := check{cmd: "perf"}
-	c.atLeast("size", int64(f.size), 1)
-	c.atMost("size", int64(f.size), maxPerfSize)
 	c.atLeast("total", int64(f.total), 1)
-	if f.size > f.total && c.err == nil {
-		c.fail("size", formatSize(int64(f.size)), "at most --total ("+formatSize(int64(f.total))+")")
+	sizes := f.sizes
+	if len(sizes) == 0 {
+		sizes = []int64{int64(f.size)}
+	}
+	for _, n := range sizes {
+		c.atLeast("size", n, 1)
+		c.atMost("size", n, maxPerfSize)
+		if n > int64(f.total) && c.err == nil && (len(sizes) == 1 || f.totalSet) {
+			c.fail("size", formatSize(n), "at most --total ("+formatSize(int64(f.total))+")")
+		}
 	}
 	if f.mtu != 0 && (f.mtu < 256 || f.mtu > 65535+14) {
 		c.fail("mtu", f.mtu, "0 (the link's) or 256 to 65549")
@@ -533,7 +576,7 @@ func (b *busyPollFlag) Set(s string) error {
 
 func printPerf(w io.Writer, results []bench.PerfResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "link\tprofile\tprotection\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tsha256\t")
+	fmt.Fprintln(tw, "link\tprofile\tprotection\tmsg size\tbytes\tseconds\tGbit/s\tmsgs/s\trtt p50 µs\tp99 µs\tp99.9 µs\tretransmits\tCPU s/GB\tCPU µs/msg\tsha256\t")
 	for _, r := range results {
 		verdict := "ok"
 		if !r.Integrity {
@@ -543,8 +586,8 @@ func printPerf(w io.Writer, results []bench.PerfResult) {
 		if prot == "" {
 			prot = bench.ProtectionClear
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t\n", r.Link, r.Profile, prot, r.MsgSize, r.Bytes,
-			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.3f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%.2f\t%s\t\n", r.Link, r.Profile, prot, r.MsgSize, r.Bytes,
+			r.Seconds, r.GoodputGbps, r.MsgsPerSec, r.RTTp50us, r.RTTp99us, r.RTTp999us, r.Retransmits, r.CPUSecPerGB, r.CPUMicrosPerMsg, verdict)
 	}
 	tw.Flush()
 }
@@ -570,12 +613,14 @@ func perfPair(ctx context.Context, f perfFlags, tcfg transport.Config, pcfg benc
 		return err
 	}
 	var results []bench.PerfResult
-	for _, kind := range splitKinds(f.links, "xdp,raw,udp,tcp") {
-		res, err := bench.RunPair(ctx, p, bench.PairRun{Kind: kind, Transport: tcfg, Perf: pcfg, Wrap: wrap})
-		if err != nil {
-			return fmt.Errorf("perf over %s: %w", kind, err)
+	for _, pc := range f.sweep(pcfg) {
+		for _, kind := range splitKinds(f.links, "xdp,raw,udp,tcp") {
+			res, err := bench.RunPair(ctx, p, bench.PairRun{Kind: kind, Transport: tcfg, Perf: pc, Wrap: wrap})
+			if err != nil {
+				return fmt.Errorf("perf over %s at %s: %w", kind, formatSize(int64(pc.MsgSize)), err)
+			}
+			results = append(results, res.PerfResult)
 		}
-		results = append(results, res.PerfResult)
 	}
 	return report(f, results)
 }

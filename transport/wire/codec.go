@@ -479,9 +479,12 @@ func decodeAck(rest []byte, p *Packet) ([]byte, error) {
 // of its bits.
 func validDataCredit(c uint8) bool { return c == 0 || c == DataUnsolicited || c == DataCredited }
 
-// validAckCredit reports whether an ACK's flags are known and its credit
-// is 0 without AckCredit.
-func validAckCredit(a *Ack) bool { return a.Flags&^AckCredit == 0 && (a.Flags != 0 || a.Credit == 0) }
+// validAckCredit reports whether an ACK's flags are known, its credit 0
+// without AckCredit, and AckMsgLimit only on a plain ACK.
+func validAckCredit(a *Ack) bool {
+	return a.Flags&^(AckCredit|AckMsgLimit) == 0 && (a.Flags&AckCredit != 0 || a.Credit == 0) &&
+		(a.Flags&AckMsgLimit == 0 || a.Syndrome&0xE0 == SyndromeAck)
+}
 
 func decodeCredit(rest []byte, p *Packet) ([]byte, error) {
 	if len(rest) < CreditLen {

@@ -46,7 +46,8 @@ func TestCreditFields(t *testing.T) {
 	}{
 		{OpSprayData, 15, DataUnsolicited | DataCredited, "data both bits"},
 		{OpSprayData, 15, 0x80, "data unknown bit"},
-		{OpSprayAck, 35, 0x02, "ack unknown flag"},
+		{OpSprayAck, 35, 0x04, "ack unknown flag"},
+		{OpSprayAck, 35, AckMsgLimit, "ack credit without flag, with message limit"},
 		{OpSprayAck, 35, 0, "ack credit without flag"},
 		{OpCreditGrant, 8, 0x80, "grant unknown flag"},
 		{OpCreditRequest, 10, 1, "request reserved byte"},
@@ -94,5 +95,38 @@ func TestCreditTruncated(t *testing.T) {
 	var p Packet
 	if err := Decode(short, &p); !errors.Is(err, ErrTruncated) {
 		t.Errorf("Decode = %v, want ErrTruncated", err)
+	}
+}
+
+// TestAckMsgLimit: a plain ACK's message limit round-trips in MsgID; a
+// NAK with the flag is ErrBadHeader, to Encode and to Decode.
+func TestAckMsgLimit(t *testing.T) {
+	p := Packet{
+		IP:  IP{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2")},
+		BTH: BTH{Opcode: OpSprayAck, DestQP: 0x123},
+		Ack: Ack{SackWords: 1, Flags: AckMsgLimit, MsgID: 0xFFFFFFF0},
+	}
+	buf := make([]byte, 256)
+	n, err := Encode(buf, &p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q Packet
+	if err := Decode(buf[:n], &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.Ack.Flags != AckMsgLimit || q.Ack.MsgID != 0xFFFFFFF0 {
+		t.Fatalf("flags %#x limit %d, want %#x %d", q.Ack.Flags, q.Ack.MsgID, AckMsgLimit, uint32(0xFFFFFFF0))
+	}
+	nak := p
+	nak.Ack.Syndrome = NakPSNSequenceError
+	if _, err := Encode(make([]byte, 256), &nak, nil); !errors.Is(err, ErrBadHeader) {
+		t.Errorf("Encode of a NAK with a message limit = %v, want ErrBadHeader", err)
+	}
+	f := buf[:n]
+	f[EthLen+IPv4Len+UDPLen+BTHLen+32] = NakPSNSequenceError
+	fixChecksums(f)
+	if err := Decode(f, &q); !errors.Is(err, ErrBadHeader) {
+		t.Errorf("Decode of a NAK with a message limit = %v, want ErrBadHeader", err)
 	}
 }

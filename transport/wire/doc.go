@@ -155,7 +155,9 @@
 //	  0    4 CumPSN: next expected PSN (24 bits, top byte 0)
 //	  4    4 AckedPSN: PSN of the packet acknowledged (24 bits)
 //	  8    4 SackBase: PSN of bit 0 of SACK word 0 (24 bits)
-//	 12    4 MsgID: message a NAK refers to
+//	 12    4 MsgID: message a NAK refers to; with AckMsgLimit in a plain
+//	         ACK, the receiver's message limit: the ID of the first
+//	         message it has no room for
 //	 16    8 EchoTime: TxTime of the packet AckedPSN
 //	 24    4 HoldNs: receiver hold time, ns (bit 31: from host arrival)
 //	 28    2 ECNCount: CE-marked packets since the last ACK
@@ -163,7 +165,8 @@
 //	 32    1 Syndrome: SyndromeAck or a NAK code (AETH encoding)
 //	 33    1 SackWords: 1-4
 //	 34    1 INTHops: echoed hop records, 0-8
-//	 35    1 Flags: bit 0 AckCredit; other bits must be 0
+//	 35    1 Flags: bit 0 AckCredit, bit 1 AckMsgLimit (plain ACKs
+//	         only); other bits must be 0
 //	 36    4 Credit: with AckCredit, the receiver's cumulative credit for
 //	         the sender in packets; 0 without (older peers write and
 //	         ignore 0 in bytes 35-39)

@@ -90,7 +90,7 @@ var (
 	errAckSack      = wrap(ErrBadHeader, "spray ACK SackWords not in 1..MaxSackWords")
 	errAckHops      = wrap(ErrBadHeader, "spray ACK INTHops > MaxINTHops")
 	errAckPSN       = wrap(ErrBadHeader, "spray ACK PSN field wider than 24 bits")
-	errAckFlags     = wrap(ErrBadHeader, "spray ACK flags: unknown bits, or credit without AckCredit")
+	errAckFlags     = wrap(ErrBadHeader, "spray ACK flags: unknown bits, credit without AckCredit, or a NAK with AckMsgLimit")
 	errDataCredit   = wrap(ErrBadHeader, "spray data credit byte: unknown bits, or both")
 	errCreditFlags  = wrap(ErrBadHeader, "spray credit flags or reserved bytes")
 	errAreaAlign    = wrap(ErrBadLength, "payload + pad not a multiple of 4 bytes")

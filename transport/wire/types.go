@@ -124,6 +124,12 @@ const (
 	// AckCredit says Ack.Credit holds the receiver's credit for the
 	// sender: the receiver paces its senders with credit grants.
 	AckCredit uint8 = 1 << 0
+	// AckMsgLimit says Ack.MsgID holds the receiver's message limit: the
+	// ID of the first message it has no room for (end-to-end flow
+	// control, as IBA's AETH credit count and TCP's receive window). Only
+	// a plain ACK (Syndrome SyndromeAck) carries it: a NAK's MsgID names
+	// the message it refers to.
+	AckMsgLimit uint8 = 1 << 1
 )
 
 // Credit.Flags bits.
@@ -238,7 +244,8 @@ type Ack struct {
 	// SackBase is the PSN of bit 0 of Sack[0]; bit i of word w is PSN
 	// SackBase+64w+i.
 	SackBase uint32
-	// MsgID is the message a NAK refers to.
+	// MsgID is the message a NAK refers to, or with AckMsgLimit in a
+	// plain ACK the receiver's message limit.
 	MsgID uint32
 	// EchoTime is the TxTime of the packet AckedPSN.
 	EchoTime uint64
@@ -256,7 +263,7 @@ type Ack struct {
 	SackWords uint8 // 1..MaxSackWords
 	INTHops   uint8 // echoed hop records, at most MaxINTHops
 	Sack      [MaxSackWords]uint64
-	// Flags holds AckCredit; Credit, with AckCredit, the receiver's
+	// Flags holds AckCredit and AckMsgLimit; Credit, with AckCredit, the receiver's
 	// cumulative credit for the sender (as Credit.Count of a grant). A
 	// receiver without credits leaves both 0 (bytes 35-39, reserved
 	// before, which older peers ignore).
