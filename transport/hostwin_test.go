@@ -101,7 +101,7 @@ func TestHostRateConfig(t *testing.T) {
 // delay, lossy and reordering when loss is above 0, and posts three
 // random messages of up to 20 KiB on each of A's QPs. It returns the
 // pair, the messages' hashes by receiving QP, and their bytes.
-func hostLoad(t *testing.T, cfg Config, loss float64, qps int) (*multiPair, map[uint32][][32]byte, int) {
+func hostLoad(t *testing.T, cfg Config, loss float64, qps int) (*multiPair, map[*QP][][32]byte, int) {
 	t.Helper()
 	seed := testutil.Seed(t)
 	r := testutil.Rand(t)
@@ -111,14 +111,14 @@ func hostLoad(t *testing.T, cfg Config, loss float64, qps int) (*multiPair, map[
 	}
 	cfg.Seed, cfg.MinRTO = seed, time.Millisecond
 	m := newMultiPair(t, mc, cfg, qps)
-	want := map[uint32][][32]byte{}
+	want := map[*QP][][32]byte{}
 	total := 0
 	for i, q := range m.qa {
 		for _, msg := range randomMessages(r, 3, 20<<10) {
 			if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
 				t.Fatal(err)
 			}
-			want[m.qb[i].qpn] = append(want[m.qb[i].qpn], hash(msg))
+			want[m.qb[i]] = append(want[m.qb[i]], hash(msg))
 			total += len(msg)
 		}
 	}

@@ -52,6 +52,8 @@ and the p50, p99 and p99.9 of the iterations' times (each the slowest rank's).
   srun -N 2 -n 2 spray bench alltoall           mpirun, srun or torchrun (RANK, WORLD_SIZE,
                                                 MASTER_ADDR, MASTER_PORT+1); mpirun across
                                                 hosts: -x SPRAY_BOOTSTRAP=HOST:PORT. Flags win.
+                                                --bootstrap-file F: rank 0 takes a port the
+                                                kernel picks and writes HOST:PORT to F.
                                                 Ranks on a loopback bootstrap address B use
                                                 B+rank (127.0.0.1, .2, ...)
 
@@ -75,6 +77,7 @@ type benchFlags struct {
 	ccName                 string
 	rank, world            int
 	bootstrap, ip, testbed string
+	bootstrapFile          string
 	metrics                string
 	pskFile                string
 	integrityOnly          bool
@@ -140,6 +143,7 @@ func benchMain(args []string, stdout, stderr io.Writer, stderrFd int) error {
 	fs.IntVar(&f.rank, "rank", -1, "this process's rank, across hosts")
 	fs.IntVar(&f.world, "world", 8, "number of ranks")
 	fs.StringVar(&f.bootstrap, "bootstrap", "", "rank 0's bootstrap address host:port, across hosts")
+	fs.StringVar(&f.bootstrapFile, "bootstrap-file", "", "across hosts: rank 0 listens at the bootstrap host on a port the kernel picks and writes HOST:PORT to this new `FILE` (on a filesystem every rank sees), the other ranks read it there; rank 0 removes it once the world has joined")
 	fs.StringVar(&f.ip, "ip", "", "across hosts: the local address to use (default: the source address towards the bootstrap host; rank 0: the bootstrap address)")
 	fs.StringVar(&f.testbed, "testbed", "", "run on a local testbed, one process per host: leafspine:HxLxS[,rate=..] (root)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve the spray endpoints' OpenTelemetry metrics for Prometheus at http://ADDR/metrics while the run goes on (e.g. :9464; not with --testbed)")
@@ -342,6 +346,9 @@ func (f *benchFlags) checkPlacement() error {
 		}
 	case f.linkKind != "" && f.linkKind != "mem":
 		return usagef("bench: --link %s needs --testbed or --rank (in one process the ranks share link/mem)", f.linkKind)
+	}
+	if f.bootstrapFile != "" && (f.rank < 0 || f.testbed != "") {
+		return usagef("bench: --bootstrap-file needs --rank or a launcher (mpirun, srun, torchrun), not --testbed")
 	}
 	return nil
 }
@@ -592,18 +599,26 @@ func (f *benchFlags) join(ctx context.Context, logger *log.Logger) (*collective.
 	jctx, cancel := context.WithTimeout(ctx, f.joinTimeout)
 	defer cancel()
 	start := time.Now()
-	b, err := collective.NewBootstrap(jctx, collective.BootstrapConfig{Rank: f.rank, Size: f.world, Addr: f.bootstrap,
-		WaitEvery: benchWaitEvery, Waiting: func(missing []int) {
-			who := make([]string, len(missing))
-			for i, r := range missing {
-				who[i] = strconv.Itoa(r)
-			}
-			what := "rank(s) " + strings.Join(who, ", ") + " to join"
-			if f.rank != 0 {
-				what = "rank 0 to listen"
-			}
-			logger.Printf("waiting for %s at %s (%v of --join-timeout %v)", what, f.bootstrap, time.Since(start).Round(time.Second), f.joinTimeout)
-		}})
+	cfg := collective.BootstrapConfig{Rank: f.rank, Size: f.world, Addr: f.bootstrap}
+	if f.bootstrapFile != "" {
+		done, err := f.bootstrapByFile(jctx, &cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
+	cfg.WaitEvery, cfg.Waiting = benchWaitEvery, func(missing []int) {
+		who := make([]string, len(missing))
+		for i, r := range missing {
+			who[i] = strconv.Itoa(r)
+		}
+		what := "rank(s) " + strings.Join(who, ", ") + " to join"
+		if f.rank != 0 {
+			what = "rank 0 to listen"
+		}
+		logger.Printf("waiting for %s at %s (%v of --join-timeout %v)", what, cfg.Addr, time.Since(start).Round(time.Second), f.joinTimeout)
+	}
+	b, err := collective.NewBootstrap(jctx, cfg)
 	if err != nil && ctx.Err() == nil && jctx.Err() != nil {
 		return nil, fmt.Errorf("bench: the world of %d ranks did not assemble within --join-timeout %v: %w", f.world, f.joinTimeout, err)
 	}

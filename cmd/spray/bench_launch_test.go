@@ -3,8 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"net"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sprayfabric/spray/collective"
 	"github.com/sprayfabric/spray/internal/testutil"
 )
 
@@ -27,17 +27,6 @@ func buildSpray(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 var launchArgs = []string{"bench", "alltoall", "-b", "8", "-e", "8K", "-f", "32", "-w", "1", "-n", "3", "--timeout", "2m"}
@@ -136,27 +125,25 @@ func TestBenchLauncherErrors(t *testing.T) {
 }
 
 // TestBenchMpirun runs spray bench alltoall under Open MPI's mpirun with
-// four ranks over UDP on loopback. It needs openmpi-bin.
+// four ranks over UDP on loopback. It needs openmpi-bin. The ranks take
+// rank, world and rank 0's host (127.0.0.1 on one node) from mpirun's
+// environment, as a user's mpirun does; the port is the kernel's choice,
+// handed on through --bootstrap-file, so that no run at once can take it
+// between a look and rank 0's listen. Rank 0 removes the file once the
+// world has joined.
 func TestBenchMpirun(t *testing.T) {
 	testutil.SkipIfShort(t, "builds the binary")
 	mpirun := testutil.SkipIfMissingTool(t, "mpirun", "openmpi-bin")
 	bin := buildSpray(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	args := []string{"--oversubscribe", "-np", "4"}
-	// On one node the ranks meet at 127.0.0.1:DefaultBootstrapPort with no
-	// variable set, as a user's mpirun does; if that port is taken here,
-	// at another, through SPRAY_BOOTSTRAP.
-	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", collective.DefaultBootstrapPort)); err == nil {
-		ln.Close()
-	} else {
-		args = append(args, "-x", fmt.Sprintf("SPRAY_BOOTSTRAP=127.0.0.1:%d", freePort(t)))
-	}
-	args = append(args, bin)
+	boot := filepath.Join(t.TempDir(), "bootstrap")
+	args := []string{"--oversubscribe", "-np", "4", bin}
 	if os.Geteuid() == 0 {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
-	cmd := exec.CommandContext(ctx, mpirun, append(args, launchArgs[:len(launchArgs)-2]...)...)
+	args = append(append(args, launchArgs[:len(launchArgs)-2]...), "--bootstrap-file", boot)
+	cmd := exec.CommandContext(ctx, mpirun, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -164,4 +151,23 @@ func TestBenchMpirun(t *testing.T) {
 	}
 	t.Logf("%s", stdout.String())
 	checkTable(t, stdout.String(), 4)
+	if _, err := os.Stat(boot); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("--bootstrap-file %s left behind (stat: %v)", boot, err)
+	}
+}
+
+// TestBenchBootstrapFileExists: rank 0 refuses a --bootstrap-file that
+// exists, whose address could be a dead earlier run's, with an error that
+// names it, at once rather than after --join-timeout.
+func TestBenchBootstrapFileExists(t *testing.T) {
+	boot := filepath.Join(t.TempDir(), "bootstrap")
+	if err := os.WriteFile(boot, []byte("127.0.0.1:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := benchMain([]string{"alltoall", "-b", "8", "-e", "8", "--transport", "tcp", "--rank", "0", "--world", "2",
+		"--bootstrap", "127.0.0.1:0", "--bootstrap-file", boot, "--join-timeout", "2m"}, &stdout, &stderr, -1)
+	if err == nil || !strings.Contains(err.Error(), boot) || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("err %v: want one saying that %s exists", err, boot)
+	}
 }

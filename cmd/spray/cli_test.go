@@ -142,6 +142,7 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{[]string{"bench", "alltoall", "--rank", "3", "--world", "2", "--bootstrap", "127.0.0.1:1"}, "--rank 3"},
 		{[]string{"bench", "alltoall", "--rank", "1", "--world", "2", "--bootstrap", "nohostport"}, "--bootstrap"},
 		{[]string{"bench", "alltoall", "--rank", "1", "--world", "2", "--bootstrap", "127.0.0.1:1", "--ip", "x"}, "--ip"},
+		{[]string{"bench", "alltoall", "--bootstrap-file", "/tmp/b"}, "--bootstrap-file needs --rank"},
 		{[]string{"bench", "alltoall", "--progress", "maybe"}, "--progress"},
 		{[]string{"bench", "alltoall", "--join-timeout", "0s"}, "--join-timeout"},
 		{[]string{"sim", "--profiles", "bogus"}, `"bogus"`},

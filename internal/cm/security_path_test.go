@@ -182,7 +182,7 @@ func TestSecureOnPath(t *testing.T) {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			r := mrand.New(mrand.NewPCG(7, 7))
+			r := mrand.New(mrand.NewPCG(testutil.Seed(t), 7))
 			if err := exchange(ctx, a, b, randomMsgs(r, 4, 32<<10)); err != nil {
 				t.Fatalf("dialer to listener after the attack: %v", err)
 			}
