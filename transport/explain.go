@@ -130,7 +130,7 @@ func (c *Conn) explainErr(err error, recv bool) error {
 	e := &QPError{Err: err, Recv: recv && !unreachable}
 	if serr := c.s.view(ctx, func() error {
 		e.QP = c.qp.Stats()
-		e.Remote = QPInfo{QPN: c.qp.rqpn, MAC: c.qp.rmac, IP: c.qp.rip}
+		e.Remote = QPInfo{QPN: c.qp.rqpn, MAC: c.qp.rmac, IP: c.qp.rip, NoMsgLimit: c.qp.mwin.off}
 		return nil
 	}); serr != nil {
 		return err
