@@ -23,7 +23,8 @@ import (
 type QPError struct {
 	// Err is the error explained.
 	Err error
-	// Remote is the peer QP this one is connected to (QPN, MAC, IP).
+	// Remote is the peer QP this one is connected to (QPN, MAC, IP, and
+	// NoMsgLimit).
 	Remote QPInfo
 	// QP are the QP's counters when the call failed.
 	QP QPStats
