@@ -18,7 +18,8 @@ import (
 // drops an ACK with wire.AckMsgLimit as a bad header: the fabric's filter
 // does it for that side), dialing or listening, connects in version 4,
 // and this side's QP sends it no message limit: messages go both ways
-// intact. Between two sides of this version the ACKs carry the limit.
+// intact, in clear or inside TLS (a protected QP's ACK headers are in
+// clear). Between two sides of this version the ACKs carry the limit.
 // Without the rule (peerQP) the older side's sends fail with
 // ErrPeerUnreachable once its retries run out.
 func TestCMOlderDataPath(t *testing.T) {
@@ -26,16 +27,24 @@ func TestCMOlderDataPath(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		dialer, lister uint8 // the highest version each speaks (0: this one's)
+		tls            bool
 	}{
-		{"version-4 dialer", cmVersion4, 0},
-		{"version-4 listener", 0, cmVersion4},
-		{"version 5", 0, 0},
+		{"version-4 dialer", cmVersion4, 0, false},
+		{"version-4 listener", 0, cmVersion4, false},
+		{"version 5", 0, 0, false},
+		{"version-4 dialer in TLS", cmVersion4, 0, true},
+		{"version-4 listener in TLS", 0, cmVersion4, true},
+		{"version 5 in TLS", 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fab := mem.NewFabric(mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, clock.NewSystem())
 			t.Cleanup(func() { fab.Close() })
-			ea := memEndpoint(t, fab, macA, ipA, seed)
-			eb := memEndpoint(t, fab, macB, ipB, seed+1)
+			var set []func(*Options)
+			if tc.tls {
+				set = append(set, func(o *Options) { o.Security = &Security{PSK: testPSK} })
+			}
+			ea := memEndpoint(t, fab, macA, ipA, seed, set...)
+			eb := memEndpoint(t, fab, macB, ipB, seed+1, set...)
 			ea.cmv, eb.cmv = tc.dialer, tc.lister
 			var old netip.Addr // the side of an older build, if any
 			switch {
