@@ -23,7 +23,8 @@ import (
 type QPError struct {
 	// Err is the error explained.
 	Err error
-	// Remote is the peer QP this one is connected to (QPN, MAC, IP).
+	// Remote is the peer QP this one is connected to (QPN, MAC, IP, and
+	// NoMsgLimit).
 	Remote QPInfo
 	// QP are the QP's counters when the call failed.
 	QP QPStats
@@ -130,7 +131,7 @@ func (c *Conn) explainErr(err error, recv bool) error {
 	e := &QPError{Err: err, Recv: recv && !unreachable}
 	if serr := c.s.view(ctx, func() error {
 		e.QP = c.qp.Stats()
-		e.Remote = QPInfo{QPN: c.qp.rqpn, MAC: c.qp.rmac, IP: c.qp.rip}
+		e.Remote = QPInfo{QPN: c.qp.rqpn, MAC: c.qp.rmac, IP: c.qp.rip, NoMsgLimit: c.qp.mwin.off}
 		return nil
 	}); serr != nil {
 		return err

@@ -23,7 +23,8 @@ import (
 // retransmission timer brings it again, as before the limit.
 //
 // A peer that sends no limit (the RoCE profile, an older peer) holds
-// nothing back.
+// nothing back; a peer that takes none (QPInfo.NoMsgLimit: an older
+// build, which drops such an ACK as a bad header) is sent none.
 type msgWin struct {
 	// lim is the peer's limit, ok whether one came; probe lets the next
 	// message go past it (persist).
@@ -36,6 +37,8 @@ type msgWin struct {
 	advOK  bool
 	update bool
 	adv    uint32
+	// off: the peer takes no limit (QPInfo.NoMsgLimit); none is sent.
+	off bool
 }
 
 // winHolds reports whether the peer's message limit holds back the next
@@ -76,9 +79,10 @@ func (q *QP) winAck(a *wire.Ack) {
 	}
 }
 
-// winFill puts the receiver's message limit, lim, into a plain ACK.
+// winFill puts the receiver's message limit, lim, into a plain ACK,
+// unless the peer takes none (TestNoMsgLimitPeer).
 func (q *QP) winFill(a *wire.Ack, lim uint32) {
-	if a.Syndrome != wire.SyndromeAck {
+	if a.Syndrome != wire.SyndromeAck || q.mwin.off {
 		return
 	}
 	a.Flags |= wire.AckMsgLimit

@@ -90,6 +90,13 @@ type QPInfo struct {
 	PSN uint32 // first PSN the QP sends
 	MAC [6]byte
 	IP  netip.Addr
+	// NoMsgLimit says the peer's data path predates the message limit
+	// (wire.AckMsgLimit) and drops an ACK that carries it as a bad
+	// header: this QP's ACKs to it carry none, and its sender is held
+	// back by nothing (TestNoMsgLimitPeer). The connection manager sets
+	// it for a peer of its version 4 or earlier; peers exchanging QPInfo
+	// out of band leave it false unless one side runs an older build.
+	NoMsgLimit bool
 }
 
 // Errors of QPs. errors.Is works on every error a QP returns.
@@ -679,6 +686,7 @@ func (q *QP) Connect(r QPInfo) error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	q.rqpn, q.rmac, q.rip = r.QPN&psn.Mask, r.MAC, r.IP
+	q.mwin.off = r.NoMsgLimit
 	q.state = stateReady
 	q.touch()
 	return nil

@@ -112,7 +112,7 @@ func TestCMSteering(t *testing.T) {
 		dialer, lister uint8 // the highest version each speaks (0: this one's)
 		steer          bool
 	}{
-		{"version 4", 0, 0, true},
+		{"this version", 0, 0, true},
 		{"version-3 listener", 0, cmVersion3, true},
 		{"version-2 listener", 0, cmVersion2, true},
 		{"version-2 dialer", cmVersion2, 0, true},

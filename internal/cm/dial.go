@@ -19,9 +19,10 @@ import (
 // exchanges QP information with the peer and connects both sides. A
 // refused TCP connection returns ErrRefused at once; a rejection returns
 // ErrUnknownService, ErrVersion, ErrIncompatible, ErrPeerAddr or
-// ErrRejected with the peer's reason. It speaks version 3 of the
+// ErrRejected with the peer's reason. It speaks version 5 of the
 // protocol, and dials again in the version an older listener's rejection
-// names (TestCMVersion1Peer, TestCMSteering); a listener that was
+// names (TestCMVersion1Peer, TestCMSteering, TestCMOlderDataPath); a
+// listener that was
 // full is asked again, backing off up to 50 ms, until ctx ends
 // (TestCMFlood). Its security is the endpoint's (Options.Security);
 // DialWith sets another.

@@ -17,9 +17,9 @@
 // first Listen binds Options.CMAddr (default the endpoint's address, port
 // CMPort, 4791), and each connection keeps its TCP connection open as the
 // channel that tells the peer about the end of the QP. Every message is an
-// 8-byte header ("SPCM", version 4, type, body length, big endian) and a
+// 8-byte header ("SPCM", version 5, type, body length, big endian) and a
 // body of at most 512 bytes in version 1, 8776 in version 2, 8783 in
-// version 3, 8817 in version 4:
+// version 3, 8817 in versions 4 and 5:
 //
 //	REQ   profile, QPN, first PSN, MAC, IP, service, steering, link, security   dialer to listener
 //	REP   QPN, first PSN, MAC, IP, steering, link, security                     listener: QP created and connected
@@ -81,6 +81,14 @@
 // connection with the same QP: one more round trip, and what the version
 // lacks goes unchecked (version 1: no steering either). Later messages of
 // a connection (RTU, DREQ, DREP) are in the version agreed.
+//
+// Version 5 changes no message: it says that the side's data path takes
+// spray ACKs that carry the receiver's message limit (wire.AckMsgLimit),
+// which a build of version 4 or earlier drops as a bad header (its sends
+// would then fail with ErrPeerUnreachable). A connection agreed in version
+// 4 or earlier connects this side's QP with transport.QPInfo.NoMsgLimit:
+// it sends the older peer no limit, whichever side dials, and
+// Conn.Remote reports it (TestCMOlderDataPath).
 //
 // Conn.Close drains the work posted on the QP, sends DREQ, waits for the
 // peer's DREP (the peer drains its own work first) and destroys the QP;

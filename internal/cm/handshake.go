@@ -180,8 +180,8 @@ func (x *lhs) request() lstate {
 	switch {
 	case m.typ != msgREQ:
 		return x.reject(rejBadRequest, "message type %d where a request was expected", m.typ)
-	case x.ts != nil && x.ver < cmVersion:
-		return x.reject(rejBadRequest, "version %d inside TLS (only version %d and later carry the security block)", x.ver, cmVersion)
+	case x.ts != nil && x.ver < cmVersion4:
+		return x.reject(rejBadRequest, "version %d inside TLS (only version %d and later carry the security block)", x.ver, cmVersion4)
 	}
 	if x.req, err = parseReq(m.body, x.ver); err != nil {
 		return x.reject(rejBadRequest, "%v", err)

@@ -127,6 +127,31 @@ func TestListenerTransitions(t *testing.T) {
 				dialOK(t, eb, &Security{PSK: testPSK})
 				return 0
 			}, stat: func(s Stats) uint64 { return s.Accepted }},
+		{name: "request-version-4", path: "first-byte>request>check>create>reply>ready>connected",
+			dial: func(t *testing.T, eb *Endpoint) uint8 {
+				// A dialer of version 4 (its data path takes no message
+				// limit) is answered in version 4, and its Conn's QP
+				// sends it none.
+				c := rawConn(t, eb.CMAddr())
+				c.Write(appendMsgV(nil, cmVersion4, msgREQ, rawREQ().marshalV(cmVersion4)))
+				if m, err := readMsg(c); err != nil || m.typ != msgREP || m.version != cmVersion4 {
+					t.Fatalf("got %+v, %v; want a REP of version 4", m, err)
+				}
+				c.Write(appendMsgV(nil, cmVersion4, msgRTU, nil))
+				eb.mu.Lock()
+				ln := eb.listeners["x"]
+				eb.mu.Unlock()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				conn, err := ln.Accept(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if conn.ver != cmVersion4 || !conn.Remote().NoMsgLimit {
+					t.Fatalf("Conn of version %d, NoMsgLimit %v; want 4, true", conn.ver, conn.Remote().NoMsgLimit)
+				}
+				return 0
+			}, stat: func(s Stats) uint64 { return s.Accepted }},
 		{name: "first-byte-tls-without-security", path: "first-byte>rejected",
 			dial: func(t *testing.T, eb *Endpoint) uint8 {
 				c := rawConn(t, eb.CMAddr())

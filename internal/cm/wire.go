@@ -18,12 +18,17 @@ import (
 // RSS key and table and the queue of the QP's engine) to REQ and REP;
 // version 3 adds each side's link (kind, IP MTU, UDP data ports) after
 // it; version 4 adds each side's security block (the integrity-only
-// choice and the pre-shared key's proof) after that. A listener answers a
-// request in the request's version (1 to 4), and a dialer that an older
-// listener rejects dials again in the version its rejection names.
-// Inside TLS, only version 4 and later are spoken.
+// choice and the pre-shared key's proof) after that. Version 5 changes no
+// message: it says that this side's data path sends and takes ACKs with
+// the message limit (wire.AckMsgLimit), which a build of version 4 or
+// earlier drops as a bad header, so that a QP connected in version 4 or
+// earlier sends none (transport.QPInfo.NoMsgLimit, TestCMOlderDataPath).
+// A listener answers a request in the request's version (1 to 5), and a
+// dialer that an older listener rejects dials again in the version its
+// rejection names. Inside TLS, only version 4 and later are spoken.
 const (
-	cmVersion  = 4
+	cmVersion  = 5
+	cmVersion4 = 4
 	cmVersion3 = 3
 	cmVersion2 = 2
 	cmVersion1 = 1
@@ -312,11 +317,19 @@ func parseQPInfo(b []byte) (transport.QPInfo, []byte, error) {
 	return q, b[n:], nil
 }
 
+// peerQP returns the peer's QP q described in a message of version v: a
+// peer of version 4 or earlier drops an ACK with the message limit as a
+// bad header, so this side's QP must send it none (TestCMOlderDataPath).
+func peerQP(q transport.QPInfo, v uint8) transport.QPInfo {
+	q.NoMsgLimit = v < cmVersion
+	return q
+}
+
 // marshal encodes a request of this side's version.
 func (r connReq) marshal() []byte { return r.marshalV(cmVersion) }
 
 // marshalV encodes a request of version v: the steering from version 2,
-// the link from version 3, the security block from version 4.
+// the link from version 3, the security block from version 4 on.
 func (r connReq) marshalV(v uint8) []byte {
 	b := []byte{byte(r.profile)}
 	b = appendQPInfo(b, r.qp)
@@ -328,13 +341,14 @@ func (r connReq) marshalV(v uint8) []byte {
 	if v >= cmVersion3 {
 		b = r.link.append(b)
 	}
-	if v >= cmVersion {
+	if v >= cmVersion4 {
 		b = r.sec.append(b)
 	}
 	return b
 }
 
-// parseReq decodes a request body of version v.
+// parseReq decodes a request body of version v; the dialer's QP of a
+// version before 5 takes no message limit (peerQP).
 func parseReq(b []byte, v uint8) (connReq, error) {
 	var r connReq
 	if len(b) < 1 {
@@ -345,7 +359,7 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 	if err != nil {
 		return r, err
 	}
-	r.qp = q
+	r.qp = peerQP(q, v)
 	if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
 		return r, fmt.Errorf("%w: service name", errBadMessage)
 	}
@@ -361,7 +375,7 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 			return r, err
 		}
 	}
-	if v >= cmVersion {
+	if v >= cmVersion4 {
 		if r.sec, rest, err = parseSec(rest); err != nil {
 			return r, err
 		}
@@ -382,20 +396,21 @@ func (r connRep) marshalV(v uint8) []byte {
 	if v >= cmVersion3 {
 		b = r.link.append(b)
 	}
-	if v >= cmVersion {
+	if v >= cmVersion4 {
 		b = r.sec.append(b)
 	}
 	return b
 }
 
-// parseRep decodes a reply body of version v.
+// parseRep decodes a reply body of version v; the listener's QP of a
+// version before 5 takes no message limit (peerQP).
 func parseRep(b []byte, v uint8) (connRep, error) {
 	var r connRep
 	q, rest, err := parseQPInfo(b)
 	if err != nil {
 		return r, err
 	}
-	r.qp = q
+	r.qp = peerQP(q, v)
 	if v >= cmVersion2 {
 		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
 			return r, err
@@ -406,7 +421,7 @@ func parseRep(b []byte, v uint8) (connRep, error) {
 			return r, err
 		}
 	}
-	if v >= cmVersion {
+	if v >= cmVersion4 {
 		if r.sec, rest, err = parseSec(rest); err != nil {
 			return r, err
 		}
