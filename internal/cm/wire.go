@@ -335,16 +335,47 @@ func (r connReq) marshalV(v uint8) []byte {
 	b = appendQPInfo(b, r.qp)
 	b = append(b, byte(len(r.service)))
 	b = append(b, r.service...)
+	return appendBlocks(b, v, r.steer, r.link, r.sec)
+}
+
+// appendBlocks appends the blocks that follow a request's or a reply's QP
+// (and service): the steering from version 2, the link from version 3,
+// the security block from version 4.
+func appendBlocks(b []byte, v uint8, steer *transport.Steering, link linkInfo, sec secBlock) []byte {
 	if v >= cmVersion2 {
-		b = appendSteering(b, r.steer)
+		b = appendSteering(b, steer)
 	}
 	if v >= cmVersion3 {
-		b = r.link.append(b)
+		b = link.append(b)
 	}
 	if v >= cmVersion4 {
-		b = r.sec.append(b)
+		b = sec.append(b)
 	}
 	return b
+}
+
+// parseBlocks decodes the blocks appendBlocks wrote for version v, the
+// steering for the QP at ip; bytes left over are an error.
+func parseBlocks(b []byte, ip netip.Addr, v uint8) (steer *transport.Steering, link linkInfo, sec secBlock, err error) {
+	if v >= cmVersion2 {
+		if steer, b, err = parseSteering(b, ip); err != nil {
+			return
+		}
+	}
+	if v >= cmVersion3 {
+		if link, b, err = parseLink(b); err != nil {
+			return
+		}
+	}
+	if v >= cmVersion4 {
+		if sec, b, err = parseSec(b); err != nil {
+			return
+		}
+	}
+	if len(b) != 0 {
+		err = fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(b))
+	}
+	return
 }
 
 // parseReq decodes a request body of version v; the dialer's QP of a
@@ -365,41 +396,15 @@ func parseReq(b []byte, v uint8) (connReq, error) {
 	}
 	r.service = string(rest[1 : 1+int(rest[0])])
 	rest = rest[1+int(rest[0]):]
-	if v >= cmVersion2 {
-		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
-			return r, err
-		}
-	}
-	if v >= cmVersion3 {
-		if r.link, rest, err = parseLink(rest); err != nil {
-			return r, err
-		}
-	}
-	if v >= cmVersion4 {
-		if r.sec, rest, err = parseSec(rest); err != nil {
-			return r, err
-		}
-	}
-	if len(rest) != 0 {
-		return r, fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(rest))
-	}
-	return r, nil
+	r.steer, r.link, r.sec, err = parseBlocks(rest, q.IP, v)
+	return r, err
 }
 
 // marshalV encodes a reply of version v: the steering from version 2, the
 // link from version 3, the security block from version 4.
 func (r connRep) marshalV(v uint8) []byte {
 	b := appendQPInfo(nil, r.qp)
-	if v >= cmVersion2 {
-		b = appendSteering(b, r.steer)
-	}
-	if v >= cmVersion3 {
-		b = r.link.append(b)
-	}
-	if v >= cmVersion4 {
-		b = r.sec.append(b)
-	}
-	return b
+	return appendBlocks(b, v, r.steer, r.link, r.sec)
 }
 
 // parseRep decodes a reply body of version v; the listener's QP of a
@@ -411,25 +416,8 @@ func parseRep(b []byte, v uint8) (connRep, error) {
 		return r, err
 	}
 	r.qp = peerQP(q, v)
-	if v >= cmVersion2 {
-		if r.steer, rest, err = parseSteering(rest, q.IP); err != nil {
-			return r, err
-		}
-	}
-	if v >= cmVersion3 {
-		if r.link, rest, err = parseLink(rest); err != nil {
-			return r, err
-		}
-	}
-	if v >= cmVersion4 {
-		if r.sec, rest, err = parseSec(rest); err != nil {
-			return r, err
-		}
-	}
-	if len(rest) != 0 {
-		return r, fmt.Errorf("%w: %d trailing bytes", errBadMessage, len(rest))
-	}
-	return r, nil
+	r.steer, r.link, r.sec, err = parseBlocks(rest, q.IP, v)
+	return r, err
 }
 
 // rejection is a REJ body: reason, the rejecting side's version, text.
