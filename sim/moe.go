@@ -387,3 +387,34 @@ func (m *MoEModel) build(l Layout, compute time.Duration, steps int, seed uint64
 	}
 	return fs, ts, ends
 }
+
+// groupsOf returns, for each phase of a step, the instance each host
+// sends in (Workload.Groups): its EP group, numbered over every job, for
+// dispatch and combine; its data parallel ring (one per job and rank
+// within a group) for the reduce-scatter and all-gather; -1 for a host
+// that no group holds.
+func (m *MoEModel) groupsOf(l Layout) [][]int32 {
+	place := m.placement(l)
+	ps := m.phases(l.Hosts)
+	out := make([][]int32, len(ps))
+	for p := range ps {
+		out[p] = make([]int32, l.Hosts)
+		for h := range out[p] {
+			out[p][h] = -1
+		}
+	}
+	ep, ring := int32(0), int32(0)
+	for _, job := range place {
+		for _, g := range job {
+			for r, h := range g {
+				out[0][h], out[1][h] = ep, ep
+				for p := 2; p < len(ps); p++ {
+					out[p][h] = ring + int32(r)
+				}
+			}
+			ep++
+		}
+		ring += int32(m.EP)
+	}
+	return out
+}

@@ -165,11 +165,11 @@ func RowSteps(r Row, w Workload) (StepStats, error) {
 }
 
 // WriteSteps writes, for a training-step workload w, one line per row of
-// res: the steps, the mean step, the collectives' mean and longest time,
-// the all-to-all flows' completion mean and p99.9, PAUSE frames (and per
-// minute, over at least MinRateWindow), switch buffer mean and max, and
-// the shares of the step spent computing (MFU-style) and waiting on the
-// network. It writes nothing for another workload.
+// res: the steps, the mean step, each kind of collective's mean and
+// p99.9 over its instances (Row.Collectives), the simulated time, PAUSE
+// frames (and per minute, over at least MinRateWindow), switch buffer
+// mean and max, and the shares of the step spent computing (MFU-style)
+// and waiting on the network. It writes nothing for another workload.
 func WriteSteps(out io.Writer, res Result, w Workload) {
 	if w.Steps < 1 || w.Compute <= 0 {
 		return
@@ -189,10 +189,15 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 		fmt.Fprintf(out, "# training steps: %d x (dispatch all-to-all, %v compute, combine all-to-all), %s per rank pair\n",
 			w.Steps, w.Compute, byteString(int(w.PerRank/int64(res.Hosts))))
 	}
+	kinds := w.kinds()
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tprofile\tsteps\tstep\tall-to-all\tall-to-all\tflow\tflow\tsimulated\tpauses\tpauses\tbuffer\tbuffer\tcompute\tnetwork\t")
-	fmt.Fprintln(tw, "\t\t\tmean (ms)\tmean (ms)\tmax (ms)\tmean (ms)\tp99.9 (ms)\t(ms)\t\t(/min)\tmean\tmax\t(MFU)\twait\t")
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
+	head1, head2 := "scenario\tprofile\tsteps\tstep\t", "\t\t\tmean (ms)\t"
+	for _, k := range kinds {
+		head1 += k + "\t" + k + "\t"
+		head2 += "mean (ms)\tp99.9 (ms)\t"
+	}
+	fmt.Fprintln(tw, head1+"simulated\tpauses\tpauses\tbuffer\tbuffer\tcompute\tnetwork\t")
+	fmt.Fprintln(tw, head2+"(ms)\t\t(/min)\tmean\tmax\t(MFU)\twait\t")
 	var notes []string
 	for _, r := range res.Rows {
 		st, err := RowSteps(r, w)
@@ -200,53 +205,168 @@ func WriteSteps(out io.Writer, res Result, w Workload) {
 			notes = append(notes, err.Error())
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t\n",
-			r.Scenario, r.Profile, st.Steps, ms(st.Step), ms(st.CollectiveMean), ms(st.CollectiveMax), ms(r.Mean), ms(r.P999),
-			ms(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), 100*r.BufferMean, 100*r.BufferMax,
+		line := fmt.Sprintf("%s\t%s\t%d\t%s\t", r.Scenario, r.Profile, st.Steps, msString(st.Step))
+		for _, k := range kinds {
+			c, ok := r.collective(k)
+			if !ok || c.Count == 0 {
+				line += "-\t-\t"
+				continue
+			}
+			line += msString(c.Mean) + "\t" + msString(c.P999) + "\t"
+		}
+		fmt.Fprintf(tw, "%s%s\t%d\t%s\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t\n", line,
+			msString(r.Simulated), r.PauseFrames, perMinString(r.PauseFrames, r.Simulated), 100*r.BufferMean, 100*r.BufferMax,
 			100*st.ComputeShare, 100*st.NetworkShare)
 	}
 	tw.Flush()
 	for _, n := range notes {
 		fmt.Fprintf(out, "# %s\n", n)
 	}
-	if len(w.Phases) == 0 {
+	fmt.Fprintf(out, "# step: the makespan over the steps; compute (MFU): %v of compute a step over the mean step; buffer mean: the time-averaged occupancy of the switch whose average is highest, max: the most any switch held\n", w.Compute)
+}
+
+// collective returns r's figures for the collectives of kind name.
+func (r Row) collective(name string) (CollectiveStats, bool) {
+	for _, c := range r.Collectives {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return CollectiveStats{}, false
+}
+
+// WriteCollectives writes, for the rows of res that ran collectives
+// (Row.Collectives), one line per row and kind of collective: its
+// instances completed (and not), their mean, p99.9 and max, and the
+// whole collective's mean (from its first rank's first send to its last
+// rank's last receive, every instance together) beside its line-rate
+// bound. It writes nothing when no row has more than one instance of a
+// collective: the main table holds that one's time.
+func WriteCollectives(out io.Writer, res Result) {
+	many := false
+	for _, r := range res.Rows {
+		for _, c := range r.Collectives {
+			many = many || c.Count+c.Incomplete > 1
+		}
+	}
+	if !many {
 		return
 	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tprofile\tcollective\tinstances\tnot\tmean\tp99.9\tmax\twhole\tbound\t")
+	fmt.Fprintln(tw, "\t\t\tdone\tdone\t(ms)\t(ms)\t(ms)\tmean (ms)\tmean (ms)\t")
 	for _, r := range res.Rows {
-		if len(r.Iterations) != w.Iters || len(r.Bounds) != w.Iters {
-			continue
-		}
-		fmt.Fprintf(out, "# %s/%s collectives, mean (line-rate bound):", r.Scenario, r.Profile)
-		np := len(w.Phases)
-		for p, name := range w.Phases {
+		np := len(r.Collectives)
+		for p, c := range r.Collectives {
+			whole, bound := "-", "-"
 			var t, b time.Duration
+			n := 0
 			for k := p; k < len(r.Iterations); k += np {
 				t += r.Iterations[k]
-				b += r.Bounds[k]
+				if len(r.Bounds) == len(r.Iterations) {
+					b += r.Bounds[k]
+				}
+				n++
 			}
-			steps := time.Duration(len(r.Iterations) / np)
-			fmt.Fprintf(out, " %s %s (%s)", name, ms(t/steps), ms(b/steps))
+			if n > 0 {
+				whole = msString(t / time.Duration(n))
+				if len(r.Bounds) == len(r.Iterations) {
+					bound = msString(b / time.Duration(n))
+				}
+			}
+			if len(r.Bounds) == 0 && r.Bound > 0 {
+				bound = msString(r.Bound)
+			}
+			mean, p999, mx := "-", "-", "-"
+			if c.Count > 0 {
+				mean, p999, mx = msString(c.Mean), msString(c.P999), msString(c.Max)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Profile, c.Name, c.Count, c.Incomplete, mean, p999, mx, whole, bound)
 		}
-		fmt.Fprintln(out, " ms")
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "# an instance is one EP group's dispatch or combine, one data parallel ring's reduce-scatter or all-gather, or a whole collective without groups, in one step; p99.9 by nearest rank (the max under 1,000 instances)")
+}
+
+// WriteHeadline writes the rows of res as a Markdown table: per row its
+// scenario and profile, each kind of collective's mean and p99.9 over
+// its instances, PAUSE frames per minute over the simulated time, switch
+// buffer mean and max, the compute share of the step for a training-step
+// workload w, and the CPU time and peak RSS the row cost when they were
+// measured (Row.CPU, Row.RSS).
+func WriteHeadline(out io.Writer, res Result, w Workload) {
+	kinds := w.kinds()
+	head := "| scenario | profile | PFC |"
+	rule := "|---|---|---|"
+	for _, k := range kinds {
+		head += " " + k + " mean / p99.9 (ms) |"
+		rule += "--:|"
+	}
+	head += " PFC pauses /min | simulated (ms) | buffer mean / max | compute share | CPU | RSS |"
+	rule += "--:|--:|--:|--:|--:|--:|"
+	fmt.Fprintln(out, head)
+	fmt.Fprintln(out, rule)
+	for _, r := range res.Rows {
+		pfc := "off"
+		if r.PFC {
+			pfc = "on"
+		}
+		line := fmt.Sprintf("| %s | %s | %s |", r.Scenario, r.Profile, pfc)
+		for _, k := range kinds {
+			c, ok := r.collective(k)
+			if !ok || c.Count == 0 {
+				line += " - |"
+				continue
+			}
+			mark := ""
+			if c.Incomplete > 0 {
+				mark = fmt.Sprintf(" (%d not done)", c.Incomplete)
+			}
+			line += fmt.Sprintf(" %s / %s%s |", msString(c.Mean), msString(c.P999), mark)
+		}
+		share := "-"
+		if st, err := RowSteps(r, w); err == nil {
+			share = fmt.Sprintf("%.1f%%", 100*st.ComputeShare)
+		}
+		cpu, rss := "-", "-"
+		if r.CPU > 0 {
+			cpu = r.CPU.Round(time.Second).String()
+		}
+		if r.RSS > 0 {
+			rss = byteString(int(r.RSS))
+		}
+		fmt.Fprintf(out, "%s %s | %s | %.1f%% / %.1f%% | %s | %s | %s |\n", line, perMinString(r.PauseFrames, r.Simulated), msString(r.Simulated),
+			100*r.BufferMean, 100*r.BufferMax, share, cpu, rss)
 	}
 }
 
-// WriteWall writes the wall time and event rate of each row: what the
-// simulation cost, which JSON leaves out so that it stays a function of
-// the seed.
+func msString(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
+
+// WriteWall writes the wall time and event rate of each row, and its CPU
+// time and peak RSS when measured: what the simulation cost, which JSON
+// leaves out so that it stays a function of the seed.
 func WriteWall(w io.Writer, res Result) {
 	for _, r := range res.Rows {
 		rate := 0.0
 		if r.Wall > 0 {
 			rate = float64(r.Events) / r.Wall.Seconds()
 		}
-		fmt.Fprintf(w, "# %s/%s: %v simulated in %v wall, %d events (%.2fM/s), %d packet buffers\n",
-			r.Scenario, r.Profile, r.Makespan.Round(time.Microsecond), r.Wall.Round(time.Millisecond), r.Events, rate/1e6, r.PacketBuffers)
+		cost := ""
+		if r.CPU > 0 {
+			cost += fmt.Sprintf(", %v CPU", r.CPU.Round(time.Millisecond))
+		}
+		if r.RSS > 0 {
+			cost += fmt.Sprintf(", %s peak RSS", byteString(int(r.RSS)))
+		}
+		fmt.Fprintf(w, "# %s/%s: %v simulated in %v wall%s, %d events (%.2fM/s), %d packet buffers\n",
+			r.Scenario, r.Profile, r.Makespan.Round(time.Microsecond), r.Wall.Round(time.Millisecond), cost, r.Events, rate/1e6, r.PacketBuffers)
 	}
 }
 
 func byteString(b int) string {
 	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 	case b >= 1<<20 && b%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", b>>20)
 	case b >= 1<<20:

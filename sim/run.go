@@ -231,6 +231,15 @@ type Row struct {
 	Samples        []time.Duration `json:"-"`
 	Occupancy      []float64       `json:"-"`
 	OccupancyEvery time.Duration   `json:"-"`
+
+	// Collectives are the times of the workload's collectives by kind,
+	// over their instances (EP groups, rings) and steps.
+	Collectives []CollectiveStats `json:"collectives,omitempty"`
+	// CPU and RSS are what the row cost its process (user and system
+	// time, peak resident bytes) when the caller measured them; like
+	// Wall, they depend on the machine and stay out of JSON.
+	CPU time.Duration `json:"-"`
+	RSS int64         `json:"-"`
 }
 
 // Result is a comparison: its settings and one row per scenario and
@@ -715,6 +724,7 @@ func (r *runner) run(row Row) Row {
 			row.Iterations = append(row.Iterations, time.Duration(last-first))
 		}
 	}
+	row.Collectives = collectiveStats(cfg.Workload, r.flows)
 	if row.Makespan > 0 && row.Done == row.Flows {
 		row.AlgBW = float64(cfg.Workload.PerRank) / row.Makespan.Seconds() / 1e9
 	}

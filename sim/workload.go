@@ -74,6 +74,12 @@ type Workload struct {
 	// names the collectives of one step (dispatch, combine, ...).
 	Ends   []int
 	Phases []string
+	// Groups, when set, splits each collective into the instances that
+	// run side by side: Groups[p][h] is the instance of phase p that
+	// host h sends in (its EP group for dispatch and combine, its data
+	// parallel ring for the reduce-scatter and all-gather). Without it a
+	// collective is one instance. CollectiveStats reads it.
+	Groups [][]int32
 	// Model is the MoE jobs' model (moe:ep=G), or nil.
 	Model *MoEModel
 }
@@ -179,6 +185,7 @@ func parseWorkload(spec string, l Layout, seed uint64) (Workload, error) {
 		m := ws.model
 		w.Flows, w.Triggers, w.Ends = m.build(l, ws.compute, ws.iters, seed)
 		w.Phases, w.Model = m.phases(hosts), m
+		w.Groups = m.groupsOf(l)
 		w.Iters, w.Steps, w.Compute = len(w.Ends), ws.iters, ws.compute
 		w.PerRank = m.expectedCopies() * m.Dispatch * int64(m.EP-1)
 		return w, nil
