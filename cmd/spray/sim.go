@@ -71,6 +71,15 @@ flaps RATE times an hour at random, down DOWN each time, default 100ms, withdraw
 lossy=SHARE/P (that share of the links loses each frame with probability P).
   spray sim --topo fattree:16,oversub=4,planes=2,fail=8,flap=0.1,lossy=0.01/1e-6 --workload moe:ep=64,tokens=512
 
+--faults fail=N,flap=RATE[/DOWN],lossy=SHARE/P runs every scenario and profile a second time with
+those faults added to --topo, as rows SCENARIO+faults: the fabric lossless and faulted in one table.
+--markdown FILE writes the headline table: per row each kind of collective's mean and p99.9 over its
+instances (an EP group's dispatch or combine, a data parallel ring's reduce-scatter or all-gather,
+in every step; the whole collective for workloads without groups), PFC pauses per minute and the
+simulated time, switch buffer mean and max, the compute share of the step (compute over the mean
+step), and the CPU time and peak RSS of the row. Each row runs alone, its cost measured.
+  spray sim --topo fattree:8 --workload moe:ep=16,tokens=64,compute=25ms,iters=4 --scenarios lossless --faults fail=1,lossy=0.01/1e-5
+
 The collective/bound column sets each row's mean collective time (the makespan for a workload that
 is not collectives) beside its line-rate bound: the time the busiest link needs for the
 collective's bytes with the profile's frame headers, each flow spread evenly over its equal-cost
@@ -105,6 +114,8 @@ func runSim(args []string) error {
 	window := fs.Int("window", 256, "packets a QP may have in flight")
 	limit := fs.Duration("limit", 10*time.Second, "simulated time after which a run stops")
 	jsonFile := fs.String("json", "", "write the rows here as JSON")
+	mdFile := fs.String("markdown", "", "write the headline table here as Markdown: per row each collective's mean and p99.9, pauses per minute, switch buffer, compute share, CPU and RSS")
+	faults := fs.String("faults", "", "run every scenario and profile again with these faults on the fabric (fail=N,flap=RATE[/DOWN],lossy=SHARE/P), as rows SCENARIO+faults")
 	pngFile := fs.String("png", "", "write completion-time CDFs and buffer occupancy here as PNG")
 	cmFile := fs.String("write-cm", "", "write the workload here as an htsim connection matrix, and run nothing")
 	hostWin := fs.Float64("host-window", sim.DefaultHostWindow, "bound each host's spray data in flight to this many bandwidth-delay products of its link (0: none)")
@@ -133,6 +144,7 @@ func runSim(args []string) error {
 	}
 	c.nonNegativeDur("memprofile-at", *memProfAt)
 	c.outPath("json", *jsonFile)
+	c.outPath("markdown", *mdFile)
 	c.outPath("png", *pngFile)
 	c.outPath("write-cm", *cmFile)
 	c.outPath("cpuprofile", *cpuProf)
@@ -163,6 +175,21 @@ func runSim(args []string) error {
 		}
 	} else if t, err = sim.ParseTopo(*topo); err != nil {
 		return usagef("sim: --topo: %v", err)
+	}
+	// The faulted fabric: the same spec with the faults' options added.
+	var ft sim.Topo
+	if *faults != "" {
+		if t.Faults() != "" || strings.HasPrefix(*topo, "htsim:") {
+			return usagef("sim: --faults: --topo %s: want a fat-tree or leaf-spine spec without faults of its own", *topo)
+		}
+		for _, o := range strings.Split(*faults, ",") {
+			if k, _, _ := strings.Cut(o, "="); k != "fail" && k != "flap" && k != "lossy" {
+				return usagef("sim: --faults %s: %q: want fail=N, flap=RATE[/DOWN] or lossy=SHARE/P", *faults, o)
+			}
+		}
+		if ft, err = sim.ParseTopo(*topo + "," + *faults); err != nil {
+			return usagef("sim: --faults: %v", err)
+		}
 	}
 	cfg := sim.Config{Topo: t, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
 		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
@@ -236,7 +263,7 @@ func runSim(args []string) error {
 	}
 	ran := make(chan result, 1)
 	go func() {
-		res, err := sim.Run(cfg)
+		res, err := runRows(cfg, ft, *faults != "")
 		ran <- result{res, err}
 	}()
 	var res sim.Result
@@ -254,7 +281,15 @@ func runSim(args []string) error {
 	}
 	sim.WriteTable(os.Stdout, res)
 	sim.WriteSteps(os.Stdout, res, w)
+	sim.WriteCollectives(os.Stdout, res)
 	sim.WriteWall(os.Stdout, res)
+	if *mdFile != "" {
+		var b bytes.Buffer
+		sim.WriteHeadline(&b, res, w)
+		if err := os.WriteFile(*mdFile, b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
 	if *jsonFile != "" {
 		var b bytes.Buffer
 		if err := sim.WriteJSON(&b, res); err != nil {
@@ -274,6 +309,56 @@ func runSim(args []string) error {
 		}
 	}
 	return nil
+}
+
+// runRows runs cfg one scenario and profile at a time, measuring each
+// row's CPU time and peak RSS (rowCost), and with faulted again on
+// fabric ft, its rows' scenarios marked "+faults". The rows are those
+// one sim.Run of cfg gives, in the same order: each runs on a fresh
+// fabric from the seed.
+func runRows(cfg sim.Config, ft sim.Topo, faulted bool) (sim.Result, error) {
+	topos := []sim.Topo{cfg.Topo}
+	if faulted {
+		topos = append(topos, ft)
+	}
+	runs, run := len(topos)*len(cfg.Scenarios)*len(cfg.Profiles), 0
+	var res sim.Result
+	for i, t := range topos {
+		for _, sc := range cfg.Scenarios {
+			for _, prof := range cfg.Profiles {
+				run++
+				c := cfg
+				c.Topo, c.Scenarios, c.Profiles = t, []string{sc}, []string{prof}
+				if p := cfg.Progress; p != nil {
+					n := run
+					c.Progress = func(pr sim.Progress) {
+						if i > 0 {
+							pr.Scenario += "+faults"
+						}
+						pr.Run, pr.Runs = n, runs
+						p(pr)
+					}
+				}
+				done := rowCost()
+				r, err := sim.Run(c)
+				if err != nil {
+					return res, err
+				}
+				row := r.Rows[0]
+				row.CPU, row.RSS = done()
+				if i > 0 {
+					row.Scenario += "+faults"
+					r.Faults += " (the +faults rows)"
+				}
+				rows := append(res.Rows, row)
+				if i == 0 {
+					res = r
+				}
+				res.Faults, res.Rows = r.Faults, rows
+			}
+		}
+	}
+	return res, nil
 }
 
 // heapProfileAt returns a Progress function that calls next and, at the

@@ -219,3 +219,60 @@ func TestSimProfiles(t *testing.T) {
 		t.Fatalf("heap profile written twice, or %d of 3 reports passed on", reports)
 	}
 }
+
+// TestSimFaults: --faults runs every scenario and profile again on the
+// fabric with those faults, as rows SCENARIO+faults whose header names
+// them, and --markdown writes the headline table with each row's CPU
+// time and RSS; faults on a fabric that has its own, or options that are
+// not faults, are usage errors.
+func TestSimFaults(t *testing.T) {
+	dir := t.TempDir()
+	j, md := filepath.Join(dir, "f.json"), filepath.Join(dir, "f.md")
+	err := runSim([]string{"-q", "--topo", "fattree:4,rate=10gbit", "--workload", "moe:ep=4,tokens=8,compute=100us,iters=2",
+		"--scenarios", "lossless", "--profiles", "roce,spray", "--faults", "fail=2,lossy=0.25/1e-3", "--json", j, "--markdown", md})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Faults string
+		Rows   []struct {
+			Scenario, Profile string
+			Flows, Done       int
+			Collectives       []sim.CollectiveStats
+		}
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"lossless/roce", "lossless/spray", "lossless+faults/roce", "lossless+faults/spray"}
+	if len(res.Rows) != len(want) || !strings.Contains(res.Faults, "2 of 32 links") || !strings.Contains(res.Faults, "+faults") {
+		t.Fatalf("faults %q, %d rows", res.Faults, len(res.Rows))
+	}
+	for i, r := range res.Rows {
+		if r.Scenario+"/"+r.Profile != want[i] || r.Done != r.Flows || len(r.Collectives) != 2 || r.Collectives[0].Count != 8 {
+			t.Errorf("row %d: %s/%s, %d of %d flows, %+v; want %s, every flow, 4 groups x 2 steps", i, r.Scenario, r.Profile, r.Done, r.Flows, r.Collectives, want[i])
+		}
+	}
+	m, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(m)), "\n")
+	if len(lines) != 2+len(want) || !strings.HasPrefix(lines[5], "| lossless+faults | spray | off |") || strings.HasSuffix(lines[5], "| - | - |") {
+		t.Errorf("markdown without the faulted rows or their cost:\n%s", m)
+	}
+	for _, args := range [][]string{
+		{"--topo", "fattree:4,fail=1", "--faults", "fail=1"},
+		{"--topo", "fattree:4", "--faults", "oversub=2"},
+		{"--topo", "fattree:4", "--faults", "fail=x"},
+	} {
+		var u usageError
+		if err := runSim(append([]string{"-q", "--workload", "alltoall:64k"}, args...)); !errors.As(err, &u) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
