@@ -150,7 +150,13 @@
 // Every Row states the simulated time its counters cover (Simulated). A
 // rate per minute (PausesPerMin) is given only from at least
 // MinRateWindow of it (PerMinute); a shorter row reports its count and
-// window, and the table prints "-" for its rate (TestPerMinute).
+// window, and the table prints "-" for its rate (TestPerMinute). Each
+// kind of collective (dispatch, combine, reduce-scatter, all-gather, or
+// the workload's own) is timed per instance, an EP group or a data
+// parallel ring in one step, and reported by its mean and p99.9
+// (Row.Collectives; TestCollectiveStatsByHand, TestTwoHostSteps);
+// WriteHeadline writes them with pauses per minute, switch buffer and
+// the compute share of the step as a Markdown table.
 //
 // # Determinism and cost
 //

@@ -306,7 +306,9 @@ func WriteHeadline(out io.Writer, res Result, w Workload) {
 	rule += "--:|--:|--:|--:|--:|--:|"
 	fmt.Fprintln(out, head)
 	fmt.Fprintln(out, rule)
+	short := false
 	for _, r := range res.Rows {
+		short = short || r.Simulated < MinRateWindow
 		pfc := "off"
 		if r.PFC {
 			pfc = "on"
@@ -337,6 +339,9 @@ func WriteHeadline(out io.Writer, res Result, w Workload) {
 		}
 		fmt.Fprintf(out, "%s %s | %s | %.1f%% / %.1f%% | %s | %s | %s |\n", line, perMinString(r.PauseFrames, r.Simulated), msString(r.Simulated),
 			100*r.BufferMean, 100*r.BufferMax, share, cpu, rss)
+	}
+	if short {
+		fmt.Fprintf(out, "\nPauses per minute: - where a row simulated less than %v.\n", MinRateWindow)
 	}
 }
 

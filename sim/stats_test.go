@@ -149,7 +149,11 @@ func TestWriteHeadline(t *testing.T) {
 	short.Profile, short.Simulated, short.CPU, short.RSS, short.Done = "spray", 50*time.Millisecond, 0, 0, 7
 	var b bytes.Buffer
 	WriteHeadline(&b, Result{Rows: []Row{r, short}}, w)
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	out, note, _ := strings.Cut(b.String(), "\n\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.Contains(note, "less than 100ms") {
+		t.Errorf("no note on the row under 100 ms:\n%s", b.String())
+	}
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want a head, a rule and 2 rows:\n%s", len(lines), b.String())
 	}
