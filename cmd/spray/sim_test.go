@@ -277,3 +277,42 @@ func TestSimFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRowsMatchRun: running one scenario and profile at a time, as
+// spray sim does to measure each row, gives the rows one sim.Run gives,
+// byte for byte in JSON.
+func TestRunRowsMatchRun(t *testing.T) {
+	tp, err := sim.ParseTopo("leafspine:2x2x2,rate=10gbit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sim.ParseWorkloadOn("moe:ep=2,tokens=8,compute=50us,iters=2", tp, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.Config{Topo: tp, Workload: w, Seed: 1, Profiles: []string{sim.ProfileRoCE, sim.ProfileSpray},
+		Scenarios: []string{sim.ScenarioLossless, sim.ScenarioLoss01}}
+	one, err := sim.Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	each, err := runRows(cfg, sim.Topo{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if err := sim.WriteJSON(&a, one); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.WriteJSON(&b, each); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) || len(each.Rows) != 4 {
+		t.Errorf("%d rows one at a time differ from one run's %d:\n%s\n%s", len(each.Rows), len(one.Rows), b.String(), a.String())
+	}
+	for _, r := range each.Rows {
+		if r.CPU <= 0 || r.RSS <= 0 {
+			t.Errorf("%s/%s: CPU %v, RSS %d: not measured", r.Scenario, r.Profile, r.CPU, r.RSS)
+		}
+	}
+}
