@@ -333,7 +333,7 @@ func (e *Engine) onDemand(now clock.Time, q *QP, frame []byte) *QP {
 			return nil
 		}
 		if c.Flags&wire.ConnClose != 0 {
-			e.closePeer(q, errPeerClosedIdle, false)
+			e.closePeer(q, now, errPeerClosedIdle, false)
 			t.stats.PeerClosed++
 			return nil
 		}
@@ -358,7 +358,7 @@ func (e *Engine) onDemand(now clock.Time, q *QP, frame []byte) *QP {
 		if !q.admit(frame, pk) {
 			return nil
 		}
-		e.closePeer(q, errPeerClosedIdle, false)
+		e.closePeer(q, now, errPeerClosedIdle, false)
 		t.stats.PeerClosed++
 		return nil
 	}
@@ -367,7 +367,7 @@ func (e *Engine) onDemand(now clock.Time, q *QP, frame []byte) *QP {
 			return nil
 		}
 		if c.Flags&wire.ConnClose != 0 {
-			e.closePeer(a, errPeerClosedIdle, false)
+			e.closePeer(a, now, errPeerClosedIdle, false)
 			t.stats.PeerClosed++
 			return nil
 		}
@@ -499,7 +499,7 @@ var ErrIdleClosed = fmt.Errorf("transport: idle on-demand QP closed: %w", ErrDes
 
 // closePeer destroys an on-demand QP, remembers its key, and tells the
 // endpoint; notify sends the peer a close notice.
-func (e *Engine) closePeer(q *QP, why error, notify bool) {
+func (e *Engine) closePeer(q *QP, now clock.Time, why error, notify bool) {
 	t := e.peers()
 	od := q.od
 	if od == nil || od.closed {
@@ -517,7 +517,7 @@ func (e *Engine) closePeer(q *QP, why error, notify bool) {
 				delete(t.recent, t.recentQ[0])
 				t.recentQ = t.recentQ[1:]
 			}
-			t.recent[od.key] = q.lastNow.Add(t.cfg.IdleTimeout) | 1
+			t.recent[od.key] = now.Add(t.cfg.IdleTimeout) | 1
 			t.recentQ = append(t.recentQ, od.key)
 		}
 	}
@@ -584,10 +584,10 @@ func (e *Engine) sweep(now clock.Time) {
 		switch {
 		case !od.initiator && !od.known && now.Sub(od.created) >= t.cfg.HalfOpenTimeout:
 			t.stats.HalfOpenExpired++
-			e.closePeer(q, ErrIdleClosed, false)
+			e.closePeer(q, now, ErrIdleClosed, false)
 		case t.cfg.IdleTimeout > 0 && now.Sub(q.activeAt) >= t.cfg.IdleTimeout && q.quiet():
 			t.stats.IdleClosed++
-			e.closePeer(q, ErrIdleClosed, true)
+			e.closePeer(q, now, ErrIdleClosed, true)
 		}
 	}
 	for len(t.recentQ) > 0 {
