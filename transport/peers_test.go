@@ -57,7 +57,10 @@ func newPeerPair(t *testing.T, delay time.Duration, cfgA, cfgB Config) (*simPair
 	t.Helper()
 	clk := &clock.Sim{}
 	log := &peerLog{clk: clk}
-	return newPeerPairOf(t, clk, mem.Config{Seed: testutil.Seed(t), Delay: delay, Filter: log.filter}, cfgA, cfgB), log
+	// Frames of a 1500-byte MTU: the connect header must fit in full
+	// packets.
+	mc := mem.Config{Seed: testutil.Seed(t), Delay: delay, Filter: log.filter, FrameSize: 1514}
+	return newPeerPairOf(t, clk, mc, cfgA, cfgB), log
 }
 
 // newPeerPairOf is newPeerPair on a fabric of mc.

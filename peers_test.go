@@ -1,0 +1,142 @@
+package spray
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/transport"
+)
+
+// loopbackPeers opens two endpoints on loopback UDP; B accepts QPs on
+// demand.
+func loopbackPeers(tb testing.TB) (*Endpoint, *Endpoint, netip.Addr) {
+	tb.Helper()
+	r := testutil.Rand(tb)
+	b, c := testutil.LoopbackNet(r)
+	addrA, addrB := netip.AddrFrom4([4]byte{127, b, c, 1}), netip.AddrFrom4([4]byte{127, b, c, 2})
+	ctx := context.Background() // the endpoints live as long as it
+	ea, err := Open(ctx, Options{Addr: addrA, Logf: func(string, ...any) {}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ea.Close() })
+	eb, err := Open(ctx, Options{Addr: addrB, Logf: func(string, ...any) {}, Transport: transport.Config{Peers: transport.PeerConfig{Accept: true}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { eb.Close() })
+	return ea, eb, addrB
+}
+
+// TestSendToLoopback: over kernel UDP on loopback, SendTo reaches a peer
+// that never listened, with no connection manager request, and the peer
+// answers on the Conn AcceptPeer gives it.
+func TestSendToLoopback(t *testing.T) {
+	testutil.RealClock(t)
+	ea, eb, addrB := loopbackPeers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgs := randomMsgs(testutil.Rand(t), 4, 200<<10)
+	to := transport.PeerAddr{IP: addrB}
+	for _, m := range msgs {
+		if err := ea.SendTo(ctx, to, m); err != nil {
+			t.Fatal(err, ea.Err(), eb.Err())
+		}
+	}
+	c, err := eb.AcceptPeer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range msgs {
+		m, err := c.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(m.Data, want) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+	if err := c.Send(ctx, []byte("answer")); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := ea.Peer(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ca.Recv(ctx); err != nil || string(m.Data) != "answer" {
+		t.Fatalf("answer: %q, %v", m.Data, err)
+	}
+	if st := eb.CMStats(); st.Accepted != 0 {
+		t.Fatalf("the connection manager saw %d requests", st.Accepted)
+	}
+}
+
+// BenchmarkFirstMessage is the time a 64-byte message to a new peer takes
+// to complete over loopback UDP: on a QP made on demand (SendTo), and on
+// one the connection manager sets up first (Dial, then Send). Each
+// iteration reaches the peer anew.
+func BenchmarkFirstMessage(b *testing.B) {
+	msg := make([]byte, 64)
+	ctx := context.Background()
+	b.Run("SendTo", func(b *testing.B) {
+		ea, eb, addrB := loopbackPeers(b)
+		to := transport.PeerAddr{IP: addrB}
+		for b.Loop() {
+			if err := ea.SendTo(ctx, to, msg); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			ca, err := ea.Peer(ctx, to)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cb, err := eb.AcceptPeer(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ca.Destroy(ctx)
+			cb.Destroy(ctx)
+			b.StartTimer()
+		}
+	})
+	b.Run("Dial+Send", func(b *testing.B) {
+		ea, eb, addrB := loopbackPeers(b)
+		ln, err := eb.Listen("bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept(ctx)
+				if err != nil {
+					return
+				}
+				go func() {
+					for {
+						m, err := c.Recv(ctx)
+						if err != nil {
+							return
+						}
+						m.Release()
+					}
+				}()
+			}
+		}()
+		for b.Loop() {
+			c, err := ea.Dial(ctx, addrB.String(), "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Send(ctx, msg); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			c.Close()
+			b.StartTimer()
+		}
+	})
+}
