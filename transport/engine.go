@@ -301,6 +301,9 @@ func (e *Engine) DestroyQP(q *QP) {
 	}
 	e.schedRemove(q)
 	e.hostFlight(q) // no longer on the engine: its flight leaves the total
+	if q.od != nil {
+		e.dropPeer(q) // peers.go
+	}
 }
 
 // addDense puts q in the dense table when its number is in range, or can

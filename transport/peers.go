@@ -138,9 +138,9 @@ type peerQP struct {
 	key     peerKey    // acceptor: its entry in peerTable.byKey
 	iniPSN  uint32     // acceptor: the initiator's first PSN, echoed
 	created clock.Time // acceptor: when the first packet made it
-	// closeDue: this side closed the QP idle and owes the peer its
-	// notice (sent by the engine as the QP leaves).
-	closed bool
+	// closed: the QP left the engine; notice: it closed idle and its
+	// last packet tells the peer so (ConnClose).
+	closed, notice bool
 }
 
 // peerTable is an engine's on-demand state (Engine.od).
@@ -155,6 +155,7 @@ type peerTable struct {
 	recent    map[peerKey]clock.Time
 	recentQ   []peerKey
 	sweepAt   clock.Time
+	now       clock.Time // the latest time the engine handed the table
 	onAccept  func(q *QP)            // Endpoint: wrap an accepted QP
 	onClose   func(q *QP, why error) // Endpoint: a QP closed idle or by its peer
 	notices   []closeNotice          // idle closes to tell peers about
@@ -279,7 +280,7 @@ func (q *QP) peerSeg() {
 // none before it knows its peer).
 func (q *QP) stampConn(pk *wire.Packet) {
 	od := q.od
-	if od == nil || od.known && !od.closed {
+	if od == nil || od.known && !od.notice {
 		return
 	}
 	pk.BTH.Conn = true
@@ -290,7 +291,7 @@ func (q *QP) stampConn(pk *wire.Packet) {
 		pk.Conn.Flags = wire.ConnReply
 		pk.Conn.PSN, pk.Conn.PeerPSN = od.iniPSN, uint32(q.startPSN)
 	}
-	if od.closed {
+	if od.notice {
 		pk.Conn.Flags |= wire.ConnClose
 	}
 }
@@ -512,39 +513,53 @@ var errPeerClosedIdle = fmt.Errorf("%w: the peer closed the idle connection", Er
 // either side; it wraps ErrDestroyed (and net.ErrClosed).
 var ErrIdleClosed = fmt.Errorf("transport: idle on-demand QP closed: %w", ErrDestroyed)
 
-// closePeer destroys an on-demand QP, remembers its key, and tells the
-// endpoint; notify sends the peer a close notice.
+// closePeer destroys an on-demand QP and tells the endpoint; notify
+// sends the peer a close notice.
 func (e *Engine) closePeer(q *QP, now clock.Time, why error, notify bool) {
 	t := e.peers()
 	od := q.od
 	if od == nil || od.closed {
 		return
 	}
-	od.closed = true
-	delete(t.all, q)
-	if !od.initiator {
-		if !od.known {
-			t.stats.HalfOpen--
-		}
-		delete(t.byKey, od.key)
-		if t.cfg.IdleTimeout > 0 {
-			if len(t.recentQ) >= maxRecent {
-				delete(t.recent, t.recentQ[0])
-				t.recentQ = t.recentQ[1:]
-			}
-			t.recent[od.key] = now.Add(t.cfg.IdleTimeout) | 1
-			t.recentQ = append(t.recentQ, od.key)
-		}
-	}
+	t.now = max(t.now, now)
 	if q.state == stateReady {
 		q.fail(why)
 	}
-	if notify && (od.known || od.initiator) && q.rqpn != wire.ConnQP {
+	if notify && q.rqpn != wire.ConnQP {
+		od.notice = true
 		t.notices = append(t.notices, closeNotice{q: q})
 	}
 	e.DestroyQP(q)
 	if t.onClose != nil {
 		t.onClose(q, why)
+	}
+}
+
+// dropPeer takes a destroyed on-demand QP out of the engine's table and
+// remembers an accepted one's key for the idle timeout, so that a late or
+// replayed first packet of it makes no new QP.
+func (e *Engine) dropPeer(q *QP) {
+	t := e.peers()
+	od := q.od
+	if od.closed {
+		return
+	}
+	od.closed = true
+	delete(t.all, q)
+	if od.initiator {
+		return
+	}
+	if !od.known {
+		t.stats.HalfOpen--
+	}
+	delete(t.byKey, od.key)
+	if t.cfg.IdleTimeout > 0 {
+		if len(t.recentQ) >= maxRecent {
+			delete(t.recent, t.recentQ[0])
+			t.recentQ = t.recentQ[1:]
+		}
+		t.recent[od.key] = max(t.now, q.lastNow).Add(t.cfg.IdleTimeout) | 1
+		t.recentQ = append(t.recentQ, od.key)
 	}
 }
 
@@ -587,6 +602,7 @@ func (e *Engine) sweep(now clock.Time) {
 	if t == nil {
 		return
 	}
+	t.now = max(t.now, now)
 	if len(t.notices) > 0 {
 		e.sendNotices()
 	}
