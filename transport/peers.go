@@ -155,7 +155,7 @@ type peerTable struct {
 	recent    map[peerKey]clock.Time
 	recentQ   []peerKey
 	sweepAt   clock.Time
-	now       clock.Time // the latest time the engine handed the table
+	now       clock.Time             // the latest time the engine handed the table
 	onAccept  func(q *QP)            // Endpoint: wrap an accepted QP
 	onClose   func(q *QP, why error) // Endpoint: a QP closed idle or by its peer
 	notices   []closeNotice          // idle closes to tell peers about
