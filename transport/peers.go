@@ -505,13 +505,13 @@ func (e *Engine) afterHandle(q *QP, now clock.Time) {
 	e.noteRepair(q)
 }
 
-// errPeerClosedIdle fails what was pending on a QP whose peer closed it
-// for idleness: nothing of it was delivered after the peer's close.
-var errPeerClosedIdle = fmt.Errorf("%w: the peer closed the idle connection", ErrQPFailed)
-
 // ErrIdleClosed is the error of an on-demand QP closed for idleness on
 // either side; it wraps ErrDestroyed (and net.ErrClosed).
 var ErrIdleClosed = fmt.Errorf("transport: idle on-demand QP closed: %w", ErrDestroyed)
+
+// errPeerClosedIdle fails what was pending on a QP whose peer closed it
+// for idleness: the peer took nothing of it after its close.
+var errPeerClosedIdle = fmt.Errorf("%w: the peer closed it: %w", ErrQPFailed, ErrIdleClosed)
 
 // closePeer destroys an on-demand QP and tells the endpoint; notify
 // sends the peer a close notice.

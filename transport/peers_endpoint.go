@@ -139,7 +139,7 @@ func (ep *Endpoint) SendTo(ctx context.Context, to PeerAddr, msg []byte) error {
 			return err
 		}
 		err = c.Send(ctx, msg)
-		if err == nil || try > 0 || !errors.Is(err, ErrIdleClosed) && !errors.Is(err, errPeerClosedIdle) {
+		if err == nil || try > 0 || !errors.Is(err, ErrIdleClosed) {
 			return err
 		}
 	}
