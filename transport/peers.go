@@ -190,6 +190,13 @@ func (e *Engine) PeerStats() PeerStats {
 // send at once, and its packets carry the connect header until the peer's
 // first answer names the peer's QP.
 func (e *Engine) CreatePeerQP(to PeerAddr) (*QP, error) {
+	return e.createPeerQP(to, [wire.ConnPorts]uint16{})
+}
+
+// createPeerQP is CreatePeerQP with the entropies the acceptor is asked
+// to send from (Endpoint.Peer: those this side's RSS delivers to the QP's
+// engine; zero: any).
+func (e *Engine) createPeerQP(to PeerAddr, ports [wire.ConnPorts]uint16) (*QP, error) {
 	if !to.IP.IsValid() || to.IP.Is4() != e.info.IP.Is4() {
 		return nil, fmt.Errorf("%w: peer address %v for a link at %v", ErrInvalidRequest, to.IP, e.info.IP)
 	}
@@ -201,7 +208,7 @@ func (e *Engine) CreatePeerQP(to PeerAddr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	od := &peerQP{initiator: true, token: e.rng.Uint64() | 1, peerPSN: e.rng.Uint32() & psn.Mask}
+	od := &peerQP{initiator: true, token: e.rng.Uint64() | 1, peerPSN: e.rng.Uint32() & psn.Mask, ports: ports}
 	if t.cfg.PSK != nil {
 		if err := q.securePeer(t.cfg, od.token, q.lip, q.qpn, to.IP, true); err != nil {
 			e.DestroyQP(q)

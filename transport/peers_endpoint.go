@@ -5,6 +5,9 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+
+	"github.com/sprayfabric/spray/link/rss"
+	"github.com/sprayfabric/spray/transport/wire"
 )
 
 // epPeers is an Endpoint's view of its on-demand Conns.
@@ -106,7 +109,7 @@ func (ep *Endpoint) Peer(ctx context.Context, to PeerAddr) (*Conn, error) {
 	s := ep.shards[int(ep.next.Add(1)-1)%len(ep.shards)]
 	err := s.do(ctx, func() error {
 		s.initPeers()
-		q, err := s.eng.CreatePeerQP(to)
+		q, err := s.eng.createPeerQP(to, ep.replyPorts(s, to.IP))
 		if err != nil {
 			return err
 		}
@@ -143,6 +146,36 @@ func (ep *Endpoint) SendTo(ctx context.Context, to PeerAddr, msg []byte) error {
 			return err
 		}
 	}
+}
+
+// replyPorts returns entropies for the peer at ip to send from that this
+// endpoint's RSS delivers to the queue of s, the engine of the QP: the
+// acceptor sends from them when its link may (TestPeerSteered). Zero
+// when the endpoint runs one engine or its link does not know its RSS.
+// Under s.st (it draws from the engine's random source).
+func (ep *Endpoint) replyPorts(s *epShard, ip netip.Addr) [wire.ConnPorts]uint16 {
+	var out [wire.ConnPorts]uint16
+	r, ok := ep.link.(RSSReader)
+	if !ok || ep.sh == nil {
+		return out
+	}
+	t := r.RSS()
+	if len(t.Indir) == 0 || len(t.Key) == 0 {
+		return out
+	}
+	tp := rss.Tuple{Src: ip, Dst: s.eng.info.IP, DstPort: roceUDPPort}
+	const lo, span = 49152, 1 << 14 // the dynamic ports
+	start, n := s.eng.rng.Uint32N(span), 0
+	for i := range uint32(span) {
+		tp.SrcPort = uint16(lo + (start+i)%span)
+		if t.QueueOf(tp) == s.idx {
+			out[n] = tp.SrcPort
+			if n++; n == len(out) {
+				break
+			}
+		}
+	}
+	return out
 }
 
 // AcceptPeer returns the next Conn that a peer made on demand, with

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sprayfabric/spray/clock"
 	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 )
@@ -135,5 +136,78 @@ func pollUntil(t *testing.T, d time.Duration, cond func() bool, what string) {
 			t.Fatalf("after %v: %s did not happen", d, what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPeerSteered: between two endpoints of four engines on multi-queue
+// ports, an on-demand QP made on engine 1 asks its acceptor (on engine 0,
+// which owns QP 0) to send from entropies that this side's RSS delivers
+// to queue 1: the initiator's side hands no frame over, and messages both
+// ways arrive intact.
+func TestPeerSteered(t *testing.T) {
+	testutil.RealClock(t)
+	const queues = 4
+	seed := testutil.Seed(t)
+	fab := mem.NewFabric(mem.Config{Seed: seed, Delay: 5 * time.Microsecond}, clock.NewSystem())
+	defer fab.Close()
+	ma, _ := fab.NewMultiPort(macA, ipA, queues, nil)
+	mb, _ := fab.NewMultiPort(macB, ipB, queues, nil)
+	ea, err := NewEndpoint(ma, Config{Seed: seed, MaxRetries: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ea.Close()
+	eb, err := NewEndpoint(mb, Config{Seed: seed + 1, MaxRetries: 50, Peers: PeerConfig{Accept: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ea.CreateQP(ctx) // so that the QP below is not on engine 0
+	to := PeerAddr{IP: ipB, MAC: macB}
+	ca, err := ea.Peer(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.s.idx != 1 {
+		t.Fatalf("the on-demand QP is on engine %d, want 1", ca.s.idx)
+	}
+	rng := testutil.Rand(t)
+	ab, ba := randomMessages(rng, 3, 300000), randomMessages(rng, 3, 300000)
+	for _, m := range ab {
+		if err := ea.SendTo(ctx, to, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb, err := eb.AcceptPeer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range ab {
+		m, err := cb.Recv(ctx)
+		if err != nil || !bytes.Equal(m.Data, want) {
+			t.Fatalf("B: message %d: %v", i, err)
+		}
+	}
+	for _, m := range ba {
+		if err := cb.Send(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range ba {
+		m, err := ca.Recv(ctx)
+		if err != nil || !bytes.Equal(m.Data, want) {
+			t.Fatalf("A: message %d: %v", i, err)
+		}
+	}
+	per, _ := ea.EngineStats(ctx)
+	for i, s := range per {
+		if s.HandedOver != 0 {
+			t.Errorf("initiator's engine %d handed %d frames over", i, s.HandedOver)
+		}
+	}
+	if per[1].RxFrames == 0 {
+		t.Error("the initiator's engine 1 received nothing")
 	}
 }
