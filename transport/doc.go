@@ -87,7 +87,9 @@
 // first answer, the QP's packets go to QP wire.ConnQP (0) with the
 // connect header (package wire): the initiator's QP number and first PSN,
 // the first PSN the acceptor is to use, a random 64-bit token and four
-// entropies for the acceptor's packets (0: the acceptor's own). An engine
+// entropies for the acceptor's packets (those the initiator's RSS
+// delivers to its QP's engine, on a multi-queue link that knows its RSS;
+// 0: the acceptor's own; TestPeerSteered). An engine
 // with Config.Peers.Accept creates the acceptor's QP from a valid first
 // data packet, connected to the initiator at its source address, places
 // the data, delivers it, and acknowledges with the header and
