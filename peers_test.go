@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/internal/testutil"
+	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
 )
 
@@ -143,6 +144,91 @@ func BenchmarkFirstMessage(b *testing.B) {
 		for b.Loop() {
 			c, err := ea.Dial(ctx, addrB.String(), "bench")
 			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Send(ctx, msg); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			c.Close()
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkFirstMessagePair is BenchmarkFirstMessage between the two
+// hosts of a veth testbed (network namespaces, the link LinkAuto picks:
+// AF_XDP where the kernel has it). Root only.
+func BenchmarkFirstMessagePair(b *testing.B) {
+	testutil.SkipIfNotRoot(b)
+	ctx := context.Background()
+	p, err := testbed.NewPair(ctx, testbed.PairConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	open := func(h *testbed.Host, accept bool) *Endpoint {
+		var ep *Endpoint
+		err := h.Do(func() error {
+			opts := Options{Addr: h.IP, Logf: func(string, ...any) {}}
+			opts.Transport.Peers.Accept = accept
+			var err error
+			ep, err = Open(ctx, opts)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ep.Close() })
+		return ep
+	}
+	ea, eb := open(p.A, false), open(p.B, true)
+	k, _ := ea.Link()
+	b.Logf("link %v", k)
+	msg := make([]byte, 64)
+	to := transport.PeerAddr{IP: p.B.IP, MAC: p.B.MAC}
+	b.Run("SendTo", func(b *testing.B) {
+		for b.Loop() {
+			if err := ea.SendTo(ctx, to, msg); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			ca, _ := ea.Peer(ctx, to)
+			cb, err := eb.AcceptPeer(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ca.Destroy(ctx)
+			cb.Destroy(ctx)
+			b.StartTimer()
+		}
+	})
+	b.Run("Dial+Send", func(b *testing.B) {
+		var ln *Listener
+		if err := p.B.Do(func() (err error) { ln, err = eb.Listen("bench"); return err }); err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept(ctx)
+				if err != nil {
+					return
+				}
+				go func() {
+					for {
+						m, err := c.Recv(ctx)
+						if err != nil {
+							return
+						}
+						m.Release()
+					}
+				}()
+			}
+		}()
+		for b.Loop() {
+			var c *Conn
+			if err := p.A.Do(func() (err error) { c, err = ea.Dial(ctx, p.B.IP.String(), "bench"); return err }); err != nil {
 				b.Fatal(err)
 			}
 			if err := c.Send(ctx, msg); err != nil {
