@@ -95,8 +95,8 @@ func (c *Conn) isGone() bool {
 // holds (made by an earlier Peer, or by the peer's first packet), or a new
 // one, made without a round trip: its first message leaves at once and
 // completes one round trip later. The peer must accept on-demand QPs
-// (Config.Peers.Accept). A Conn closed for idleness is replaced by the
-// next call.
+// (Config.Peers.Accept). A Conn closed for idleness, or whose QP failed,
+// is replaced by the next call (the failed one destroyed).
 func (ep *Endpoint) Peer(ctx context.Context, to PeerAddr) (*Conn, error) {
 	p := &ep.od
 	p.mu.Lock()
@@ -104,7 +104,14 @@ func (ep *Endpoint) Peer(ctx context.Context, to PeerAddr) (*Conn, error) {
 	c := p.byIP[to.IP]
 	p.mu.Unlock()
 	if c != nil && !c.isGone() {
-		return c, nil
+		var failed bool
+		if err := c.s.view(ctx, func() error { failed = c.qp.state == stateError; return nil }); err != nil {
+			return nil, err
+		}
+		if !failed {
+			return c, nil
+		}
+		_, _ = c.Destroy(ctx) // a failed QP (peer unreachable): make another
 	}
 	s := ep.shards[int(ep.next.Add(1)-1)%len(ep.shards)]
 	err := s.do(ctx, func() error {

@@ -126,6 +126,16 @@ func TestEndpointPeerRefused(t *testing.T) {
 	if st.Refused == 0 || n != 0 {
 		t.Fatalf("refusing endpoint: %+v, %d QPs", st, n)
 	}
+	// The failed QP is not reused: the next SendTo makes another.
+	if err := ea.SendTo(ctx, PeerAddr{IP: ipB, MAC: macB}, []byte("again")); !errors.Is(err, ErrPeerUnreachable) {
+		t.Fatalf("second SendTo: %v, want ErrPeerUnreachable", err)
+	}
+	if sa, _ := ea.PeerStats(ctx); sa.Initiated != 2 {
+		t.Fatalf("initiator made %d QPs, want 2", sa.Initiated)
+	}
+	if n, _ := ea.QPs(ctx); n != 1 {
+		t.Fatalf("initiator holds %d QPs, want the last one only", n)
+	}
 }
 
 // pollUntil polls cond until it holds, failing the test after d.
