@@ -492,6 +492,24 @@ func TestPeerSecure(t *testing.T) {
 
 func netipFrom4(a [4]byte) netip.Addr { return netip.AddrFrom4(a) }
 
+// primedPeerPair is newPeerPairOf with the connection up: an empty SEND
+// from A made B's QP and both sides know each other; the completions it
+// made are cleared.
+func primedPeerPair(t testing.TB, mc mem.Config, cfgA, cfgB Config) *simPair {
+	t.Helper()
+	s := newPeerPairOf(t, &clock.Sim{}, mc, cfgA, cfgB)
+	if err := s.qa.Post(WorkRequest{ID: 1 << 40, Op: OpSend}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(clock.Time(time.Second), func() bool {
+		return sends(s.ca) == 1 && s.qb != nil && s.eb.PeerStats().Confirmed == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.ca, s.cb = nil, nil
+	return s
+}
+
 // TestSpoofOnDemand runs the blind-attack tests of spoof_test.go against
 // QPs made on demand: the attacks that a QP of the handshake survives, a
 // QP made by a first packet survives too.
@@ -503,7 +521,7 @@ func TestSpoofOnDemand(t *testing.T) {
 		{"SprayNak", TestSpoofSprayNak}, {"SprayAck", TestSpoofSprayAck}, {"SprayData", TestSpoofSprayData},
 		{"CNP", TestSpoofCNP}, {"WriteInWindow", TestSpoofWriteInWindow}, {"ReadRequest", TestSpoofReadRequest},
 		{"ReadRequestDuplicate", TestSpoofReadRequestDuplicate}, {"ReadResponse", TestSpoofReadResponse},
-		{"SprayWriteKey", TestSpoofSprayWriteKey},
+		{"SprayWriteKey", TestSpoofSprayWriteKey}, {"SecureForged", TestSecureForged},
 	} {
 		t.Run(c.name, c.f)
 	}
