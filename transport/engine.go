@@ -836,5 +836,10 @@ func (e *Engine) Completions(dst []Completion) []Completion {
 		}
 	}
 	e.putCompl(list)
+	if e.od != nil && len(e.od.comps) > 0 {
+		dst = append(dst, e.od.comps...) // peers.go: of on-demand QPs closed
+		clear(e.od.comps)
+		e.od.comps = e.od.comps[:0]
+	}
 	return dst
 }

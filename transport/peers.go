@@ -159,6 +159,7 @@ type peerTable struct {
 	onAccept  func(q *QP)            // Endpoint: wrap an accepted QP
 	onClose   func(q *QP, why error) // Endpoint: a QP closed idle or by its peer
 	notices   []closeNotice          // idle closes to tell peers about
+	comps     []Completion           // of QPs closed, for Engine.Completions
 	noticeBuf wire.Packet
 }
 
@@ -538,7 +539,12 @@ func (e *Engine) closePeer(q *QP, now clock.Time, why error, notify bool) {
 	}
 	e.DestroyQP(q)
 	if t.onClose != nil {
-		t.onClose(q, why)
+		t.onClose(q, why) // the Endpoint hands its completions out
+	} else {
+		// Engine.Completions passes destroyed QPs by: it takes these.
+		t.comps = append(t.comps, q.comps...)
+		clear(q.comps)
+		q.comps = q.comps[:0]
 	}
 }
 

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -524,5 +525,56 @@ func TestSpoofOnDemand(t *testing.T) {
 		{"SprayWriteKey", TestSpoofSprayWriteKey}, {"SecureForged", TestSecureForged},
 	} {
 		t.Run(c.name, c.f)
+	}
+}
+
+// TestPeerCloseNotice: a message posted as the peer closes the idle QP
+// reaches a QP that is gone there (UnknownQP) and is not delivered; the
+// peer's close notice fails it with ErrIdleClosed, which tells SendTo
+// that the message may go again on a new QP.
+func TestPeerCloseNotice(t *testing.T) {
+	cfgA := Config{Peers: PeerConfig{IdleTimeout: time.Second}}
+	cfgB := Config{Peers: PeerConfig{IdleTimeout: 10 * time.Millisecond}}
+	s, _ := newPeerPair(t, 10*time.Microsecond, cfgA, cfgB)
+	if err := s.qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(clock.Time(time.Second), func() bool { return s.eb.PeerStats().IdleClosed == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	// B closed and its notice is on the wire: A posts now, and sends
+	// before it reads the notice (the transmit half of a Step).
+	if err := s.qa.Post(WorkRequest{ID: 2, Op: OpSend, Data: []byte("second")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ea.transmit(s.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var failed *Completion
+	if err := s.run(s.clk.Now().Add(time.Second), func() bool {
+		for i := range s.ca {
+			if s.ca[i].ID == 2 {
+				failed = &s.ca[i]
+			}
+		}
+		return failed != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(failed.Err, ErrIdleClosed) {
+		t.Fatalf("the message posted as the peer closed: %v, want ErrIdleClosed", failed.Err)
+	}
+	if got := received(s.cb); len(got) != 1 {
+		t.Fatalf("B received %d messages, want the first only", len(got))
+	}
+	if a := s.ea.PeerStats(); a.PeerClosed != 1 || len(s.ea.peers().all) != 0 {
+		t.Fatalf("initiator %+v: want its QP closed by the notice", a)
+	}
+	// Its packet reaches B, where the QP is gone.
+	if err := s.run(s.clk.Now().Add(time.Second), func() bool { return s.eb.Stats().UnknownQP > 0 }); err != nil {
+		t.Fatalf("the second message's packet did not reach B's closed QP: %v", err)
+	}
+	if got := received(s.cb); len(got) != 1 {
+		t.Fatalf("B received %d messages, want the first only", len(got))
 	}
 }
