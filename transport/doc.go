@@ -142,7 +142,7 @@
 //     again on a new QP. A lost notice leaves the peer to its own timer.
 //     The engine looks for idle and expired QPs a quarter of the shorter
 //     timeout apart, from Step, with the time it is given
-//     (TestEndpointSendTo).
+//     (TestPeerCloseNotice, TestEndpointSendTo).
 //   - Every packet of an on-demand QP gives up wire.ConnLen bytes of
 //     payload (about 2% at a 1500-byte MTU), since a message is cut into
 //     packets before the QP knows which of them carry the header.
