@@ -73,6 +73,12 @@
 // *transport.QPError, which carries its counters and what to check. A
 // restarted peer is dialled again like a new one.
 //
+// Without a handshake, Endpoint.SendTo (transport.Endpoint.SendTo, Peer
+// and AcceptPeer) reaches a peer whose Options.Transport.Peers.Accept is
+// set: the QP is made by the first packet, which carries the message, and
+// the message completes in one round trip (see transport's "Peers on
+// demand").
+//
 // With several engines (one per device queue), each side sends the other
 // its device's RSS key and table, and each picks its QP's UDP source
 // ports so that the peer's device delivers every frame to the queue of

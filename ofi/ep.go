@@ -108,9 +108,10 @@ type txOp struct {
 type peer struct {
 	name  netip.AddrPort
 	mu    sync.Mutex
-	conn  *spray.Conn // nil while dialling
-	err   error       // the dial failed
-	queue []*txOp     // waiting for the connection or for send queue room
+	conn  *spray.Conn     // nil while dialling
+	qp    *transport.Conn // on demand (peers.go): instead of conn
+	err   error           // the dial failed
+	queue []*txOp         // waiting for the connection or for send queue room
 }
 
 // endpoint is an FI_EP_RDM endpoint over one spray endpoint (its own
@@ -127,6 +128,8 @@ type endpoint struct {
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
 	txOut atomic.Int64
+	// served are the on-demand Conns a serve goroutine reads (peers.go).
+	served sync.Map
 
 	mu      sync.Mutex
 	enabled bool
@@ -218,6 +221,7 @@ func (ep *endpoint) open() C.int {
 			CMAddr:       netip.AddrPortFrom(ifc.IP, s.cmPort).String(),
 			CloseTimeout: 2 * time.Second, Logf: logf}
 		opts.Transport.BusyPoll = s.busy
+		opts.Transport.Peers.Accept = onDemand()
 		opts.Transport.LineRate = s.rate
 		if s.cc != "" {
 			opts.Transport.CC, _ = cc.ByName(s.cc, cc.Params{LineRate: s.rate}) // checked in envSettings
@@ -259,6 +263,9 @@ func (ep *endpoint) open() C.int {
 	}
 	ep.ctx, ep.stop = context.WithCancel(context.Background())
 	ep.wg.Go(ep.acceptLoop)
+	if onDemand() {
+		ep.wg.Go(ep.acceptPeerLoop)
+	}
 	ep.wg.Go(ep.completionLoop)
 	return 0
 }
@@ -554,13 +561,16 @@ func (ep *endpoint) drop(p *peer) {
 	}
 	ep.mu.Unlock()
 	p.mu.Lock()
-	c := p.conn
+	c, qp := p.conn, p.qp
 	if p.err == nil {
 		p.err = net.ErrClosed
 	}
 	p.mu.Unlock()
 	if c != nil {
 		ep.wg.Go(func() { c.Close() })
+	}
+	if qp != nil {
+		ep.wg.Go(func() { peerConn{qp}.Close() })
 	}
 }
 
@@ -574,7 +584,14 @@ func (p *peer) failed() bool {
 func (ep *endpoint) dial(p *peer) {
 	ctx, cancel := context.WithTimeout(ep.ctx, 30*time.Second)
 	defer cancel()
-	c, err := ep.sp.Dial(ctx, p.name.String(), service)
+	var c *spray.Conn
+	var qp *transport.Conn
+	var err error
+	if onDemand() {
+		qp, err = ep.reachOnDemand(ctx, p)
+	} else {
+		c, err = ep.sp.Dial(ctx, p.name.String(), service)
+	}
 	if err == nil {
 		hello := make([]byte, hdrLen+nameLen)
 		hello[0] = kindHello
@@ -588,7 +605,7 @@ func (ep *endpoint) dial(p *peer) {
 		ep.mu.Unlock()
 		p.mu.Lock()
 		p.queue = append([]*txOp{op}, p.queue...)
-		p.conn = c
+		p.conn, p.qp = c, qp
 		p.mu.Unlock()
 		ep.flush(p)
 		return
@@ -611,9 +628,9 @@ func (ep *endpoint) flush(p *peer) {
 	var failed []*txOp
 	var errs []error
 	p.mu.Lock()
-	for p.conn != nil && len(p.queue) > 0 {
+	for (p.conn != nil || p.qp != nil) && len(p.queue) > 0 {
 		op := p.queue[0]
-		err := p.conn.QP().Post(ep.ctx, op.wr)
+		err := ep.post(p, op.wr)
 		if errors.Is(err, transport.ErrQueueFull) {
 			ep.stallMu.Lock()
 			ep.stalled[p] = struct{}{}
@@ -709,7 +726,7 @@ func (ep *endpoint) acceptLoop() {
 }
 
 // serve receives a peer's messages: its hello, then messages to match.
-func (ep *endpoint) serve(c *spray.Conn) {
+func (ep *endpoint) serve(c recvConn) {
 	var src netip.AddrPort
 	for {
 		m, err := c.Recv(ep.ctx)

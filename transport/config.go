@@ -267,6 +267,11 @@ type Config struct {
 	// Config this is (QP.scr), allocated with its first QP; withDefaults
 	// clears it, so that no two engines share one.
 	scratch *qpScratch
+	// Peers configures the QPs made on demand, without a handshake
+	// (Endpoint.Peer, SendTo, AcceptPeer; see "Peers on demand"). The
+	// zero value initiates and accepts nothing unless asked.
+	Peers PeerConfig
+
 	// secEpochPackets is the packets a secured QP sends under one key
 	// epoch; 0 means defaultEpochPackets. Tests lower it to force key
 	// rotations (secure_test.go).
@@ -459,6 +464,10 @@ func (c Config) withDefaults(frameSize int) (Config, error) {
 	}
 	if c.BusyPoll < 0 {
 		return c, fmt.Errorf("%w: BusyPoll %v < 0", ErrConfig, c.BusyPoll)
+	}
+	var err error
+	if c.Peers, err = c.Peers.withDefaults(); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -79,6 +79,74 @@
 // that a message leaves without waiting for the engine goroutine to be
 // scheduled (BenchmarkPingPong).
 //
+// # Peers on demand
+//
+// A QP can also be made without a handshake, as Ultra Ethernet's PDCs are:
+// Endpoint.Peer (Engine.CreatePeerQP) returns a Conn to an address that
+// can send at once, and Endpoint.SendTo sends on it. Until the peer's
+// first answer, the QP's packets go to QP wire.ConnQP (0) with the
+// connect header (package wire): the initiator's QP number and first PSN,
+// the first PSN the acceptor is to use, a random 64-bit token and four
+// entropies for the acceptor's packets (those the initiator's RSS
+// delivers to its QP's engine, on a multi-queue link that knows its RSS;
+// 0: the acceptor's own; TestPeerSteered). An engine
+// with Config.Peers.Accept creates the acceptor's QP from a valid first
+// data packet, connected to the initiator at its source address, places
+// the data, delivers it, and acknowledges with the header and
+// wire.ConnReply: its own QP number, the token echoed. The initiator
+// takes the number (the token must match) and answers with an ACK at
+// once; from then on neither side sends the header. A first message of
+// one packet thus completes after one data packet and one ACK
+// (TestPeerFirstMessage; BenchmarkFirstMessage in the root package
+// compares it with Dial then Send). Endpoint.AcceptPeer hands out the
+// Conns that peers made; a peer's messages reach its Recv from the first
+// packet on. The Spray profile only.
+//
+// The rules that keep it safe (PeerConfig, PeerStats):
+//
+//   - An accepted QP is half-open until a packet of the initiator without
+//     the header (which it sends once it holds the acceptor's number)
+//     passes the QP's own checks. At most Peers.MaxHalfOpen (128) are
+//     half-open; a first packet beyond is dropped (HalfOpenDrops) and its
+//     initiator resends it; a half-open QP expires after
+//     Peers.HalfOpenTimeout (10 s) (TestPeerHalfOpenBound).
+//   - Accepted QPs are keyed by the initiator's address, QP number and
+//     token: a duplicate first packet reaches the QP it made, and the key
+//     of a closed QP is remembered for the idle timeout (at most 65,536
+//     keys), so that a late or replayed first packet makes nothing
+//     (Replayed; TestPeerDuplicateFirst).
+//   - A packet whose header does not name the QP it reaches (token, QP
+//     number, flags), and a packet without the header to an initiator
+//     that does not yet know its peer, is dropped (BadConnect): a blind
+//     attacker must guess a 64-bit token before anything else; past that,
+//     every check of a handshake's QP holds (TestPeerBlind;
+//     TestSpoofOnDemand runs the blind-attack tests against on-demand
+//     QPs).
+//   - In clear, as with UDP, the source address of a first packet is
+//     taken on trust: a spoofed one makes a half-open QP (bounded, and
+//     answered towards the address it claims) and its message is
+//     delivered. With Peers.PSK, every on-demand QP is secured (see
+//     Security) with secrets derived by HKDF from the key, the token, the
+//     initiator's address and QP number and the acceptor's address; the
+//     acceptor authenticates the first packet before it makes anything,
+//     so a forged one costs a key derivation and creates nothing
+//     (AuthFailed; TestPeerSecure). A replay of a captured first packet
+//     after the acceptor has forgotten its key (the idle timeout after
+//     the close) makes a QP again and delivers its message again.
+//   - A QP with nothing outstanding that has received and sent nothing for
+//     Peers.IdleTimeout (30 s; negative: never) closes (IdleClosed): its
+//     engine destroys it and sends the peer a close notice (a spray ACK
+//     with wire.ConnClose and the token), and the peer closes its side
+//     (PeerClosed), failing what it had posted since with ErrIdleClosed;
+//     the acceptor dropped those packets, so SendTo sends the message
+//     again on a new QP. A lost notice leaves the peer to its own timer.
+//     The engine looks for idle and expired QPs a quarter of the shorter
+//     timeout apart, from Step, with the time it is given
+//     (TestPeerCloseNotice, TestEndpointSendTo).
+//   - Every packet of an on-demand QP gives up wire.ConnLen bytes of
+//     payload (about 2% at a 1500-byte MTU), since a message is cut into
+//     packets before the QP knows which of them carry the header.
+//
 // # Unpredictable numbers
 //
 // With Config.Seed 0 (the default) QP numbers, start PSNs, remote keys and

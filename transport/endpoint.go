@@ -40,6 +40,7 @@ type Endpoint struct {
 	cfg    Config
 	cq     *CQ
 	next   atomic.Uint64 // engine of the next CreateQP
+	od     epPeers       // on-demand Conns (peers_endpoint.go)
 
 	mu   sync.Mutex
 	live int // engine goroutines still running
@@ -129,6 +130,9 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 	for i, e := range engs {
 		s := &epShard{ep: ep, eng: e, idx: i, waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{}}
 		s.split, _ = e.link.(link.WaitSplitter)
+		if e.cfg.Peers.Accept {
+			s.initPeers() // before the engine runs: no lock needed yet
+		}
 		ep.shards = append(ep.shards, s)
 	}
 	for _, s := range ep.shards {

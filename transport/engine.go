@@ -160,6 +160,9 @@ type Engine struct {
 	// and probe timers wait that much longer (Scoreboard.NoteHostDelay).
 	hostDelay   time.Duration
 	hostDelayAt clock.Time
+
+	// od is the on-demand QPs' state (peers.go); nil until the first.
+	od *peerTable
 }
 
 // QP numbers are 24 bits; 0 and 1 are special in InfiniBand, 0xFFFFFF is
@@ -298,6 +301,9 @@ func (e *Engine) DestroyQP(q *QP) {
 	}
 	e.schedRemove(q)
 	e.hostFlight(q) // no longer on the engine: its flight leaves the total
+	if q.od != nil {
+		e.dropPeer(q) // peers.go
+	}
 }
 
 // addDense puts q in the dense table when its number is in range, or can
@@ -466,6 +472,9 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 // maxStepBytes.
 func (e *Engine) transmit(now clock.Time) (bool, error) {
 	e.stepBytes = 0
+	if e.od != nil {
+		e.sweep(now)
+	}
 	sent, err := e.output(now)
 	e.settle()
 	return sent, err
@@ -526,12 +535,19 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 		return
 	}
 	q := e.lookup(e.pkt.BTH.DestQP)
-	if q == nil {
-		e.stats.UnknownQP++
-		return
-	}
-	if !q.admit(frame, &e.pkt) { // secure.go: authenticated before any state
-		return
+	if e.pkt.BTH.Conn || q != nil && q.od != nil {
+		// peers.go: checked, made or authenticated on demand
+		if q = e.onDemand(now, q, frame); q == nil {
+			return
+		}
+	} else {
+		if q == nil {
+			e.stats.UnknownQP++
+			return
+		}
+		if !q.admit(frame, &e.pkt) { // secure.go: authenticated before any state
+			return
+		}
 	}
 	e.visits++
 	q.handle(now, at, &e.pkt)
@@ -797,6 +813,9 @@ func (e *Engine) NextDeadline() clock.Time {
 	if e.hostWake != 0 {
 		t = clock.Min(t, e.hostWake)
 	}
+	if e.od != nil {
+		t = clock.Min(t, e.peerDeadline())
+	}
 	return t
 }
 
@@ -817,5 +836,10 @@ func (e *Engine) Completions(dst []Completion) []Completion {
 		}
 	}
 	e.putCompl(list)
+	if e.od != nil && len(e.od.comps) > 0 {
+		dst = append(dst, e.od.comps...) // peers.go: of on-demand QPs closed
+		clear(e.od.comps)
+		e.od.comps = e.od.comps[:0]
+	}
 	return dst
 }

@@ -408,6 +408,8 @@ type QP struct {
 	sch    qpSched    // place in the engine's schedule: sched.go
 	// sec holds a secured QP's keys and counters (secure.go); nil: clear.
 	sec *secState
+	// od is the state of a QP made on demand (peers.go); nil for others.
+	od *peerQP
 	// cred is the sender's and the receiver's credit state, nil without
 	// Config.Credits (credit.go).
 	cred *qpCredit
@@ -1245,6 +1247,9 @@ func (q *QP) headers(pk *wire.Packet, entropy uint16) {
 	pk.UDP = wire.UDP{Src: entropy, Dst: wire.UDPPort}
 	pk.BTH = wire.BTH{PKey: 0xFFFF, DestQP: q.rqpn}
 	pk.INT = nil
+	if q.od != nil {
+		q.stampConn(pk)
+	}
 	q.seal(pk)
 }
 

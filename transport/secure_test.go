@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,14 @@ func newSecPair(t testing.TB, mc mem.Config, cfg Config, integrity bool, epoch u
 	cfg.secEpochPackets = epoch
 	cfgB := cfg
 	cfgB.Seed = cfg.Seed + 1
+	if cfg.Profile == Spray && strings.HasPrefix(t.Name(), "TestSpoofOnDemand/") {
+		// The same attacks on QPs made on demand, secured by a PSK
+		// (peers_test.go).
+		psk := []byte("a pre-shared key of the test")
+		cfg.Peers = PeerConfig{PSK: psk, IntegrityOnly: integrity}
+		cfgB.Peers = cfg.Peers
+		return primedPeerPair(t, mc, cfg, cfgB)
+	}
 	return newSimPairOf(t, mc, cfg, cfgB, func(s *simPair) {
 		if err := s.qa.Secure(secA(integrity)); err != nil {
 			t.Fatal(err)

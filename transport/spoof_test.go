@@ -39,8 +39,17 @@ type spoofRun struct {
 func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
 	t.Helper()
 	log := &frameLog{}
-	s := newSimPair(t, mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: log.filter},
-		Config{Profile: prof, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond})
+	mc := mem.Config{Seed: testutil.Seed(t), Delay: 5 * time.Microsecond, Filter: log.filter}
+	cfg := Config{Profile: prof, Seed: testutil.Seed(t) + 1, MinRTO: time.Millisecond}
+	var s *simPair
+	if prof == Spray && strings.HasPrefix(t.Name(), "TestSpoofOnDemand/") {
+		// The same attacks on QPs made on demand (peers_test.go).
+		cfgB := cfg
+		cfgB.Seed++
+		s = newPeerPairOf(t, &clock.Sim{}, mc, cfg, cfgB)
+	} else {
+		s = newSimPair(t, mc, cfg)
+	}
 	x, err := s.fab.NewPort(macX, ipX)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +68,12 @@ func newSpoofRun(t *testing.T, prof Profile) *spoofRun {
 			off += uint64(len(m))
 		}
 		if err := s.qa.Post(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.qb == nil {
+		// On demand: B's QP comes with A's first packet.
+		if err := s.run(clock.Time(time.Second), func() bool { return s.qb != nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -93,6 +93,20 @@ func opcodeFrames(t *testing.T) [][]byte {
 				t.Fatalf("%s: %v", k.name, err)
 			}
 			frames = append(frames, buf[:n])
+			if op := k.p.BTH.Opcode; op == wire.OpSprayData || op == wire.OpSprayAck {
+				// The same packet as the first packets of a QP made on
+				// demand carry it: with the connect header.
+				c := k.p
+				c.BTH.Conn = true
+				c.Conn = wire.Conn{Flags: uint8(len(frames) % 4), SrcQP: r.Uint32() & 0xFFFFFF, PSN: r.Uint32() & 0xFFFFFF,
+					PeerPSN: r.Uint32() & 0xFFFFFF, Token: r.Uint64(), Ports: [4]uint16{uint16(r.Uint32()), uint16(r.Uint32()), 0, 65535}}
+				cb := make([]byte, wire.FrameLen(&c, len(k.payload)))
+				m, err := wire.Encode(cb, &c, k.payload)
+				if err != nil {
+					t.Fatalf("%s with a connect header: %v", k.name, err)
+				}
+				frames = append(frames, cb[:m])
+			}
 			if k.p.BTH.Opcode == wire.OpSprayData {
 				// The same packet trimmed by a switch (wire.Trim).
 				tr := bytes.Clone(buf[:n])

@@ -104,6 +104,9 @@ var fields = []string{
 	"spraywire.credit.count", "spraywire.credit.used", "spraywire.credit.flags", "spraywire.credit.flags.retry",
 	"spraywire.secured", "spraywire.sec.version", "spraywire.sec.flags", "spraywire.sec.integrity",
 	"spraywire.sec.epoch", "spraywire.sec.counter", "spraywire.sec.ciphertext", "spraywire.sec.tag",
+	"spraywire.connbit", "spraywire.conn.version", "spraywire.conn.flags", "spraywire.conn.reply",
+	"spraywire.conn.close", "spraywire.conn.srcqp", "spraywire.conn.psn", "spraywire.conn.peerpsn",
+	"spraywire.conn.token", "spraywire.conn.ports",
 	"spraywire.payload", "spraywire.payload.len", "spraywire.pad",
 	"spraywire.icrc", "spraywire.icrc.status", "spraywire.icrc.computed",
 }
@@ -188,6 +191,19 @@ func want(frame []byte, p *wire.Packet) map[string]string {
 	set("ackreq", b2s(b.AckReq))
 	set("psn", u(uint64(b.PSN)))
 	set("secured", b2s(b.Secured))
+	set("connbit", b2s(b.Conn))
+	if b.Conn && !b.Trimmed {
+		c := &p.Conn
+		set("conn.version", u(wire.ConnVersion))
+		set("conn.flags", u(uint64(c.Flags)))
+		set("conn.reply", b2s(c.Flags&wire.ConnReply != 0))
+		set("conn.close", b2s(c.Flags&wire.ConnClose != 0))
+		set("conn.srcqp", u(uint64(c.SrcQP)))
+		set("conn.psn", u(uint64(c.PSN)))
+		set("conn.peerpsn", u(uint64(c.PeerPSN)))
+		set("conn.token", u(c.Token))
+		set("conn.ports", u(uint64(c.Ports[0])), u(uint64(c.Ports[1])), u(uint64(c.Ports[2])), u(uint64(c.Ports[3])))
+	}
 	encrypted := wantSec(frame, p, set)
 	set("entropy", u(uint64(p.UDP.Src)))
 	set("ecn", u(uint64(p.IP.TOS&3)))

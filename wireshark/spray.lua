@@ -79,6 +79,11 @@ local SEC_BIT, SEC_LEN, TAG_LEN, SEC_VERSION = 0x40, 16, 16, 1
 -- header), with no INT region, payload, pad or tag; the ICRC follows.
 local TRIM_BIT = 0x20
 local SEC_INTEGRITY_ONLY = 0x01
+-- The connect header (transport/wire/conn.go): BTH byte 8 bit 5, 32 bytes
+-- after every other extension header of a spray data or ACK packet, on the
+-- first packets of a QP made on demand.
+local CONN_BIT, CONN_LEN, CONN_VERSION = 0x20, 32, 1
+local CONN_REPLY, CONN_CLOSE = 0x01, 0x02
 -- DATA_FLAGS_KNOWN is every data header flag this dissector understands;
 -- any other bit set is an error, as in wire.Decode.
 local DATA_FLAGS_KNOWN = FLAG_INT
@@ -128,7 +133,8 @@ local F = {
     destqp = ProtoField.uint24("spraywire.destqp", "Destination QP", base.HEX),
     ackreq = ProtoField.bool("spraywire.ackreq", "Acknowledge request", 8, nil, 0x80),
     secured = ProtoField.bool("spraywire.secured", "Secured (security header and tag)", 8, nil, SEC_BIT),
-    resv7 = ProtoField.uint8("spraywire.resv7", "Reserved", base.HEX, nil, 0x3F),
+    conn_bit = ProtoField.bool("spraywire.connbit", "Connect header (QP made on demand)", 8, nil, CONN_BIT),
+    resv7 = ProtoField.uint8("spraywire.resv7", "Reserved", base.HEX, nil, 0x1F),
     psn = ProtoField.uint24("spraywire.psn", "PSN", base.DEC),
     entropy = ProtoField.uint16("spraywire.entropy", "Entropy (UDP source port)", base.DEC),
     ecn = ProtoField.uint8("spraywire.ecn", "ECN", base.DEC,
@@ -198,6 +204,17 @@ local F = {
     ack_flag_msglimit = ProtoField.bool("spraywire.ack.flags.msglimit", "Carries the message limit", 8, nil, ACK_MSG_LIMIT),
     ack_credit = ProtoField.uint32("spraywire.ack.credit", "Credit (packets, cumulative)", base.DEC),
 
+    conn = ProtoField.none("spraywire.conn", "spray connect header"),
+    conn_version = ProtoField.uint8("spraywire.conn.version", "Version", base.DEC, nil, 0xF0),
+    conn_flags = ProtoField.uint8("spraywire.conn.flags", "Flags", base.HEX, nil, 0x0F),
+    conn_reply = ProtoField.bool("spraywire.conn.reply", "Reply (from the acceptor)", 8, nil, CONN_REPLY),
+    conn_close = ProtoField.bool("spraywire.conn.close", "Close (the sender closed the idle QP)", 8, nil, CONN_CLOSE),
+    conn_reserved = ProtoField.bytes("spraywire.conn.reserved", "Reserved"),
+    conn_srcqp = ProtoField.uint24("spraywire.conn.srcqp", "Source QP", base.HEX),
+    conn_psn = ProtoField.uint24("spraywire.conn.psn", "Initiator's first PSN", base.DEC),
+    conn_peerpsn = ProtoField.uint24("spraywire.conn.peerpsn", "Acceptor's first PSN", base.DEC),
+    conn_token = ProtoField.uint64("spraywire.conn.token", "Token", base.HEX),
+    conn_ports = ProtoField.uint16("spraywire.conn.ports", "Entropy for the acceptor", base.DEC),
     credit = ProtoField.none("spraywire.credit", "spray credit header"),
     credit_count = ProtoField.uint32("spraywire.credit.count", "Count (packets, cumulative)", base.DEC),
     credit_used = ProtoField.uint32("spraywire.credit.used", "Used (packets sent against credit)", base.DEC),
@@ -721,6 +738,40 @@ local function dissect_credit(tvb, off, tree, ctx)
     return off + CREDIT_LEN
 end
 
+-- dissect_conn dissects the connect header, after the opcode's extension
+-- headers.
+local function dissect_conn(tvb, off, tree, ctx)
+    if not need(ctx, tree, off, CONN_LEN, "connect header") then return nil end
+    local t = tree:add(F.conn, tvb(off, CONN_LEN))
+    local vi = t:add(F.conn_version, tvb(off, 1))
+    local fi = t:add(F.conn_flags, tvb(off, 1))
+    fi:add(F.conn_reply, tvb(off, 1))
+    fi:add(F.conn_close, tvb(off, 1))
+    local ri = t:add(F.conn_reserved, tvb(off + 1, 3))
+    t:add(F.conn_srcqp, tvb(off + 5, 3))
+    t:add(F.conn_psn, tvb(off + 9, 3))
+    t:add(F.conn_peerpsn, tvb(off + 13, 3))
+    t:add(F.conn_token, tvb(off + 16, 8))
+    for i = 0, 3 do t:add(F.conn_ports, tvb(off + 24 + 2 * i, 2)) end
+    local b0 = tvb(off, 1):uint()
+    local flags = bit32.band(b0, 0x0F)
+    local role = "first packet"
+    if bit32.band(flags, CONN_REPLY) ~= 0 then role = "reply" end
+    if bit32.band(flags, CONN_CLOSE) ~= 0 then role = role .. ", close" end
+    t:append_text(string.format(", %s, source QP 0x%06x, token 0x%s", role, tvb(off + 5, 3):uint(), tvb(off + 16, 8):uint64():tohex()))
+    ctx.info[#ctx.info + 1] = string.format("connect (%s) src QP 0x%06x", role, tvb(off + 5, 3):uint())
+    if bit32.rshift(b0, 4) ~= CONN_VERSION then
+        return fail(ctx, vi, string.format("connect header version %d, want %d", bit32.rshift(b0, 4), CONN_VERSION))
+    end
+    if bit32.band(flags, bit32.bnot(bit32.bor(CONN_REPLY, CONN_CLOSE))) ~= 0 then
+        return fail(ctx, fi, string.format("unknown connect flags 0x%x", flags))
+    end
+    if tvb(off + 1, 3):uint() ~= 0 or tvb(off + 4, 1):uint() ~= 0 or tvb(off + 8, 1):uint() ~= 0 or tvb(off + 12, 1):uint() ~= 0 then
+        return fail(ctx, ri, "reserved bits of the connect header are not 0")
+    end
+    return off + CONN_LEN
+end
+
 -- classic returns the dissect function of a classic opcode: its extension
 -- headers (IBA table 38, RoCEv2 CNP) and whether a payload follows.
 local function classic(hdrs, payload)
@@ -789,6 +840,7 @@ function spray.dissector(tvb, pinfo, root)
     bth:add(F.destqp, tvb(5, 3))
     bth:add(F.ackreq, tvb(8, 1))
     bth:add(F.secured, tvb(8, 1))
+    local ci = bth:add(F.conn_bit, tvb(8, 1))
     bth:add(F.resv7, tvb(8, 1))
     bth:add(F.psn, tvb(9, 3))
     tree:add(F.entropy, pinfo.src_port):set_generated()
@@ -814,6 +866,14 @@ function spray.dissector(tvb, pinfo, root)
         off = dissect_sec(tvb, off, tree, ctx)
     end
     if off and not ctx.err then off = d(tvb, off, tree, ctx) end
+    if off and not ctx.err and bit32.band(tvb(8, 1):uint(), CONN_BIT) ~= 0 then
+        if op ~= 0xE0 and op ~= 0xE1 then
+            off = fail(ctx, ci, "connect header on an opcode other than spray data or ACK")
+        elseif not ctx.trimmed then
+            -- A trimmed packet lost its connect header with its payload.
+            off = dissect_conn(tvb, off, tree, ctx)
+        end
+    end
 
     if off then
         -- Payload and pad, up to the trailer (the ICRC).

@@ -257,6 +257,7 @@ func Decode(frame []byte, p *Packet) error {
 		Secured: l.sec,
 		PSN:     binary.BigEndian.Uint32(b[8:]) & 0xFFFFFF,
 		Trimmed: l.trimmed,
+		Conn:    b[8]&connBit != 0,
 	}
 	if !op.Known() {
 		return errOpcode
@@ -300,6 +301,11 @@ func Decode(frame []byte, p *Packet) error {
 	}
 	if err != nil {
 		return err
+	}
+	if p.BTH.Conn {
+		if rest, err = decodeConn(rest, p); err != nil {
+			return err
+		}
 	}
 
 	if l.sec {
@@ -552,6 +558,9 @@ func extLen(p *Packet) int {
 // an IPv6 address.
 func HeaderLen(p *Packet) int {
 	n := EthLen + UDPLen + BTHLen + extLen(p)
+	if p.BTH.Conn {
+		n += ConnLen
+	}
 	if p.BTH.Secured {
 		n += SecLen
 	}
@@ -606,6 +615,9 @@ func validate(p *Packet, n int) error {
 	}
 	if b.DestQP > 0xFFFFFF || b.PSN > 0xFFFFFF {
 		return fmt.Errorf("%w: BTH DestQP %#x or PSN %#x wider than 24 bits", ErrBadHeader, b.DestQP, b.PSN)
+	}
+	if b.Conn && (!connOpcode(op) || p.Conn.Flags&^(ConnReply|ConnClose) != 0 || (p.Conn.SrcQP|p.Conn.PSN|p.Conn.PeerPSN)>>24 != 0) {
+		return fmt.Errorf("%w: connect header on %v with flags %#x, QP %#x, PSNs %#x %#x", ErrBadHeader, op, p.Conn.Flags, p.Conn.SrcQP, p.Conn.PSN, p.Conn.PeerPSN)
 	}
 	if b.TVer > 0x0F {
 		return fmt.Errorf("%w: BTH TVer %d wider than 4 bits", ErrBadHeader, b.TVer)
@@ -759,13 +771,18 @@ func Encode(buf []byte, p *Packet, payload []byte) (int, error) {
 	b[1] = bit(bt.SE, 0x80) | bit(bt.M, 0x40) | byte(pad)<<4 | bt.TVer
 	binary.BigEndian.PutUint16(b[2:], bt.PKey)
 	binary.BigEndian.PutUint32(b[4:], uint32(bit(bt.FECN, 0x80)|bit(bt.BECN, 0x40))<<24|bt.DestQP)
-	binary.BigEndian.PutUint32(b[8:], uint32(bit(bt.AckReq, 0x80)|bit(bt.Secured, secBit))<<24|bt.PSN)
+	binary.BigEndian.PutUint32(b[8:], uint32(bit(bt.AckReq, 0x80)|bit(bt.Secured, secBit)|bit(bt.Conn, connBit))<<24|bt.PSN)
 	if l.sec {
 		putSec(buf[l.bth+BTHLen:], &p.Sec)
 	}
 
-	// The extension headers fill buf[l.ext:hl] exactly.
+	// The extension headers fill buf[l.ext:hl] exactly, the connect
+	// header last.
 	x := buf[l.ext:hl]
+	if bt.Conn {
+		encodeConn(x[len(x)-ConnLen:], &p.Conn)
+		x = x[:len(x)-ConnLen]
+	}
 	switch bt.Opcode {
 	case OpSprayData:
 		encodeData(x, p, &l)

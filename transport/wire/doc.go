@@ -68,7 +68,7 @@
 //	  2    2 P_Key
 //	  4    1 FECN (bit 7) | BECN (bit 6) | Trimmed (bit 5) | reserved (bits 4-0)  [variant]
 //	  5    3 destination QP
-//	  8    1 AckReq (bit 7) | reserved (bits 6-0)
+//	  8    1 AckReq (bit 7) | Secured (bit 6) | Conn (bit 5) | reserved (bits 4-0)
 //	  9    3 PSN
 //
 // RETH, RDMA extended transport header (16 bytes): VA at 0 (8), R_Key at 8
@@ -199,6 +199,11 @@
 // header if any, the data header with Flags and INTMax 0, and the ICRC the
 // switch computed over them; no INT region, RETH, ImmDt, payload, pad or
 // tag. Decode returns their headers and an empty payload.
+//
+// Packets of a QP made on demand (BTH byte 8, bit 5: BTH.Conn) carry the
+// 32-byte connect header (Conn) after the opcode's other extension
+// headers and before the payload: spray data and ACK packets only. conn.go
+// has the layout.
 //
 // Secured packets (BTH byte 8, bit 6: BTH.Secured) carry a 16-byte security
 // header (Sec: version and flags, key epoch, counter) between the BTH and

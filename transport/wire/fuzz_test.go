@@ -19,6 +19,16 @@ func addSeeds(f *testing.F, extra ...any) {
 				f.Fatal(err)
 			}
 			f.Add(append(append([]any{}, extra...), fr)...)
+			if connOpcode(k.p.BTH.Opcode) {
+				// With the connect header of an on-demand QP.
+				k.p.BTH.Conn = true
+				k.p.Conn = Conn{Flags: ConnReply, SrcQP: 0x1234, PSN: 7, PeerPSN: 9, Token: r.Uint64(), Ports: [4]uint16{1, 2, 3, 4}}
+				fr, err := encodeKase(&k)
+				if err != nil {
+					f.Fatal(err)
+				}
+				f.Add(append(append([]any{}, extra...), fr)...)
+			}
 		}
 	}
 	// A 58-byte frame padded to the Ethernet minimum, and IPv4 options.

@@ -215,7 +215,7 @@ func diffPacket(got, want *Packet) string {
 		d += fmt.Sprintf("INT: got %x, want %x\n", g.INT, w.INT)
 	}
 	if g.Eth != w.Eth || g.IP != w.IP || g.UDP != w.UDP || g.BTH != w.BTH || g.RETH != w.RETH ||
-		g.AETH != w.AETH || g.Imm != w.Imm || g.Data != w.Data || g.Ack != w.Ack {
+		g.AETH != w.AETH || g.Imm != w.Imm || g.Data != w.Data || g.Ack != w.Ack || g.Conn != w.Conn {
 		g.Payload, w.Payload, g.INT, w.INT = nil, nil, nil, nil
 		d += fmt.Sprintf("fields:\n got %+v\nwant %+v\n", g, w)
 	}

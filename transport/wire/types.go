@@ -195,6 +195,10 @@ type BTH struct {
 	// the tag mask. Only spray data packets are trimmed; Decode gives
 	// their headers and no payload, and Encode refuses the flag.
 	Trimmed bool
+	// Conn says a connect header (Packet.Conn) follows the opcode's
+	// extension headers: bit 5 of byte 8, reserved in IBA, invariant
+	// (conn.go).
+	Conn bool
 }
 
 // RETH is the RDMA extended transport header.
@@ -315,6 +319,8 @@ type Packet struct {
 	Ack  Ack    // OpSprayAck
 	// Credit is the header of OpCreditGrant and OpCreditRequest.
 	Credit Credit
+	// Conn is the connect header of a packet whose BTH.Conn is set.
+	Conn Conn
 
 	// INT is, after Decode of a spray data packet with FlagINT, the filled hop
 	// records (the shim's hop count of them); after Decode of a spray ACK, the
