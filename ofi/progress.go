@@ -68,14 +68,16 @@ func (p *poller) init() {
 // last read, a blocking reader's kick or ctx's end. false: ctx ended.
 func (p *poller) pause(ctx context.Context) bool {
 	for {
+		// The kick before the read time: a standDown between the two
+		// closes this kick, one before both leaves the time 0.
+		p.kmu.Lock()
+		k := p.kick
+		p.kmu.Unlock()
 		t := p.last.Load()
 		left := time.Duration(t + int64(pollGrace) - monoNow())
 		if t == 0 || left <= 0 {
 			return true
 		}
-		p.kmu.Lock()
-		k := p.kick
-		p.kmu.Unlock()
 		tm := time.NewTimer(left)
 		select {
 		case <-ctx.Done():
