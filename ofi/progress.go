@@ -16,12 +16,12 @@ import (
 // it whatever the application does (FI_PROGRESS_AUTO). An application
 // that polls a CQ with fi_cq_read makes it on its own thread instead:
 // each read takes the transport's completions and the messages the
-// engines received, so that a completion reaches the application without
-// a goroutine woken for it (one thread wake-up saved per completion, two
-// per fi_pingpong round trip). While reads keep coming, at most pollGrace
-// apart, the provider's goroutines stand aside; they take over again
-// pollGrace after the last read, or at once when a reader blocks in
-// fi_cq_sread.
+// engines received, so that a completion reaches the application
+// without a goroutine woken to carry it (two per fi_pingpong round trip:
+// the send completion and the received message). While reads keep
+// coming, at most pollGrace apart, the provider's goroutines stand
+// aside; they take over again pollGrace after the last read, or at once
+// when a reader blocks in fi_cq_sread (TestPollerHandsBack).
 const pollGrace = time.Millisecond
 
 // pollBatch bounds the messages one read takes from one connection, so
@@ -47,7 +47,7 @@ type rxConn struct {
 	c     *spray.Conn
 	mu    sync.Mutex
 	src   netip.AddrPort // the name the hello gave; invalid before it
-	clear bool           // unsecured: the QP's messages are the connection's
+	clear bool           // unsecured: a reader may take the QP's messages (a secured one's carry close markers, which only the connection's Recv takes)
 }
 
 // poller is the application-driven side of an endpoint's progress.
