@@ -44,6 +44,8 @@ type complQueue struct {
 	efd    int         // eventfd for FI_WAIT_FD, else -1
 	signal atomic.Bool // fi_cq_signal: the blocked reader returns -FI_EAGAIN
 	bound  atomic.Int64
+	eps    atomic.Pointer[[]*endpoint] // bound endpoints, whose progress reads make
+	emu    sync.Mutex                  // serialises changes of eps
 }
 
 func (q *complQueue) close() C.int {
@@ -146,6 +148,7 @@ func goCQOpen(dh C.uintptr_t, attr *C.struct_fi_cq_attr, o *C.sp_cq) C.int {
 		return -C.FI_ENOSYS
 	}
 	q := &complQueue{dom: d, c: o, format: format, wake: make(chan struct{}, 1), efd: -1}
+	q.eps.Store(&[]*endpoint{})
 	switch attr.wait_obj {
 	case C.FI_WAIT_NONE, C.FI_WAIT_UNSPEC:
 	case C.FI_WAIT_FD:
@@ -201,6 +204,9 @@ func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t
 	}
 	deadline := waitDeadline(timeout)
 	size := q.entrySize()
+	if block == 0 {
+		q.progress()
+	}
 	for {
 		q.mu.Lock()
 		n := 0
@@ -223,7 +229,11 @@ func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t
 		if avail {
 			return -C.FI_EAVAIL
 		}
-		if block == 0 || !sleepUntil(q.wake, deadline) || q.signal.Swap(false) {
+		if block == 0 {
+			return -C.FI_EAGAIN
+		}
+		q.standDown()
+		if !sleepUntil(q.wake, deadline) || q.signal.Swap(false) {
 			return -C.FI_EAGAIN
 		}
 		if q.closed.Load() {

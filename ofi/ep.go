@@ -157,6 +157,8 @@ type endpoint struct {
 	stallMu sync.Mutex
 	stalled map[*peer]struct{}
 	bound   []*atomic.Int64 // the bind counts this endpoint holds on CQs and counters
+	cqs     []*complQueue   // the CQs bound, whose reads make this endpoint's progress
+	poll    poller
 }
 
 //export goEndpoint
@@ -262,6 +264,7 @@ func (ep *endpoint) open() C.int {
 		return -C.FI_EADDRINUSE
 	}
 	ep.ctx, ep.stop = context.WithCancel(context.Background())
+	ep.poll.init()
 	ep.wg.Go(ep.acceptLoop)
 	if onDemand() {
 		ep.wg.Go(ep.acceptPeerLoop)
@@ -301,6 +304,10 @@ func (ep *endpoint) close() C.int {
 		b.Add(-1)
 	}
 	ep.bound = nil
+	for _, q := range ep.cqs {
+		q.removeEndpoint(ep)
+	}
+	ep.cqs = nil
 	ep.mu.Unlock()
 	ep.dom.removeEndpoint(ep)
 	ep.dom.release()
@@ -336,6 +343,8 @@ func (ep *endpoint) bind(bh C.uintptr_t, flags C.uint64_t) C.int {
 		}
 		q.bound.Add(1)
 		ep.bound = append(ep.bound, &q.bound)
+		ep.cqs = append(ep.cqs, q)
+		q.addEndpoint(ep)
 		sel := flags&C.FI_SELECTIVE_COMPLETION != 0
 		if flags&C.FI_TRANSMIT != 0 {
 			ep.txcq, ep.txSel = q, sel
@@ -649,33 +658,18 @@ func (ep *endpoint) flush(p *peer) {
 }
 
 // completionLoop turns the transport's completions into libfabric ones
-// and posts what waited for send queue room.
+// and posts what waited for send queue room, while the application does
+// not poll (progress.go).
 func (ep *endpoint) completionLoop() {
 	cq := ep.sp.CQ()
-	comps := make([]transport.Completion, 64)
 	for {
+		if !ep.poll.pause(ep.ctx) {
+			return
+		}
 		if err := cq.Wait(ep.ctx); err != nil {
 			return
 		}
-		n := cq.Poll(comps)
-		for _, c := range comps[:n] {
-			ep.mu.Lock()
-			op := ep.ops[c.ID]
-			ep.mu.Unlock()
-			if op != nil {
-				ep.finish(op, c.Err)
-			}
-		}
-		ep.stallMu.Lock()
-		var ps []*peer
-		for p := range ep.stalled {
-			ps = append(ps, p)
-		}
-		clear(ep.stalled)
-		ep.stallMu.Unlock()
-		for _, p := range ps {
-			ep.flush(p)
-		}
+		ep.reap()
 	}
 }
 
@@ -721,54 +715,73 @@ func (ep *endpoint) acceptLoop() {
 		if err != nil {
 			return
 		}
-		ep.wg.Go(func() { ep.serve(c) })
+		ep.wg.Go(func() { ep.serve(c, c.Protection() == spray.ProtectionClear) })
 	}
 }
 
-// serve receives a peer's messages: its hello, then messages to match.
-func (ep *endpoint) serve(c recvConn) {
-	var src netip.AddrPort
+// serve receives a peer's messages, while the application does not poll
+// (progress.go): its hello, then messages to match.
+func (ep *endpoint) serve(c recvConn, clear bool) {
+	rc := &rxConn{c: c, clear: clear}
+	ep.poll.addConn(rc)
+	defer ep.poll.removeConn(rc)
 	for {
-		m, err := c.Recv(ep.ctx)
-		if err != nil {
+		if !ep.poll.pause(ep.ctx) {
 			return
 		}
-		if m.HasImm && m.Data == nil {
-			ep.remoteWrite(m)
-			continue
+		rc.mu.Lock()
+		m, err := c.Recv(ep.ctx)
+		if err != nil {
+			rc.mu.Unlock()
+			return
 		}
-		b := m.Data
-		if len(b) < hdrLen {
-			m.Release()
-			continue
-		}
-		switch b[0] {
-		case kindHello:
-			// The name's address must be the one the connection manager
-			// checked (its QP's), so that a peer cannot pose as another
-			// host in FI_SOURCE; only its port is taken on trust.
-			if len(b) < hdrLen+6 {
-				m.Release()
-				c.Close()
-				return
-			}
-			src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[hdrLen:hdrLen+4])), binary.BigEndian.Uint16(b[hdrLen+4:]))
-			m.Release()
-			if src.Addr() != c.Remote().IP.Unmap() {
-				logf("spray: %s named itself %s: connection closed", c.Remote().IP, src)
-				c.Close()
-				return
-			}
-		case kindMsg, kindTagged:
-			in := &inMsg{src: src, tagged: b[0] == kindTagged, tag: binary.LittleEndian.Uint64(b[8:]),
-				data: binary.LittleEndian.Uint64(b[16:]), hasDat: b[1]&hdrHasData != 0, body: b[hdrLen:], m: m}
-			if !ep.deliver(in) {
-				return
-			}
-		default:
-			m.Release()
+		ok := ep.handle(rc, m, true)
+		rc.mu.Unlock()
+		if !ok {
+			return
 		}
 	}
+}
+
+// handle takes one message of rc, with rc.mu held. wait: a delivery may
+// wait for room among the unexpected messages (serve goroutines only).
+// false: the connection is closed or the endpoint closing.
+func (ep *endpoint) handle(rc *rxConn, m transport.Message, wait bool) bool {
+	if m.HasImm && m.Data == nil {
+		ep.remoteWrite(m)
+		return true
+	}
+	b := m.Data
+	if len(b) < hdrLen {
+		m.Release()
+		return true
+	}
+	switch b[0] {
+	case kindHello:
+		// The name's address must be the one the connection manager
+		// checked (its QP's), so that a peer cannot pose as another
+		// host in FI_SOURCE; only its port is taken on trust.
+		if len(b) < hdrLen+6 {
+			m.Release()
+			rc.c.Close()
+			return false
+		}
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[hdrLen:hdrLen+4])), binary.BigEndian.Uint16(b[hdrLen+4:]))
+		m.Release()
+		if src.Addr() != rc.c.Remote().IP.Unmap() {
+			logf("spray: %s named itself %s: connection closed", rc.c.Remote().IP, src)
+			rc.c.Close()
+			return false
+		}
+		rc.src = src
+	case kindMsg, kindTagged:
+		in := &inMsg{src: rc.src, tagged: b[0] == kindTagged, tag: binary.LittleEndian.Uint64(b[8:]),
+			data: binary.LittleEndian.Uint64(b[16:]), hasDat: b[1]&hdrHasData != 0, body: b[hdrLen:], m: m}
+		return ep.deliver(in, wait)
+	default:
+		m.Release()
+	}
+	return true
 }
 
 func kindIndex(tagged bool) int {
@@ -789,8 +802,10 @@ func (r *recvOp) matches(in *inMsg) bool {
 // deliver hands in to the first posted receive that matches it, or holds
 // it as unexpected. When the unexpected messages are at their bound it
 // waits for room: the connection stops taking messages and the transport
-// holds the sender back (receiver not ready). false: the endpoint closed.
-func (ep *endpoint) deliver(in *inMsg) bool {
+// holds the sender back (receiver not ready). Without wait (a polling
+// reader, which checked for room before it took the message) it never
+// waits. false: the endpoint closed.
+func (ep *endpoint) deliver(in *inMsg, wait bool) bool {
 	k := kindIndex(in.tagged)
 	ep.mu.Lock()
 	for i, r := range ep.posted[k] {
@@ -803,7 +818,7 @@ func (ep *endpoint) deliver(in *inMsg) bool {
 	}
 	waited := false
 	// Claimed messages count against the bound until they are received.
-	for len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes+int64(len(in.body)) > ep.set.maxUEB && ep.ueBytes > 0 {
+	for wait && (len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes+int64(len(in.body)) > ep.set.maxUEB && ep.ueBytes > 0) {
 		if ep.closed.Load() {
 			ep.mu.Unlock()
 			in.m.Release()

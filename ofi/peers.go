@@ -26,12 +26,15 @@ func (c peerConn) Close() error {
 
 func (c peerConn) Remote() transport.QPInfo { return transport.QPInfo{IP: c.RemoteIP()} }
 
+func (c peerConn) QP() *transport.Conn { return c.Conn }
+
 // recvConn is what serve reads a peer's messages from: a connection the
 // connection manager made (*spray.Conn) or an on-demand one (peerConn).
 type recvConn interface {
 	Recv(ctx context.Context) (transport.Message, error)
 	Close() error
 	Remote() transport.QPInfo
+	QP() *transport.Conn // the QP a polling reader takes messages from
 }
 
 // servePeer serves c's messages unless a goroutine already does: a peer's
@@ -41,7 +44,7 @@ func (ep *endpoint) servePeer(c *transport.Conn) {
 		return
 	}
 	ep.wg.Go(func() {
-		ep.serve(peerConn{c})
+		ep.serve(peerConn{c}, true)
 		ep.served.Delete(c)
 	})
 }

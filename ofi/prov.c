@@ -485,12 +485,11 @@ static ssize_t sp_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_add
 {
 	sp_cq *o = (sp_cq *)cq;
 
-	if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) <= 0 && o->h) {
-		// Progress runs on the provider's own threads: a caller that
-		// polls an empty CQ in a loop gives them the CPU.
+	// A caller that polls an empty CQ in a loop gives the CPU to the
+	// provider's and the transport's threads first (engines), then
+	// makes progress itself in goCQRead.
+	if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) <= 0 && o->h)
 		sched_yield();
-		return -FI_EAGAIN;
-	}
 	return goCQRead(o->h, buf, count, (uint64_t *)src_addr, 0, 0);
 }
 

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sprayfabric/spray/transport"
+)
+
+// Progress runs on two kinds of threads. The provider's goroutines (an
+// endpoint's completion loop, one receiver per accepted connection) make
+// it whatever the application does (FI_PROGRESS_AUTO). An application
+// that polls a CQ with fi_cq_read makes it on its own thread instead:
+// each read takes the transport's completions and the messages the
+// engines received, so that a completion reaches the application
+// without a goroutine woken to carry it (two per fi_pingpong round trip:
+// the send completion and the received message). While reads keep
+// coming, at most pollGrace apart, the provider's goroutines stand
+// aside; they take over again pollGrace after the last read, or at once
+// when a reader blocks in fi_cq_sread (TestPollerHandsBack).
+const pollGrace = time.Millisecond
+
+// pollBatch bounds the messages one read takes from one connection, so
+// that a read returns while a peer floods.
+const pollBatch = 16
+
+// epoch is the origin of the endpoints' poll times (monotonic).
+var epoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+// done is a context that has ended: a receive with it returns at once.
+var done = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// rxConn is an accepted connection. Its mutex is held by whoever takes
+// its messages (its serve goroutine or a polling reader), so that they
+// are matched in the order they arrived.
+type rxConn struct {
+	c     recvConn
+	mu    sync.Mutex
+	src   netip.AddrPort // the name the hello gave; invalid before it
+	clear bool           // unsecured: a reader may take the QP's messages (a secured one's carry close markers, which only the connection's Recv takes)
+}
+
+// poller is the application-driven side of an endpoint's progress.
+type poller struct {
+	last  atomic.Int64  // monoNow of the last fi_cq_read; 0: none pending
+	kick  chan struct{} // closed-and-replaced: wakes the paused goroutines
+	kmu   sync.Mutex
+	conns atomic.Pointer[[]*rxConn]
+	cmu   sync.Mutex
+}
+
+func (p *poller) init() {
+	p.kick = make(chan struct{})
+	p.conns.Store(&[]*rxConn{})
+}
+
+// pause waits while the application polls: until pollGrace after its
+// last read, a blocking reader's kick or ctx's end. false: ctx ended.
+func (p *poller) pause(ctx context.Context) bool {
+	for {
+		// The kick before the read time: a standDown between the two
+		// closes this kick, one before both leaves the time 0.
+		p.kmu.Lock()
+		k := p.kick
+		p.kmu.Unlock()
+		t := p.last.Load()
+		left := time.Duration(t + int64(pollGrace) - monoNow())
+		if t == 0 || left <= 0 {
+			return true
+		}
+		tm := time.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		case <-k:
+			tm.Stop()
+		case <-tm.C:
+		}
+	}
+}
+
+// standDown hands progress back to the provider's goroutines: a reader
+// is about to block.
+func (p *poller) standDown() {
+	if p.last.Swap(0) == 0 {
+		return
+	}
+	p.kmu.Lock()
+	close(p.kick)
+	p.kick = make(chan struct{})
+	p.kmu.Unlock()
+}
+
+func (p *poller) addConn(rc *rxConn) {
+	p.cmu.Lock()
+	old := *p.conns.Load()
+	p.conns.Store(new(append(old[:len(old):len(old)], rc)))
+	p.cmu.Unlock()
+}
+
+func (p *poller) removeConn(rc *rxConn) {
+	p.cmu.Lock()
+	old := *p.conns.Load()
+	next := make([]*rxConn, 0, len(old))
+	for _, x := range old {
+		if x != rc {
+			next = append(next, x)
+		}
+	}
+	p.conns.Store(&next)
+	p.cmu.Unlock()
+}
+
+// progress is an application read's share of the work: it takes the
+// transport's completions and the received messages of the connections
+// no goroutine is reading.
+func (ep *endpoint) progress() {
+	if ep.closed.Load() {
+		return
+	}
+	ep.poll.last.Store(monoNow())
+	ep.reap()
+	for _, rc := range *ep.poll.conns.Load() {
+		if !rc.clear || !rc.mu.TryLock() {
+			continue
+		}
+		for range pollBatch {
+			if ep.ueFull() {
+				break // the serve goroutine waits for room; a reader must not
+			}
+			m, err := rc.c.QP().Recv(done)
+			if err != nil {
+				break // nothing there, or the connection ended: its goroutine sees it
+			}
+			if !ep.handle(rc, m, false) {
+				break
+			}
+		}
+		rc.mu.Unlock()
+	}
+}
+
+// reap turns the transport's completions into libfabric ones and posts
+// what waited for send queue room. It does not block.
+func (ep *endpoint) reap() {
+	var comps [64]transport.Completion
+	for {
+		n := ep.sp.CQ().Poll(comps[:])
+		for _, c := range comps[:n] {
+			ep.mu.Lock()
+			op := ep.ops[c.ID]
+			ep.mu.Unlock()
+			if op != nil {
+				ep.finish(op, c.Err)
+			}
+		}
+		if n < len(comps) {
+			break
+		}
+	}
+	ep.stallMu.Lock()
+	if len(ep.stalled) == 0 {
+		ep.stallMu.Unlock()
+		return
+	}
+	var ps []*peer
+	for p := range ep.stalled {
+		ps = append(ps, p)
+	}
+	clear(ep.stalled)
+	ep.stallMu.Unlock()
+	for _, p := range ps {
+		ep.flush(p)
+	}
+}
+
+// ueFull reports whether the unexpected messages are at their bound.
+func (ep *endpoint) ueFull() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes >= ep.set.maxUEB
+}
+
+func (q *complQueue) addEndpoint(ep *endpoint) {
+	q.emu.Lock()
+	old := *q.eps.Load()
+	q.eps.Store(new(append(old[:len(old):len(old)], ep)))
+	q.emu.Unlock()
+}
+
+func (q *complQueue) removeEndpoint(ep *endpoint) {
+	q.emu.Lock()
+	old := *q.eps.Load()
+	next := make([]*endpoint, 0, len(old))
+	for _, x := range old {
+		if x != ep {
+			next = append(next, x)
+		}
+	}
+	q.eps.Store(&next)
+	q.emu.Unlock()
+}
+
+// progress makes the progress of the endpoints bound to q on the
+// reader's thread (fi_cq_read).
+func (q *complQueue) progress() {
+	for _, ep := range *q.eps.Load() {
+		ep.progress()
+	}
+}
+
+// standDown hands the progress of q's endpoints back to their goroutines
+// before a reader blocks (fi_cq_sread).
+func (q *complQueue) standDown() {
+	for _, ep := range *q.eps.Load() {
+		ep.poll.standDown()
+	}
+}
