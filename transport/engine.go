@@ -499,7 +499,7 @@ func (e *Engine) arrival(now clock.Time, rx int64) clock.Time {
 // input decodes a frame that arrived at at and hands it to its QP. The
 // caller counts it in RxFrames: the engine whose link received it.
 func (e *Engine) input(now, at clock.Time, frame []byte) {
-	err := wire.Decode(frame, &e.pkt)
+	err := wire.DecodeOwned(frame, &e.pkt) // the link lent it until Release
 	if e.credit != nil {
 		// Every frame but the data that credit booked takes the link.
 		if err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited {
