@@ -84,3 +84,73 @@ func BenchmarkSmallMessage(b *testing.B) {
 		roundTrip(b, s, msg, id)
 	}
 }
+
+// BenchmarkSmallBurst: 64-byte SENDs posted 32 at a time, both engines
+// stepped on one goroutine over link/mem until every one completed on
+// both sides: the engines' cost per message of a stream, with no
+// scheduler in it (BenchmarkSmallStream adds the Endpoint's goroutines).
+func BenchmarkSmallBurst(b *testing.B) {
+	const depth = 32
+	s := newSimPair(b, mem.Config{}, Config{Profile: Spray, Seed: 1})
+	msg := make([]byte, 64)
+	id := uint64(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if id%depth == 0 {
+			burst(b, s, msg, &id, depth)
+		}
+		id++ // counted here, posted by the burst before
+	}
+}
+
+// burst posts n small SENDs on s.qa from *id+1 and steps both engines
+// until all of them completed on both sides.
+func burst(t testing.TB, s *simPair, msg []byte, id *uint64, n int) {
+	for i := range n {
+		if err := s.qa.Post(WorkRequest{ID: *id + uint64(i) + 1, Op: OpSend, Data: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent, got := 0, 0
+	for round := 0; sent < n || got < n; round++ {
+		if round > 100*n {
+			t.Fatalf("%d of %d sent, %d received after %d rounds", sent, n, got, round)
+		}
+		now := s.clk.Now()
+		if _, err := s.ea.Step(now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.eb.Step(now); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			c, ok := s.qa.PollCompletion()
+			if !ok {
+				break
+			}
+			if c.Err != nil {
+				t.Fatalf("completion %+v", c)
+			}
+			sent++
+		}
+		for {
+			c, ok := s.qb.PollCompletion()
+			if !ok {
+				break
+			}
+			if c.Len != len(msg) {
+				t.Fatalf("received %d bytes, want %d", c.Len, len(msg))
+			}
+			if c.pooled {
+				recvPool.put(c.Data)
+			}
+			got++
+		}
+		next := clock.Min(clock.Min(s.ea.NextDeadline(), s.eb.NextDeadline()), s.fab.NextDelivery())
+		if next > now && next != clock.Never {
+			s.clk.Set(next)
+		} else {
+			s.clk.Advance(time.Microsecond)
+		}
+	}
+}
