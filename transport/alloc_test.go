@@ -89,26 +89,42 @@ func BenchmarkSmallMessage(b *testing.B) {
 // stepped on one goroutine over link/mem until every one completed on
 // both sides: the engines' cost per message of a stream, with no
 // scheduler in it (BenchmarkSmallStream adds the Endpoint's goroutines).
+// In "stepped", the sending engine steps after each post, as Conn.Post
+// has it do on the caller's goroutine.
 func BenchmarkSmallBurst(b *testing.B) {
-	const depth = 32
-	s := newSimPair(b, mem.Config{}, Config{Profile: Spray, Seed: 1})
-	msg := make([]byte, 64)
-	id := uint64(0)
-	b.ReportAllocs()
-	for b.Loop() {
-		if id%depth == 0 {
-			burst(b, s, msg, &id, depth)
+	for _, stepped := range []bool{false, true} {
+		name := "batched"
+		if stepped {
+			name = "stepped"
 		}
-		id++ // counted here, posted by the burst before
+		b.Run(name, func(b *testing.B) {
+			const depth = 32
+			s := newSimPair(b, mem.Config{}, Config{Profile: Spray, Seed: 1})
+			msg := make([]byte, 64)
+			id := uint64(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				if id%depth == 0 {
+					burst(b, s, msg, id, depth, stepped)
+				}
+				id++ // counted here, posted by the burst before
+			}
+		})
 	}
 }
 
-// burst posts n small SENDs on s.qa from *id+1 and steps both engines
-// until all of them completed on both sides.
-func burst(t testing.TB, s *simPair, msg []byte, id *uint64, n int) {
+// burst posts n small SENDs on s.qa from id+1 (stepping s.ea after each
+// when stepped) and steps both engines until all of them completed on
+// both sides.
+func burst(t testing.TB, s *simPair, msg []byte, id uint64, n int, stepped bool) {
 	for i := range n {
-		if err := s.qa.Post(WorkRequest{ID: *id + uint64(i) + 1, Op: OpSend, Data: msg}); err != nil {
+		if err := s.qa.Post(WorkRequest{ID: id + uint64(i) + 1, Op: OpSend, Data: msg}); err != nil {
 			t.Fatal(err)
+		}
+		if stepped {
+			if _, err := s.ea.Step(s.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	sent, got := 0, 0
