@@ -764,11 +764,21 @@ func (e *Engine) borrow() bool {
 	return true
 }
 
-// flush sends the first filled transmit buffers and keeps the rest.
+// flush sends the first filled transmit buffers and keeps the rest: the
+// last of them fill the front that was sent, so that a flush moves at
+// most filled entries, not every buffer the engine holds (a post that
+// sends one frame moved the other 63).
 func (e *Engine) flush(filled int) error {
 	e.stats.TxFrames += uint64(filled)
 	_, err := e.link.Send(e.tx[:filled])
-	e.have = copy(e.tx, e.tx[filled:e.have])
+	rest := e.have - filled
+	if rest > filled {
+		copy(e.tx[:filled], e.tx[rest:e.have])
+	} else {
+		copy(e.tx, e.tx[filled:e.have])
+	}
+	clear(e.tx[rest:e.have])
+	e.have = rest
 	return err
 }
 
