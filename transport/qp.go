@@ -353,9 +353,11 @@ type QP struct {
 	// idle (trim); scoreboard tags name a message by the low 32 bits of
 	// its number (msgTag), which survive the growth.
 	msgs []sendMsg
-	// inl holds MaxInline bytes per slot of msgs: the copies of the small
-	// messages posted (MaxInline), which grow and go with msgs.
-	inl    []byte
+	// inl holds MaxInline bytes per slot of msgs, for the copies of the
+	// small messages posted (MaxInline): made by the first, grown with
+	// msgs and given back with it, behind a pointer, as a QP that sends
+	// no small message holds none (TestQPSize).
+	inl    *[]byte
 	head   uint64 // oldest incomplete message
 	cursor uint64 // next message to segment
 	tail   uint64 // next free slot
@@ -741,7 +743,11 @@ func (q *QP) push(wr WorkRequest) {
 	}
 	inline := len(wr.Data) > 0 && len(wr.Data) <= MaxInline && wr.Op != OpRead && wr.Op != opReadResp
 	if inline {
-		wr.Data = q.inlineSlot(q.tail, wr.Data)
+		if q.inl == nil {
+			b := make([]byte, len(q.msgs)*MaxInline)
+			q.inl = &b
+		}
+		wr.Data = q.inlineCopy(q.tail, wr.Data)
 	}
 	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n), inline: inline}
 	q.creditPosted(n)
@@ -759,14 +765,26 @@ const minSendRing = 1
 func (q *QP) growSend() {
 	old := q.msgs
 	q.msgs = make([]sendMsg, min(max(minSendRing, 2*len(old)), q.cfg.SendQueue))
-	q.inl = make([]byte, len(q.msgs)*MaxInline)
+	if q.inl != nil {
+		b := make([]byte, len(q.msgs)*MaxInline)
+		q.inl = &b
+	}
 	for i := q.head; i < q.tail; i++ {
 		m := q.msg(i)
 		*m = old[i%uint64(len(old))]
 		if m.inline {
-			m.wr.Data = q.inlineSlot(i, m.wr.Data)
+			m.wr.Data = q.inlineCopy(i, m.wr.Data)
 		}
 	}
+}
+
+// inlineCopy copies data into message i's slot of the inline ring and
+// returns the copy.
+func (q *QP) inlineCopy(i uint64, data []byte) []byte {
+	at := int(i%uint64(len(q.msgs))) * MaxInline
+	b := (*q.inl)[at : at+len(data) : at+len(data)]
+	copy(b, data)
+	return b
 }
 
 // MaxInline is the largest SEND or WRITE whose bytes Post copies into the
@@ -774,15 +792,6 @@ func (q *QP) growSend() {
 // buffer as soon as Post returns (TestInlineSmallSend). A larger one's
 // bytes are read until the work request completes.
 const MaxInline = 64
-
-// inlineSlot copies data into message i's slot of the inline ring and
-// returns the copy.
-func (q *QP) inlineSlot(i uint64, data []byte) []byte {
-	at := int(i%uint64(len(q.msgs))) * MaxInline
-	b := q.inl[at : at+len(data) : at+len(data)]
-	copy(b, data)
-	return b
-}
 
 // msg returns message number i, which is in the ring.
 func (q *QP) msg(i uint64) *sendMsg { return &q.msgs[i%uint64(len(q.msgs))] }
