@@ -117,3 +117,39 @@ func TestSprayAckSackWords(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallBurstOneAck: 32 one-packet SENDs posted at once leave in one
+// step, and the receiver, reading them in one batch, answers the lot
+// with one ACK (each asked for one: the last packet of its message); the
+// sender has every completion one round trip after the post, without
+// waiting for the receiver's AckDelay, which the last message of the
+// burst would otherwise hold.
+func TestSmallBurstOneAck(t *testing.T) {
+	const n, delay = 32, 5 * time.Microsecond
+	s := newSimPair(t, mem.Config{Delay: delay}, Config{Profile: Spray, AckDelay: time.Millisecond})
+	msg := make([]byte, 64)
+	start := s.clk.Now()
+	for i := range n {
+		if err := s.qa.Post(WorkRequest{ID: uint64(i + 1), Op: OpSend, Data: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.run(start.Add(time.Second), func() bool { return len(s.ca) >= n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := s.clk.Now().Sub(start)
+	rx := s.qb.Stats()
+	t.Logf("%d messages, %d data packets, %d ACKs, all complete after %v", n, rx.RxPackets, rx.AcksSent, took)
+	if rx.RxPackets != n || rx.AcksSent != 1 {
+		t.Errorf("%d data packets drew %d ACKs, want %d packets and one ACK", rx.RxPackets, rx.AcksSent, n)
+	}
+	for _, c := range s.ca {
+		if c.Err != nil {
+			t.Errorf("completion %+v", c)
+		}
+	}
+	if took >= 4*delay {
+		t.Errorf("the burst completed after %v, want one round trip (%v) and well before the receiver's AckDelay", took, 2*delay)
+	}
+}

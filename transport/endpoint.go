@@ -437,7 +437,10 @@ func (s *epShard) deliver(c *Conn) {
 	s.eng.visits++
 	// The completions go out in order and the slice keeps its array: a
 	// slice advanced past each would lose its front and reallocate as
-	// completeSends appends (TestSmallMessageAllocs).
+	// completeSends appends (TestSmallMessageAllocs). Those for the CQ
+	// are kept at its front and queued at once: one lock and one wake-up
+	// for an ACK's worth of completions, not one per message.
+	k := 0
 	for _, comp := range q.comps {
 		if comp.ID&internalID != 0 {
 			if w := s.waiters[comp.ID]; w != nil {
@@ -446,10 +449,13 @@ func (s *epShard) deliver(c *Conn) {
 			}
 			continue
 		}
-		s.ep.cq.push(comp)
+		q.comps[k] = comp
+		k++
 	}
+	s.ep.cq.push(q.comps[:k]...)
 	clear(q.comps)
 	q.comps = q.comps[:0]
+	pushed := false
 	for {
 		comp, ok := q.peekRecv()
 		if !ok {
@@ -462,20 +468,23 @@ func (s *epShard) deliver(c *Conn) {
 			s.ep.cq.push(comp)
 			continue
 		}
-		if c.rx.len() >= s.eng.cfg.MaxMessages {
+		if !c.rx.add(comp, s.eng.cfg.MaxMessages) {
 			// Recv puts c on unblocked and wakes the engine when it
 			// makes room; announce it before the last look, as Recv
 			// takes before it looks at the flag.
 			c.full.Store(true)
-			if c.rx.len() >= s.eng.cfg.MaxMessages {
+			if !c.rx.add(comp, s.eng.cfg.MaxMessages) {
 				break
 			}
 		}
+		pushed = true
 		q.popRecv()
 		if comp.Err != nil {
 			c.noteRecvErr()
 		}
-		c.rx.push(comp)
+	}
+	if pushed {
+		c.rx.wake() // once for the batch
 	}
 }
 
@@ -658,9 +667,20 @@ type connRecv struct {
 	ready   chan struct{} // holds a token while a message may wait
 }
 
-// push queues c and wakes a waiting Recv.
-func (r *connRecv) push(c Completion) {
+// add queues c unless limit messages wait, and reports whether it did; it
+// wakes no Recv (the caller wakes one for its batch).
+func (r *connRecv) add(c Completion, limit int) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n >= limit {
+		return false
+	}
+	r.put(c)
+	return true
+}
+
+// put queues c; r.mu is held.
+func (r *connRecv) put(c Completion) {
 	if r.n == len(r.ring) {
 		ring := make([]Completion, max(4, 2*len(r.ring)))
 		for i := range r.n {
@@ -670,8 +690,6 @@ func (r *connRecv) push(c Completion) {
 	}
 	r.ring[(r.head+r.n)%len(r.ring)] = c
 	r.n++
-	r.mu.Unlock()
-	r.wake()
 }
 
 // pop takes the oldest message, and passes the wake-up on to another
@@ -928,9 +946,13 @@ type CQ struct {
 
 func newCQ() *CQ { return &CQ{notify: make(chan struct{}, 1)} }
 
-func (cq *CQ) push(c Completion) {
+// push queues cs, in order, and wakes a waiting Wait; none does nothing.
+func (cq *CQ) push(cs ...Completion) {
+	if len(cs) == 0 {
+		return
+	}
 	cq.mu.Lock()
-	cq.items = append(cq.items, c)
+	cq.items = append(cq.items, cs...)
 	cq.mu.Unlock()
 	select {
 	case cq.notify <- struct{}{}:

@@ -508,7 +508,7 @@ func (e *Engine) arrival(now clock.Time, rx int64) clock.Time {
 // input decodes a frame that arrived at at and hands it to its QP. The
 // caller counts it in RxFrames: the engine whose link received it.
 func (e *Engine) input(now, at clock.Time, frame []byte) {
-	err := wire.Decode(frame, &e.pkt)
+	err := wire.DecodeOwned(frame, &e.pkt) // the link lent it until Release
 	if e.credit != nil {
 		// Every frame but the data that credit booked takes the link.
 		if err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited {
@@ -780,11 +780,21 @@ func (e *Engine) borrow() bool {
 	return true
 }
 
-// flush sends the first filled transmit buffers and keeps the rest.
+// flush sends the first filled transmit buffers and keeps the rest: the
+// last of them fill the front that was sent, so that a flush moves at
+// most filled entries, not every buffer the engine holds (a post that
+// sends one frame moved the other 63).
 func (e *Engine) flush(filled int) error {
 	e.stats.TxFrames += uint64(filled)
 	_, err := e.link.Send(e.tx[:filled])
-	e.have = copy(e.tx, e.tx[filled:e.have])
+	rest := e.have - filled
+	if rest > filled {
+		copy(e.tx[:filled], e.tx[rest:e.have])
+	} else {
+		copy(e.tx, e.tx[filled:e.have])
+	}
+	clear(e.tx[rest:e.have])
+	e.have = rest
 	return err
 }
 

@@ -58,7 +58,8 @@ func (o Op) String() string {
 }
 
 // WorkRequest is one operation posted to a QP. The QP reads Data until the
-// request completes: do not change it before then.
+// request completes: do not change it before then, unless it is a SEND or
+// a WRITE of at most MaxInline bytes, which Post copies.
 type WorkRequest struct {
 	ID     uint64 // echoed in the completion
 	Op     Op     // OpSend, OpSendImm, OpWrite, OpWriteImm or OpRead
@@ -291,6 +292,9 @@ type sendMsg struct {
 	err    error
 	// readDone: every byte of this READ's response has landed in wr.Data.
 	readDone bool
+	// inline: wr.Data is the message's copy in the QP's inline ring
+	// (MaxInline).
+	inline bool
 	// A RoCE READ numbers its response packets with its own PSNs: psn is
 	// that of its first response packet, landed the packets landed, in
 	// order (read_classic.go).
@@ -348,7 +352,12 @@ type QP struct {
 	// grows with them up to SendQueue (growSend) and is given back when
 	// idle (trim); scoreboard tags name a message by the low 32 bits of
 	// its number (msgTag), which survive the growth.
-	msgs   []sendMsg
+	msgs []sendMsg
+	// inl holds MaxInline bytes per slot of msgs, for the copies of the
+	// small messages posted (MaxInline): made by the first, grown with
+	// msgs and given back with it, behind a pointer, as a QP that sends
+	// no small message holds none (TestQPSize).
+	inl    *[]byte
 	head   uint64 // oldest incomplete message
 	cursor uint64 // next message to segment
 	tail   uint64 // next free slot
@@ -734,7 +743,15 @@ func (q *QP) push(wr WorkRequest) {
 	if q.tail-q.head >= uint64(len(q.msgs)) {
 		q.growSend()
 	}
-	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n)}
+	inline := len(wr.Data) > 0 && len(wr.Data) <= MaxInline && wr.Op != OpRead && wr.Op != opReadResp
+	if inline {
+		if q.inl == nil {
+			b := make([]byte, len(q.msgs)*MaxInline)
+			q.inl = &b
+		}
+		wr.Data = q.inlineCopy(q.tail, wr.Data)
+	}
+	*q.msg(q.tail) = sendMsg{wr: wr, id: q.nextID, length: uint32(len(wr.Data)), npkts: uint32(n), inline: inline}
 	q.creditPosted(n)
 	q.nextID++
 	q.tail++
@@ -750,10 +767,33 @@ const minSendRing = 1
 func (q *QP) growSend() {
 	old := q.msgs
 	q.msgs = make([]sendMsg, min(max(minSendRing, 2*len(old)), q.cfg.SendQueue))
+	if q.inl != nil {
+		b := make([]byte, len(q.msgs)*MaxInline)
+		q.inl = &b
+	}
 	for i := q.head; i < q.tail; i++ {
-		*q.msg(i) = old[i%uint64(len(old))]
+		m := q.msg(i)
+		*m = old[i%uint64(len(old))]
+		if m.inline {
+			m.wr.Data = q.inlineCopy(i, m.wr.Data)
+		}
 	}
 }
+
+// inlineCopy copies data into message i's slot of the inline ring and
+// returns the copy.
+func (q *QP) inlineCopy(i uint64, data []byte) []byte {
+	at := int(i%uint64(len(q.msgs))) * MaxInline
+	b := (*q.inl)[at : at+len(data) : at+len(data)]
+	copy(b, data)
+	return b
+}
+
+// MaxInline is the largest SEND or WRITE whose bytes Post copies into the
+// QP (as a verbs send with IBV_SEND_INLINE): the caller may reuse its
+// buffer as soon as Post returns (TestInlineSmallSend). A larger one's
+// bytes are read until the work request completes.
+const MaxInline = 64
 
 // msg returns message number i, which is in the ring.
 func (q *QP) msg(i uint64) *sendMsg { return &q.msgs[i%uint64(len(q.msgs))] }
@@ -969,7 +1009,7 @@ func (q *QP) trimmable() bool {
 // TestIdleQPTrims).
 func (q *QP) trim() {
 	if q.head == q.tail && q.readSlots == 0 {
-		q.msgs = nil
+		q.msgs, q.inl = nil, nil
 	}
 	q.sb.Trim()
 	if q.recvLen == 0 {

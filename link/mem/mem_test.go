@@ -940,3 +940,45 @@ func BenchmarkSendRecv(b *testing.B) {
 		}
 	}
 }
+
+// TestUntimedOrder: on a fabric without delay, jitter, reordering or
+// bandwidth, whose Send reads no clock, frames are due at once (the next
+// Recv takes them, NextDelivery is not after now) in the order they were
+// sent; a delay set at run time holds the frames sent after it for that
+// long, and not those before.
+func TestUntimedOrder(t *testing.T) {
+	f, clk, ports := simFabric(t, Config{Seed: testutil.Seed(t)}, 2)
+	clk.Set(clock.Time(time.Millisecond))
+	var seq uint64
+	for range 5 {
+		seq++
+		sendOne(t, ports[0], macOf(1), seq, hdrLen)
+		clk.Advance(time.Microsecond)
+	}
+	if d := f.NextDelivery(); d > clk.Now() {
+		t.Fatalf("NextDelivery %v after now %v on an untimed fabric", d, clk.Now())
+	}
+	var got []uint64
+	take := func(b []byte) { got = append(got, frameSeq(b)) }
+	if n := drain(t, ports[1], take); n != 5 || !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) {
+		t.Fatalf("received %v, want frames 1 to 5 in order", got)
+	}
+	seq++
+	sendOne(t, ports[0], macOf(1), seq, hdrLen) // untimed: due at once
+	f.SetDelay(10*time.Microsecond, 0)
+	seq++
+	sendOne(t, ports[0], macOf(1), seq, hdrLen) // held 10 µs
+	got = got[:0]
+	if drain(t, ports[1], take); !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("received %v after the delay was set, want frame 6 only", got)
+	}
+	if d, want := f.NextDelivery(), clk.Now().Add(10*time.Microsecond); d != want {
+		t.Fatalf("NextDelivery %v, want %v", d, want)
+	}
+	clk.Advance(10 * time.Microsecond)
+	got = got[:0]
+	if drain(t, ports[1], take); !slices.Equal(got, []uint64{7}) {
+		t.Fatalf("received %v once the delay passed, want frame 7", got)
+	}
+	checkConservation(t, f)
+}
