@@ -3,6 +3,7 @@ package xdp
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -70,6 +71,12 @@ const batchSize = 64
 // Recv and Release.
 const jumboBuffers = 2 * batchSize
 
+// kickBurst is the number of Sends, each within Config.KickDelay of the
+// one before, after which a Send may leave its frames for a later kick:
+// a request and the acknowledgement sent just before it (two Sends) still
+// leave at once, so that a ping-pong pays no delay.
+const kickBurst = 2
+
 // maxKicks bounds the system calls one flush makes. The kernel's copy mode
 // sends at most 32 frames per call, so this covers a full default ring.
 const maxKicks = 128
@@ -96,6 +103,7 @@ type counters struct {
 	rxFrames, rxBytes, txFrames, txBytes atomic.Uint64
 	fills, completions                   atomic.Uint64
 	txKicks, rxKicks, waits              atomic.Uint64
+	txDeferred                           atomic.Uint64
 	txDropped, txDeviceDrops             atomic.Uint64
 	rxBadDescs, badReleases, badComps    atomic.Uint64
 	rxOversize, rxJumbo, rxCopied        atomic.Uint64
@@ -171,6 +179,19 @@ type core struct {
 	needWakeup bool
 	busyPoll   bool
 	sys        kicker
+
+	// kickDelay (Config.KickDelay, ns) lets send leave its descriptors on
+	// the TX ring without a kick while the last kick is younger than it;
+	// kickOwed says such descriptors wait; lastKick is when flushTx last
+	// kicked, on now's clock (monotonic ns). now is nil without a delay.
+	kickDelay int64
+	now       func() int64
+	lastKick  int64
+	kickOwed  bool
+	// lastSend is when send last queued frames; burst counts the sends
+	// since the last one that came kickDelay or more after its previous.
+	lastSend int64
+	burst    int
 
 	// Engine-side counts mirrored into ctr.
 	rxHeld, txHeld, txInFlight int
@@ -764,7 +785,42 @@ func (c *core) send(fs []link.Frame) (int, error) {
 	c.ctr.txHeld.Store(int64(c.txHeld))
 	c.ctr.txFree.Store(int64(len(c.txFree)))
 	c.ctr.txInFlight.Store(int64(c.txInFlight))
+	if queued > 0 && c.kickDelay > 0 && c.needWakeup {
+		now := c.now()
+		if now-c.lastSend < c.kickDelay {
+			c.burst++
+		} else {
+			c.burst = 0
+		}
+		c.lastSend = now
+		if c.burst >= kickBurst && now-c.lastKick < c.kickDelay {
+			// Sends follow each other closely and a kick went out less
+			// than kickDelay ago: one kick for the frames of several
+			// Sends costs the kernel one pass instead of one per Send
+			// (TestKickDelay).
+			c.kickOwed = true
+			c.ctr.txDeferred.Add(1)
+			return int(queued), nil
+		}
+	}
 	return int(queued), c.flushTx()
+}
+
+// setKickDelay turns on Config.KickDelay: delay ns on the clock now.
+func (c *core) setKickDelay(delay int64, now func() int64) {
+	c.kickDelay, c.now = delay, now
+	// Long ago: the first Send kicks at once.
+	c.lastSend, c.lastKick = math.MinInt64/2, math.MinInt64/2
+}
+
+// flushDue kicks the descriptors that send left on the TX ring once they
+// have waited kickDelay: Recv calls it, so that an engine that keeps
+// polling without sleeping (busy polling) still sends them in time.
+func (c *core) flushDue() error {
+	if !c.kickOwed || c.now()-c.lastKick < c.kickDelay {
+		return nil
+	}
+	return c.flushTx()
 }
 
 // dropAll takes back the caller's frames in fs without sending them.
@@ -786,6 +842,7 @@ func (c *core) dropAll(fs []link.Frame) {
 // each kick makes progress. It reaps completions between kicks: in copy
 // mode the kernel stops sending when the completion ring is full.
 func (c *core) flushTx() error {
+	c.kickOwed = false
 	for range maxKicks {
 		c.reap()
 		before := c.tx.outstanding()
@@ -794,6 +851,9 @@ func (c *core) flushTx() error {
 		}
 		err := c.sys.kickTx()
 		c.ctr.txKicks.Add(1)
+		if c.now != nil {
+			c.lastKick = c.now()
+		}
 		switch {
 		case err == errDeviceDrop:
 			c.ctr.txDeviceDrops.Add(1)
@@ -832,6 +892,7 @@ func (c *core) stats(st *Stats) {
 	st.TxDropped = r.txDropped.Load()
 	st.Fills, st.Completions = r.fills.Load(), r.completions.Load()
 	st.TxWakeups, st.RxWakeups, st.Waits = r.txKicks.Load(), r.rxKicks.Load(), r.waits.Load()
+	st.TxDeferredKicks = r.txDeferred.Load()
 	st.TxDeviceDrops = r.txDeviceDrops.Load()
 	st.RxBadDescs, st.BadReleases, st.BadCompletions = r.rxBadDescs.Load(), r.badReleases.Load(), r.badComps.Load()
 	st.RxOversize, st.RxMultiBuffer, st.RxReassembled = r.rxOversize.Load(), r.rxJumbo.Load(), r.rxCopied.Load()

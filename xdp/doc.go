@@ -152,6 +152,18 @@
 // as each kick makes progress; Wait kicks again before it sleeps.
 // Config.NoNeedWakeup makes Send kick on every call instead.
 //
+// In copy mode every kick runs the kernel's whole transmit path (and, on
+// veth, the peer's receive path) for what the ring holds, so that for
+// small frames the system call, not the bytes, is the cost.
+// Config.KickDelay lets a Send that follows others closely, less than
+// KickDelay after the last kick, leave its frames on the ring: they leave
+// with the next kick, made by a Send after KickDelay, by Recv once they
+// have waited KickDelay, by Wait before it sleeps, by Flush or Close, or
+// when the ring is full (Stats.TxDeferredKicks counts such Sends). A lone
+// Send, and a request right behind its acknowledgement, still kick at
+// once. It suits a caller that loops over Recv, Send and Wait, as the
+// transport's engines do; 0 (the default) kicks on every Send.
+//
 // # Copy and zero-copy
 //
 // In zero-copy mode the driver DMAs straight into the UMEM; in copy mode the

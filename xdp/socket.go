@@ -62,6 +62,9 @@ func (s *Socket) Recv(fs []link.Frame) (int, error) {
 	if s.closed.Load() {
 		return 0, link.ErrClosed
 	}
+	if err := s.c.flushDue(); err != nil {
+		return 0, err
+	}
 	return s.c.recv(fs), nil
 }
 
@@ -110,6 +113,19 @@ func (s *Socket) Send(fs []link.Frame) (int, error) {
 		}
 	}
 	return s.c.send(fs)
+}
+
+// Flush kicks the kernel for the frames that Send left on the TX ring
+// (Config.KickDelay). Recv and Wait do it too once it is due; a caller
+// that stops calling them after a Send calls Flush, or Close, which
+// flushes too.
+func (s *Socket) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return link.ErrClosed
+	}
+	return s.c.flushTx()
 }
 
 // Stats returns the socket's counters. After Close it returns the counters

@@ -31,6 +31,12 @@ const (
 // Wait returns after this long to kick again.
 const stuckRetry = 200 * time.Microsecond
 
+// epoch anchors monoNow.
+var epoch = time.Now()
+
+// monoNow is the monotonic clock of Config.KickDelay, in ns.
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
 // eventfdOne is the value Wake adds to the eventfd (host byte order is
 // little endian on every platform Go's AF_XDP support builds for, and any
 // non-zero value wakes).
@@ -168,6 +174,9 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.tx = newDescRing(s.sys.rings[3], layouts[3], size32, true)
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
+	if cfg.KickDelay > 0 {
+		c.setKickDelay(int64(cfg.KickDelay), monoNow)
+	}
 	c.inPlace = inPlace
 	c.stamp = cfg.stampLen()
 	c.sys = &s.sys
@@ -402,6 +411,9 @@ func (s *Socket) Close() error {
 		s.sys.wake() // a Wait in ppoll returns and lets go of mu
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.c.kickOwed {
+			s.c.flushTx() // what Send left on the ring (Config.KickDelay)
+		}
 		if k, err := s.sys.kernelStats(); err == nil {
 			s.final = k
 		}

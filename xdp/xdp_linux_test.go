@@ -103,6 +103,18 @@ func TestBidirectional(t *testing.T) {
 	exchange(t, a, b, sa, sb, 20000, 20000)
 }
 
+// TestKickDelayOverVeth: with the longest KickDelay, frames that Sends
+// left on the TX ring still leave with a later Recv or Wait: every frame
+// arrives exactly once, both ways, and the pools end whole.
+func TestKickDelayOverVeth(t *testing.T) {
+	a, b := newPair(t)
+	sa := a.open(t, xdp.Config{KickDelay: xdp.MaxKickDelay})
+	sb := b.open(t, xdp.Config{KickDelay: xdp.MaxKickDelay})
+	exchange(t, a, b, sa, sb, 20000, 20000)
+	st := sa.Stats()
+	t.Logf("%d frames in %d kicks, %d Sends left for a later kick", st.TxFrames, st.TxWakeups, st.TxDeferredKicks)
+}
+
 // TestStress: 10 million frames (5M each way; 100k each way with -short)
 // with no lost or duplicated descriptor and full pools at the end.
 func TestStress(t *testing.T) {
@@ -349,6 +361,8 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{xdp.Config{Ifindex: a.ifindex, FrameSize: 1000}, xdp.ErrInvalidConfig},
 		{xdp.Config{Ifindex: a.ifindex, RingSize: 1000}, xdp.ErrInvalidConfig},
+		{xdp.Config{Ifindex: a.ifindex, KickDelay: -1}, xdp.ErrInvalidConfig},
+		{xdp.Config{Ifindex: a.ifindex, KickDelay: xdp.MaxKickDelay + 1}, xdp.ErrInvalidConfig},
 		{xdp.Config{}, xdp.ErrInvalidConfig},
 		{xdp.Config{Ifindex: a.ifindex, Mode: xdp.ZeroCopy}, xdp.ErrNotSupported}, // veth has no zero-copy
 		{xdp.Config{Ifindex: 999999, Mode: xdp.Copy}, nil},

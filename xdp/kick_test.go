@@ -1,0 +1,97 @@
+package xdp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/sprayfabric/spray/link"
+)
+
+// TestKickDelay: with Config.KickDelay, Sends that follow each other
+// closely share one kick, a lone Send still kicks at once, the frames a
+// Send left on the ring leave with the next due Recv or Wait, and every
+// frame arrives intact and in order.
+func TestKickDelay(t *testing.T) {
+	const rxF, txF, ring = 8, 64, 64
+	const delay = 10_000 // ns
+	c, k := newFake(2048, rxF, txF, ring)
+	var clk int64
+	c.setKickDelay(delay, func() int64 { return clk })
+	var want [][]byte
+	seq := uint64(0)
+	send := func(at int64) {
+		t.Helper()
+		clk = at
+		fs := make([]link.Frame, 1)
+		if c.alloc(fs) != 1 {
+			t.Fatal("alloc")
+		}
+		p := pkt(seq, 100)
+		seq++
+		fs[0].Buf = fs[0].Buf[:copy(fs[0].Buf, p)]
+		want = append(want, p)
+		if q, err := c.send(fs); q != 1 || err != nil {
+			t.Fatalf("send at %d ns = %d, %v", at, q, err)
+		}
+	}
+	sent := func(wantSent, wantKicks int) {
+		t.Helper()
+		if len(k.tx) != wantSent || k.txKicks != wantKicks {
+			t.Fatalf("at %d ns: %d frames sent in %d kicks, want %d in %d", clk, len(k.tx), k.txKicks, wantSent, wantKicks)
+		}
+	}
+
+	send(0) // after a quiet spell: at once
+	sent(1, 1)
+	send(1_000) // a request after its ACK: at once
+	sent(2, 2)
+	send(2_000) // the third in a row, 1 µs after a kick: waits
+	send(3_000)
+	sent(2, 2)
+	if err := c.flushDue(); err != nil { // Recv before the delay: nothing
+		t.Fatal(err)
+	}
+	sent(2, 2)
+	clk = 1_000 + delay // Recv once the oldest waited the delay: one kick
+	if err := c.flushDue(); err != nil {
+		t.Fatal(err)
+	}
+	sent(4, 3)
+	send(12_000) // still a burst, but the last kick is 1 µs old: waits
+	sent(4, 3)
+	if err := c.flushTx(); err != nil { // Wait kicks before it sleeps, whatever the delay
+		t.Fatal(err)
+	}
+	sent(5, 4)
+	send(100_000) // after a quiet spell: at once
+	sent(6, 5)
+	var st Stats
+	c.stats(&st)
+	if st.TxDeferredKicks != 3 || st.TxWakeups != 5 {
+		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 3 and 5", st.TxDeferredKicks, st.TxWakeups)
+	}
+	for i := range want {
+		if !bytes.Equal(k.tx[i], want[i]) {
+			t.Fatalf("frame %d: sent %x, want %x", i, k.tx[i], want[i])
+		}
+	}
+	checkPools(t, c, rxF, txF)
+}
+
+// TestKickDelayOff: without KickDelay every Send kicks.
+func TestKickDelayOff(t *testing.T) {
+	c, k := newFake(2048, 8, 64, 64)
+	fs := make([]link.Frame, 1)
+	for i := range 10 {
+		if c.alloc(fs) != 1 {
+			t.Fatal("alloc")
+		}
+		fs[0].Buf = fs[0].Buf[:64]
+		if _, err := c.send(fs); err != nil {
+			t.Fatal(err)
+		}
+		if len(k.tx) != i+1 || k.txKicks != i+1 {
+			t.Fatalf("send %d: %d sent in %d kicks", i, len(k.tx), k.txKicks)
+		}
+	}
+}
