@@ -95,6 +95,9 @@ type kicker interface {
 	kickTx() error
 	// kickRx asks the kernel to process the fill ring and receive.
 	kickRx()
+	// napiID returns the NAPI instance the kernel recorded for the socket
+	// (SO_INCOMING_NAPI_ID), the one busy polling drives; 0: none.
+	napiID() uint32
 }
 
 // counters are updated by the goroutine that drives the socket, once per
@@ -179,6 +182,13 @@ type core struct {
 	needWakeup bool
 	busyPoll   bool
 	sys        kicker
+	// napi is the NAPI instance busy polling drives, read once
+	// (napiRead) after the first frame arrived, when the kernel has
+	// recorded it; while it is 0 after that read, a busy-polling recv
+	// makes no system call, since the kernel would have nothing to poll
+	// (veth in copy mode: TestBusyPoll).
+	napi     uint32
+	napiRead bool
 
 	// kickDelay (Config.KickDelay, ns) lets send leave its descriptors on
 	// the TX ring without a kick while the last kick is younger than it;
@@ -358,7 +368,7 @@ func (c *core) rxTime(b []byte) int64 {
 func (c *core) recv(fs []link.Frame) int {
 	n := c.rx.avail(c.rx.size)
 	if n == 0 {
-		if c.busyPoll || (c.needWakeup && c.fill.needWakeup()) {
+		if (c.busyPoll && (c.napi != 0 || !c.napiRead)) || (c.needWakeup && c.fill.needWakeup()) {
 			c.sys.kickRx()
 			c.ctr.rxKicks.Add(1)
 		}
@@ -408,6 +418,9 @@ func (c *core) recv(fs []link.Frame) int {
 		c.rxHeld++
 	}
 	c.rx.publishCons()
+	if c.busyPoll && !c.napiRead && got > 0 {
+		c.napi, c.napiRead = c.sys.napiID(), true
+	}
 	c.ctr.rxHeld.Store(int64(c.rxHeld))
 	c.ctr.rxFrames.Add(uint64(got))
 	c.ctr.rxBytes.Add(uint64(bytes))

@@ -95,3 +95,36 @@ func TestKickDelayOff(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyPollNapi: a busy-polling core drives the queue with a recvfrom
+// on every empty Recv until the first frame arrives, then only if the
+// kernel recorded a NAPI instance to poll.
+func TestBusyPollNapi(t *testing.T) {
+	for _, napi := range []uint32{0, 7} {
+		c, k := newFake(2048, 8, 8, 16)
+		c.busyPoll, k.napi = true, napi
+		fs := make([]link.Frame, 8)
+		c.recv(fs)
+		if k.rxKicks != 1 {
+			t.Fatalf("NAPI %d: an empty Recv before any frame made %d recvfrom calls, want 1", napi, k.rxKicks)
+		}
+		if !k.deliver(pkt(1, 100)) {
+			t.Fatal("deliver")
+		}
+		if n := c.recv(fs); n != 1 || !bytes.Equal(fs[0].Buf, pkt(1, 100)) {
+			t.Fatalf("NAPI %d: recv = %d", napi, n)
+		}
+		c.release(fs[:1])
+		before := k.rxKicks
+		for range 3 {
+			c.recv(fs)
+		}
+		want := 0
+		if napi != 0 {
+			want = 3
+		}
+		if got := k.rxKicks - before; got != want {
+			t.Fatalf("NAPI %d: 3 empty Recvs after a frame made %d recvfrom calls, want %d", napi, got, want)
+		}
+	}
+}

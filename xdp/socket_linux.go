@@ -493,6 +493,35 @@ func (y *sysSocket) kickRx() {
 	syscall.Syscall6(unix.SYS_RECVFROM, uintptr(y.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
+// napiID implements kicker with SO_INCOMING_NAPI_ID.
+func (y *sysSocket) napiID() uint32 {
+	v, err := unix.GetsockoptInt(y.fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID)
+	if err != nil {
+		return 0
+	}
+	return uint32(v)
+}
+
+// BusyPoll reports what the kernel made of Config.BusyPoll (see
+// BusyPollState). Safe from any goroutine; after Close it reports
+// Requested only.
+func (s *Socket) BusyPoll() BusyPollState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := BusyPollState{Requested: s.cfg.BusyPoll}
+	if s.closed.Load() {
+		return st
+	}
+	if v, err := unix.GetsockoptInt(s.sys.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL); err == nil {
+		st.Usecs = v
+	}
+	if v, err := unix.GetsockoptInt(s.sys.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL); err == nil {
+		st.Prefer = v != 0
+	}
+	st.NapiID = s.sys.napiID()
+	return st
+}
+
 func (y *sysSocket) kernelStats() (kernelStats, error) {
 	var k kernelStats
 	if y.fd < 0 {
