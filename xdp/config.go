@@ -134,17 +134,19 @@ type Config struct {
 	// with a system call, so that a busy socket makes few system calls.
 	NoNeedWakeup bool
 	// KickDelay lets Send skip the system call that makes the kernel
-	// transmit (need_wakeup mode) when the previous one was made less than
-	// KickDelay ago: the frames wait on the TX ring and leave with the
-	// next kick, made by a Send after KickDelay, by Recv once they have
-	// waited KickDelay, by Wait before it sleeps, or when the ring is
-	// full. A caller that loops over Recv, Send and Wait, as the
-	// transport's engines do, then makes one kick per burst rather than
-	// one per Send, which in copy mode (where every kick runs the
-	// kernel's transmit path) is most of the cost of small frames; a lone
-	// Send after a quiet spell still kicks at once. A caller that sends
-	// and then neither receives nor waits must leave it 0 (the default:
-	// every Send kicks). At most MaxKickDelay.
+	// transmit (need_wakeup mode) for the frames of a stream: a Send that
+	// is the third or later since Recv last returned frames or Wait last
+	// ran, while the last kick is younger than KickDelay. The frames wait
+	// on the TX ring and leave with the next kick: made by a Send or Recv
+	// once the last kick is KickDelay old, by Wait before it sleeps, by
+	// Flush or Close, or when the ring is full. A caller that loops over
+	// Recv, Send and Wait, as the transport's engines do, then makes one
+	// kick per stretch of a stream rather than one per Send, which in
+	// copy mode (where every kick runs the kernel's transmit path) is
+	// most of the cost of small frames; a reply, or a request right
+	// behind its acknowledgement, still kicks at once. A caller that
+	// sends and then neither receives nor waits must Flush, or leave it 0
+	// (the default: every Send kicks). At most MaxKickDelay.
 	KickDelay time.Duration
 	// BusyPoll sets SO_PREFER_BUSY_POLL, SO_BUSY_POLL and
 	// SO_BUSY_POLL_BUDGET on the socket and makes Recv drive the device

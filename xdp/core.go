@@ -71,10 +71,12 @@ const batchSize = 64
 // Recv and Release.
 const jumboBuffers = 2 * batchSize
 
-// kickBurst is the number of Sends, each within Config.KickDelay of the
-// one before, after which a Send may leave its frames for a later kick:
-// a request and the acknowledgement sent just before it (two Sends) still
-// leave at once, so that a ping-pong pays no delay.
+// kickBurst is the number of Sends since the socket last received frames
+// or its caller last went to wait after which a Send may leave its frames
+// for a later kick (Config.KickDelay): an acknowledgement and the request
+// right behind it (two Sends) still leave at once, so that a ping-pong
+// waits for nothing; what a sender sends while it neither receives nor
+// sleeps is a stream, and shares kicks.
 const kickBurst = 2
 
 // maxKicks bounds the system calls one flush makes. The kernel's copy mode
@@ -198,10 +200,9 @@ type core struct {
 	now       func() int64
 	lastKick  int64
 	kickOwed  bool
-	// lastSend is when send last queued frames; burst counts the sends
-	// since the last one that came kickDelay or more after its previous.
-	lastSend int64
-	burst    int
+	// burst counts the sends since recv last returned frames or the
+	// caller last prepared to wait (kickBurst).
+	burst int
 
 	// Engine-side counts mirrored into ctr.
 	rxHeld, txHeld, txInFlight int
@@ -418,6 +419,9 @@ func (c *core) recv(fs []link.Frame) int {
 		c.rxHeld++
 	}
 	c.rx.publishCons()
+	if got > 0 {
+		c.burst = 0
+	}
 	if c.busyPoll && !c.napiRead && got > 0 {
 		c.napi, c.napiRead = c.sys.napiID(), true
 	}
@@ -799,17 +803,12 @@ func (c *core) send(fs []link.Frame) (int, error) {
 	c.ctr.txFree.Store(int64(len(c.txFree)))
 	c.ctr.txInFlight.Store(int64(c.txInFlight))
 	if queued > 0 && c.kickDelay > 0 && c.needWakeup {
-		now := c.now()
-		if now-c.lastSend < c.kickDelay {
-			c.burst++
-		} else {
-			c.burst = 0
-		}
-		c.lastSend = now
-		if c.burst >= kickBurst && now-c.lastKick < c.kickDelay {
-			// Sends follow each other closely and a kick went out less
-			// than kickDelay ago: one kick for the frames of several
-			// Sends costs the kernel one pass instead of one per Send
+		c.burst++
+		if c.burst > kickBurst && c.now()-c.lastKick < c.kickDelay {
+			// A stream: neither received frames nor a wait since the
+			// last kickBurst Sends, and a kick went out less than
+			// kickDelay ago. One kick for the frames of several Sends
+			// costs the kernel one pass instead of one per Send
 			// (TestKickDelay).
 			c.kickOwed = true
 			c.ctr.txDeferred.Add(1)
@@ -823,7 +822,14 @@ func (c *core) send(fs []link.Frame) (int, error) {
 func (c *core) setKickDelay(delay int64, now func() int64) {
 	c.kickDelay, c.now = delay, now
 	// Long ago: the first Send kicks at once.
-	c.lastSend, c.lastKick = math.MinInt64/2, math.MinInt64/2
+	c.lastKick = math.MinInt64 / 2
+}
+
+// flushIdle is what a caller's wait does first: the stream of Sends
+// ends (kickBurst), and what they left on the ring is kicked.
+func (c *core) flushIdle() error {
+	c.burst = 0
+	return c.flushTx()
 }
 
 // flushDue kicks the descriptors that send left on the TX ring once they

@@ -155,14 +155,15 @@
 // In copy mode every kick runs the kernel's whole transmit path (and, on
 // veth, the peer's receive path) for what the ring holds, so that for
 // small frames the system call, not the bytes, is the cost.
-// Config.KickDelay lets a Send that follows others closely, less than
-// KickDelay after the last kick, leave its frames on the ring: they leave
-// with the next kick, made by a Send after KickDelay, by Recv once they
-// have waited KickDelay, by Wait before it sleeps, by Flush or Close, or
-// when the ring is full (Stats.TxDeferredKicks counts such Sends). A lone
-// Send, and a request right behind its acknowledgement, still kick at
-// once. It suits a caller that loops over Recv, Send and Wait, as the
-// transport's engines do; 0 (the default) kicks on every Send.
+// Config.KickDelay lets the Sends of a stream (the third and later since
+// Recv last returned frames or Wait last ran) leave their frames on the
+// ring while the last kick is younger than KickDelay: they leave with the
+// next kick, made by a Send or Recv once the last kick is KickDelay old,
+// by Wait before it sleeps, by Flush or Close, or when the ring is full
+// (Stats.TxDeferredKicks counts such Sends). A reply, and a request right
+// behind its acknowledgement, still kick at once. It suits a caller that
+// loops over Recv, Send and Wait, as the transport's engines do; 0 (the
+// default) kicks on every Send.
 //
 // # Copy and zero-copy
 //

@@ -7,10 +7,12 @@ import (
 	"github.com/sprayfabric/spray/link"
 )
 
-// TestKickDelay: with Config.KickDelay, Sends that follow each other
-// closely share one kick, a lone Send still kicks at once, the frames a
-// Send left on the ring leave with the next due Recv or Wait, and every
-// frame arrives intact and in order.
+// TestKickDelay: with Config.KickDelay, the Sends of a stream (more than
+// two since frames were last received or the caller last waited) share
+// one kick while the last kick is younger than the delay; the first two
+// still kick at once; what waits leaves with a Send or Recv once the last
+// kick is the delay old, or with a Wait; every frame arrives intact and
+// in order.
 func TestKickDelay(t *testing.T) {
 	const rxF, txF, ring = 8, 64, 64
 	const delay = 10_000 // ns
@@ -41,7 +43,7 @@ func TestKickDelay(t *testing.T) {
 		}
 	}
 
-	send(0) // after a quiet spell: at once
+	send(0) // the first: at once
 	sent(1, 1)
 	send(1_000) // a request after its ACK: at once
 	sent(2, 2)
@@ -57,18 +59,35 @@ func TestKickDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent(4, 3)
-	send(12_000) // still a burst, but the last kick is 1 µs old: waits
+	send(12_000) // the stream goes on, the last kick is 1 µs old: waits
 	sent(4, 3)
-	if err := c.flushTx(); err != nil { // Wait kicks before it sleeps, whatever the delay
+	if err := c.flushIdle(); err != nil { // Wait kicks before it sleeps, whatever the delay
 		t.Fatal(err)
 	}
 	sent(5, 4)
-	send(100_000) // after a quiet spell: at once
-	sent(6, 5)
+	send(13_000) // after a wait, an ACK and a request: at once
+	send(14_000)
+	sent(7, 6)
+	// Received frames end a stream too.
+	if !k.deliver(pkt(99, 100)) {
+		t.Fatal("deliver")
+	}
+	rx := make([]link.Frame, 4)
+	if n := c.recv(rx); n != 1 {
+		t.Fatalf("recv = %d", n)
+	}
+	c.release(rx[:1])
+	send(15_000)
+	send(16_000)
+	sent(9, 8)
+	send(17_000) // the third: waits
+	sent(9, 8)
+	send(16_000 + delay) // a Send once the last kick is the delay old: one kick for both
+	sent(11, 9)
 	var st Stats
 	c.stats(&st)
-	if st.TxDeferredKicks != 3 || st.TxWakeups != 5 {
-		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 3 and 5", st.TxDeferredKicks, st.TxWakeups)
+	if st.TxDeferredKicks != 4 || st.TxWakeups != 9 {
+		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 4 and 9", st.TxDeferredKicks, st.TxWakeups)
 	}
 	for i := range want {
 		if !bytes.Equal(k.tx[i], want[i]) {

@@ -376,7 +376,7 @@ func (s *Socket) prepareWait() (ready bool, events int16, stuck bool, err error)
 		return false, 0, false, link.ErrClosed
 	}
 	c := &s.c
-	if err := c.flushTx(); err != nil {
+	if err := c.flushIdle(); err != nil {
 		return false, 0, false, err
 	}
 	if c.ready() {
