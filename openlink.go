@@ -74,9 +74,9 @@ type LinkConfig struct {
 	BusyPoll bool
 }
 
-// DefaultKickDelay is LinkConfig.KickDelay's default: in copy mode, about
-// three times what one AF_XDP kick costs the kernel for a small frame, so
-// that a burst of Sends shares a kick while a lone request pays nothing.
+// DefaultKickDelay is LinkConfig.KickDelay's default: the longest a frame
+// of a stream waits for its kick while its engine keeps working, a few
+// times what one copy-mode kick of a small frame costs the kernel.
 const DefaultKickDelay = 15 * time.Microsecond
 
 // OpenLink opens the link cfg asks for in the calling thread's network
