@@ -139,7 +139,8 @@ type Config struct {
 	// ran, while the last kick is younger than KickDelay. The frames wait
 	// on the TX ring and leave with the next kick: made by a Send or Recv
 	// once the last kick is KickDelay old, by Wait before it sleeps, by
-	// Flush or Close, or when the ring is full. A caller that loops over
+	// Flush or Close, or once 32 frames wait (what copy mode sends per
+	// kick) or the ring is full. A caller that loops over
 	// Recv, Send and Wait, as the transport's engines do, then makes one
 	// kick per stretch of a stream rather than one per Send, which in
 	// copy mode (where every kick runs the kernel's transmit path) is

@@ -159,8 +159,9 @@
 // Recv last returned frames or Wait last ran) leave their frames on the
 // ring while the last kick is younger than KickDelay: they leave with the
 // next kick, made by a Send or Recv once the last kick is KickDelay old,
-// by Wait before it sleeps, by Flush or Close, or when the ring is full
-// (Stats.TxDeferredKicks counts such Sends). A reply, and a request right
+// by Wait before it sleeps, by Flush or Close, or once 32 frames wait,
+// what copy mode sends per kick (Stats.TxDeferredKicks counts such
+// Sends). A reply, and a request right
 // behind its acknowledgement, still kick at once. It suits a caller that
 // loops over Recv, Send and Wait, as the transport's engines do; 0 (the
 // default) kicks on every Send.

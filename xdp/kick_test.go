@@ -84,10 +84,27 @@ func TestKickDelay(t *testing.T) {
 	sent(9, 8)
 	send(16_000 + delay) // a Send once the last kick is the delay old: one kick for both
 	sent(11, 9)
+	// A stream that has left a kernel batch's worth on the ring kicks.
+	fs := make([]link.Frame, kickBatch-1)
+	if c.alloc(fs) != len(fs) {
+		t.Fatal("alloc")
+	}
+	send(16_000 + delay + 1_000) // the stream goes on: waits
+	sent(11, 9)
+	for i := range fs {
+		p := pkt(seq, 60)
+		seq++
+		fs[i].Buf = fs[i].Buf[:copy(fs[i].Buf, p)]
+		want = append(want, p)
+	}
+	if q, err := c.send(fs); q != len(fs) || err != nil { // 32 waiting: at once
+		t.Fatalf("send = %d, %v", q, err)
+	}
+	sent(11+kickBatch, 10)
 	var st Stats
 	c.stats(&st)
-	if st.TxDeferredKicks != 4 || st.TxWakeups != 9 {
-		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 4 and 9", st.TxDeferredKicks, st.TxWakeups)
+	if st.TxDeferredKicks != 5 || st.TxWakeups != 10 {
+		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 5 and 10", st.TxDeferredKicks, st.TxWakeups)
 	}
 	for i := range want {
 		if !bytes.Equal(k.tx[i], want[i]) {
