@@ -134,8 +134,8 @@ type Config struct {
 	// with a system call, so that a busy socket makes few system calls.
 	NoNeedWakeup bool
 	// KickDelay lets Send skip the system call that makes the kernel
-	// transmit (need_wakeup mode) for the frames of a stream: a Send that
-	// is the third or later since Recv last returned frames or Wait last
+	// transmit (need_wakeup mode) for the frames of a stream: a Send of at
+	// most 4 frames that is the third or later since Recv last returned frames or Wait last
 	// ran, while the last kick is younger than KickDelay. The frames wait
 	// on the TX ring and leave with the next kick: made by a Send or Recv
 	// once the last kick is KickDelay old, by Wait before it sleeps, by

@@ -79,6 +79,12 @@ const jumboBuffers = 2 * batchSize
 // sleeps is a stream, and shares kicks.
 const kickBurst = 2
 
+// kickSmall is the most frames a Send may queue and leave for a later
+// kick (Config.KickDelay): a kick's fixed cost, spread over more frames
+// than that, is small beside theirs, and the frames of a large message
+// would only wait.
+const kickSmall = 4
+
 // kickBatch is the most frames a Send leaves on the TX ring for a later
 // kick (Config.KickDelay): the kernel's copy mode sends at most 32 per
 // kick, so that waiting for more saves no kick, only time.
@@ -809,7 +815,7 @@ func (c *core) send(fs []link.Frame) (int, error) {
 	c.ctr.txInFlight.Store(int64(c.txInFlight))
 	if queued > 0 && c.kickDelay > 0 && c.needWakeup {
 		c.burst++
-		if c.burst > kickBurst && c.tx.outstanding() < kickBatch && c.now()-c.lastKick < c.kickDelay {
+		if c.burst > kickBurst && queued <= kickSmall && c.tx.outstanding() < kickBatch && c.now()-c.lastKick < c.kickDelay {
 			// A stream: neither received frames nor a wait since the
 			// last kickBurst Sends, and a kick went out less than
 			// kickDelay ago. One kick for the frames of several Sends

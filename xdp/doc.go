@@ -155,8 +155,8 @@
 // In copy mode every kick runs the kernel's whole transmit path (and, on
 // veth, the peer's receive path) for what the ring holds, so that for
 // small frames the system call, not the bytes, is the cost.
-// Config.KickDelay lets the Sends of a stream (the third and later since
-// Recv last returned frames or Wait last ran) leave their frames on the
+// Config.KickDelay lets the small Sends (up to 4 frames) of a stream (the
+// third and later since Recv last returned frames or Wait last ran) leave their frames on the
 // ring while the last kick is younger than KickDelay: they leave with the
 // next kick, made by a Send or Recv once the last kick is KickDelay old,
 // by Wait before it sleeps, by Flush or Close, or once 32 frames wait,

@@ -85,26 +85,38 @@ func TestKickDelay(t *testing.T) {
 	send(16_000 + delay) // a Send once the last kick is the delay old: one kick for both
 	sent(11, 9)
 	// A stream that has left a kernel batch's worth on the ring kicks.
-	fs := make([]link.Frame, kickBatch-1)
-	if c.alloc(fs) != len(fs) {
-		t.Fatal("alloc")
-	}
 	send(16_000 + delay + 1_000) // the stream goes on: waits
 	sent(11, 9)
-	for i := range fs {
-		p := pkt(seq, 60)
-		seq++
-		fs[i].Buf = fs[i].Buf[:copy(fs[i].Buf, p)]
-		want = append(want, p)
+	sendN := func(n int) {
+		t.Helper()
+		fs := make([]link.Frame, n)
+		if c.alloc(fs) != n {
+			t.Fatal("alloc")
+		}
+		for i := range fs {
+			p := pkt(seq, 60)
+			seq++
+			fs[i].Buf = fs[i].Buf[:copy(fs[i].Buf, p)]
+			want = append(want, p)
+		}
+		clk++
+		if q, err := c.send(fs); q != n || err != nil {
+			t.Fatalf("send = %d, %v", q, err)
+		}
 	}
-	if q, err := c.send(fs); q != len(fs) || err != nil { // 32 waiting: at once
-		t.Fatalf("send = %d, %v", q, err)
+	for range 7 { // 1 + 7*4 = 29 frames wait
+		sendN(kickSmall)
 	}
-	sent(11+kickBatch, 10)
+	sent(11, 9)
+	sendN(kickSmall) // 33: at once (two kicks: the kernel takes 32 per kick)
+	sent(11+1+8*kickSmall, 11)
+	// A Send of more than kickSmall frames kicks at once, stream or not.
+	sendN(kickSmall + 1)
+	sent(11+1+8*kickSmall+kickSmall+1, 12)
 	var st Stats
 	c.stats(&st)
-	if st.TxDeferredKicks != 5 || st.TxWakeups != 10 {
-		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 5 and 10", st.TxDeferredKicks, st.TxWakeups)
+	if st.TxDeferredKicks != 12 || st.TxWakeups != 12 {
+		t.Fatalf("TxDeferredKicks %d, TxWakeups %d; want 12 and 12", st.TxDeferredKicks, st.TxWakeups)
 	}
 	for i := range want {
 		if !bytes.Equal(k.tx[i], want[i]) {
