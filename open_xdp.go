@@ -28,6 +28,13 @@ func openXDP(cfg LinkConfig) (link.Link, error) {
 		// exceed one UMEM chunk.
 		sock.MaxFrame = cfg.MTU + 18
 	}
+	switch {
+	case cfg.KickDelay == 0:
+		sock.KickDelay = DefaultKickDelay
+	case cfg.KickDelay > 0:
+		sock.KickDelay = cfg.KickDelay
+	}
+	sock.BusyPoll = cfg.BusyPoll
 	l, err := xdp.OpenLink(xdp.LinkConfig{
 		Ifindex: ifc.Index, MAC: ifc.MAC, IP: ifc.IP,
 		Queues:     cfg.Queues,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/raw"
@@ -61,7 +62,22 @@ type LinkConfig struct {
 	// tables give for each frame's destination IP, so that peers behind
 	// routers are reached (package link/nexthop).
 	KeepDstMAC bool
+	// KickDelay is AF_XDP's xdp.Config.KickDelay: a Send that follows
+	// others closely leaves its frames on the TX ring for one later
+	// system call, which the engine's next Recv or wait makes. 0:
+	// DefaultKickDelay; negative: every Send makes its own.
+	KickDelay time.Duration
+	// BusyPoll sets AF_XDP's xdp.Config.BusyPoll: the sockets ask the
+	// kernel to busy poll their device queue, where it records one to
+	// poll (not veth: xdp.BusyPollState). Meant for engines that busy
+	// poll themselves (transport.Config.BusyPoll).
+	BusyPoll bool
 }
+
+// DefaultKickDelay is LinkConfig.KickDelay's default: the longest a frame
+// of a stream waits for its kick while its engine keeps working, a few
+// times what one copy-mode kick of a small frame costs the kernel.
+const DefaultKickDelay = 15 * time.Microsecond
 
 // OpenLink opens the link cfg asks for in the calling thread's network
 // namespace (to open one in another namespace, lock the OS thread and

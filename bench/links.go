@@ -44,6 +44,9 @@ type LinkSpec struct {
 	Allow []netip.Addr
 	// Logf receives log lines (the AF_XDP copy-mode fallback); nil: slog.
 	Logf func(format string, args ...any)
+	// BusyPoll asks AF_XDP sockets to busy poll their device queue
+	// (spray.LinkConfig.BusyPoll): set with transport.Config.BusyPoll.
+	BusyPoll bool
 }
 
 // OpenLink opens a link in the calling thread's network namespace with
@@ -73,6 +76,7 @@ func OpenLink(spec LinkSpec) (link.Link, error) {
 		Entropies: spec.Ports,
 		Allow:     spec.Allow,
 		Logf:      spec.Logf,
+		BusyPoll:  spec.BusyPoll,
 	})
 	return l, err
 }

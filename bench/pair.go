@@ -51,7 +51,8 @@ func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult,
 		var l link.Link
 		err := h.Do(func() error {
 			var err error
-			l, err = OpenLink(LinkSpec{Kind: run.Kind, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, Ports: ports, FrameSize: h.MTU + 14})
+			l, err = OpenLink(LinkSpec{Kind: run.Kind, Ifindex: h.Ifindex, MAC: h.MAC, IP: h.IP, Ports: ports, FrameSize: h.MTU + 14,
+				BusyPoll: run.Transport.BusyPoll > 0})
 			return err
 		})
 		return l, err

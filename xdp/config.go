@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/sprayfabric/spray/ebpf"
 )
@@ -62,6 +63,8 @@ const (
 	maxFrames = 1 << 20
 	// maxRingSize bounds each ring.
 	maxRingSize = 1 << 18
+	// MaxKickDelay bounds Config.KickDelay.
+	MaxKickDelay = time.Millisecond
 	// MaxFrameLimit is the largest Config.MaxFrame: a 9000-byte MTU with
 	// room to spare, in at most 8 chunks of 2 KiB (the kernel takes at
 	// most 17 per frame).
@@ -130,6 +133,22 @@ type Config struct {
 	// default) the kernel tells through a ring flag when it must be kicked
 	// with a system call, so that a busy socket makes few system calls.
 	NoNeedWakeup bool
+	// KickDelay lets Send skip the system call that makes the kernel
+	// transmit (need_wakeup mode) for the frames of a stream: a Send of at
+	// most 4 frames that is the third or later since Recv last returned frames or Wait last
+	// ran, while the last kick is younger than KickDelay. The frames wait
+	// on the TX ring and leave with the next kick: made by a Send or Recv
+	// once the last kick is KickDelay old, by Wait before it sleeps, by
+	// Flush or Close, or once 32 frames wait (what copy mode sends per
+	// kick) or the ring is full. A caller that loops over
+	// Recv, Send and Wait, as the transport's engines do, then makes one
+	// kick per stretch of a stream rather than one per Send, which in
+	// copy mode (where every kick runs the kernel's transmit path) is
+	// most of the cost of small frames; a reply, or a request right
+	// behind its acknowledgement, still kicks at once. A caller that
+	// sends and then neither receives nor waits must Flush, or leave it 0
+	// (the default: every Send kicks). At most MaxKickDelay.
+	KickDelay time.Duration
 	// BusyPoll sets SO_PREFER_BUSY_POLL, SO_BUSY_POLL and
 	// SO_BUSY_POLL_BUDGET on the socket and makes Recv drive the device
 	// with a system call when the RX ring is empty. Off by default: busy
@@ -177,6 +196,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("%w: FrameSize %d (want 2048 or 4096)", ErrInvalidConfig, cfg.FrameSize)
 	case cfg.RxFrames < 0 || cfg.TxFrames < 0 || cfg.RxFrames+cfg.TxFrames > maxFrames:
 		return cfg, fmt.Errorf("%w: RxFrames %d, TxFrames %d (each >= 0, sum <= %d)", ErrInvalidConfig, cfg.RxFrames, cfg.TxFrames, maxFrames)
+	case cfg.KickDelay < 0 || cfg.KickDelay > MaxKickDelay:
+		return cfg, fmt.Errorf("%w: KickDelay %v (want 0 to %v)", ErrInvalidConfig, cfg.KickDelay, MaxKickDelay)
 	case cfg.RingSize < 0 || cfg.RingSize > maxRingSize || cfg.RingSize&(cfg.RingSize-1) != 0:
 		return cfg, fmt.Errorf("%w: RingSize %d (want a power of two <= %d)", ErrInvalidConfig, cfg.RingSize, maxRingSize)
 	case cfg.MaxFrame < 0 || cfg.MaxFrame > MaxFrameLimit || cfg.MaxFrame > 0 && cfg.MaxFrame < 64:

@@ -3,6 +3,7 @@ package xdp
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -70,6 +71,25 @@ const batchSize = 64
 // Recv and Release.
 const jumboBuffers = 2 * batchSize
 
+// kickBurst is the number of Sends since the socket last received frames
+// or its caller last went to wait after which a Send may leave its frames
+// for a later kick (Config.KickDelay): an acknowledgement and the request
+// right behind it (two Sends) still leave at once, so that a ping-pong
+// waits for nothing; what a sender sends while it neither receives nor
+// sleeps is a stream, and shares kicks.
+const kickBurst = 2
+
+// kickSmall is the most frames a Send may queue and leave for a later
+// kick (Config.KickDelay): a kick's fixed cost, spread over more frames
+// than that, is small beside theirs, and the frames of a large message
+// would only wait.
+const kickSmall = 4
+
+// kickBatch is the most frames a Send leaves on the TX ring for a later
+// kick (Config.KickDelay): the kernel's copy mode sends at most 32 per
+// kick, so that waiting for more saves no kick, only time.
+const kickBatch = 32
+
 // maxKicks bounds the system calls one flush makes. The kernel's copy mode
 // sends at most 32 frames per call, so this covers a full default ring.
 const maxKicks = 128
@@ -88,6 +108,9 @@ type kicker interface {
 	kickTx() error
 	// kickRx asks the kernel to process the fill ring and receive.
 	kickRx()
+	// napiID returns the NAPI instance the kernel recorded for the socket
+	// (SO_INCOMING_NAPI_ID), the one busy polling drives; 0: none.
+	napiID() uint32
 }
 
 // counters are updated by the goroutine that drives the socket, once per
@@ -96,6 +119,7 @@ type counters struct {
 	rxFrames, rxBytes, txFrames, txBytes atomic.Uint64
 	fills, completions                   atomic.Uint64
 	txKicks, rxKicks, waits              atomic.Uint64
+	txDeferred                           atomic.Uint64
 	txDropped, txDeviceDrops             atomic.Uint64
 	rxBadDescs, badReleases, badComps    atomic.Uint64
 	rxOversize, rxJumbo, rxCopied        atomic.Uint64
@@ -171,6 +195,25 @@ type core struct {
 	needWakeup bool
 	busyPoll   bool
 	sys        kicker
+	// napi is the NAPI instance busy polling drives, read once
+	// (napiRead) after the first frame arrived, when the kernel has
+	// recorded it; while it is 0 after that read, a busy-polling recv
+	// makes no system call, since the kernel would have nothing to poll
+	// (veth in copy mode: TestBusyPoll).
+	napi     uint32
+	napiRead bool
+
+	// kickDelay (Config.KickDelay, ns) lets send leave its descriptors on
+	// the TX ring without a kick while the last kick is younger than it;
+	// kickOwed says such descriptors wait; lastKick is when flushTx last
+	// kicked, on now's clock (monotonic ns). now is nil without a delay.
+	kickDelay int64
+	now       func() int64
+	lastKick  int64
+	kickOwed  bool
+	// burst counts the sends since recv last returned frames or the
+	// caller last prepared to wait (kickBurst).
+	burst int
 
 	// Engine-side counts mirrored into ctr.
 	rxHeld, txHeld, txInFlight int
@@ -337,7 +380,7 @@ func (c *core) rxTime(b []byte) int64 {
 func (c *core) recv(fs []link.Frame) int {
 	n := c.rx.avail(c.rx.size)
 	if n == 0 {
-		if c.busyPoll || (c.needWakeup && c.fill.needWakeup()) {
+		if (c.busyPoll && (c.napi != 0 || !c.napiRead)) || (c.needWakeup && c.fill.needWakeup()) {
 			c.sys.kickRx()
 			c.ctr.rxKicks.Add(1)
 		}
@@ -387,6 +430,12 @@ func (c *core) recv(fs []link.Frame) int {
 		c.rxHeld++
 	}
 	c.rx.publishCons()
+	if got > 0 {
+		c.burst = 0
+	}
+	if c.busyPoll && !c.napiRead && got > 0 {
+		c.napi, c.napiRead = c.sys.napiID(), true
+	}
 	c.ctr.rxHeld.Store(int64(c.rxHeld))
 	c.ctr.rxFrames.Add(uint64(got))
 	c.ctr.rxBytes.Add(uint64(bytes))
@@ -764,7 +813,44 @@ func (c *core) send(fs []link.Frame) (int, error) {
 	c.ctr.txHeld.Store(int64(c.txHeld))
 	c.ctr.txFree.Store(int64(len(c.txFree)))
 	c.ctr.txInFlight.Store(int64(c.txInFlight))
+	if queued > 0 && c.kickDelay > 0 && c.needWakeup {
+		c.burst++
+		if c.burst > kickBurst && queued <= kickSmall && c.tx.outstanding() < kickBatch && c.now()-c.lastKick < c.kickDelay {
+			// A stream: neither received frames nor a wait since the
+			// last kickBurst Sends, and a kick went out less than
+			// kickDelay ago. One kick for the frames of several Sends
+			// costs the kernel one pass instead of one per Send
+			// (TestKickDelay).
+			c.kickOwed = true
+			c.ctr.txDeferred.Add(1)
+			return int(queued), nil
+		}
+	}
 	return int(queued), c.flushTx()
+}
+
+// setKickDelay turns on Config.KickDelay: delay ns on the clock now.
+func (c *core) setKickDelay(delay int64, now func() int64) {
+	c.kickDelay, c.now = delay, now
+	// Long ago: the first Send kicks at once.
+	c.lastKick = math.MinInt64 / 2
+}
+
+// flushIdle is what a caller's wait does first: the stream of Sends
+// ends (kickBurst), and what they left on the ring is kicked.
+func (c *core) flushIdle() error {
+	c.burst = 0
+	return c.flushTx()
+}
+
+// flushDue kicks the descriptors that send left on the TX ring once they
+// have waited kickDelay: Recv calls it, so that an engine that keeps
+// polling without sleeping (busy polling) still sends them in time.
+func (c *core) flushDue() error {
+	if !c.kickOwed || c.now()-c.lastKick < c.kickDelay {
+		return nil
+	}
+	return c.flushTx()
 }
 
 // dropAll takes back the caller's frames in fs without sending them.
@@ -786,6 +872,7 @@ func (c *core) dropAll(fs []link.Frame) {
 // each kick makes progress. It reaps completions between kicks: in copy
 // mode the kernel stops sending when the completion ring is full.
 func (c *core) flushTx() error {
+	c.kickOwed = false
 	for range maxKicks {
 		c.reap()
 		before := c.tx.outstanding()
@@ -794,6 +881,9 @@ func (c *core) flushTx() error {
 		}
 		err := c.sys.kickTx()
 		c.ctr.txKicks.Add(1)
+		if c.now != nil {
+			c.lastKick = c.now()
+		}
 		switch {
 		case err == errDeviceDrop:
 			c.ctr.txDeviceDrops.Add(1)
@@ -832,6 +922,7 @@ func (c *core) stats(st *Stats) {
 	st.TxDropped = r.txDropped.Load()
 	st.Fills, st.Completions = r.fills.Load(), r.completions.Load()
 	st.TxWakeups, st.RxWakeups, st.Waits = r.txKicks.Load(), r.rxKicks.Load(), r.waits.Load()
+	st.TxDeferredKicks = r.txDeferred.Load()
 	st.TxDeviceDrops = r.txDeviceDrops.Load()
 	st.RxBadDescs, st.BadReleases, st.BadCompletions = r.rxBadDescs.Load(), r.badReleases.Load(), r.badComps.Load()
 	st.RxOversize, st.RxMultiBuffer, st.RxReassembled = r.rxOversize.Load(), r.rxJumbo.Load(), r.rxCopied.Load()

@@ -152,6 +152,20 @@
 // as each kick makes progress; Wait kicks again before it sleeps.
 // Config.NoNeedWakeup makes Send kick on every call instead.
 //
+// In copy mode every kick runs the kernel's whole transmit path (and, on
+// veth, the peer's receive path) for what the ring holds, so that for
+// small frames the system call, not the bytes, is the cost.
+// Config.KickDelay lets the small Sends (up to 4 frames) of a stream (the
+// third and later since Recv last returned frames or Wait last ran) leave their frames on the
+// ring while the last kick is younger than KickDelay: they leave with the
+// next kick, made by a Send or Recv once the last kick is KickDelay old,
+// by Wait before it sleeps, by Flush or Close, or once 32 frames wait,
+// what copy mode sends per kick (Stats.TxDeferredKicks counts such
+// Sends). A reply, and a request right
+// behind its acknowledgement, still kick at once. It suits a caller that
+// loops over Recv, Send and Wait, as the transport's engines do; 0 (the
+// default) kicks on every Send.
+//
 // # Copy and zero-copy
 //
 // In zero-copy mode the driver DMAs straight into the UMEM; in copy mode the

@@ -25,6 +25,7 @@ type fakeKernel struct {
 	rxDropped int      // frames dropped: no fill entry or RX ring full
 	txKicks   int
 	rxKicks   int
+	napi      uint32 // what napiID returns
 	frameSize int
 	partial   []byte // a multi-buffer TX frame being gathered
 }
@@ -209,6 +210,8 @@ func (k *fakeKernel) kickTx() error {
 }
 
 func (k *fakeKernel) kickRx() { k.rxKicks++ }
+
+func (k *fakeKernel) napiID() uint32 { return k.napi }
 
 // fillOnRing returns how many entries the fill ring holds.
 func (k *fakeKernel) fillOnRing() int {

@@ -382,6 +382,21 @@ func (l *Link) Close() error {
 	return l.closeErr
 }
 
+// Flush kicks every queue for the frames that Send left on its TX ring
+// (Config.KickDelay; see Socket.Flush).
+func (l *Link) Flush() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	var errs []error
+	for _, s := range l.qs {
+		errs = append(errs, s.Flush())
+	}
+	return errors.Join(errs...)
+}
+
 // Wake makes a pending or the next Wait return. Safe from any goroutine.
 func (l *Link) Wake() {
 	l.mu.RLock()

@@ -122,6 +122,10 @@ func (p *pump) run() {
 		}
 		p.parked.Store(false)
 	}
+	// The last frames may wait on the TX ring (Config.KickDelay).
+	if err := p.s.Flush(); err != nil {
+		p.err = err
+	}
 }
 
 // exchange runs both pumps to the end and checks the outcome: every frame

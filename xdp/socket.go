@@ -62,6 +62,9 @@ func (s *Socket) Recv(fs []link.Frame) (int, error) {
 	if s.closed.Load() {
 		return 0, link.ErrClosed
 	}
+	if err := s.c.flushDue(); err != nil {
+		return 0, err
+	}
 	return s.c.recv(fs), nil
 }
 
@@ -110,6 +113,38 @@ func (s *Socket) Send(fs []link.Frame) (int, error) {
 		}
 	}
 	return s.c.send(fs)
+}
+
+// BusyPollState is what the kernel made of Config.BusyPoll, as
+// Socket.BusyPoll reads it back.
+type BusyPollState struct {
+	// Requested is Config.BusyPoll.
+	Requested bool
+	// Usecs and Prefer are SO_BUSY_POLL and SO_PREFER_BUSY_POLL as the
+	// socket holds them (20 and true when Requested). The kernel does not
+	// read SO_BUSY_POLL_BUDGET back.
+	Usecs  int
+	Prefer bool
+	// NapiID is the NAPI instance (device queue) that busy polling
+	// drives, SO_INCOMING_NAPI_ID: the kernel records it when the first
+	// frame arrives. 0 after that means there is none to poll and the
+	// options do nothing; so it is on veth, whose native XDP hands AF_XDP
+	// no NAPI instance in copy mode, and there a busy-polling Recv makes
+	// no system call for it.
+	NapiID uint32
+}
+
+// Flush kicks the kernel for the frames that Send left on the TX ring
+// (Config.KickDelay). Recv and Wait do it too once it is due; a caller
+// that stops calling them after a Send calls Flush, or Close, which
+// flushes too.
+func (s *Socket) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return link.ErrClosed
+	}
+	return s.c.flushTx()
 }
 
 // Stats returns the socket's counters. After Close it returns the counters

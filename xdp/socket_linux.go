@@ -31,6 +31,12 @@ const (
 // Wait returns after this long to kick again.
 const stuckRetry = 200 * time.Microsecond
 
+// epoch anchors monoNow.
+var epoch = time.Now()
+
+// monoNow is the monotonic clock of Config.KickDelay, in ns.
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
 // eventfdOne is the value Wake adds to the eventfd (host byte order is
 // little endian on every platform Go's AF_XDP support builds for, and any
 // non-zero value wakes).
@@ -168,6 +174,9 @@ func open(cfg Config) (_ *Socket, err error) {
 	c.tx = newDescRing(s.sys.rings[3], layouts[3], size32, true)
 	c.needWakeup = !cfg.NoNeedWakeup
 	c.busyPoll = cfg.BusyPoll
+	if cfg.KickDelay > 0 {
+		c.setKickDelay(int64(cfg.KickDelay), monoNow)
+	}
 	c.inPlace = inPlace
 	c.stamp = cfg.stampLen()
 	c.sys = &s.sys
@@ -367,7 +376,7 @@ func (s *Socket) prepareWait() (ready bool, events int16, stuck bool, err error)
 		return false, 0, false, link.ErrClosed
 	}
 	c := &s.c
-	if err := c.flushTx(); err != nil {
+	if err := c.flushIdle(); err != nil {
 		return false, 0, false, err
 	}
 	if c.ready() {
@@ -402,6 +411,9 @@ func (s *Socket) Close() error {
 		s.sys.wake() // a Wait in ppoll returns and lets go of mu
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.c.kickOwed {
+			s.c.flushTx() // what Send left on the ring (Config.KickDelay)
+		}
 		if k, err := s.sys.kernelStats(); err == nil {
 			s.final = k
 		}
@@ -479,6 +491,35 @@ func (y *sysSocket) kickTx() error {
 // kickRx implements kicker with recvfrom(fd, NULL, 0, MSG_DONTWAIT).
 func (y *sysSocket) kickRx() {
 	syscall.Syscall6(unix.SYS_RECVFROM, uintptr(y.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+}
+
+// napiID implements kicker with SO_INCOMING_NAPI_ID.
+func (y *sysSocket) napiID() uint32 {
+	v, err := unix.GetsockoptInt(y.fd, unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID)
+	if err != nil {
+		return 0
+	}
+	return uint32(v)
+}
+
+// BusyPoll reports what the kernel made of Config.BusyPoll (see
+// BusyPollState). Safe from any goroutine; after Close it reports
+// Requested only.
+func (s *Socket) BusyPoll() BusyPollState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := BusyPollState{Requested: s.cfg.BusyPoll}
+	if s.closed.Load() {
+		return st
+	}
+	if v, err := unix.GetsockoptInt(s.sys.fd, unix.SOL_SOCKET, unix.SO_BUSY_POLL); err == nil {
+		st.Usecs = v
+	}
+	if v, err := unix.GetsockoptInt(s.sys.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL); err == nil {
+		st.Prefer = v != 0
+	}
+	st.NapiID = s.sys.napiID()
+	return st
 }
 
 func (y *sysSocket) kernelStats() (kernelStats, error) {

@@ -36,4 +36,8 @@ func (s *Socket) Close() error {
 
 func (y *sysSocket) kickTx() error                     { return nil }
 func (y *sysSocket) kickRx()                           {}
+func (y *sysSocket) napiID() uint32                    { return 0 }
 func (y *sysSocket) kernelStats() (kernelStats, error) { return kernelStats{}, link.ErrClosed }
+
+// BusyPoll reports Config.BusyPoll only: there is no kernel to ask.
+func (s *Socket) BusyPoll() BusyPollState { return BusyPollState{Requested: s.cfg.BusyPoll} }

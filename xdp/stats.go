@@ -36,6 +36,9 @@ type Stats struct {
 	// kernel (sendto for TX, recvfrom for the fill ring and busy polling);
 	// Waits counts the calls of Wait that went to sleep.
 	TxWakeups, RxWakeups, Waits uint64
+	// TxDeferredKicks counts the calls of Send that left their frames on
+	// the TX ring for a later kick (Config.KickDelay).
+	TxDeferredKicks uint64
 	// TxDeviceDrops counts frames the kernel consumed from the TX ring but
 	// the device dropped (sendto returned EBUSY, copy mode).
 	TxDeviceDrops uint64
