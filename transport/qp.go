@@ -381,8 +381,8 @@ type QP struct {
 	// received messages and the acknowledgement owed; recvq grows with
 	// them (pushRecv) and is given back when idle (trim)
 	recvq    []Completion
-	recvHead int
-	recvLen  int
+	recvHead int32 // int32: the QP fits its size class (TestQPSize)
+	recvLen  int32
 	rq       *recvQueue // posted receive buffers: recvbuf.go; nil until used
 
 	ackPending int
@@ -892,7 +892,7 @@ func (q *QP) popRecv() (Completion, bool) {
 	}
 	c := q.recvq[q.recvHead]
 	q.recvq[q.recvHead] = Completion{}
-	q.recvHead = (q.recvHead + 1) % len(q.recvq)
+	q.recvHead = (q.recvHead + 1) % int32(len(q.recvq))
 	q.recvLen--
 	q.rcv.deliver() // room for a held message, credit for the sender
 	q.touch()
@@ -913,12 +913,12 @@ const minRecvRing = 4
 func (q *QP) growRecv() {
 	r := make([]Completion, max(minRecvRing, 2*len(q.recvq)))
 	for i := range q.recvLen {
-		r[i] = q.recvq[(q.recvHead+i)%len(q.recvq)]
+		r[i] = q.recvq[(q.recvHead+i)%int32(len(q.recvq))]
 	}
 	q.recvq, q.recvHead = r, 0
 }
 
-func (q *QP) recvFull() bool { return q.recvLen >= q.cfg.MaxMessages }
+func (q *QP) recvFull() bool { return int(q.recvLen) >= q.cfg.MaxMessages }
 
 // peekRecv returns the completion popRecv would return.
 func (q *QP) peekRecv() (Completion, bool) {

@@ -168,10 +168,10 @@ func (q *QP) flushRecv() []postedBuf {
 // pushComp queues a receive completion that does not count as a message
 // (an error), growing the receive ring as it needs.
 func (q *QP) pushComp(c Completion) {
-	if q.recvLen == len(q.recvq) {
+	if int(q.recvLen) == len(q.recvq) {
 		q.growRecv()
 	}
-	q.recvq[(q.recvHead+q.recvLen)%len(q.recvq)] = c
+	q.recvq[(q.recvHead+q.recvLen)%int32(len(q.recvq))] = c
 	q.recvLen++
 }
 

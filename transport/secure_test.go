@@ -187,7 +187,7 @@ func stateOf(q *QP) qpSnapshot {
 	st.Security = SecurityStats{}
 	return qpSnapshot{stats: st, rtx: fmt.Sprintf("%+v", q.RetransmitStats()), paths: fmt.Sprintf("%+v", q.PathStats()),
 		next: q.NextTimeout(), ackPending: q.ackPending, ackNow: q.ackNow, cnpDue: q.cnpDue,
-		comps: len(q.comps), recv: q.recvLen, err: q.err}
+		comps: len(q.comps), recv: int(q.recvLen), err: q.err}
 }
 
 // refix recomputes the ICRC of a frame edited in place, as an attacker on

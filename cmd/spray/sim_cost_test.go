@@ -4,17 +4,20 @@ import (
 	"os"
 	"runtime"
 	"testing"
+
+	"github.com/sprayfabric/spray/internal/testutil"
 )
 
 // TestRowCost: the RSS a row reports covers the memory it touched, and
 // a later row that touches little is not charged for an earlier, larger
 // one (the high-water mark is reset between rows).
 func TestRowCost(t *testing.T) {
+	testutil.SkipUnlessLinux(t, "VmHWM and clear_refs")
 	if highWater() == 0 {
-		t.Skip("no VmHWM in /proc/self/status")
+		t.Fatal("no VmHWM in /proc/self/status")
 	}
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("the peak RSS cannot be reset: %v", err)
+		t.Fatalf("the peak RSS cannot be reset: %v", err)
 	}
 	const big = 256 << 20
 	done := rowCost()
