@@ -147,6 +147,9 @@ type Engine struct {
 	// credit paces the credit of the senders towards this engine's link
 	// (Config.Credits; credit.go); nil without credits.
 	credit *creditPacer
+	// creditSenders is the engine's QPs with new data to send under
+	// Credits, which share CreditUnsolicited (credit.go).
+	creditSenders int
 
 	// expect is when the engine asked to run next: the time of a Step
 	// that reported work, or the deadline of one that did not (Never:
@@ -298,6 +301,7 @@ func (e *Engine) DestroyQP(q *QP) {
 	}
 	e.schedRemove(q)
 	e.hostFlight(q) // no longer on the engine: its flight leaves the total
+	q.creditIdle()
 }
 
 // addDense puts q in the dense table when its number is in range, or can

@@ -828,6 +828,7 @@ func (q *QP) fail(err error) {
 		*m = sendMsg{}
 	}
 	q.cursor = q.tail
+	q.creditIdle()
 	q.failRecv(-1, err)
 }
 
