@@ -506,9 +506,12 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	err := wire.Decode(frame, &e.pkt)
 	if e.credit != nil {
 		// Every frame but the data that credit booked takes the link.
-		if err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited {
+		switch {
+		case err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited:
 			e.credit.credited(len(frame))
-		} else {
+		case err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataUnsolicited && !e.credit.fanIn():
+			// A lone sender's unsolicited window: see fanIn.
+		default:
 			e.credit.arrived(now, len(frame))
 		}
 	}
