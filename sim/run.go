@@ -812,16 +812,6 @@ func sprayAckEvery(bytesPerSec float64, rtt time.Duration, mtu int) int {
 	return min(max(int(pkts/8), 2), 16)
 }
 
-// sprayAckDelay is the spray profiles' AckDelay on a fabric of base RTT
-// rtt: an eighth of it, as AckEvery is the packets of an eighth. A QP of
-// a host with hundreds of peers holds fewer than AckEvery packets in
-// flight, and an ACK held longer than that slows its window's clock by
-// as much: the transport's 20 µs is two round trips here
-// (TestSprayAckDelay).
-func sprayAckDelay(rtt time.Duration) time.Duration {
-	return max(rtt/8, time.Microsecond/4)
-}
-
 // transportConfig is the engines' configuration for prof.
 func transportConfig(cfg Config, prof string) (transport.Config, error) {
 	t := cfg.Topo
@@ -870,7 +860,6 @@ func transportConfig(cfg Config, prof string) (transport.Config, error) {
 		}
 		p.AckEvery = sprayAckEvery(nic/8, rtt, t.MTU)
 		tc.AckEvery = p.AckEvery
-		tc.AckDelay = sprayAckDelay(rtt)
 		if hw := cmp.Or(cfg.HostWindow, DefaultHostWindow); hw > 0 {
 			tc.HostWindow = max(int(hw*nic/8*rtt.Seconds()), t.MTU)
 		}

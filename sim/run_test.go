@@ -451,27 +451,6 @@ func TestSprayAckEvery(t *testing.T) {
 	}
 }
 
-// TestSprayAckDelay: the spray profiles hold an ACK at most an eighth of
-// the fabric's base round trip (not the transport's 20 µs, two round
-// trips of a simulated fabric); roce keeps the transport's default.
-func TestSprayAckDelay(t *testing.T) {
-	tp, err := mustTopo(t, "leafspine:16x8x16,rate=100gbit").withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rtt := baseRTT(tp)
-	cfg := Config{Topo: tp, Workload: mustWork(t, "alltoall:32M", tp.Hosts())}
-	for prof, want := range map[string]time.Duration{ProfileSpray: rtt / 8, ProfileSprayCredits: rtt / 8, ProfileSprayECMP: rtt / 8, ProfileRoCE: 0} {
-		tc, err := transportConfig(cfg, prof)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc.AckDelay != want {
-			t.Errorf("%s: AckDelay %v, want %v (base RTT %v)", prof, tc.AckDelay, want, rtt)
-		}
-	}
-}
-
 // TestSprayCredits: the spray-credits profile's receivers pace fan-in:
 // 31 senders of 256 KiB into one host finish with grants sent, a switch
 // buffer peak under half the peak with credits off and no more than 5%
