@@ -30,7 +30,7 @@ const (
 	ProfileSprayECMP = "spray-ecmp"
 	// ProfileSprayCredits is spray with receiver-paced credits
 	// (transport.Config.Credits): each host's engine grants its senders
-	// its link's rate.
+	// its link's rate, and a host's bursts share 16 KiB unsolicited.
 	ProfileSprayCredits = "spray-credits"
 )
 

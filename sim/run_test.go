@@ -451,6 +451,41 @@ func TestSprayAckEvery(t *testing.T) {
 	}
 }
 
+// TestSprayCredits: the spray-credits profile's receivers pace fan-in:
+// 31 senders of 256 KiB into one host finish with grants sent, a switch
+// buffer peak under half the peak with credits off and no more than 5%
+// longer, every flow done.
+func TestSprayCredits(t *testing.T) {
+	tp := mustTopo(t, "leafspine:8x4x4,rate=100gbit")
+	w := mustWork(t, "incast:256k,senders=31", tp.Hosts())
+	rows := map[bool]Row{}
+	for _, on := range []bool{true, false} {
+		cfg := Config{Topo: tp, Workload: w, Seed: testutil.Seed(t), Profiles: []string{ProfileSprayCredits}, Scenarios: []string{ScenarioLossless}}
+		if !on {
+			cfg.Transport = func(_ string, c *transport.Config) { c.Credits = false }
+		}
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Rows[0]
+		if r.Err != "" || r.Done != r.Flows {
+			t.Fatalf("credits %v: %d of %d flows done: %s", on, r.Done, r.Flows, r.Err)
+		}
+		t.Logf("credits %v: mean %v, makespan %v, buffer peak %.1f%%, grants %d", on, r.Mean, r.Makespan, 100*r.BufferMax, r.CreditGrants)
+		rows[on] = r
+	}
+	if rows[true].CreditGrants == 0 {
+		t.Error("no credit grants under a fan-in of 31 senders")
+	}
+	if rows[true].BufferMax*2 > rows[false].BufferMax {
+		t.Errorf("buffer peak %.1f%% with credits, %.1f%% without: want under half", 100*rows[true].BufferMax, 100*rows[false].BufferMax)
+	}
+	if rows[true].Makespan > rows[false].Makespan*21/20 {
+		t.Errorf("incast took %v with credits, %v without: want at most 5%% longer", rows[true].Makespan, rows[false].Makespan)
+	}
+}
+
 // TestHostWindowDefault: the spray profiles bound each host's flight at
 // DefaultHostWindow bandwidth-delay products of its link unless told
 // otherwise, a negative HostWindow lifts the bound, and roce has none.

@@ -202,10 +202,12 @@ type Config struct {
 	// (docs/results.md#ack-every) the mean is 2-4% longer with credits,
 	// the switch buffer peak about half. The RoCE profile refuses it.
 	Credits bool
-	// CreditUnsolicited is the bytes a sender with Credits sends without
+	// CreditUnsolicited is the bytes an engine with Credits sends without
 	// credit at the start of a burst (a message posted to a QP with
-	// nothing to send); 0 means DefaultCreditUnsolicited (16 KiB), a
-	// negative value none.
+	// nothing to send), shared among its QPs with new data to send when
+	// the burst's first packet goes (a lone QP sends all of it, each of
+	// n QPs a nth rounded up to whole packets); 0 means
+	// DefaultCreditUnsolicited (16 KiB), a negative value none.
 	CreditUnsolicited int
 	// PacingBurst is the pacer's burst in bytes; 0 means 16 KiB.
 	PacingBurst int

@@ -418,3 +418,47 @@ func TestCreditHostileRequests(t *testing.T) {
 		t.Errorf("%d nonsense requests counted, want 2", got)
 	}
 }
+
+// TestCreditUnsolicitedShared: an engine's QPs that start bursts together
+// share CreditUnsolicited: a lone QP sends all of it without credit, and
+// eight QPs posting at once send about as much in all (each share
+// rounds up to whole packets); every message
+// arrives whole either way, and the creditSenders count returns to zero.
+func TestCreditUnsolicitedShared(t *testing.T) {
+	const window = 16 // packets of CreditUnsolicited
+	for _, qps := range []int{1, 8} {
+		t.Run(fmt.Sprint(qps), func(t *testing.T) {
+			seed := testutil.Seed(t)
+			cfg := creditConfig(seed, true)
+			cfg.CreditUnsolicited = window * 1400
+			m := newMultiPair(t, fanInFabric(seed), cfg, qps)
+			r := testutil.Rand(t)
+			want := map[*QP][][32]byte{}
+			for i, q := range m.qa {
+				msg := randomMessages(r, 1, 256<<10)[0]
+				msg = append(msg, make([]byte, 64<<10)...) // beyond the window
+				if err := q.Post(WorkRequest{ID: uint64(i), Op: OpSend, Data: msg}); err != nil {
+					t.Fatal(err)
+				}
+				want[m.qb[i]] = append(want[m.qb[i]], hash(msg))
+			}
+			for steps := 0; pendingAny(m, want); steps++ {
+				if steps > 2_000_000 {
+					t.Fatal("messages still in flight after two million steps")
+				}
+				m.mustStep(t)
+				check(t, m, want)
+			}
+			s := creditSum(m.qa)
+			pkts := int(m.qa[0].cfg.CreditUnsolicited+m.qa[0].cfg.MTU-1) / m.qa[0].cfg.MTU
+			t.Logf("%d QPs: %d packets unsolicited (window %d), %d requests", qps, s.UnsolicitedPackets, pkts, s.CreditRequestsSent)
+			lo, hi := pkts, pkts+qps-1
+			if u := int(s.UnsolicitedPackets); u < lo || u > hi {
+				t.Errorf("%d QPs: %d packets unsolicited, want %d to %d", qps, u, lo, hi)
+			}
+			if m.ea.creditSenders != 0 {
+				t.Errorf("%d QPs with new data counted after every message went", m.ea.creditSenders)
+			}
+		})
+	}
+}

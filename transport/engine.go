@@ -147,6 +147,9 @@ type Engine struct {
 	// credit paces the credit of the senders towards this engine's link
 	// (Config.Credits; credit.go); nil without credits.
 	credit *creditPacer
+	// creditSenders is the engine's QPs with new data to send under
+	// Credits, which share CreditUnsolicited (credit.go).
+	creditSenders int
 
 	// expect is when the engine asked to run next: the time of a Step
 	// that reported work, or the deadline of one that did not (Never:
@@ -301,6 +304,7 @@ func (e *Engine) DestroyQP(q *QP) {
 	}
 	e.schedRemove(q)
 	e.hostFlight(q) // no longer on the engine: its flight leaves the total
+	q.creditIdle()
 	if q.od != nil {
 		e.dropPeer(q) // peers.go
 	}
@@ -511,9 +515,12 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 	err := wire.DecodeOwned(frame, &e.pkt) // the link lent it until Release
 	if e.credit != nil {
 		// Every frame but the data that credit booked takes the link.
-		if err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited {
+		switch {
+		case err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataCredited:
 			e.credit.credited(len(frame))
-		} else {
+		case err == nil && e.pkt.BTH.Opcode == wire.OpSprayData && e.pkt.Data.Credit == wire.DataUnsolicited && !e.credit.fanIn():
+			// A lone sender's unsolicited window: see fanIn.
+		default:
 			e.credit.arrived(now, len(frame))
 		}
 	}

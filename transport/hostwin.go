@@ -48,3 +48,17 @@ func (q *QP) hostHold(now clock.Time) bool {
 	e.hostHeld = true
 	return true
 }
+
+// hostFull reports whether the new data packet about to be sent may leave
+// the host window no room for another full frame (both counted at MTU): the QPs then wait for
+// acknowledgements, and with many QPs each holds fewer than AckEvery
+// packets in flight, which its receiver would hold for AckDelay; so the
+// packet asks for an ACK at once (BTH AckReq), as a QP's own full window
+// does (spraySender.windowFull). Guarded by TestHostWindowAsksAck.
+func (q *QP) hostFull() bool {
+	e := q.sch.eng
+	if e == nil || q.cfg.HostWindow == 0 || q.resending {
+		return false
+	}
+	return e.inflight+2*q.cfg.MTU > q.cfg.HostWindow
+}

@@ -124,3 +124,28 @@ func hostLoad(t *testing.T, cfg Config, loss float64, qps int) (*multiPair, map[
 	}
 	return m, want, total
 }
+
+// TestHostWindowAsksAck: under a host window that holds each of many QPs
+// to a packet or two in flight, fewer than AckEvery, the packets that fill
+// the window ask for an ACK, so the window turns over in round trips and
+// not in receivers' AckDelay: the transfer takes under a fifth of what one
+// AckDelay per window would cost, and every message arrives whole.
+func TestHostWindowAsksAck(t *testing.T) {
+	const qps, bound, delay = 16, 12_000, 500 * time.Microsecond
+	m, want, total := hostLoad(t, Config{Profile: Spray, HostWindow: bound, AckEvery: 16, AckDelay: delay}, 0, qps)
+	start := m.clk.Now()
+	for steps := 0; pendingAny(m, want); steps++ {
+		if steps > 2_000_000 {
+			t.Fatal("messages still in flight after two million steps")
+		}
+		m.mustStep(t)
+		check(t, m, want)
+	}
+	took := m.clk.Now().Sub(start)
+	windows := (total + bound - 1) / bound
+	held := time.Duration(windows) * delay // one AckDelay per window's worth
+	t.Logf("%d bytes in %d windows: %v (one AckDelay a window: %v)", total, windows, took, held)
+	if took > held/5 {
+		t.Errorf("transfer of %d bytes took %v under a %d-byte host window; one AckDelay per window is %v", total, took, bound, held)
+	}
+}

@@ -870,6 +870,7 @@ func (q *QP) fail(err error) {
 		*m = sendMsg{}
 	}
 	q.cursor = q.tail
+	q.creditIdle()
 	q.failRecv(-1, err)
 }
 

@@ -44,7 +44,7 @@ func (s *spraySender) covered(*sendMsg, uint32) (uint16, bool) { return 0, false
 // encode sets the spray data header of the packet of message m at off.
 func (s *spraySender) encode(now clock.Time, pk *wire.Packet, m *sendMsg, off uint32, _, last bool, p psn.PSN) {
 	q := s.q
-	pk.BTH.AckReq = last || s.windowFull(p)
+	pk.BTH.AckReq = last || s.windowFull(p) || q.hostFull()
 	if pk.BTH.AckReq && !q.resending {
 		s.reqPSN, s.reqSet = p, true
 	}
