@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -97,5 +98,50 @@ func TestRunGolden(t *testing.T) {
 				t.Errorf("digest %s, want %s", d, g.digest)
 			}
 		})
+	}
+}
+
+// TestParallelRowsIdentical: runs made two at once give the rows, in
+// order, and the JSON of runs made one at a time, byte for byte.
+func TestParallelRowsIdentical(t *testing.T) {
+	tp := mustTopo(t, "leafspine:4x2x2,rate=100gbit,buffer=200k")
+	w := mustWork(t, "alltoall:128k", tp.Hosts())
+	run := func(par int) ([]byte, Result) {
+		res, err := Run(Config{Topo: tp, Workload: w, Seed: 3, Parallel: par,
+			Scenarios: []string{ScenarioLossless, ScenarioLoss01, ScenarioLinkFail}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := WriteJSON(&b, res); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes(), res
+	}
+	one, r1 := run(1)
+	two, r2 := run(2)
+	if len(r1.Rows) != 6 || len(r2.Rows) != 6 {
+		t.Fatalf("%d and %d rows, want 6", len(r1.Rows), len(r2.Rows))
+	}
+	if !bytes.Equal(one, two) {
+		t.Fatalf("two runs at once changed the JSON:\n%s\n%s", one, two)
+	}
+	if a, b := rowDigest(r1.Rows), rowDigest(r2.Rows); a != b {
+		t.Fatalf("two runs at once changed the rows: digest %s, one at a time %s", b, a)
+	}
+}
+
+// TestParallelRunsBounded: Run makes no more runs at once than asked,
+// than there are, or than the memory budget holds.
+func TestParallelRunsBounded(t *testing.T) {
+	fp := Footprint{Total: 1 << 30}
+	for _, c := range []struct {
+		par, runs int
+		mem       int64
+		want      int
+	}{{0, 6, 8 << 30, 1}, {2, 6, 8 << 30, 2}, {8, 6, 8 << 30, 6}, {4, 6, 3 << 30, 3}, {4, 6, 1 << 29, 1}} {
+		if got := parallelRuns(Config{Parallel: c.par, Memory: c.mem}, fp, c.runs); got != c.want {
+			t.Errorf("parallel %d, %d runs, memory %d: %d at once, want %d", c.par, c.runs, c.mem, got, c.want)
+		}
 	}
 }
