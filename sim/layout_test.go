@@ -1,0 +1,43 @@
+package sim
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestPortLayout: the fields of a port that a frame's hop reads sit on
+// the cache lines the layout gives them, none across two, and a port is
+// six lines: a field added in the wrong place moves a hop's misses back.
+func TestPortLayout(t *testing.T) {
+	lines := map[string]uintptr{
+		"node": 0, "peer": 0, "host": 0, "busy": 0, "shaper": 0, "instant": 0, "paused": 0, "down": 0,
+		"xoff": 0, "withdrawn": 0, "txCount": 0, "freePs": 0, "qBytes": 0, "q": 0,
+		"qh": 1, "cur": 1, "rate": 1, "delay": 1, "loss": 1, "geP": 1,
+		"ecn": 2, "pq": 2, "pqh": 2,
+		"inBytes": 3,
+	}
+	ty := reflect.TypeFor[port]()
+	for name, line := range lines {
+		f, ok := ty.FieldByName(name)
+		if !ok {
+			t.Errorf("port has no field %s", name)
+			continue
+		}
+		first, last := f.Offset/64, (f.Offset+f.Type.Size()-1)/64
+		if first != line || last != line {
+			t.Errorf("port.%s at bytes %d to %d: lines %d to %d, want line %d", name, f.Offset, f.Offset+f.Type.Size(), first, last, line)
+		}
+	}
+	// The counters a hop moves: TxFrames, TxBytes, ECNMarked, INTStamped
+	// and MaxQueue, on line 3 with inBytes.
+	st, _ := ty.FieldByName("stats")
+	for _, name := range []string{"TxFrames", "TxBytes", "ECNMarked", "INTStamped", "MaxQueue"} {
+		f, _ := reflect.TypeFor[PortStats]().FieldByName(name)
+		if off := st.Offset + f.Offset; off/64 != 3 || (off+f.Type.Size()-1)/64 != 3 {
+			t.Errorf("port.stats.%s at byte %d: want line 3", name, off)
+		}
+	}
+	if ty.Size() != 6*64 {
+		t.Errorf("port is %d bytes, want %d", ty.Size(), 6*64)
+	}
+}
