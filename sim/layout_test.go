@@ -41,3 +41,29 @@ func TestPortLayout(t *testing.T) {
 		t.Errorf("port is %d bytes, want %d", ty.Size(), 6*64)
 	}
 }
+
+// TestSwitchLayout: a switch's routes and buffer accounts, which every
+// frame's arrival reads, sit on its first two cache lines, and a
+// switch is three; a packet is one line.
+func TestSwitchLayout(t *testing.T) {
+	ty := reflect.TypeFor[swtch]()
+	for name, line := range map[string]uintptr{
+		"id": 0, "lo": 0, "hi": 0, "div": 0, "up": 0, "down": 0,
+		"seed": 1, "buf": 1, "shared": 1, "used": 1, "maxUsed": 1, "integral": 1, "lastT": 1,
+	} {
+		f, ok := ty.FieldByName(name)
+		if !ok {
+			t.Errorf("swtch has no field %s", name)
+			continue
+		}
+		if first, last := f.Offset/64, (f.Offset+f.Type.Size()-1)/64; first != line || last != line {
+			t.Errorf("swtch.%s at bytes %d to %d: lines %d to %d, want line %d", name, f.Offset, f.Offset+f.Type.Size(), first, last, line)
+		}
+	}
+	if ty.Size() != 3*64 {
+		t.Errorf("swtch is %d bytes, want %d", ty.Size(), 3*64)
+	}
+	if s := reflect.TypeFor[packet]().Size(); s != 64 {
+		t.Errorf("packet is %d bytes, want 64", s)
+	}
+}

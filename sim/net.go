@@ -164,6 +164,9 @@ type packet struct {
 	// intMax, 0 when the frame takes no stamp (wire.INTRegion).
 	intOff       uint16
 	intN, intMax uint8
+	// A packet is a cache line, so that routing a frame, the first thing
+	// its arrival reads, misses on one line, not two (TestSwitchLayout).
+	_ [24]byte
 }
 
 // qent is a frame in a port's queue, with what sending it needs: a port
@@ -233,14 +236,17 @@ type port struct {
 	geBad          bool
 }
 
-// swtch is a switch with a shared buffer.
+// swtch is a switch with a shared buffer. What a frame's arrival reads,
+// its routes and then its buffer's accounts, fills two cache lines, and
+// a switch is three (TestSwitchLayout), as port is laid out.
 type swtch struct {
-	id       uint16
-	ports    []int32
-	up       []int32 // uplinks, for ECMP
-	lo, hi   int32   // hosts reachable downwards
-	div      int32   // hosts per down port
-	down     []int32
+	// line 1: routes
+	id     uint16
+	lo, hi int32   // hosts reachable downwards
+	div    int32   // hosts per down port
+	up     []int32 // uplinks, for ECMP
+	down   []int32
+	// line 2: ECMP seed and buffer
 	seed     uint64
 	buf      int // buffer size
 	shared   int // buffer less the PFC headroom
@@ -248,6 +254,10 @@ type swtch struct {
 	maxUsed  int
 	integral float64 // used x ns
 	lastT    clock.Time
+	_        [8]byte
+	// line 3: cold
+	ports []int32
+	_     [40]byte
 }
 
 // Net is a simulated fabric and its hosts, driven by one event loop on a
