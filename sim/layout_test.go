@@ -6,8 +6,9 @@ import (
 )
 
 // TestPortLayout: the fields of a port that a frame's hop reads sit on
-// the cache lines the layout gives them, none across two, and a port is
-// six lines: a field added in the wrong place moves a hop's misses back.
+// the cache lines the layout gives them, none across two: a field added
+// in the wrong place moves a hop's misses back. New fields go after the
+// counters, with the cold ones.
 func TestPortLayout(t *testing.T) {
 	lines := map[string]uintptr{
 		"node": 0, "peer": 0, "host": 0, "busy": 0, "shaper": 0, "instant": 0, "paused": 0, "down": 0,
@@ -36,9 +37,6 @@ func TestPortLayout(t *testing.T) {
 		if off := st.Offset + f.Offset; off/64 != 3 || (off+f.Type.Size()-1)/64 != 3 {
 			t.Errorf("port.stats.%s at byte %d: want line 3", name, off)
 		}
-	}
-	if ty.Size() != 6*64 {
-		t.Errorf("port is %d bytes, want %d", ty.Size(), 6*64)
 	}
 }
 
