@@ -164,9 +164,6 @@ type packet struct {
 	// intMax, 0 when the frame takes no stamp (wire.INTRegion).
 	intOff       uint16
 	intN, intMax uint8
-	// A packet is a cache line, so that routing a frame, the first thing
-	// its arrival reads, misses on one line, not two (TestSwitchLayout).
-	_ [24]byte
 }
 
 // qent is a frame in a port's queue, with what sending it needs: a port
