@@ -226,16 +226,6 @@ func physicalMemory() int64 {
 	return 0
 }
 
-// checkMemory returns an error wrapping ErrMemory when cfg's footprint
-// exceeds its budget.
-func checkMemory(cfg Config) error {
-	fp, err := Estimate(cfg)
-	if err != nil {
-		return err
-	}
-	return overBudget(cfg, fp)
-}
-
 // overBudget returns an error wrapping ErrMemory when fp exceeds
 // cfg.Memory, or MemoryBudget when that is 0.
 func overBudget(cfg Config, fp Footprint) error {

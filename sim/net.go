@@ -179,55 +179,71 @@ type qent struct {
 }
 
 // port is one end of a link: its egress queue towards the peer.
+//
+// Its fields are laid out by use, a cache line each, as a frame's hop
+// touches them: the queue and the state of the wire; the frame on it and
+// the link's rate, delay and loss; ECN and trimmed frames; the counters;
+// then what only shapers, PAUSE and loss bursts read. A run of a thousand
+// hosts holds its ports far beyond the caches, and a frame's events
+// missed them on six lines of the port where they now miss on three or
+// four (TestPortLayout guards the lines).
 type port struct {
-	node  int32 // switch index, or host index when host
-	host  bool
-	local uint16 // port number on its switch
+	// line 1
+	node  int32  // switch index, or host index when host
 	peer  int32  // the port at the other end
+	local uint16 // port number on its switch
+	host  bool
+	busy  bool
+	// Topo.Shaper: a switch port is a token bucket (shaper); a host port
+	// sends at once (instant).
+	shaper    bool
+	instant   bool
+	paused    bool   // stopped by the peer's PAUSE
+	down      bool   // the link is down
+	xoff      bool   // PFC: PAUSE sent to the peer
+	withdrawn bool   // routes avoid this link (reconverged)
+	txCount   uint32 // INT TxBytes
+	freePs    int64  // when the wire is free, in picoseconds
+	qBytes    int    // queued bytes, the one on the wire included
+	q         []qent // FIFO of packets; q[qh:] are queued
+	// line 2
+	qh    int
+	cur   qent   // the frame on the wire while busy
 	rate  uint64 // bit/s
 	delay clock.Time
-	q     []qent // FIFO of packets; q[qh:] are queued
-	qh    int
+	loss  float64 // random loss of the frames leaving
+	geP   float64 // Gilbert-Elliott: good->bad
+	// line 3
+	ecn ECNConfig
 	// pq[pqh:] are trimmed frames (Topo.Trim), sent before q's.
-	pq     []qent
-	pqh    int
-	cur    qent // the frame on the wire while busy
-	qBytes int  // queued bytes, the one on the wire included
-	busy   bool
-	freePs int64 // when the wire is free, in picoseconds
-	// Topo.Shaper: a switch port is a token bucket of bucketPs (its
-	// bytes' time at the rate) that is full again at fullPs, and tailPs
-	// is that time once every queued frame has left; a host port sends
-	// at once (instant).
-	shaper         bool
-	instant        bool
+	pq  []qent
+	pqh int
+	// line 4: inBytes and the first seven counters of stats
+	inBytes int // PFC: bytes this port brought into its switch
+	stats   PortStats
+	// cold: a token bucket of bucketPs (its bytes' time at the rate)
+	// that is full again at fullPs, and tailPs is that time once every
+	// queued frame has left; PFC headroom; pause start; loss bursts.
+	headroom       int
 	bucketPs       int64
 	fullPs, tailPs int64
-	paused         bool // stopped by the peer's PAUSE
 	pausAt         clock.Time
-	down           bool
-	// faults at this egress
-	loss          float64
-	geP, geR, geL float64 // Gilbert-Elliott: good->bad, bad->good, loss in bad
-	geBad         bool
-	rng           *rand.Rand
-	txCount       uint32 // INT TxBytes
-	inBytes       int    // PFC: bytes this port brought into its switch
-	xoff          bool   // PFC: PAUSE sent to the peer
-	headroom      int
-	ecn           ECNConfig
-	stats         PortStats
-	withdrawn     bool // routes avoid this link (reconverged)
+	geR, geL       float64 // Gilbert-Elliott: bad->good, loss in bad
+	rng            *rand.Rand
+	geBad          bool
 }
 
-// swtch is a switch with a shared buffer.
+// swtch is a switch with a shared buffer. What a frame's arrival reads,
+// its routes and then its buffer's accounts, fills two cache lines, and
+// a switch is three (TestSwitchLayout), as port is laid out.
 type swtch struct {
-	id       uint16
-	ports    []int32
-	up       []int32 // uplinks, for ECMP
-	lo, hi   int32   // hosts reachable downwards
-	div      int32   // hosts per down port
-	down     []int32
+	// line 1: routes
+	id     uint16
+	lo, hi int32   // hosts reachable downwards
+	div    int32   // hosts per down port
+	up     []int32 // uplinks, for ECMP
+	down   []int32
+	// line 2: ECMP seed and buffer
 	seed     uint64
 	buf      int // buffer size
 	shared   int // buffer less the PFC headroom
@@ -235,6 +251,10 @@ type swtch struct {
 	maxUsed  int
 	integral float64 // used x ns
 	lastT    clock.Time
+	_        [8]byte
+	// line 3: cold
+	ports []int32
+	_     [40]byte
 }
 
 // Net is a simulated fabric and its hosts, driven by one event loop on a
@@ -659,7 +679,7 @@ func (n *Net) startTx(pi int32) {
 	p := &n.ports[pi]
 	var e qent
 	switch {
-	case p.pqh < len(p.pq):
+	case n.topo.Trim && p.pqh < len(p.pq): // pq is empty without Trim
 		e = p.pq[p.pqh]
 		p.pqh++
 	case p.qh < len(p.q):

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sprayfabric/spray/cc"
@@ -112,11 +114,21 @@ type Config struct {
 	// spread over them in turn and its frames steered to them by QP
 	// number; 0 means 1, one engine holding every QP of the host.
 	Queues int
-	// Progress, when set, is called about once a second of wall time.
+	// Progress, when set, is called about once a second of wall time,
+	// by one run at a time.
 	Progress func(Progress)
+	// Parallel is the most runs (scenario and profile pairs) Run makes
+	// at once, each on its own fabric in its own goroutine, as far as
+	// Memory holds that many; 0 means 1. The rows are the same, in the
+	// same order, whatever it is (TestParallelRowsIdentical): runs share
+	// nothing but the workload, which they only read. With more than one,
+	// Transport is called from several goroutines at once.
+	Parallel int
 	// boundCache, set by Run, keeps the line-rate bounds of its rows'
-	// collectives: the same on every row of a profile.
+	// collectives: the same on every row of a profile. boundMu guards it
+	// while runs are built at once.
 	boundCache boundCache
+	boundMu    *sync.Mutex
 }
 
 // Progress reports a run in progress.
@@ -132,6 +144,9 @@ type Progress struct {
 	// Delivered is the bytes the switches have handed to hosts, frames
 	// whole (ACKs too); Expected the bytes of the workload's data frames.
 	Delivered, Expected int64
+	// Parallel is the runs made at once (Config.Parallel, as memory
+	// allows).
+	Parallel int
 }
 
 // Left estimates the wall time left in this run and in every run, from
@@ -151,7 +166,10 @@ func (p Progress) Left() (run, all time.Duration, ok bool) {
 	}
 	whole := time.Duration(float64(p.Wall) / f)
 	run = whole - p.Wall
-	return run, run + time.Duration(max(p.Runs-p.Run, 0))*whole, true
+	// The runs after this one go max(Parallel, 1) at a time.
+	par := max(p.Parallel, 1)
+	later := (max(p.Runs-p.Run, 0) + par - 1) / par
+	return run, run + time.Duration(later)*whole, true
 }
 
 // Row is the outcome of one profile under one scenario.
@@ -314,7 +332,14 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Memory < 0 {
 		return Result{}, fmt.Errorf("%w: memory %d", ErrConfig, cfg.Memory)
 	}
-	if err := checkMemory(cfg); err != nil {
+	if cfg.Parallel < 0 {
+		return Result{}, fmt.Errorf("%w: %d runs at once", ErrConfig, cfg.Parallel)
+	}
+	fp, err := Estimate(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := overBudget(cfg, fp); err != nil {
 		return Result{}, err
 	}
 	if cfg.Window == 0 {
@@ -335,26 +360,85 @@ func Run(cfg Config) (Result, error) {
 	if cfg.Samples == 0 {
 		cfg.Samples = 400
 	}
-	runs, run := len(cfg.Scenarios)*len(cfg.Profiles), 0
-	cfg.boundCache = boundCache{}
+	runs := len(cfg.Scenarios) * len(cfg.Profiles)
+	par := parallelRuns(cfg, fp, runs)
+	cfg.boundCache, cfg.boundMu = boundCache{}, new(sync.Mutex)
 	res := Result{Topo: t.String(), Hosts: t.Hosts(), Oversub: t.Oversubscription(), Workload: cfg.Workload.Name, Seed: cfg.Seed, BaseRTT: baseRTT(t),
 		PodOversub: t.PodOversub, Planes: t.Planes, Faults: t.Faults()}
-	for _, sc := range cfg.Scenarios {
-		for _, prof := range cfg.Profiles {
-			run++
-			c := cfg
-			if p := cfg.Progress; p != nil {
-				c.Progress = func(pr Progress) { pr.Run, pr.Runs = run, runs; p(pr) }
+	type outcome struct {
+		row Row
+		buf int
+		err error
+		ran bool
+	}
+	out := make([]outcome, runs)
+	var progressMu sync.Mutex
+	one := func(i int) {
+		c := cfg
+		if p := cfg.Progress; p != nil {
+			c.Progress = func(pr Progress) {
+				pr.Run, pr.Runs, pr.Parallel = i+1, runs, par
+				progressMu.Lock()
+				defer progressMu.Unlock()
+				p(pr)
 			}
-			row, buf, err := runOne(c, sc, prof)
-			if err != nil {
-				return res, err
-			}
-			res.BufferBytes = buf
-			res.Rows = append(res.Rows, row)
 		}
+		o := &out[i]
+		o.ran = true
+		o.row, o.buf, o.err = runOne(c, cfg.Scenarios[i/len(cfg.Profiles)], cfg.Profiles[i%len(cfg.Profiles)])
+	}
+	if par == 1 {
+		for i := range runs {
+			if one(i); out[i].err != nil {
+				break
+			}
+		}
+	} else {
+		// par workers take the runs in order; the rows land in order.
+		var next atomic.Int64
+		var failed atomic.Bool
+		var wg sync.WaitGroup
+		for range par {
+			wg.Go(func() {
+				for !failed.Load() {
+					i := int(next.Add(1)) - 1
+					if i >= runs {
+						return
+					}
+					if one(i); out[i].err != nil {
+						failed.Store(true)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, o := range out {
+		if o.err != nil {
+			return res, o.err
+		}
+		if !o.ran {
+			break // an earlier run failed
+		}
+		res.BufferBytes = o.buf
+		res.Rows = append(res.Rows, o.row)
 	}
 	return res, nil
+}
+
+// parallelRuns returns how many of cfg's runs to make at once: at most
+// cfg.Parallel, the runs, and as many as cfg.Memory (or MemoryBudget)
+// holds of footprint fp each; at least 1.
+func parallelRuns(cfg Config, fp Footprint, runs int) int {
+	par := min(max(cfg.Parallel, 1), runs)
+	budget := cfg.Memory
+	if budget == 0 {
+		budget = MemoryBudget()
+	}
+	if fp.Total > 0 {
+		par = min(par, int(min(budget/fp.Total, int64(runs))))
+	}
+	return max(par, 1)
 }
 
 // baseRTT is the unloaded round trip of the longest path: a full frame
@@ -473,7 +557,14 @@ func newRunner(cfg Config, sc, prof string) (*runner, Row, error) {
 	for _, f := range cfg.Workload.Flows {
 		r.expected += fr.wire(f.Size)
 	}
-	if bs := n.bounds(cfg.Workload, tc, cfg.boundCache); len(bs) > 0 {
+	if cfg.boundMu != nil {
+		cfg.boundMu.Lock()
+	}
+	bs := n.bounds(cfg.Workload, tc, cfg.boundCache)
+	if cfg.boundMu != nil {
+		cfg.boundMu.Unlock()
+	}
+	if len(bs) > 0 {
 		var sum time.Duration
 		for _, b := range bs {
 			sum += b

@@ -123,6 +123,7 @@ func runSim(args []string) error {
 	queues := fs.Int("queues", 1, "transport engines per host, one per NIC queue, the host's QPs spread over them and its frames steered to them by QP")
 	var mem sizeFlag
 	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
+	parallel := fs.Int("parallel", 0, "runs (scenario and profile pairs) made at once, as memory allows; the rows are the same whatever it is (0: one per CPU core)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	memProf := fs.String("memprofile", "", "write a heap profile to this file at the first progress report (about one a second of wall time) past --memprofile-at of simulated time (go tool pprof)")
@@ -138,6 +139,8 @@ func runSim(args []string) error {
 		c.fail("window", *window, "a multiple of 64 from 64 to 1048576")
 	}
 	c.atLeast("queues", int64(*queues), 1)
+	c.atLeast("parallel", int64(*parallel), 0)
+	c.atMostInt("parallel", int64(*parallel), 1024)
 	c.atMostInt("queues", int64(*queues), 1024)
 	if !(*hostWin >= 0 && *hostWin <= sim.MaxHostWindow) {
 		c.fail("host-window", fmt.Sprint(*hostWin), fmt.Sprintf("a number of bandwidth-delay products from 0 to %d", sim.MaxHostWindow))
@@ -192,7 +195,7 @@ func runSim(args []string) error {
 		}
 	}
 	cfg := sim.Config{Topo: t, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, Parallel: cmp.Or(*parallel, runtime.GOMAXPROCS(0)), HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
 	if *cmFile != "" {
 		// Only the flows are built: bound them before they are.
 		s, err := sim.WorkloadShape(*work, t.Hosts())
