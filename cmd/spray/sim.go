@@ -123,7 +123,7 @@ func runSim(args []string) error {
 	queues := fs.Int("queues", 1, "transport engines per host, one per NIC queue, the host's QPs spread over them and its frames steered to them by QP")
 	var mem sizeFlag
 	fs.Var(&mem, "mem", "memory the run may hold (64G, ...); a workload estimated above it is refused, and the garbage collector keeps the heap under it (default: the machine's memory)")
-	parallel := fs.Int("parallel", 0, "runs (scenario and profile pairs) made at once, as memory allows; the rows are the same whatever it is (0: one per CPU core)")
+	parallel := fs.Int("parallel", 0, "runs (scenario and profile pairs) made at once, as memory allows; the rows are the same whatever it is, but each row's CPU time and peak RSS are measured only at 1 (0: one per CPU core, or 1 with --markdown, whose table has them)")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	memProf := fs.String("memprofile", "", "write a heap profile to this file at the first progress report (about one a second of wall time) past --memprofile-at of simulated time (go tool pprof)")
@@ -195,7 +195,7 @@ func runSim(args []string) error {
 		}
 	}
 	cfg := sim.Config{Topo: t, Profiles: strings.Split(*profs, ","), Scenarios: strings.Split(*scen, ","),
-		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, Parallel: cmp.Or(*parallel, runtime.GOMAXPROCS(0)), HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
+		PFC: *pfc, Seed: *seed, Window: *window, Limit: *limit, Memory: int64(mem), Queues: *queues, Parallel: cmp.Or(*parallel, defaultParallel(*mdFile)), HostWindow: cmp.Or(*hostWin, -1), HostRate: *hostRate}
 	if *cmFile != "" {
 		// Only the flows are built: bound them before they are.
 		s, err := sim.WorkloadShape(*work, t.Hosts())
@@ -314,15 +314,44 @@ func runSim(args []string) error {
 	return nil
 }
 
-// runRows runs cfg one scenario and profile at a time, measuring each
-// row's CPU time and peak RSS (rowCost), and with faulted again on
-// fabric ft, its rows' scenarios marked "+faults". The rows are those
-// one sim.Run of cfg gives, in the same order: each runs on a fresh
-// fabric from the seed.
+// runRows runs cfg, and with faulted again on fabric ft, its rows'
+// scenarios marked "+faults". The rows are those one sim.Run of cfg
+// gives, in the same order: each runs on a fresh fabric from the seed.
+// With cfg.Parallel at most 1 it runs one scenario and profile at a
+// time and measures each row's CPU time and peak RSS (rowCost); with
+// more, the runs of a fabric go at once and a row's cost, which the
+// process's counters cannot tell apart, is left out (TestRunRowsMatchRun).
 func runRows(cfg sim.Config, ft sim.Topo, faulted bool) (sim.Result, error) {
 	topos := []sim.Topo{cfg.Topo}
 	if faulted {
 		topos = append(topos, ft)
+	}
+	if cfg.Parallel > 1 && len(cfg.Scenarios)*len(cfg.Profiles) > 1 {
+		var res sim.Result
+		for i, t := range topos {
+			c := cfg
+			c.Topo = t
+			if p := cfg.Progress; p != nil && i > 0 {
+				c.Progress = func(pr sim.Progress) {
+					pr.Scenario += "+faults"
+					p(pr)
+				}
+			}
+			r, err := sim.Run(c)
+			if err != nil {
+				return res, err
+			}
+			if i == 0 {
+				res = r
+				continue
+			}
+			for _, row := range r.Rows {
+				row.Scenario += "+faults"
+				res.Rows = append(res.Rows, row)
+			}
+			res.Faults = r.Faults + " (the +faults rows)"
+		}
+		return res, nil
 	}
 	runs, run := len(topos)*len(cfg.Scenarios)*len(cfg.Profiles), 0
 	var res sim.Result
@@ -389,4 +418,14 @@ func heapProfileAt(path string, at time.Duration, next func(sim.Progress)) func(
 			fmt.Fprintf(os.Stderr, "sim: --memprofile: %v\n", err)
 		}
 	}
+}
+
+// defaultParallel is --parallel's value when it is not given: one run
+// per core, or one at a time when the headline table (--markdown) wants
+// each row's own CPU time and peak RSS (TestSimFaults).
+func defaultParallel(markdown string) int {
+	if markdown != "" {
+		return 1
+	}
+	return runtime.GOMAXPROCS(0)
 }

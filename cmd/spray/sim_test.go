@@ -315,4 +315,16 @@ func TestRunRowsMatchRun(t *testing.T) {
 			t.Errorf("%s/%s: CPU %v, RSS %d: not measured", r.Scenario, r.Profile, r.CPU, r.RSS)
 		}
 	}
+	cfg.Parallel = 2
+	both, err := runRows(cfg, sim.Topo{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c bytes.Buffer
+	if err := sim.WriteJSON(&c, both); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), c.Bytes()) {
+		t.Errorf("rows at once differ from one run's:\n%s\n%s", c.String(), a.String())
+	}
 }
