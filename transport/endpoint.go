@@ -124,9 +124,11 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 		ep.mrs, engs = eng.mrs, []*Engine{eng}
 	}
 	ep.cfg = engs[0].cfg
-	if f := rxClockFor(clk); f != nil {
-		for _, e := range engs {
-			e.SetRxClock(f)
+	rx := rxClockFor(clk)
+	for _, e := range engs {
+		e.setClock(clk)
+		if rx != nil {
+			e.SetRxClock(rx)
 		}
 	}
 	ready := make(chan error, len(engs))
