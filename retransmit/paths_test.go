@@ -151,8 +151,9 @@ func TestRTOResendsOldestOnly(t *testing.T) {
 			t.Fatalf("%+v: kind %v err %v", c, kind, err)
 		}
 		lost := resendLost(t, s, now)
+		// Queue or not, the peer is silent: the oldest alone.
 		want := psns(first, 0, 1, 2)
-		if c.queue {
+		if c.mode == SelectiveRepeat {
 			want = psns(first, 0)
 		}
 		if !samePSNs(lost, want) {
@@ -360,4 +361,34 @@ func TestRACKPathSlotsShared(t *testing.T) {
 	if _, lost := split(ev); len(lost) != 0 {
 		t.Fatalf("lost %v", lost)
 	}
+}
+
+// TestRTOSilentPeerResendsOldest: a first timeout with no packet after
+// the oldest acknowledged (a peer whose engine was kept from running
+// looks so, as a dead link does) resends the oldest packet alone, as
+// under a queue, and a second timeout in a row resends them all. (A
+// later packet acknowledged arms RACK's timer, which declares the earlier
+// ones lost before the retransmission timer comes due.)
+func TestRTOSilentPeerResendsOldest(t *testing.T) {
+	s := mustNew(t, Config{NoTLP: true}, 0)
+	first := s.Next()
+	for i := range 4 {
+		sendOn(t, s, clock.Time(i)*10*us, 1)
+	}
+	now := s.NextTimeout()
+	if _, kind, err := s.OnTimeout(now, nil); kind != RTO || err != nil {
+		t.Fatalf("kind %v err %v", kind, err)
+	}
+	if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0)) {
+		t.Fatalf("first timeout resent %v, want the oldest", got)
+	}
+	mustCheck(t, s)
+	now = s.NextTimeout()
+	if _, kind, err := s.OnTimeout(now, nil); kind != RTO || err != nil {
+		t.Fatalf("second timeout: kind %v err %v", kind, err)
+	}
+	if got := resendLost(t, s, now); !samePSNs(got, psns(first, 0, 1, 2, 3)) {
+		t.Fatalf("second timeout resent %v, want all four", got)
+	}
+	mustCheck(t, s)
 }

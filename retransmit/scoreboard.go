@@ -880,6 +880,17 @@ func (s *Scoreboard) RecentRTT() time.Duration {
 // smallest one: the queue part of SRTT is longer than the path's own delay.
 func (s *Scoreboard) queueing() bool { return s.hasRTT && s.srtt > 2*s.minRTT }
 
+// silent reports whether no packet sent after the oldest unacknowledged
+// one has been acknowledged.
+func (s *Scoreboard) silent() bool {
+	for p := s.una.Next(); p != s.next; p = p.Next() {
+		if s.slot(p).flags&fAcked != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // spuriousProbe doubles the probe timeout (at most maxPTOMult times its
 // base) for the next reoPersist probes: a probe that its own packet's ACK
 // overtook was sent while the packet sat in a queue (TestSpuriousProbeBacksOff).
@@ -1430,13 +1441,18 @@ func (s *Scoreboard) OnTimeout(now clock.Time, dst []Event) ([]Event, TimeoutKin
 		// tells them apart: RACK then declares the others lost if they
 		// were, and an ACK of the original counts the timeout spurious. A
 		// whole window resent into a long queue only lengthens it
-		// (TestRTOResendsOldestOnly). Otherwise, and on a second timeout in
-		// a row, the packets sent more than RACK.rtt + reo_wnd ago are lost
-		// (RFC 8985 6.3), as a dead path needs. Go-Back-N resends all.
+		// (TestRTOResendsOldestOnly). So does a first timeout that found
+		// the peer silent (no packet sent after the oldest acknowledged):
+		// a peer whose engine was kept from running is as silent as a
+		// dead link, while a dead path among live ones leaves the packets
+		// sprayed on the others acknowledged (TestRTOSilentPeerResendsOldest).
+		// Otherwise, and on a second timeout in a row, the packets sent
+		// more than RACK.rtt + reo_wnd ago are lost (RFC 8985 6.3), as a
+		// dead path needs. Go-Back-N resends all.
 		young := clock.Never
 		if s.cfg.Mode == SelectiveRepeat {
 			young = clock.Time(math.MinInt64)
-			if s.retries > 1 || !s.queueing() {
+			if s.retries > 1 || !s.queueing() && !s.silent() {
 				rtt := s.SRTT()
 				if s.rackOK {
 					rtt = s.rackRTT

@@ -377,7 +377,12 @@ func TestRTOBackoffAndFailure(t *testing.T) {
 			if kind != RTO || err != nil {
 				t.Fatalf("timeout %d: kind %v err %v", i, kind, err)
 			}
+			// The first timeout finds the peer silent and resends the
+			// oldest alone (TestRTOSilentPeerResendsOldest).
 			want := psns(first, 0, 1)
+			if i == 0 {
+				want = psns(first, 0)
+			}
 			if _, lost := split(ev); !samePSNs(lost, want) {
 				t.Fatalf("RTO %d lost %v, want %v", i, lost, want)
 			}
@@ -386,7 +391,7 @@ func TestRTOBackoffAndFailure(t *testing.T) {
 			}
 			mustCheck(t, s)
 		}
-		if st := s.Stats(); st.RTOs != 5 || st.Retransmitted != 10 {
+		if st := s.Stats(); st.RTOs != 5 || st.Retransmitted != 9 {
 			t.Fatalf("stats %+v", st)
 		}
 		if s.NextTimeout() != clock.Never {

@@ -74,6 +74,10 @@ type epShard struct {
 	waiters map[uint64]chan Completion
 	conns   map[uint32]*Conn
 	nextID  uint64
+
+	// changed says that a call changed the engine's state since its
+	// goroutine's last turn began (wake).
+	changed atomic.Bool
 }
 
 // ErrClosed is returned by calls on a closed Endpoint; it wraps net.ErrClosed.
@@ -120,9 +124,11 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 		ep.mrs, engs = eng.mrs, []*Engine{eng}
 	}
 	ep.cfg = engs[0].cfg
-	if f := rxClockFor(clk); f != nil {
-		for _, e := range engs {
-			e.SetRxClock(f)
+	rx := rxClockFor(clk)
+	for _, e := range engs {
+		e.setClock(clk)
+		if rx != nil {
+			e.SetRxClock(rx)
 		}
 	}
 	ready := make(chan error, len(engs))
@@ -162,9 +168,23 @@ func (ep *Endpoint) Engines() int { return len(ep.shards) }
 func (s *epShard) do(ctx context.Context, fn func() error) error {
 	ran, err := s.locked(ctx, fn)
 	if ran {
-		s.eng.link.Wake()
+		s.wake()
 	}
 	return err
+}
+
+// wake tells the engine goroutine that a call changed its state, and
+// wakes its link only when the goroutine sleeps or is about to: a
+// goroutine that is stepping finds the change in its next turn, and a
+// Wake per post is a system call on the links that sleep in one. The
+// flag is set before sleeping is read, as run sets sleeping before it
+// reads the flag: one of the two sees the other's store, so that no
+// change waits for the deadline (TestPostWakesSleepingEngine).
+func (s *epShard) wake() {
+	s.changed.Store(true)
+	if s.eng.sleeping.Load() {
+		s.eng.link.Wake()
+	}
 }
 
 // view runs fn like do without waking the engine goroutine: for fns that
@@ -230,15 +250,13 @@ func (s *epShard) run(ready chan<- error) {
 			runtime.Gosched()
 			continue
 		}
-		if e.sh != nil {
-			// Announce the sleep before the last look at the hand-over
-			// rings: an engine that hands a frame over after the look sees
-			// the flag and wakes this one.
-			e.sleeping.Store(true)
-			if e.handedInPending() {
-				e.sleeping.Store(false)
-				continue
-			}
+		// Announce the sleep before the last look at the calls' changes
+		// and the hand-over rings: a call or an engine that comes after
+		// the look sees the flag and wakes this one (wake, wakeOwners).
+		e.sleeping.Store(true)
+		if s.changed.Load() || (e.sh != nil && e.handedInPending()) {
+			e.sleeping.Store(false)
+			continue
 		}
 		// Let the goroutines that dispatch just woke run first: the links
 		// of package link park their Waits in the runtime poller, but a
@@ -279,6 +297,8 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	if s.stepErr != nil {
 		return 0, turnStop, s.stepErr
 	}
+	// This turn's step sees every change made under st before it.
+	s.changed.Store(false)
 	posted := s.takePosts()
 	now := ep.clk.Now()
 	work, err := s.step(now)
@@ -400,7 +420,7 @@ func (s *epShard) send(ctx context.Context, fn func() error) error {
 		return nil
 	})
 	if ran {
-		s.eng.link.Wake()
+		s.wake()
 	}
 	return err
 }
@@ -927,7 +947,7 @@ func (c *Conn) received(comp Completion) (Message, error) {
 		c.s.mu.Lock()
 		c.s.unblocked = append(c.s.unblocked, c)
 		c.s.mu.Unlock()
-		c.s.eng.link.Wake()
+		c.s.wake()
 	}
 	if comp.ID&internalID != 0 {
 		c.p.out.Add(-1)

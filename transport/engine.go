@@ -143,6 +143,8 @@ type Engine struct {
 	// rxClock converts link.Frame.RxTime into the engine's time; nil:
 	// frames arrive when Step runs.
 	rxClock func(ns int64) clock.Time
+	// clk, when set (setClock), is read again after each batch received.
+	clk clock.Clock
 
 	// credit paces the credit of the senders towards this engine's link
 	// (Config.Credits; credit.go); nil without credits.
@@ -440,6 +442,11 @@ func (e *Engine) receive(now clock.Time) (bool, error) {
 			break
 		}
 		work = true
+		if e.clk != nil {
+			if t := e.clk.Now(); t > now {
+				now = t
+			}
+		}
 		for i := range n {
 			e.stats.RxFrames++
 			e.stats.RxBytes += uint64(len(e.rx[i].Buf))
@@ -491,6 +498,15 @@ func (e *Engine) transmit(now clock.Time) (bool, error) {
 // the engine (TestHoldCountsRingWait). Endpoint sets it when it runs the
 // system clock.
 func (e *Engine) SetRxClock(f func(ns int64) clock.Time) { e.rxClock = f }
+
+// setClock makes receive read clk after each batch it receives: the time a
+// Step was given is when its driver read the clock, and a driver kept from
+// running between that read and the link's then hands frames that arrived
+// after it. Handled at that time, an ACK would time a round trip shorter
+// than its path, down to nothing, and the loss timers armed from such
+// samples would fire while the peer's answer was on its way
+// (TestStaleStepTimesNoShortRTT).
+func (e *Engine) setClock(clk clock.Clock) { e.clk = clk }
 
 // maxRxAge bounds how far before the Step reading it a frame's stamp may
 // lie; an older or a future stamp is a clock the engine does not share,

@@ -53,8 +53,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 11, MinRTO: time.Millisecond, ECN: true, Paths: PathsSpray},
 		ce:     17,
-		frames: "598ac4f8b2e2b3dd43127e3cc3edab6fded5a8ba0a0a6e24019ab2be26aab384",
-		state:  "415f78017064dc1c13181b41b17418974aee6459cdf542b06f125d23ed43e882",
+		frames: "e0d1aacc7e8ee0472e296a0daddf73133d6e765ddfeb4a63805f21f27479db47",
+		state:  "80ccbb400017427eb7db55a06385b9a393ca94e3e5d376f64c794233dbf77e68",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "SACK losses", rs.Lost)
@@ -68,8 +68,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 12, AckEvery: 4, INTHops: 2, MinRTO: time.Millisecond, Paths: PathsAdaptive},
 		stamp:  true,
-		frames: "aeb5fab299fe36feeba62eaed960af103ace6e5179532576e441dff3441fd317",
-		state:  "30f0c23facbb2074e81d9575358abd45a07bd8900b7c0af636272ff9ac10078f",
+		frames: "621dbb239d9099fadc8a3f5ab9ac9ceaa5e14557b556a6e50b068b8ef37be4ae",
+		state:  "8c828f944bf20fbe30d6b473d8d35d61e80bb2b2412965692bd8af507208009d",
 		check: func(t *testing.T, s *simPair) {
 			rs := s.qa.RetransmitStats()
 			need(t, "losses", rs.Lost)
@@ -105,8 +105,8 @@ func TestGoldenCapture(t *testing.T) {
 		mc:     lossy,
 		cfg:    Config{Profile: Spray, Seed: 15, MinRTO: time.Millisecond, Paths: PathsSpray},
 		reads:  6,
-		frames: "fed0ea370526d88471162bfa4a8e025e15fd095ba76ffac2df4ef5ffebe56bd8",
-		state:  "33f62765a5eaef31f91ef35149585d593c0f6628a09d2063680a1b50cceabd8a",
+		frames: "37e3354c695d865b0d221279aa7b9c1e772deb5336ea503ec33d9a349d4d39e2",
+		state:  "9860ecb65f5cd60ca04a9da5c2e19b2330205bb7d914932c4043844dd10bef7f",
 		check: func(t *testing.T, s *simPair) {
 			need(t, "resent READ responses", s.qb.Stats().Retransmits)
 		},

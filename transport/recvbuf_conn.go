@@ -66,7 +66,7 @@ func (c *Conn) PostRecv(ctx context.Context, buf []byte) error {
 		s.posting = append(s.posting, c)
 		s.mu.Unlock()
 	}
-	c.s.eng.link.Wake()
+	c.s.wake()
 	return nil
 }
 

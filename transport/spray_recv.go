@@ -195,7 +195,13 @@ func (r *sprayReceiver) recv(now clock.Time, pk *wire.Packet) {
 	case d < 0 || r.win.Has(p):
 		q.stats.Duplicates++
 		q.noteData(now, pk)
-		r.note(now, pk, p, pk.Data.TxTime)
+		if !r.lastSet || r.last.psn != p {
+			// A second copy of the packet noted last keeps the first's
+			// echo: the ACK then shows the sender that its original
+			// arrived, so that its probe or resend counts as spurious
+			// and backs off (TestDupKeepsFirstEcho).
+			r.note(now, pk, p, pk.Data.TxTime)
+		}
 		q.ackNow = true
 		q.ackDup = q.noteAckLost(now) || q.ackDup
 		return
