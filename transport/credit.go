@@ -506,8 +506,9 @@ func (p *creditPacer) add(q *QP) {
 // unsolicited window arrives while the pacer grants its first credit,
 // and booked, it would hold those grants back until the window had
 // arrived, so the sender would wait a round trip for them after its
-// window (the simulator's TestOneFlowLineRate: 6.5% longer with its
-// window booked); several senders' windows arrive together and are booked.
+// window; several senders' windows arrive together and are booked. A
+// lone sender keeps its line-rate start (the simulator's
+// TestOneFlowLineRate, with credits).
 func (p *creditPacer) fanIn() bool { return len(p.ring)-p.head > 1 }
 
 // grantPkts is the packets a grant adds, from the senders waiting.

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
-	"github.com/sprayfabric/spray/internal/testutil"
-	"github.com/sprayfabric/spray/link/mem"
 )
 
 // A receiver that reads a packet and its tail probe in one step (its
@@ -19,33 +17,7 @@ func TestDupKeepsFirstEcho(t *testing.T) {
 	const delay = 5 * time.Microsecond
 	clk := &clock.Sim{}
 	clk.Advance(time.Millisecond) // a send time of 0 is no timestamp
-	fab := mem.NewFabric(mem.Config{Seed: testutil.Seed(t), Delay: delay}, clk)
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Seed: testutil.Seed(t)}
-	ea, err := NewEngine(pa, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Seed++
-	eb, err := NewEngine(pb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, _ := ea.CreateQP()
-	qb, _ := eb.CreateQP()
-	if err := qa.Connect(qb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.Connect(qa.Info()); err != nil {
-		t.Fatal(err)
-	}
+	ea, eb, qa, qb := simQPPair(t, clk, delay)
 	if err := qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: make([]byte, 64)}); err != nil {
 		t.Fatal(err)
 	}

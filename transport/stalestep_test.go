@@ -19,35 +19,9 @@ import (
 func TestStaleStepTimesNoShortRTT(t *testing.T) {
 	const delay = 10 * time.Microsecond // each way
 	clk := &clock.Sim{}
-	fab := mem.NewFabric(mem.Config{Seed: testutil.Seed(t), Delay: delay}, clk)
-	pa, err := fab.NewPort(macA, ipA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := fab.NewPort(macB, ipB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Seed: testutil.Seed(t)}
-	ea, err := NewEngine(pa, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Seed++
-	eb, err := NewEngine(pb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ea, eb, qa, qb := simQPPair(t, clk, delay)
 	ea.setClock(clk)
 	eb.setClock(clk)
-	qa, _ := ea.CreateQP()
-	qb, _ := eb.CreateQP()
-	if err := qa.Connect(qb.Info()); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.Connect(qa.Info()); err != nil {
-		t.Fatal(err)
-	}
 	if err := qa.Post(WorkRequest{ID: 1, Op: OpSend, Data: make([]byte, 64)}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,4 +55,37 @@ func TestStaleStepTimesNoShortRTT(t *testing.T) {
 	if st.MinRTT < 2*delay {
 		t.Errorf("MinRTT %v (fabric part), below the path's round trip %v", st.MinRTT, 2*delay)
 	}
+}
+
+// simQPPair connects a QP on each of two engines over a link/mem fabric
+// of the given one-way delay, timed by clk: tests that step the engines
+// by hand.
+func simQPPair(t *testing.T, clk *clock.Sim, delay time.Duration) (ea, eb *Engine, qa, qb *QP) {
+	t.Helper()
+	fab := mem.NewFabric(mem.Config{Seed: testutil.Seed(t), Delay: delay}, clk)
+	pa, err := fab.NewPort(macA, ipA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := fab.NewPort(macB, ipB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Seed: testutil.Seed(t)}
+	if ea, err = NewEngine(pa, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Seed++
+	if eb, err = NewEngine(pb, cfg); err != nil {
+		t.Fatal(err)
+	}
+	qa, _ = ea.CreateQP()
+	qb, _ = eb.CreateQP()
+	if err := qa.Connect(qb.Info()); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Connect(qa.Info()); err != nil {
+		t.Fatal(err)
+	}
+	return ea, eb, qa, qb
 }
