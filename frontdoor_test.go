@@ -41,10 +41,10 @@ func TestFrontDoor(t *testing.T) {
 		t.Fatalf("a: service %q, remote %+v, protection %v; b: info %+v", a.Service(), a.Remote(), a.Protection(), b.Info())
 	}
 	r := testutil.Rand(t)
-	if err := exchange(ctx, a, b, randomMsgs(r, 4, 32<<10)); err != nil {
+	if err := exchange(ctx, a, b, testutil.RandomMessages(r, 4, 32<<10)); err != nil {
 		t.Fatal(err)
 	}
-	if err := exchange(ctx, b, a, randomMsgs(r, 4, 32<<10)); err != nil {
+	if err := exchange(ctx, b, a, testutil.RandomMessages(r, 4, 32<<10)); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()

@@ -3,18 +3,15 @@ package spray
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/internal/testutil"
 	"github.com/sprayfabric/spray/link/mem"
 	"github.com/sprayfabric/spray/transport"
 )
@@ -69,42 +66,6 @@ func qps(t *testing.T, ep *Endpoint) int {
 	return n
 }
 
-func randomMsgs(r *rand.Rand, n, maxLen int) [][]byte {
-	ms := make([][]byte, n)
-	for i := range ms {
-		ms[i] = make([]byte, r.IntN(maxLen+1))
-		for j := range ms[i] {
-			ms[i][j] = byte(r.Uint32())
-		}
-	}
-	return ms
-}
-
-// exchange sends msgs from a to b and checks that they arrive intact and
-// in order.
-func exchange(ctx context.Context, a, b *Conn, msgs [][]byte) error {
-	errc := make(chan error, 1)
-	go func() {
-		for _, m := range msgs {
-			if err := a.Send(ctx, m); err != nil {
-				errc <- err
-				return
-			}
-		}
-		errc <- nil
-	}()
-	for i, want := range msgs {
-		got, err := b.Recv(ctx)
-		if err != nil {
-			return fmt.Errorf("recv %d: %w", i, err)
-		}
-		if sha256.Sum256(got.Data) != sha256.Sum256(want) {
-			return fmt.Errorf("message %d: %d bytes, want %d, contents differ", i, len(got.Data), len(want))
-		}
-	}
-	return <-errc
-}
-
 // LoadPSK reads a key file, trimmed, and refuses a short one with
 // ErrOptions.
 func TestLoadPSK(t *testing.T) {
@@ -121,16 +82,8 @@ func TestLoadPSK(t *testing.T) {
 	}
 }
 
-// waitGoroutines fails the test if the goroutine count does not fall back
-// to base: something was left running.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines left behind (base %d):\n%s", runtime.NumGoroutine()-base, base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+// exchange sends msgs from a to b and checks that they arrive intact and
+// in order.
+func exchange(ctx context.Context, a, b *Conn, msgs [][]byte) error {
+	return testutil.Exchange(ctx, a.Send, b.Recv, func(m transport.Message) []byte { return m.Data }, msgs)
 }

@@ -50,10 +50,10 @@ func TestOpenLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exchange(ctx, a, bc, randomMsgs(r, 10, 200<<10)); err != nil {
+	if err := exchange(ctx, a, bc, testutil.RandomMessages(r, 10, 200<<10)); err != nil {
 		t.Fatal(err)
 	}
-	if err := exchange(ctx, bc, a, randomMsgs(r, 10, 200<<10)); err != nil {
+	if err := exchange(ctx, bc, a, testutil.RandomMessages(r, 10, 200<<10)); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()

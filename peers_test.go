@@ -41,7 +41,7 @@ func TestSendToLoopback(t *testing.T) {
 	ea, eb, addrB := loopbackPeers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	msgs := randomMsgs(testutil.Rand(t), 4, 200<<10)
+	msgs := testutil.RandomMessages(testutil.Rand(t), 4, 200<<10)
 	to := transport.PeerAddr{IP: addrB}
 	for _, m := range msgs {
 		if err := ea.SendTo(ctx, to, m); err != nil {

@@ -33,7 +33,7 @@ func TestConnPostRecv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := randomMsgs(testutil.Rand(t), 10, 64<<10)
+	msgs := testutil.RandomMessages(testutil.Rand(t), 10, 64<<10)
 	bufs := make([][]byte, len(msgs)+1)
 	for i := range bufs {
 		bufs[i] = make([]byte, 64<<10)
@@ -72,5 +72,5 @@ func TestConnPostRecv(t *testing.T) {
 	ln.Close()
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }

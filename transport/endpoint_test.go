@@ -71,20 +71,6 @@ func connectQPs(ctx context.Context, t *testing.T, ea, eb *Endpoint) (*Conn, *Co
 	return ca, cb
 }
 
-// waitGoroutines waits until the goroutine count falls back to base, and
-// fails the test if it does not: a goroutine was left behind.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines left behind (base %d):\n%s", runtime.NumGoroutine()-base, base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestEndpointSendRecv(t *testing.T) {
 	base := runtime.NumGoroutine()
 	seed := testutil.Seed(t)
@@ -153,7 +139,7 @@ func TestEndpointSendRecv(t *testing.T) {
 			}
 		})
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestDeadPeer: a peer that stops answering makes a blocking Send fail with
@@ -185,7 +171,7 @@ func TestDeadPeer(t *testing.T) {
 	ea.Close()
 	eb.Close()
 	ea.Close() // idempotent
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestMalformedFrames: garbage frames injected into a transfer are counted

@@ -102,7 +102,7 @@ func TestEndpointPostRecv(t *testing.T) {
 			}
 		})
 	}
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestEndpointPostRecvDestroy destroys and closes with buffers posted and
@@ -155,7 +155,7 @@ func TestEndpointPostRecvDestroy(t *testing.T) {
 		t.Fatalf("PostRecv on a closed Endpoint: %v", err)
 	}
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // BenchmarkEndpointPostedRecv is a steady loop over two Endpoints on

@@ -227,10 +227,10 @@ func TestCMInjectedDREQ(t *testing.T) {
 					t.Fatalf("ChannelsCut %d, want 1", n)
 				}
 				r := rand.New(rand.NewPCG(seed, 3))
-				if err := exchange(ctx, a, b, randomMsgs(r, 8, 64<<10)); err != nil {
+				if err := exchange(ctx, a, b, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 					t.Fatalf("dialer to listener after the injection: %v", err)
 				}
-				if err := exchange(ctx, b, a, randomMsgs(r, 8, 64<<10)); err != nil {
+				if err := exchange(ctx, b, a, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 					t.Fatalf("listener to dialer after the injection: %v", err)
 				}
 				if a.Err() != nil || b.Err() != nil {

@@ -94,10 +94,10 @@ func TestCMOlderDataPath(t *testing.T) {
 				t.Fatalf("NoMsgLimit of the peers' QPs: dialer %v, listener %v, want %v", ca.Remote().NoMsgLimit, cb.Remote().NoMsgLimit, old.IsValid())
 			}
 			r := rand.New(rand.NewPCG(seed, 2))
-			if err := exchange(ctx, ca, cb, randomMsgs(r, 32, 64<<10)); err != nil {
+			if err := exchange(ctx, ca, cb, testutil.RandomMessages(r, 32, 64<<10)); err != nil {
 				t.Fatalf("dialer to listener: %v", err)
 			}
-			if err := exchange(ctx, cb, ca, randomMsgs(r, 32, 64<<10)); err != nil {
+			if err := exchange(ctx, cb, ca, testutil.RandomMessages(r, 32, 64<<10)); err != nil {
 				t.Fatalf("listener to dialer: %v", err)
 			}
 			t.Logf("ACKs with a message limit: %d, dropped by the older side: %d", limited.Load(), dropped.Load())

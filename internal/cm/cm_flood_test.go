@@ -147,7 +147,7 @@ func TestCMHalfOpenTimeout(t *testing.T) {
 		t.Fatalf("%d QPs left", qps(t, eb))
 	}
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestCMFlood fills a listener that holds 32 requests at most with
@@ -291,7 +291,7 @@ func TestCMFlood(t *testing.T) {
 	t.Logf("RSS %s once the runtime returned free memory", vmRSS())
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 	if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
 		t.Fatal(err)
 	}

@@ -87,10 +87,10 @@ func dialTransfer(t *testing.T, a, b *Endpoint, seed uint64) {
 		t.Fatalf("the connection speaks versions %d and %d, want %d", ca.ver, cb.ver, want)
 	}
 	r := rand.New(rand.NewPCG(seed, 1))
-	if err := exchange(ctx, ca, cb, randomMsgs(r, 16, 128<<10)); err != nil {
+	if err := exchange(ctx, ca, cb, testutil.RandomMessages(r, 16, 128<<10)); err != nil {
 		t.Fatalf("dialer to listener: %v", err)
 	}
-	if err := exchange(ctx, cb, ca, randomMsgs(r, 16, 128<<10)); err != nil {
+	if err := exchange(ctx, cb, ca, testutil.RandomMessages(r, 16, 128<<10)); err != nil {
 		t.Fatalf("listener to dialer: %v", err)
 	}
 	ca.Close()
@@ -208,7 +208,7 @@ func readV1(c net.Conn, typ uint8) ([]byte, error) {
 // bothWays sends a message each way between a connection-manager Conn and
 // a transport Conn and checks them by SHA-256.
 func bothWays(ctx context.Context, c *Conn, q *transport.Conn, r *rand.Rand) error {
-	msgs := randomMsgs(r, 2, 64<<10)
+	msgs := testutil.RandomMessages(r, 2, 64<<10)
 	errc := make(chan error, 1)
 	go func() { errc <- c.Send(ctx, msgs[0]) }()
 	m, err := q.Recv(ctx)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -62,20 +61,6 @@ func memPair(t *testing.T, mc mem.Config) (*mem.Fabric, *Endpoint, *Endpoint) {
 	return fab, memEndpoint(t, fab, macA, ipA, mc.Seed), memEndpoint(t, fab, macB, ipB, mc.Seed+1)
 }
 
-// waitGoroutines fails the test if the goroutine count does not fall back
-// to base: something was left running.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines left behind (base %d):\n%s", runtime.NumGoroutine()-base, base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func qps(t *testing.T, ep *Endpoint) int {
 	t.Helper()
 	n, err := ep.QPs(context.Background())
@@ -83,42 +68,6 @@ func qps(t *testing.T, ep *Endpoint) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func randomMsgs(r *rand.Rand, n, maxLen int) [][]byte {
-	ms := make([][]byte, n)
-	for i := range ms {
-		ms[i] = make([]byte, r.IntN(maxLen+1))
-		for j := range ms[i] {
-			ms[i][j] = byte(r.Uint32())
-		}
-	}
-	return ms
-}
-
-// exchange sends msgs from a to b and checks that they arrive intact and
-// in order.
-func exchange(ctx context.Context, a, b *Conn, msgs [][]byte) error {
-	errc := make(chan error, 1)
-	go func() {
-		for _, m := range msgs {
-			if err := a.Send(ctx, m); err != nil {
-				errc <- err
-				return
-			}
-		}
-		errc <- nil
-	}()
-	for i, want := range msgs {
-		got, err := b.Recv(ctx)
-		if err != nil {
-			return fmt.Errorf("recv %d: %w", i, err)
-		}
-		if sha256.Sum256(got.Data) != sha256.Sum256(want) {
-			return fmt.Errorf("message %d: %d bytes, want %d, contents differ", i, len(got.Data), len(want))
-		}
-	}
-	return <-errc
 }
 
 // TestConnections sets up several connections between two endpoints, for
@@ -164,7 +113,7 @@ func TestConnections(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(ps))
 	for _, p := range ps {
-		ab, ba := randomMsgs(r, 20, 64<<10), randomMsgs(r, 20, 64<<10)
+		ab, ba := testutil.RandomMessages(r, 20, 64<<10), testutil.RandomMessages(r, 20, 64<<10)
 		wg.Go(func() { errs <- exchange(ctx, p.a, p.b, ab) })
 		wg.Go(func() { errs <- exchange(ctx, p.b, p.a, ba) })
 	}
@@ -205,7 +154,7 @@ func TestConnections(t *testing.T) {
 	}
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestCloseFreesQP closes a connection while a transfer runs on it and
@@ -229,7 +178,7 @@ func TestCloseFreesQP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := randomMsgs(testutil.Rand(t), 1, 4<<20)[0]
+	msg := testutil.RandomMessages(testutil.Rand(t), 1, 4<<20)[0]
 	sent := make(chan error, 1)
 	go func() { sent <- a.Send(ctx, msg) }()
 	recvd := make(chan error, 1)
@@ -266,7 +215,7 @@ func TestCloseFreesQP(t *testing.T) {
 	ln.Close()
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestDialErrors: nothing listening, an unknown service, a listener gone,
@@ -310,7 +259,7 @@ func TestDialErrors(t *testing.T) {
 	}
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestBadRequests speaks the protocol by hand: another version, garbage,
@@ -375,7 +324,7 @@ func TestBadRequests(t *testing.T) {
 	silent.Close()
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestDialVersionMismatch: a listener that rejects this side's version
@@ -453,12 +402,12 @@ func TestPeerGoneAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exchange(ctx, a2, b2, randomMsgs(testutil.Rand(t), 5, 100<<10)); err != nil {
+	if err := exchange(ctx, a2, b2, testutil.RandomMessages(testutil.Rand(t), 5, 100<<10)); err != nil {
 		t.Fatal(err)
 	}
 	ea.Close()
 	eb2.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
 }
 
 // TestExplainUnreachable: a peer that drops every frame fails the QP with
@@ -550,5 +499,11 @@ func TestConnectCloseCycles(t *testing.T) {
 	ln.Close()
 	ea.Close()
 	eb.Close()
-	waitGoroutines(t, base)
+	testutil.WaitGoroutines(t, base)
+}
+
+// exchange sends msgs from a to b and checks that they arrive intact and
+// in order.
+func exchange(ctx context.Context, a, b *Conn, msgs [][]byte) error {
+	return testutil.Exchange(ctx, a.Send, b.Recv, func(m transport.Message) []byte { return m.Data }, msgs)
 }

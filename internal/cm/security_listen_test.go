@@ -73,10 +73,10 @@ func TestSecurePerListener(t *testing.T) {
 			if a.Protection() != tc.want || b.Protection() != tc.want {
 				t.Fatalf("protection %v and %v, want %v", a.Protection(), b.Protection(), tc.want)
 			}
-			if err := exchange(ctx, a, b, randomMsgs(r, 4, 64<<10)); err != nil {
+			if err := exchange(ctx, a, b, testutil.RandomMessages(r, 4, 64<<10)); err != nil {
 				t.Fatalf("dialer to listener: %v", err)
 			}
-			if err := exchange(ctx, b, a, randomMsgs(r, 4, 64<<10)); err != nil {
+			if err := exchange(ctx, b, a, testutil.RandomMessages(r, 4, 64<<10)); err != nil {
 				t.Fatalf("listener to dialer: %v", err)
 			}
 			a.Close()
@@ -219,10 +219,10 @@ func TestSecureChannelCut(t *testing.T) {
 					t.Fatalf("ChannelsCut %d, want 1", n)
 				}
 				r := mrand.New(mrand.NewPCG(seed, 5))
-				if err := exchange(ctx, a, b, randomMsgs(r, 8, 64<<10)); err != nil {
+				if err := exchange(ctx, a, b, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 					t.Fatalf("dialer to listener after the cut: %v", err)
 				}
-				if err := exchange(ctx, b, a, randomMsgs(r, 8, 64<<10)); err != nil {
+				if err := exchange(ctx, b, a, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 					t.Fatalf("listener to dialer after the cut: %v", err)
 				}
 				if a.Err() != nil || b.Err() != nil {

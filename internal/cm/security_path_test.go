@@ -183,10 +183,10 @@ func TestSecureOnPath(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			r := mrand.New(mrand.NewPCG(testutil.Seed(t), 7))
-			if err := exchange(ctx, a, b, randomMsgs(r, 4, 32<<10)); err != nil {
+			if err := exchange(ctx, a, b, testutil.RandomMessages(r, 4, 32<<10)); err != nil {
 				t.Fatalf("dialer to listener after the attack: %v", err)
 			}
-			if err := exchange(ctx, b, a, randomMsgs(r, 4, 32<<10)); err != nil {
+			if err := exchange(ctx, b, a, testutil.RandomMessages(r, 4, 32<<10)); err != nil {
 				t.Fatalf("listener to dialer after the attack: %v", err)
 			}
 		}

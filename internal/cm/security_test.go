@@ -244,10 +244,10 @@ func TestSecureConnect(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			r := mrand.New(mrand.NewPCG(seed, 2))
-			if err := exchange(ctx, a, b, randomMsgs(r, 8, 64<<10)); err != nil {
+			if err := exchange(ctx, a, b, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 				t.Fatalf("dialer to listener: %v", err)
 			}
-			if err := exchange(ctx, b, a, randomMsgs(r, 8, 64<<10)); err != nil {
+			if err := exchange(ctx, b, a, testutil.RandomMessages(r, 8, 64<<10)); err != nil {
 				t.Fatalf("listener to dialer: %v", err)
 			}
 			a.Close()
