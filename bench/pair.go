@@ -111,6 +111,12 @@ func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult,
 	})
 	res.Link = run.Kind
 	res.Profile = cfg.Profile.String()
+	for _, l := range []link.Link{la, lb} {
+		if r, ok := l.(link.StatsReader); ok {
+			st := r.Stats()
+			res.LinkDrops += st.RxDropped + st.TxDropped
+		}
+	}
 	return res, err
 }
 
@@ -195,6 +201,8 @@ func runSpray(ctx context.Context, a, b *transport.Endpoint, hopAB, hopBA *[6]by
 		return res, err
 	}
 	res.Retransmits = res.ClientQP.Retransmits
+	res.Duplicates = res.ServerQP.Duplicates
+	res.Timeouts = res.ClientQP.Timeouts
 	return res, nil
 }
 

@@ -59,7 +59,12 @@ func TestPairTransfer(t *testing.T) {
 			if !res.Integrity || res.Bytes != transferSize() {
 				t.Fatalf("integrity %v, %d bytes", res.Integrity, res.Bytes)
 			}
-			t.Logf("%s: %.2f Gbit/s, rtt p50 %.0f µs p99 %.0f µs, %d retransmits", kind, res.GoodputGbps, res.RTTp50us, res.RTTp99us, res.Retransmits)
+			// A packet the server received twice was sent twice.
+			if res.Duplicates > res.Retransmits || res.Duplicates != res.ServerQP.Duplicates || res.Timeouts != res.ClientQP.Timeouts {
+				t.Fatalf("duplicates %d, timeouts %d, of %d retransmits (server %+v)", res.Duplicates, res.Timeouts, res.Retransmits, res.ServerQP)
+			}
+			t.Logf("%s: %.2f Gbit/s, rtt p50 %.0f µs p99 %.0f µs, %d retransmits (%d duplicates, %d timeouts, %d link drops)",
+				kind, res.GoodputGbps, res.RTTp50us, res.RTTp99us, res.Retransmits, res.Duplicates, res.Timeouts, res.LinkDrops)
 		})
 	}
 }

@@ -91,8 +91,16 @@ type PerfResult struct {
 	RTTp999us   float64 `json:"rtt_p999_us"`
 	Pings       int     `json:"pings"`
 	Retransmits uint64  `json:"retransmits"`
-	SHA256      string  `json:"sha256"`
-	Integrity   bool    `json:"integrity_ok"`
+	// Duplicates counts data packets the server received twice (a resend
+	// whose first copy had arrived: spurious), Timeouts the client's
+	// retransmission timeouts and LinkDrops the frames both ends' links
+	// dropped (a full socket buffer or ring: real loss). Spray runs on a
+	// testbed only.
+	Duplicates uint64 `json:"duplicates,omitempty"`
+	Timeouts   uint64 `json:"timeouts,omitempty"`
+	LinkDrops  uint64 `json:"link_drops,omitempty"`
+	SHA256     string `json:"sha256"`
+	Integrity  bool   `json:"integrity_ok"`
 	// CPUSeconds is the CPU time (user plus system) the whole process used
 	// during the bulk phase, and CPUSecPerGB that over the gigabytes (1e9
 	// bytes) moved: with client and server in one process (a testbed, or

@@ -36,6 +36,20 @@
 // has a socket for (one of Info().Ports, or Port; see
 // Counters.TxUnknownEntropy).
 //
+// Offload (unless Config.NoOffload): Send packs a run of frames of one
+// Send batch that leave from the same socket to the same destination with
+// the same TOS, all of one UDP payload length but the last (which may be
+// shorter), into one UDP_SEGMENT message of at most 64 frames and 64 KiB,
+// so the kernel builds and routes one packet where it built one per frame;
+// a message the kernel refuses is sent again frame by frame, and a kernel
+// without segmentation offload turns it off. The receiving socket asks for
+// UDP_GRO: a datagram the kernel delivers coalesced (a peer's
+// UDP_SEGMENT message crossing veth or loopback whole, or GRO in a NIC's
+// driver) is split back into its frames, the first in place, the others
+// copied into buffers of their own; frames beyond the slice given to Recv
+// wait for the next Recv. Counters.TxSegmented and RxCoalesced count the
+// frames that took each path.
+//
 // A Link is safe for concurrent use only as link.Link says: one goroutine
 // calls Recv, Release, Alloc, Send and Wait; Wake, Close and the counters
 // may be called from any goroutine. Close unblocks a pending Wait.

@@ -69,6 +69,11 @@ type Config struct {
 	// socket. 0: 4 MiB. The kernel caps it at net.core.rmem_max and
 	// wmem_max unless the process may use SO_RCVBUFFORCE (root).
 	SocketBuffer int
+	// NoOffload turns off UDP segmentation offload (UDP_SEGMENT: one
+	// system call carries a run of equal-size frames to one destination)
+	// and receive coalescing (UDP_GRO). Either is used only where the
+	// kernel accepts it; see the package doc.
+	NoOffload bool
 }
 
 // Counters are a Link's statistics: link.Stats and the reasons behind its
@@ -96,6 +101,15 @@ type Counters struct {
 	// BadFrames counts frames passed to Release or Send that the link did
 	// not hand out or that were already returned; they were ignored.
 	BadFrames uint64
+	// TxSegmented counts the frames sent as segments of a UDP_SEGMENT
+	// message (a run of at least two), TxSegmentMsgs those messages.
+	TxSegmented, TxSegmentMsgs uint64
+	// RxCoalesced counts the frames split out of datagrams the kernel
+	// coalesced (UDP_GRO), RxCoalescedMsgs those datagrams.
+	RxCoalesced, RxCoalescedMsgs uint64
+	// RxNoBuffer counts segments of coalesced datagrams dropped for want
+	// of a free receive buffer.
+	RxNoBuffer uint64
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	rxCtrlLen = 2 * unix.CmsgSpace(4) // SO_RXQ_OVFL and IP_TOS / IPV6_TCLASS
+	rxCtrlLen = 3 * unix.CmsgSpace(4) // SO_RXQ_OVFL, IP_TOS / IPV6_TCLASS, UDP_GRO
 	txCtrlLen = unix.CmsgSpace(4)     // IP_TOS / IPV6_TCLASS
 )
 
@@ -40,9 +40,11 @@ type Link struct {
 	c       sock.Core
 
 	txP    []parsed
+	slotOf []int32 // frame of message slot j
 	txSock []int32 // socket of frame i, -1: dropped
 	count  []int32 // frames per socket in this batch
 	pos    []int32 // next message slot per socket
+	off    offload
 
 	txUnknown, rxKernelDrops atomic.Uint64
 }
@@ -90,6 +92,7 @@ func Open(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	l.setupMsgs()
+	l.setupOffload()
 	l.info.Ports = l.ports()
 	return l, nil
 }
@@ -232,6 +235,7 @@ func (l *Link) setupMsgs() {
 	l.c.TxMsgs = sock.NewMsgs(b, true, txCtrlLen)
 	l.txP = make([]parsed, b)
 	l.txSock = make([]int32, b)
+	l.slotOf = make([]int32, b)
 	l.count = make([]int32, len(l.socks))
 	l.pos = make([]int32, len(l.socks))
 }
@@ -248,38 +252,42 @@ func (l *Link) Release(fs []link.Frame) { l.c.Release(fs) }
 // Recv fills fs with received datagrams, each behind synthesized Ethernet,
 // IP and UDP headers. It never blocks.
 func (l *Link) Recv(fs []link.Frame) (int, error) {
+	if l.off.gro {
+		return l.recvCoalesced(fs)
+	}
 	return l.c.Recv(fs, l.hdr, l.frame)
 }
 
 // frame writes the headers in front of received datagram k, of plen bytes
 // at buf[l.hdr:], and returns the frame.
 func (l *Link) frame(k int, buf []byte, plen int) []byte {
-	tos := l.readCtrl(k)
-	var src [16]byte
-	var sport uint16
-	name := &l.c.RxMsgs.Names[k]
-	if l.v6 {
-		src = name.Addr
-		sport = sock.Htons(name.Port)
-	} else {
-		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
-		copy(src[:4], sa.Addr[:])
-		sport = sock.Htons(sa.Port)
-	}
+	tos, _ := l.readCtrl(k)
+	src, sport := l.source(k)
 	srcMAC := macOfRaw(&src, l.v6)
 	writeHeaders(buf, l.v6, &src, &l.local, &srcMAC, &l.info.MAC, sport, RoCEPort, tos, plen)
 	return buf[:l.hdr+plen]
 }
 
-// readCtrl walks message k's control data for the TOS and the socket's drop
-// counter and returns the TOS.
-func (l *Link) readCtrl(k int) uint8 {
+// source returns the sender's address and port of received message k.
+func (l *Link) source(k int) (src [16]byte, sport uint16) {
+	name := &l.c.RxMsgs.Names[k]
+	if l.v6 {
+		return name.Addr, sock.Htons(name.Port)
+	}
+	sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+	copy(src[:4], sa.Addr[:])
+	return src, sock.Htons(sa.Port)
+}
+
+// readCtrl walks message k's control data for the TOS, the segment size of
+// a coalesced datagram (0: not coalesced) and the socket's drop counter,
+// and returns the first two.
+func (l *Link) readCtrl(k int) (tos uint8, gso int) {
 	c := l.c.RxMsgs.Control(k)
-	var tos uint8
 	for {
 		h, data, rest, ok := sock.NextCmsg(c)
 		if !ok {
-			return tos
+			return tos, gso
 		}
 		switch {
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
@@ -294,6 +302,8 @@ func (l *Link) readCtrl(k int) uint8 {
 			tos = data[0]
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
 			tos = uint8(*(*int32)(unsafe.Pointer(&data[0])))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			gso = int(*(*int32)(unsafe.Pointer(&data[0])))
 		}
 		c = rest
 	}
@@ -349,6 +359,7 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 		}
 		j := l.pos[s]
 		l.pos[s]++
+		l.slotOf[j] = int32(i)
 		l.fillMsg(int(j), fs[i].Buf, &l.txP[i])
 	}
 	// Now pos[s] is the end of socket s's run of messages.
@@ -359,7 +370,13 @@ func (l *Link) sendBatch(fs []link.Frame) int {
 			continue
 		}
 		end := int(l.pos[s])
-		n, b, e := l.c.SendMsgs(l.socks[s], end-int(c), end)
+		var n, b int
+		var e uint64
+		if l.off.gso {
+			n, b, e = l.sendRun(l.socks[s], end-int(c), end)
+		} else {
+			n, b, e = l.c.SendMsgs(l.socks[s], end-int(c), end)
+		}
 		sent, bytes, errs = sent+n, bytes+b, errs+e
 	}
 	l.c.SendDone(fs, sent, bytes, bad, malformed, errs)
@@ -434,8 +451,14 @@ func (l *Link) Stats() link.Stats { return l.Counters().Stats }
 // Counters returns all counters. Safe from any goroutine.
 func (l *Link) Counters() Counters {
 	kd := l.rxKernelDrops.Load()
-	s := l.c.Snapshot(kd)
+	nb := l.off.rxNoBuffer.Load()
+	s := l.c.Snapshot(kd + nb)
 	return Counters{
+		TxSegmented:      l.off.txSegmented.Load(),
+		TxSegmentMsgs:    l.off.txSegmentMsgs.Load(),
+		RxCoalesced:      l.off.rxCoalesced.Load(),
+		RxCoalescedMsgs:  l.off.rxCoalescedMsgs.Load(),
+		RxNoBuffer:       nb,
 		Stats:            s.Stats,
 		TxMalformed:      s.TxMalformed,
 		TxUnknownEntropy: l.txUnknown.Load(),
