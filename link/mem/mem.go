@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -449,6 +450,11 @@ type Port struct {
 	rxq    []entry // ordered on (due, ord): sorted, or a min-heap when rxHeap
 	rxbuf  []entry // rxq's array from its start: rxq is a window of it
 	rxHeap bool    // a frame came out of order since rxq was last empty
+	// queued is len(rxq) and shut is closed, for Recv to see without
+	// fab.mu that nothing is queued: most steps of a sender find nothing,
+	// and the fabric's one mutex is shared by every port's engine.
+	queued atomic.Int32
+	shut   atomic.Bool
 	// The last destination MAC this port sent to and its port, valid
 	// while macGen is fab.macGen: a QP sends to one peer, and the map
 	// lookup was a tenth of the link's cost per frame.
@@ -830,11 +836,13 @@ func (p *Port) appendRx(e entry) {
 	if cap(p.rxq) != c {
 		p.rxbuf = p.rxq[:0]
 	}
+	p.queued.Store(int32(len(p.rxq)))
 }
 
 func (p *Port) pop() entry {
 	h := p.rxq
 	top := h[0]
+	p.queued.Store(int32(len(h) - 1))
 	if !p.rxHeap {
 		if len(h) == 1 {
 			p.rxq = p.rxbuf[:0]
@@ -873,6 +881,11 @@ func (p *Port) pop() entry {
 // and returns how many. It never blocks. The frames belong to the caller
 // until it passes them to Release.
 func (p *Port) Recv(fs []link.Frame) (int, error) {
+	if p.queued.Load() == 0 && !p.shut.Load() {
+		// Nothing queued: no lock to take, no clock to read. A frame
+		// queued meanwhile signals the port, so Wait returns at once.
+		return 0, nil
+	}
 	f := p.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1037,6 +1050,7 @@ func (f *Fabric) closePort(p *Port) {
 		return
 	}
 	p.closed = true
+	p.shut.Store(true)
 	if f.byMAC[p.mac] == p {
 		delete(f.byMAC, p.mac)
 		f.macGen++
@@ -1047,6 +1061,7 @@ func (f *Fabric) closePort(p *Port) {
 		p.stats.RxDropped++
 	}
 	p.rxq, p.rxHeap = p.rxbuf[:0], false
+	p.queued.Store(0)
 	close(p.done)
 	if m := p.group; m != nil {
 		notify(m.wake)
