@@ -450,10 +450,12 @@ type Port struct {
 	rxq    []entry // ordered on (due, ord): sorted, or a min-heap when rxHeap
 	rxbuf  []entry // rxq's array from its start: rxq is a window of it
 	rxHeap bool    // a frame came out of order since rxq was last empty
-	// queued is len(rxq) and shut is closed, for Recv to see without
+	// queued is len(rxq) > 0 and shut is closed, for Recv to see without
 	// fab.mu that nothing is queued: most steps of a sender find nothing,
-	// and the fabric's one mutex is shared by every port's engine.
-	queued atomic.Int32
+	// and the fabric's one mutex is shared by every port's engine. Both
+	// are written under fab.mu, queued only when rxq empties or stops
+	// being empty (an atomic store is a full barrier).
+	queued atomic.Bool
 	shut   atomic.Bool
 	// The last destination MAC this port sent to and its port, valid
 	// while macGen is fab.macGen: a QP sends to one peer, and the map
@@ -836,13 +838,17 @@ func (p *Port) appendRx(e entry) {
 	if cap(p.rxq) != c {
 		p.rxbuf = p.rxq[:0]
 	}
-	p.queued.Store(int32(len(p.rxq)))
+	if len(p.rxq) == 1 {
+		p.queued.Store(true)
+	}
 }
 
 func (p *Port) pop() entry {
 	h := p.rxq
 	top := h[0]
-	p.queued.Store(int32(len(h) - 1))
+	if len(h) == 1 {
+		p.queued.Store(false)
+	}
 	if !p.rxHeap {
 		if len(h) == 1 {
 			p.rxq = p.rxbuf[:0]
@@ -881,7 +887,7 @@ func (p *Port) pop() entry {
 // and returns how many. It never blocks. The frames belong to the caller
 // until it passes them to Release.
 func (p *Port) Recv(fs []link.Frame) (int, error) {
-	if p.queued.Load() == 0 && !p.shut.Load() {
+	if !p.queued.Load() && !p.shut.Load() {
 		// Nothing queued: no lock to take, no clock to read. A frame
 		// queued meanwhile signals the port, so Wait returns at once.
 		return 0, nil
@@ -1061,7 +1067,7 @@ func (f *Fabric) closePort(p *Port) {
 		p.stats.RxDropped++
 	}
 	p.rxq, p.rxHeap = p.rxbuf[:0], false
-	p.queued.Store(0)
+	p.queued.Store(false)
 	close(p.done)
 	if m := p.group; m != nil {
 		notify(m.wake)
