@@ -1096,8 +1096,16 @@ func (a *adaptive) newRound(now clock.Time) {
 	for i := range a.st {
 		if !a.st[i].has(fDown) {
 			p := &sc.pools[sc.poolOf[i]]
-			sc.scores[i] = max(p.score/wmax, a.cfg.MinWeight) / float64(p.n)
-			gmax = max(gmax, sc.scores[i])
+			w := p.score
+			if wmax != 1 {
+				w /= wmax
+			}
+			w = max(w, a.cfg.MinWeight)
+			if p.n != 1 {
+				w /= float64(p.n)
+			}
+			sc.scores[i] = w
+			gmax = max(gmax, w)
 		}
 	}
 	a.order = a.order[:0]
@@ -1106,7 +1114,10 @@ func (a *adaptive) newRound(now clock.Time) {
 		if s.has(fDown) {
 			continue
 		}
-		w := sc.scores[i] / gmax
+		w := sc.scores[i]
+		if gmax != 1 {
+			w /= gmax
+		}
 		s.weight = uint32(max(min(w*unit, unit), 1))
 		s.set(fNoWeight, false)
 		s.credit += s.weight
@@ -1256,14 +1267,34 @@ func (a *adaptive) pool(sc *Scratch) int {
 // spray compare's testbed) got weights from 0.19 to 1 and the spines'
 // shares drifted apart by tens of packets per message.
 func (a *adaptive) score(p *pathPool, base, scale time.Duration) float64 {
+	// A division by 1 is left out (x/1 is x exactly, integer or float):
+	// most pools are one entropy, and the divisions were most of a
+	// round's cost (BenchmarkAdaptiveNext).
 	var excess time.Duration
 	if p.nrtt > 0 && base > 0 {
-		excess = p.srtt/time.Duration(p.nrtt) - base
+		excess = div(p.srtt, p.nrtt) - base
 	}
 	if p.nint > 0 {
-		excess = max(excess, p.qdelay/time.Duration(p.nint))
+		excess = max(excess, div(p.qdelay, p.nint))
 	}
 	excess = max(excess, 0)
-	pen := float64(excess)/float64(scale) + (a.cfg.ECNWeight*p.ecn+a.cfg.LossWeight*p.loss)/float64(p.n)
+	pen := (a.cfg.ECNWeight*p.ecn + a.cfg.LossWeight*p.loss)
+	if p.n != 1 {
+		pen /= float64(p.n)
+	}
+	if excess != 0 {
+		pen += float64(excess) / float64(scale)
+	}
+	if pen == 0 {
+		return 1
+	}
 	return 1 / (1 + pen)
+}
+
+// div is d/n, without the division when n is 1.
+func div[N int | int32 | int64](d time.Duration, n N) time.Duration {
+	if n == 1 {
+		return d
+	}
+	return d / time.Duration(n)
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 
@@ -75,14 +76,38 @@ func TestSmallMessageAllocs(t *testing.T) {
 // BenchmarkSmallMessage: one 64-byte SEND from post to both sides'
 // completions over link/mem, stepping both engines on one goroutine: the
 // engine's own cost per message, with no scheduler in it.
+// It fails if a message allocates once the QPs are warm (allocs/op as
+// -benchmem counts them, the total over the run divided by b.N).
 func BenchmarkSmallMessage(b *testing.B) {
 	s := newSimPair(b, mem.Config{}, Config{Profile: Spray, Seed: 1})
-	msg := make([]byte, 64)
+	msg := make([]byte, MaxInline) // inline: copied at Post
 	id := uint64(0)
+	for range 64 { // warm: rings, pools, the receive queue
+		id++
+		roundTrip(b, s, msg, id)
+	}
 	b.ReportAllocs()
+	before := mallocs()
 	for b.Loop() {
 		id++
 		roundTrip(b, s, msg, id)
+	}
+	noAllocs(b, before)
+}
+
+// mallocs returns the heap allocations the program has made so far.
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
+}
+
+// noAllocs fails b if its loop allocated once per iteration or more since
+// before (mallocs before b.Loop), as -benchmem would report it.
+func noAllocs(b *testing.B, before uint64) {
+	b.Helper()
+	if n := mallocs() - before; n/uint64(b.N) > 0 {
+		b.Fatalf("%d allocations in %d messages, want 0 per message", n, b.N)
 	}
 }
 
@@ -101,15 +126,21 @@ func BenchmarkSmallBurst(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			const depth = 32
 			s := newSimPair(b, mem.Config{}, Config{Profile: Spray, Seed: 1})
-			msg := make([]byte, 64)
+			msg := make([]byte, MaxInline)
 			id := uint64(0)
+			for range 4 { // warm
+				burst(b, s, msg, id, depth, stepped)
+				id += depth
+			}
 			b.ReportAllocs()
+			before := mallocs()
 			for b.Loop() {
 				if id%depth == 0 {
 					burst(b, s, msg, id, depth, stepped)
 				}
 				id++ // counted here, posted by the burst before
 			}
+			noAllocs(b, before)
 		})
 	}
 }

@@ -43,8 +43,10 @@ func (q *QP) scorePaths(now clock.Time, acked psn.PSN) {
 // met the same dead spine and waited for another, doubled, timeout
 // (TestSpineFailAllToAll).
 func (q *QP) nextEntropy(now clock.Time) uint16 {
-	if r, ok := q.paths.(multipath.Resender); ok && q.resending {
-		return r.NextResend(now, q.inRTO || q.rtoRecovery)
+	if q.resending { // before the type assertion, which costs more
+		if r, ok := q.paths.(multipath.Resender); ok {
+			return r.NextResend(now, q.inRTO || q.rtoRecovery)
+		}
 	}
 	return q.paths.Next(now)
 }

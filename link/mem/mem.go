@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
@@ -219,6 +220,7 @@ type Fabric struct {
 	bh     bool
 	ports  []*Port
 	byMAC  map[[6]byte]*Port
+	macGen uint64 // bumped on every change of byMAC: Port.route's cache key
 	ord    uint64 // heap tiebreak: order of enqueueing
 	seq    uint64 // order of sending, for the Reordered counter
 	stats  FabricStats
@@ -257,6 +259,7 @@ func (f *Fabric) NewPort(mac [6]byte, ip netip.Addr) (*Port, error) {
 	}
 	p := f.newPortLocked(mac, ip)
 	f.byMAC[mac] = p
+	f.macGen++
 	return p, nil
 }
 
@@ -442,18 +445,33 @@ type Port struct {
 	group *MultiPort // the multi-queue port this is a queue of, or nil
 
 	// Guarded by fab.mu.
-	bufs    []buffer // grows by chunks up to Frames
-	free    []uint32
-	rxq     []entry // min-heap on (due, ord)
-	lastSeq []uint64
-	rng     *rand.Rand
-	burst   bool       // Gilbert-Elliott bad state
-	burstAt clock.Time // when the burst began
-	busy    clock.Time
-	busyF   float64 // fraction of a nanosecond after busy
-	down    bool
-	closed  bool
-	stats   link.Stats
+	bufs   []buffer // grows by chunks up to Frames
+	free   []uint32
+	rxq    []entry // ordered on (due, ord): sorted, or a min-heap when rxHeap
+	rxbuf  []entry // rxq's array from its start: rxq is a window of it
+	rxHeap bool    // a frame came out of order since rxq was last empty
+	// queued is len(rxq) > 0 and shut is closed, for Recv to see without
+	// fab.mu that nothing is queued: most steps of a sender find nothing,
+	// and the fabric's one mutex is shared by every port's engine. Both
+	// are written under fab.mu, queued only when rxq empties or stops
+	// being empty (an atomic store is a full barrier).
+	queued atomic.Bool
+	shut   atomic.Bool
+	// The last destination MAC this port sent to and its port, valid
+	// while macGen is fab.macGen: a QP sends to one peer, and the map
+	// lookup was a tenth of the link's cost per frame.
+	routeMAC [6]byte
+	routeGen uint64
+	routeDst *Port
+	lastSeq  []uint64
+	rng      *rand.Rand
+	burst    bool       // Gilbert-Elliott bad state
+	burstAt  clock.Time // when the burst began
+	busy     clock.Time
+	busyF    float64 // fraction of a nanosecond after busy
+	down     bool
+	closed   bool
+	stats    link.Stats
 
 	wake  chan struct{} // cap 1
 	done  chan struct{} // closed by Close
@@ -666,7 +684,7 @@ func (f *Fabric) transmit(src *Port, b uint32, n int, now clock.Time) {
 		src.put(b)
 		return
 	}
-	dst := f.byMAC[[6]byte(frame[:6])]
+	dst := src.route([6]byte(frame[:6]))
 	if dst == nil {
 		f.stats.NoRoute++
 		src.put(b)
@@ -769,8 +787,38 @@ func (f *Fabric) enqueue(src, dst *Port, b uint32, n int, seq uint64, now clock.
 	}
 }
 
+// route returns the port that frames to mac go to (a queue's group
+// resolved later), or nil. Called with fab.mu held.
+func (p *Port) route(mac [6]byte) *Port {
+	f := p.fab
+	if p.routeGen == f.macGen && p.routeMAC == mac && p.routeDst != nil {
+		return p.routeDst
+	}
+	dst := f.byMAC[mac]
+	p.routeMAC, p.routeGen, p.routeDst = mac, f.macGen, dst
+	return dst
+}
+
+// push queues e. Frames come in order of (due, ord) unless the fabric
+// delays them unevenly (jitter, reordering, bandwidth), so rxq stays a
+// sorted queue, popped from its front in O(1), until a frame comes out of
+// order; it is a binary heap from then until it next empties (a sorted
+// slice is a heap already). Either way frames leave in (due, ord) order
+// (TestQueueOrder).
 func (p *Port) push(e entry) {
-	p.rxq = append(p.rxq, e)
+	if !p.rxHeap {
+		if n := len(p.rxq); n == 0 || !e.less(&p.rxq[n-1]) {
+			if n > 0 && n == cap(p.rxq) && 2*n <= cap(p.rxbuf) {
+				// The window reached the array's end with its front
+				// free: move it back to the start.
+				p.rxq = p.rxbuf[:copy(p.rxbuf[:n], p.rxq)]
+			}
+			p.appendRx(e)
+			return
+		}
+		p.rxHeap = true
+	}
+	p.appendRx(e)
 	h := p.rxq
 	i := len(h) - 1
 	for i > 0 {
@@ -783,9 +831,32 @@ func (p *Port) push(e entry) {
 	}
 }
 
+// appendRx appends e to rxq, and notes the array when append moved it.
+func (p *Port) appendRx(e entry) {
+	c := cap(p.rxq)
+	p.rxq = append(p.rxq, e)
+	if cap(p.rxq) != c {
+		p.rxbuf = p.rxq[:0]
+	}
+	if len(p.rxq) == 1 {
+		p.queued.Store(true)
+	}
+}
+
 func (p *Port) pop() entry {
 	h := p.rxq
 	top := h[0]
+	if len(h) == 1 {
+		p.queued.Store(false)
+	}
+	if !p.rxHeap {
+		if len(h) == 1 {
+			p.rxq = p.rxbuf[:0]
+		} else {
+			p.rxq = h[1:]
+		}
+		return top
+	}
 	last := len(h) - 1
 	h[0] = h[last]
 	h = h[:last]
@@ -806,6 +877,9 @@ func (p *Port) pop() entry {
 		i = m
 	}
 	p.rxq = h
+	if len(h) == 0 {
+		p.rxq, p.rxHeap = p.rxbuf[:0], false
+	}
 	return top
 }
 
@@ -813,6 +887,11 @@ func (p *Port) pop() entry {
 // and returns how many. It never blocks. The frames belong to the caller
 // until it passes them to Release.
 func (p *Port) Recv(fs []link.Frame) (int, error) {
+	if !p.queued.Load() && !p.shut.Load() {
+		// Nothing queued: no lock to take, no clock to read. A frame
+		// queued meanwhile signals the port, so Wait returns at once.
+		return 0, nil
+	}
 	f := p.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -977,15 +1056,18 @@ func (f *Fabric) closePort(p *Port) {
 		return
 	}
 	p.closed = true
+	p.shut.Store(true)
 	if f.byMAC[p.mac] == p {
 		delete(f.byMAC, p.mac)
+		f.macGen++
 	}
 	for _, e := range p.rxq {
 		f.ports[e.owner].put(e.buf)
 		f.stats.RxDrops++
 		p.stats.RxDropped++
 	}
-	p.rxq = p.rxq[:0]
+	p.rxq, p.rxHeap = p.rxbuf[:0], false
+	p.queued.Store(false)
 	close(p.done)
 	if m := p.group; m != nil {
 		notify(m.wake)

@@ -520,6 +520,9 @@ func TestRxQueueBound(t *testing.T) {
 	}
 }
 
+// TestNoRouteAndMACs: a frame to a MAC no port has is counted in NoRoute;
+// a closed port's MAC routes nowhere, also from a sender that sent to it
+// just before (its cached route), and to the new port that takes it.
 func TestNoRouteAndMACs(t *testing.T) {
 	f, _, ports := simFabric(t, Config{}, 2)
 	if _, err := f.NewPort(macOf(1), ipOf(9)); !errors.Is(err, ErrMACInUse) {
@@ -529,6 +532,10 @@ func TestNoRouteAndMACs(t *testing.T) {
 	sendOne(t, ports[0], [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 2, 64)
 	if s := f.Stats(); s.NoRoute != 2 {
 		t.Fatalf("NoRoute = %d", s.NoRoute)
+	}
+	sendOne(t, ports[0], macOf(1), 0, 64) // the sender's route to macOf(1) is cached
+	if n := drain(t, ports[1], nil); n != 1 {
+		t.Fatalf("port 1 received %d", n)
 	}
 	ports[1].Close()
 	sendOne(t, ports[0], macOf(1), 3, 64)

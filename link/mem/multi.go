@@ -75,6 +75,7 @@ func (f *Fabric) NewMultiPort(mac [6]byte, ip netip.Addr, queues int, tab *rss.T
 		m.links = append(m.links, p)
 	}
 	f.byMAC[mac] = m.qs[0]
+	f.macGen++
 	return m, nil
 }
 
