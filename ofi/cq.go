@@ -44,8 +44,7 @@ type complQueue struct {
 	efd    int         // eventfd for FI_WAIT_FD, else -1
 	signal atomic.Bool // fi_cq_signal: the blocked reader returns -FI_EAGAIN
 	bound  atomic.Int64
-	eps    atomic.Pointer[[]*endpoint] // bound endpoints, whose progress reads make
-	emu    sync.Mutex                  // serialises changes of eps
+	boundEPs
 }
 
 func (q *complQueue) close() C.int {
@@ -148,7 +147,6 @@ func goCQOpen(dh C.uintptr_t, attr *C.struct_fi_cq_attr, o *C.sp_cq) C.int {
 		return -C.FI_ENOSYS
 	}
 	q := &complQueue{dom: d, c: o, format: format, wake: make(chan struct{}, 1), efd: -1}
-	q.eps.Store(&[]*endpoint{})
 	switch attr.wait_obj {
 	case C.FI_WAIT_NONE, C.FI_WAIT_UNSPEC:
 	case C.FI_WAIT_FD:
@@ -193,8 +191,12 @@ func (q *complQueue) control(cmd C.int, arg unsafe.Pointer) C.int {
 	return -C.FI_ENOSYS
 }
 
+// A polling read (block 0) makes the progress of the endpoints bound to
+// q first (progress.go) and sets *idle when it found nothing to do and
+// returns -FI_EAGAIN.
+//
 //export goCQRead
-func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t, timeout C.int, block C.int) C.ssize_t {
+func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t, timeout C.int, block C.int, idle *C.int) C.ssize_t {
 	q, ok := object[*complQueue](h)
 	if !ok || q.closed.Load() {
 		return -C.FI_EINVAL
@@ -204,8 +206,9 @@ func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t
 	}
 	deadline := waitDeadline(timeout)
 	size := q.entrySize()
+	work := true
 	if block == 0 {
-		q.progress()
+		work = q.progress()
 	}
 	for {
 		q.mu.Lock()
@@ -230,6 +233,9 @@ func goCQRead(h C.uintptr_t, buf unsafe.Pointer, count C.size_t, src *C.uint64_t
 			return -C.FI_EAVAIL
 		}
 		if block == 0 {
+			if !work && idle != nil {
+				*idle = 1
+			}
 			return -C.FI_EAGAIN
 		}
 		q.standDown()

@@ -29,9 +29,12 @@
 //   - Memory regions are named by offset with 4-byte provider keys
 //     (FI_MR_PROV_KEY without FI_MR_VIRT_ADDR); FI_RMA is offered only
 //     to callers that accept such keys.
-//   - Progress is automatic and nothing needs FI_CONTEXT: mode is 0. An
-//     fi_cq_read on an empty CQ yields the CPU to the threads that make
-//     progress.
+//   - Progress is automatic and nothing needs FI_CONTEXT: mode is 0.
+//     fi_cq_read and fi_cntr_read make progress on the caller's thread
+//     too (progress.go); a read that found nothing to do yields the CPU.
+//   - A send completes when the peer acknowledged all of it
+//     (FI_TRANSMIT_COMPLETE, libfabric's default for reliable
+//     endpoints); its last packet asks for the ACK at once.
 //   - Completions of one CQ keep their order, errors included: a read
 //     stops at the first error (-FI_EAVAIL).
 //   - Unexpected messages are bounded (FI_SPRAY_UNEXPECTED, _BYTES);

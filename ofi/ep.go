@@ -158,6 +158,7 @@ type endpoint struct {
 	stalled map[*peer]struct{}
 	bound   []*atomic.Int64 // the bind counts this endpoint holds on CQs and counters
 	cqs     []*complQueue   // the CQs bound, whose reads make this endpoint's progress
+	cntrs   []*counter      // the counters bound, likewise
 	poll    poller
 }
 
@@ -308,6 +309,10 @@ func (ep *endpoint) close() C.int {
 		q.removeEndpoint(ep)
 	}
 	ep.cqs = nil
+	for _, c := range ep.cntrs {
+		c.removeEndpoint(ep)
+	}
+	ep.cntrs = nil
 	ep.mu.Unlock()
 	ep.dom.removeEndpoint(ep)
 	ep.dom.release()
@@ -370,6 +375,8 @@ func (ep *endpoint) bind(bh C.uintptr_t, flags C.uint64_t) C.int {
 		}
 		c.bound.Add(1)
 		ep.bound = append(ep.bound, &c.bound)
+		ep.cntrs = append(ep.cntrs, c)
+		c.addEndpoint(ep)
 		return 0
 	}
 	if q, ok := object[*eventQueue](bh); ok {

@@ -442,6 +442,7 @@ type counter struct {
 	errs  uint64
 	wake  chan struct{} // closed and replaced at each change
 	bound atomic.Int64
+	boundEPs
 }
 
 func (c *counter) close() C.int {
@@ -501,6 +502,7 @@ func goCntrRead(h C.uintptr_t, errs C.int) C.uint64_t {
 	if !ok {
 		return 0
 	}
+	c.progress()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if errs != 0 {
@@ -541,6 +543,8 @@ func goCntrWait(h C.uintptr_t, threshold C.uint64_t, timeout C.int) C.int {
 		defer tm.Stop()
 		t = tm.C
 	}
+	c.progress()
+	c.standDown()
 	for {
 		c.mu.Lock()
 		v, e0, w := c.val, c.errs, c.wake

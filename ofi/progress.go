@@ -11,16 +11,22 @@ import (
 )
 
 // Progress runs on two kinds of threads. The provider's goroutines (an
-// endpoint's completion loop, one receiver per accepted connection) make
-// it whatever the application does (FI_PROGRESS_AUTO). An application
-// that polls a CQ with fi_cq_read makes it on its own thread instead:
-// each read takes the transport's completions and the messages the
-// engines received, so that a completion reaches the application
-// without a goroutine woken to carry it (two per fi_pingpong round trip:
-// the send completion and the received message). While reads keep
-// coming, at most pollGrace apart, the provider's goroutines stand
-// aside; they take over again pollGrace after the last read, or at once
-// when a reader blocks in fi_cq_sread (TestPollerHandsBack).
+// endpoint's completion loop, one receiver per accepted connection) and
+// the transport's engine goroutines make it whatever the application
+// does (FI_PROGRESS_AUTO). An application that polls a CQ with
+// fi_cq_read, or a counter with fi_cntr_read, makes it on its own thread
+// instead: each read steps the transport's engines
+// (transport.Endpoint.Poll: receive from the link, acknowledge,
+// transmit, run the timers), then takes the completions and the
+// messages they produced, so that a message or a completion reaches the
+// application without a goroutine woken to carry it. While reads keep
+// coming, at most pollGrace apart, the provider's goroutines and the
+// engines' stand aside; they take over again pollGrace after the last
+// read, or at once when a reader blocks in fi_cq_sread or fi_cntr_wait
+// (standDown, transport.Endpoint.StopPolling; TestPollerHandsBack). A
+// read that found nothing to do yields the CPU before it returns
+// (prov.c): on a host with fewer cores than busy threads the peer may
+// need it to answer.
 const pollGrace = time.Millisecond
 
 // pollBatch bounds the messages one read takes from one connection, so
@@ -124,12 +130,23 @@ func (p *poller) removeConn(rc *rxConn) {
 // progress is an application read's share of the work: it takes the
 // transport's completions and the received messages of the connections
 // no goroutine is reading.
-func (ep *endpoint) progress() {
+//
+// It reports whether it found work: the engines did, or a completion or
+// a message came.
+func (ep *endpoint) progress() bool {
 	if ep.closed.Load() {
-		return
+		return false
 	}
 	ep.poll.last.Store(monoNow())
-	ep.reap()
+	// The transport's engines first: what they receive and complete
+	// now is taken below (transport.Endpoint.Poll).
+	work, err := ep.sp.Poll()
+	if err != nil {
+		return false
+	}
+	if ep.reap() {
+		work = true
+	}
 	for _, rc := range *ep.poll.conns.Load() {
 		if !rc.clear || !rc.mu.TryLock() {
 			continue
@@ -142,20 +159,25 @@ func (ep *endpoint) progress() {
 			if err != nil {
 				break // nothing there, or the connection ended: its goroutine sees it
 			}
+			work = true
 			if !ep.handle(rc, m, false) {
 				break
 			}
 		}
 		rc.mu.Unlock()
 	}
+	return work
 }
 
 // reap turns the transport's completions into libfabric ones and posts
-// what waited for send queue room. It does not block.
-func (ep *endpoint) reap() {
+// what waited for send queue room, and reports whether there were any.
+// It does not block.
+func (ep *endpoint) reap() bool {
 	var comps [64]transport.Completion
+	got := false
 	for {
 		n := ep.sp.CQ().Poll(comps[:])
+		got = got || n > 0
 		for _, c := range comps[:n] {
 			ep.mu.Lock()
 			op := ep.ops[c.ID]
@@ -171,7 +193,7 @@ func (ep *endpoint) reap() {
 	ep.stallMu.Lock()
 	if len(ep.stalled) == 0 {
 		ep.stallMu.Unlock()
-		return
+		return got
 	}
 	var ps []*peer
 	for p := range ep.stalled {
@@ -182,6 +204,7 @@ func (ep *endpoint) reap() {
 	for _, p := range ps {
 		ep.flush(p)
 	}
+	return true
 }
 
 // ueFull reports whether the unexpected messages are at their bound.
@@ -191,38 +214,62 @@ func (ep *endpoint) ueFull() bool {
 	return len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes >= ep.set.maxUEB
 }
 
-func (q *complQueue) addEndpoint(ep *endpoint) {
-	q.emu.Lock()
-	old := *q.eps.Load()
-	q.eps.Store(new(append(old[:len(old):len(old)], ep)))
-	q.emu.Unlock()
+// boundEPs are the endpoints bound to a CQ or a counter, whose progress
+// reads of it make. Its zero value is an empty list; safe for
+// concurrent use.
+type boundEPs struct {
+	eps atomic.Pointer[[]*endpoint]
+	mu  sync.Mutex // serialises changes of eps
 }
 
-func (q *complQueue) removeEndpoint(ep *endpoint) {
-	q.emu.Lock()
-	old := *q.eps.Load()
-	next := make([]*endpoint, 0, len(old))
-	for _, x := range old {
-		if x != ep {
-			next = append(next, x)
+func (b *boundEPs) addEndpoint(ep *endpoint) {
+	b.mu.Lock()
+	var old []*endpoint
+	if p := b.eps.Load(); p != nil {
+		old = *p
+	}
+	b.eps.Store(new(append(old[:len(old):len(old)], ep)))
+	b.mu.Unlock()
+}
+
+func (b *boundEPs) removeEndpoint(ep *endpoint) {
+	b.mu.Lock()
+	var next []*endpoint
+	if p := b.eps.Load(); p != nil {
+		for _, x := range *p {
+			if x != ep {
+				next = append(next, x)
+			}
 		}
 	}
-	q.eps.Store(&next)
-	q.emu.Unlock()
+	b.eps.Store(&next)
+	b.mu.Unlock()
 }
 
-// progress makes the progress of the endpoints bound to q on the
-// reader's thread (fi_cq_read).
-func (q *complQueue) progress() {
-	for _, ep := range *q.eps.Load() {
-		ep.progress()
+func (b *boundEPs) list() []*endpoint {
+	if p := b.eps.Load(); p != nil {
+		return *p
 	}
+	return nil
 }
 
-// standDown hands the progress of q's endpoints back to their goroutines
-// before a reader blocks (fi_cq_sread).
-func (q *complQueue) standDown() {
-	for _, ep := range *q.eps.Load() {
+// progress makes the progress of the bound endpoints on the reader's
+// thread (fi_cq_read, fi_cntr_read).
+func (b *boundEPs) progress() bool {
+	work := false
+	for _, ep := range b.list() {
+		if ep.progress() {
+			work = true
+		}
+	}
+	return work
+}
+
+// standDown hands the progress of the bound endpoints back to their
+// goroutines before a reader blocks (fi_cq_sread, fi_cntr_wait).
+func (b *boundEPs) standDown() {
+	for _, ep := range b.list() {
 		ep.poll.standDown()
+		ep.sp.StopPolling()
 	}
 }

@@ -484,13 +484,17 @@ static int sp_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct
 static ssize_t sp_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 {
 	sp_cq *o = (sp_cq *)cq;
+	int idle = 0;
+	ssize_t ret;
 
-	// A caller that polls an empty CQ in a loop gives the CPU to the
-	// provider's and the transport's threads first (engines), then
-	// makes progress itself in goCQRead.
-	if (__atomic_load_n(&o->ready, __ATOMIC_ACQUIRE) <= 0 && o->h)
+	// goCQRead makes progress on the caller's thread. A read that found
+	// nothing to do gives the CPU away before the caller polls again: on
+	// a host with fewer cores than busy threads, the peer or another
+	// process may need it to answer.
+	ret = goCQRead(o->h, buf, count, (uint64_t *)src_addr, 0, 0, &idle);
+	if (idle)
 		sched_yield();
-	return goCQRead(o->h, buf, count, (uint64_t *)src_addr, 0, 0);
+	return ret;
 }
 
 static ssize_t sp_cq_read(struct fid_cq *cq, void *buf, size_t count)
@@ -505,7 +509,7 @@ static ssize_t sp_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uin
 
 static ssize_t sp_cq_sreadfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr, const void *cond, int timeout)
 {
-	return goCQRead(((sp_cq *)cq)->h, buf, count, (uint64_t *)src_addr, timeout, 1);
+	return goCQRead(((sp_cq *)cq)->h, buf, count, (uint64_t *)src_addr, timeout, 1, NULL);
 }
 
 static ssize_t sp_cq_sread(struct fid_cq *cq, void *buf, size_t count, const void *cond, int timeout)

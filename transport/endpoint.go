@@ -78,6 +78,23 @@ type epShard struct {
 	// changed says that a call changed the engine's state since its
 	// goroutine's last turn began (wake).
 	changed atomic.Bool
+
+	// The application's polling (poll.go). polled is the clock time of
+	// its last Poll; while that is recent (pollGrace), the engine
+	// goroutine stands aside (aside): it sleeps on kick and a timer
+	// instead of on the link. until is when its sleep ends by itself.
+	// linkWait is set from the goroutine's PrepareWait (under st) until
+	// its Block returns: a poller may prepare the link's wait only while
+	// it is clear.
+	polled    atomic.Int64
+	linkWait  atomic.Bool
+	kick      chan struct{}
+	timer     *time.Timer   // the goroutine's, for standing aside
+	aside     bool          // under st
+	until     clock.Time    // under st; 0 while the goroutine steps
+	flushOwed bool          // under st: a Poll did work since the link last flushed
+	bulkAt    clock.Time    // under st: the last step that moved bulkFrames
+	asides    atomic.Uint64 // times the goroutine stood aside (TestPollPingPong)
 }
 
 // ErrClosed is returned by calls on a closed Endpoint; it wraps net.ErrClosed.
@@ -134,7 +151,8 @@ func NewEndpoint(l link.Link, cfg Config) (*Endpoint, error) {
 	ready := make(chan error, len(engs))
 	ep.live = len(engs)
 	for i, e := range engs {
-		s := &epShard{ep: ep, eng: e, idx: i, waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{}}
+		s := &epShard{ep: ep, eng: e, idx: i, waiters: map[uint64]chan Completion{}, conns: map[uint32]*Conn{},
+			kick: make(chan struct{}, 1)}
 		s.split, _ = e.link.(link.WaitSplitter)
 		if e.cfg.Peers.Accept {
 			s.initPeers() // before the engine runs: no lock needed yet
@@ -169,6 +187,7 @@ func (s *epShard) do(ctx context.Context, fn func() error) error {
 	ran, err := s.locked(ctx, fn)
 	if ran {
 		s.wake()
+		s.kickAside()
 	}
 	return err
 }
@@ -180,6 +199,10 @@ func (s *epShard) do(ctx context.Context, fn func() error) error {
 // flag is set before sleeping is read, as run sets sleeping before it
 // reads the flag: one of the two sees the other's store, so that no
 // change waits for the deadline (TestPostWakesSleepingEngine).
+//
+// A goroutine that stands aside for a polling application (poll.go) is
+// not woken: the application's next Poll takes the change, and the
+// goroutine takes over when the polling stops (TestPollStopsResumes).
 func (s *epShard) wake() {
 	s.changed.Store(true)
 	if s.eng.sleeping.Load() {
@@ -249,12 +272,16 @@ func (s *epShard) run(ready chan<- error) {
 		case turnSpin:
 			runtime.Gosched()
 			continue
+		case turnAside:
+			s.standAside(timeout)
+			continue
 		}
 		// Announce the sleep before the last look at the calls' changes
 		// and the hand-over rings: a call or an engine that comes after
 		// the look sees the flag and wakes this one (wake, wakeOwners).
 		e.sleeping.Store(true)
 		if s.changed.Load() || (e.sh != nil && e.handedInPending()) {
+			s.linkWait.Store(false)
 			e.sleeping.Store(false)
 			continue
 		}
@@ -269,6 +296,7 @@ func (s *epShard) run(ready chan<- error) {
 		} else {
 			err = e.link.Wait(timeout)
 		}
+		s.linkWait.Store(false)
 		e.sleeping.Store(false)
 		if err != nil {
 			return
@@ -282,6 +310,7 @@ const (
 	turnAgain        // step again at once
 	turnSpin         // busy polling: yield, then step again
 	turnStop         // stop, with the error if any
+	turnAside        // the application polls: sleep off the link (poll.go)
 )
 
 // turn steps the engine once under st and says what to do next; to sleep,
@@ -299,6 +328,7 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	}
 	// This turn's step sees every change made under st before it.
 	s.changed.Store(false)
+	s.aside, s.until = false, 0
 	posted := s.takePosts()
 	now := ep.clk.Now()
 	work, err := s.step(now)
@@ -308,6 +338,9 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 	if work || posted {
 		*lastWork = now
 		return 0, turnAgain, nil
+	}
+	if t, ok := s.asideFor(); ok {
+		return t, turnAside, nil
 	}
 	if bp := ep.cfg.BusyPoll; bp > 0 && ep.clk.Now().Sub(*lastWork) < bp {
 		return 0, turnSpin, nil
@@ -327,6 +360,11 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 			return 0, turnAgain, nil
 		}
 		timeout = t
+		s.linkWait.Store(true)
+	}
+	s.until = clock.Never
+	if timeout >= 0 {
+		s.until = ep.clk.Now().Add(timeout)
 	}
 	return timeout, turnSleep, nil
 }
@@ -340,6 +378,12 @@ func (s *epShard) turn(lastWork *clock.Time) (timeout time.Duration, next int, e
 // (TestEndpointBusyPollPingPong; docs/results.md#jumbo-stamps).
 func (s *epShard) step(now clock.Time) (bool, error) {
 	e := s.eng
+	frames := e.stats.RxFrames + e.stats.TxFrames
+	defer func() {
+		if e.stats.RxFrames+e.stats.TxFrames-frames >= bulkFrames {
+			s.bulkAt = now
+		}
+	}()
 	if s.ep.cfg.BusyPoll <= 0 {
 		work, err := e.Step(now)
 		if err == nil {
@@ -408,18 +452,25 @@ func (s *epShard) poll() bool {
 // (link.WaitSplitter), steps the engine on the caller's goroutine, so that
 // what fn posted leaves without waiting for the engine goroutine to be
 // scheduled (BenchmarkPingPong).
+//
+// While the goroutine stands aside for a polling application, the post
+// wakes it only for a deadline earlier than the one it sleeps to: the
+// application's next Poll does the rest (poll.go).
 func (s *epShard) send(ctx context.Context, fn func() error) error {
+	aside := false
 	ran, err := s.locked(ctx, func() error {
 		if err := fn(); err != nil || s.split == nil {
 			return err
 		}
 		if _, serr := s.eng.Step(s.ep.clk.Now()); serr != nil {
 			s.stepErr = serr // the engine goroutine stops on it
+			s.kickAside()
 		}
 		s.dispatch()
+		aside = s.wakeAside()
 		return nil
 	})
-	if ran {
+	if ran && !aside {
 		s.wake()
 	}
 	return err
@@ -545,6 +596,7 @@ func (ep *Endpoint) stop() {
 		s.closing = true
 		s.mu.Unlock()
 		s.eng.link.Wake()
+		s.kickAside()
 	}
 }
 
