@@ -110,6 +110,16 @@ type WaitSplitter interface {
 	Block(timeout time.Duration) error
 }
 
+// Quieter is implemented by links whose Wait parks in the runtime's
+// poller (internal/poll): Quiet stops the link's descriptors from waking
+// it until the next Wait (or Block), for a driver that stops waiting on
+// the link for a while because another goroutine polls it. Call it from
+// the goroutine that waits, never during a Wait; it does not touch the
+// rings. Errors are ignored: the next Wait reports them.
+type Quieter interface {
+	Quiet()
+}
+
 // ErrClosed is returned by a link's methods after Close. It wraps
 // net.ErrClosed so that errors.Is(err, net.ErrClosed) holds too.
 var ErrClosed = fmt.Errorf("link: %w", net.ErrClosed)

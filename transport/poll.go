@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sprayfabric/spray/clock"
+	"github.com/sprayfabric/spray/link"
 )
 
 // pollGrace is how long after an application's last Poll the engine
@@ -134,10 +135,18 @@ func (s *epShard) asideFor() (time.Duration, bool) {
 	return until.Sub(now), true
 }
 
-// standAside sleeps for d or until kickAside, off the link.
+// standAside sleeps for d or until kickAside, off the link. It quiets
+// the link first (link.Quieter): each frame the poller takes would
+// otherwise wake a thread asleep in the runtime's poller, at the cost of
+// a context switch here and of the wake-up in the sender's system call;
+// the engine's next wait on the link watches it again
+// (TestStandAsideQuietsLink).
 func (s *epShard) standAside(d time.Duration) {
 	if d <= 0 {
 		return
+	}
+	if q, ok := s.eng.link.(link.Quieter); ok {
+		q.Quiet()
 	}
 	s.asides.Add(1)
 	if s.timer == nil {

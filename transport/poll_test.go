@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,5 +172,105 @@ func TestPollStopsResumes(t *testing.T) {
 	ea.Close()
 	if _, err := ea.Poll(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Poll after Close: %v, want ErrClosed", err)
+	}
+}
+
+// BenchmarkPollPingPong measures the round trip of a 64-byte message and
+// its echo between two Endpoints over link/mem driven by Poll alone on
+// one goroutine, as a polling libfabric application drives them
+// (fi_pingpong with fi_cq_read): time and allocations per round trip.
+func BenchmarkPollPingPong(b *testing.B) {
+	t := &testing.T{}
+	_, ea, eb, ca, cb := endpointPair(t, mem.Config{Seed: 1}, Config{Seed: 1})
+	defer ea.Close()
+	defer eb.Close()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	var comps [8]Completion
+	recv := func(c *Conn) {
+		for {
+			ea.Poll()
+			eb.Poll()
+			ea.CQ().Poll(comps[:])
+			eb.CQ().Poll(comps[:])
+			if m, err := c.Recv(done); err == nil {
+				m.Release()
+				return
+			}
+		}
+	}
+	msg := make([]byte, 64)
+	var id uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		id++
+		if err := ca.Post(context.Background(), WorkRequest{ID: id, Op: OpSend, Data: msg}); err != nil {
+			b.Fatal(err)
+		}
+		recv(cb)
+		if err := cb.Post(context.Background(), WorkRequest{ID: id, Op: OpSend, Data: msg}); err != nil {
+			b.Fatal(err)
+		}
+		recv(ca)
+	}
+}
+
+// quietPort is a mem port that counts Quiet calls (link.Quieter).
+type quietPort struct {
+	*mem.Port
+	quiets atomic.Int64
+}
+
+func (p *quietPort) Quiet() { p.quiets.Add(1) }
+
+// TestStandAsideQuietsLink: an engine goroutine that stands aside for a
+// polling application quiets its link (link.Quieter) before it sleeps,
+// and messages still flow both ways, polled and then blocking.
+func TestStandAsideQuietsLink(t *testing.T) {
+	seed := testutil.Seed(t)
+	_, pa, pb := memPorts(t, mem.Config{Seed: seed})
+	qa := &quietPort{Port: pa}
+	ea, err := NewEndpoint(qa, Config{Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ea.Close()
+	eb, err := NewEndpoint(pb, Config{Seed: seed + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eb.Close()
+	ca, cb := connectQPs(context.Background(), t, ea, eb)
+	var id uint64
+	for i := 0; i < 100_000 && ea.shards[0].asides.Load() == 0; i++ {
+		id++
+		if err := ca.Post(context.Background(), WorkRequest{ID: id, Op: OpSend, Data: []byte("ping")}); err != nil {
+			t.Fatal(err)
+		}
+		m := pollRecv(t, cb, ea, eb)
+		if string(m.Data) != "ping" {
+			t.Fatalf("message %d: %q", id, m.Data)
+		}
+		m.Release()
+		if c := pollCQ(t, ea, ea, eb); c.ID != id || c.Err != nil {
+			t.Fatalf("send %d: completion %d, %v", id, c.ID, c.Err)
+		}
+	}
+	if n := ea.shards[0].asides.Load(); n == 0 {
+		t.Fatal("the engine goroutine never stood aside while the application polled")
+	}
+	if qa.quiets.Load() == 0 {
+		t.Fatal("the engine goroutine stood aside without quieting its link")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- cb.Send(ctx, []byte("pong")) }()
+	m, err := ca.Recv(ctx)
+	if err != nil || string(m.Data) != "pong" {
+		t.Fatalf("Recv after polling: %q, %v", m.Data, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Send after polling: %v", err)
 	}
 }

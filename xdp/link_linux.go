@@ -258,6 +258,17 @@ func (l *Link) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
 	return timeout, false, nil
 }
 
+// Quiet stops the queues from waking the runtime poller until the next
+// Block (link.Quieter).
+func (l *Link) Quiet() {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() || l.sys.waiter == nil {
+		return
+	}
+	_ = l.sys.waiter.Quiet()
+}
+
 // Block sleeps as PrepareWait chose, touching no ring: Recv, Release,
 // Alloc and Send may run on another goroutine meanwhile
 // (link.WaitSplitter).

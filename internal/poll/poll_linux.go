@@ -45,8 +45,11 @@ import (
 type Waiter struct {
 	f     *os.File // the epoll instance, registered with the runtime poller
 	rc    syscall.RawConn
-	tfd   int  // timerfd in the epoll set
-	armed bool // tfd may expire or has expired since the last settime
+	ep    int   // f's descriptor
+	fds   []int // the descriptors New was given
+	quiet bool  // fds are in the set without events (Quiet)
+	tfd   int   // timerfd in the epoll set
+	armed bool  // tfd may expire or has expired since the last settime
 	ev    [4]unix.EpollEvent
 	// the callbacks given to rc, made once: a closure made per call
 	// would allocate.
@@ -92,7 +95,7 @@ func New(fds ...int) (*Waiter, error) {
 		unix.Close(tfd)
 		return nil, fmt.Errorf("poll: %w", err)
 	}
-	w := &Waiter{f: f, rc: rc, tfd: tfd}
+	w := &Waiter{f: f, rc: rc, tfd: tfd, ep: ep, fds: append([]int(nil), fds...)}
 	w.ready = func(fd uintptr) bool {
 		n, err := unix.EpollWait(int(fd), w.ev[:], 0)
 		return n > 0 || (err != nil && err != unix.EINTR)
@@ -117,10 +120,44 @@ func (w *Waiter) Woken() bool {
 	return false
 }
 
+// Quiet stops the descriptors from waking the runtime poller until the
+// next Wait, which watches them again and returns at once for one that
+// became readable meanwhile. For a caller that stops waiting for a while
+// (an engine whose application polls its link): every frame that came
+// would otherwise wake a thread asleep in the runtime poller, and the
+// sender's system call would pay for the wake-up (TestQuietWait). Call
+// it from Wait's goroutine, not during a Wait.
+func (w *Waiter) Quiet() error {
+	if w.quiet {
+		return nil
+	}
+	w.quiet = true
+	return w.watch(0)
+}
+
+// watch sets the events the epoll set watches on the descriptors.
+func (w *Waiter) watch(events uint32) error {
+	for _, fd := range w.fds {
+		ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+		if err := unix.EpollCtl(w.ep, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
+			return fmt.Errorf("poll: epoll_ctl: %w", err)
+		}
+	}
+	return nil
+}
+
 // Wait returns when a descriptor is readable or timeout passes (negative:
 // no limit; 0: just look). Spurious returns are allowed. Once Close has
 // begun it returns an error (the os package's "use of closed file").
 func (w *Waiter) Wait(timeout time.Duration) error {
+	if w.quiet {
+		// A descriptor readable already is on the set's ready list at
+		// once (epoll_ctl looks at it).
+		if err := w.watch(unix.EPOLLIN); err != nil {
+			return err
+		}
+		w.quiet = false
+	}
 	// timerfd_settime clears a pending expiry, so a timer left over from
 	// an earlier Wait cannot end this one early.
 	switch {

@@ -178,3 +178,38 @@ func TestWokenTakesTheWake(t *testing.T) {
 		t.Fatal("Wake did not end the pending Wait")
 	}
 }
+
+// TestQuietWait: after Quiet a descriptor that becomes readable does not
+// make the Waiter's epoll set ready (nothing wakes the runtime poller),
+// and the next Wait watches it again and returns for it, though it
+// became readable before the Wait began.
+func TestQuietWait(t *testing.T) {
+	efd := eventfd(t)
+	w := newWaiter(t, efd)
+	defer w.Close()
+	if err := w.Quiet(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Quiet(); err != nil { // again: nothing to do
+		t.Fatal(err)
+	}
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	if _, err := unix.Write(efd, one); err != nil {
+		t.Fatal(err)
+	}
+	var ev [4]unix.EpollEvent
+	if n, err := unix.EpollWait(w.ep, ev[:], 0); n != 0 || err != nil {
+		t.Fatalf("quiet epoll set: %d ready, %v; want 0", n, err)
+	}
+	select {
+	case err := <-waitAsync(w, -1):
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Wait after Quiet did not return for a descriptor readable before it")
+	}
+	if n, err := unix.EpollWait(w.ep, ev[:], 0); n != 1 || err != nil {
+		t.Fatalf("epoll set after Wait: %d ready, %v; want 1", n, err)
+	}
+}

@@ -471,6 +471,17 @@ func (c *Core) PrepareWait(timeout time.Duration) (time.Duration, bool, error) {
 	return timeout, false, nil
 }
 
+// Quiet stops the socket from waking the runtime poller until the next
+// Wait (link.Quieter).
+func (c *Core) Quiet() {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() || c.waiter == nil {
+		return
+	}
+	_ = c.waiter.Quiet()
+}
+
 // Block is Wait (link.WaitSplitter).
 func (c *Core) Block(timeout time.Duration) error { return c.Wait(timeout) }
 
