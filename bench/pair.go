@@ -8,6 +8,7 @@ import (
 
 	"github.com/sprayfabric/spray/link"
 	"github.com/sprayfabric/spray/link/route"
+	"github.com/sprayfabric/spray/link/udp"
 	"github.com/sprayfabric/spray/multipath"
 	"github.com/sprayfabric/spray/testbed"
 	"github.com/sprayfabric/spray/transport"
@@ -111,11 +112,19 @@ func RunHosts(ctx context.Context, a, b *testbed.Host, run PairRun) (PairResult,
 	})
 	res.Link = run.Kind
 	res.Profile = cfg.Profile.String()
+	var segs, msgs uint64
 	for _, l := range []link.Link{la, lb} {
 		if r, ok := l.(link.StatsReader); ok {
 			st := r.Stats()
 			res.LinkDrops += st.RxDropped + st.TxDropped
 		}
+		if u, ok := l.(*udp.Link); ok {
+			c := u.Counters()
+			segs, msgs = segs+c.TxSegmented, msgs+c.TxSegmentMsgs
+		}
+	}
+	if msgs > 0 {
+		res.FramesPerGSO = float64(segs) / float64(msgs)
 	}
 	return res, err
 }

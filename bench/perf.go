@@ -99,8 +99,12 @@ type PerfResult struct {
 	Duplicates uint64 `json:"duplicates,omitempty"`
 	Timeouts   uint64 `json:"timeouts,omitempty"`
 	LinkDrops  uint64 `json:"link_drops,omitempty"`
-	SHA256     string `json:"sha256"`
-	Integrity  bool   `json:"integrity_ok"`
+	// FramesPerGSO is the frames per UDP_SEGMENT message that the UDP
+	// links sent (link/udp Counters.TxSegmented / TxSegmentMsgs), zero
+	// for other links or without offload.
+	FramesPerGSO float64 `json:"frames_per_gso,omitempty"`
+	SHA256       string  `json:"sha256"`
+	Integrity    bool    `json:"integrity_ok"`
 	// CPUSeconds is the CPU time (user plus system) the whole process used
 	// during the bulk phase, and CPUSecPerGB that over the gigabytes (1e9
 	// bytes) moved: with client and server in one process (a testbed, or

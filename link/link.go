@@ -56,6 +56,13 @@ type Info struct {
 	// binds one socket per port, and the transport then draws its QPs'
 	// entropies from this set.
 	Ports []uint16
+	// Segments is the most frames the link sends as one message when
+	// they go in a row from one source port to one destination with one
+	// length (UDP segmentation offload: link/udp); 0 or 1 when each frame
+	// costs the same alone. A transport then sends a message's packets in
+	// runs on one entropy (multipath.Runner) so that they find runs to
+	// coalesce.
+	Segments int
 }
 
 // Link moves batches of frames. Implementations document whether they are safe

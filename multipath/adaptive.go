@@ -69,6 +69,54 @@ type AckPather interface {
 	AckLost(entropy uint16)
 }
 
+// Runner is an optional extension of a Policy that sends packets in runs:
+// after SetRun(n), n > 1, Next returns the entropy it picked for n
+// packets in a row (each counted) before it picks the next, so that a link
+// that sends a run of frames from one source port as one message
+// (link.Info.Segments: UDP segmentation offload) gets runs to send. The
+// spraying is the same at run granularity: every pick still follows the
+// policy's rounds and weights. A run ends early when its path is taken out
+// of the set; a probe goes alone, and a resend (Resender) or an
+// acknowledgement (AckPather) leaves the run as it is. n <= 1 sends every
+// packet on its own pick. The policies of NewSpray and NewAdaptive
+// implement it (TestRunsPerEntropy).
+type Runner interface {
+	SetRun(n int)
+}
+
+// run is the state of a Runner: the run length, the packets the current
+// run has left and its path (an index in the set, which holds at most
+// NumEntropies), in 6 bytes: every QP holds one (TestAdaptiveSize).
+type run struct {
+	len, left uint8
+	path      uint16
+	picked    uint16 // the adaptive policy's latest pick (pick)
+}
+
+// maxRun is the longest run SetRun takes.
+const maxRun = 255
+
+// SetRun sets the run length (Runner), at most maxRun.
+func (r *run) SetRun(n int) {
+	r.len = uint8(min(max(n, 1), maxRun))
+	r.left = 0
+}
+
+// cont reports whether the current run goes on, and its path; it counts
+// the packet against the run.
+func (r *run) cont() (int, bool) {
+	if r.left == 0 {
+		return 0, false
+	}
+	r.left--
+	return int(r.path), true
+}
+
+// start begins a run on path i.
+func (r *run) start(i int) {
+	r.path, r.left = uint16(i), r.len-1
+}
+
 // AdaptiveConfig tunes NewAdaptive. The zero value is usable: every zero
 // field takes the default given in its comment, and a negative (or NaN)
 // field is treated as zero unless its comment says otherwise. The package
@@ -441,6 +489,7 @@ type adaptive struct {
 	lastAckedSend clock.Time
 	haveAckedSend bool
 	haveSent      bool // lastSend is valid
+	run                // in the padding after the two flags
 	// lastSend is the time of the last Next (valid when haveSent); a gap
 	// in sending longer than idleGap (the stall timeout of the largest
 	// SRTT, as of the last round) sets resumedAt, and no path counts as
@@ -561,7 +610,22 @@ func (a *adaptive) Next(now clock.Time) uint16 {
 			return a.set[i]
 		}
 	}
-	return a.nextInRound(now)
+	if i, ok := a.cont(); ok {
+		if s := &a.st[i]; !s.has(fDown) {
+			if !s.has(fPending) {
+				s.set(fPending, true)
+				s.pendingSince = now
+			}
+			a.inc(i, cPackets)
+			return a.set[i]
+		}
+		a.left = 0
+	}
+	e := a.nextInRound(now)
+	if a.len > 1 {
+		a.start(int(a.picked))
+	}
+	return e
 }
 
 // NextResend returns the entropy of a retransmission: the next entry of
@@ -748,6 +812,7 @@ func (a *adaptive) pick(now clock.Time, fresh bool) uint16 {
 			s.pendingSince = now
 		}
 		a.inc(i, cPackets)
+		a.picked = uint16(i)
 		return a.set[i]
 	}
 }

@@ -257,6 +257,7 @@ func (e *ecmp) OnLoss(_ clock.Time, entropy uint16) { e.onLoss(entropy) }
 // gets exactly one packet per round and no path pattern repeats.
 type spray struct {
 	paths
+	run
 	rng   *rand.Rand
 	order []int // permutation of indices into set for this round
 	pos   int
@@ -288,6 +289,10 @@ func NewSpray(set []uint16, seed uint64) Policy {
 // Next returns the next entropy of the current round, starting a freshly
 // shuffled round when the current one is used up. It does not allocate.
 func (s *spray) Next(clock.Time) uint16 {
+	if i, ok := s.cont(); ok {
+		s.stats[i].Packets++
+		return s.set[i]
+	}
 	if s.pos == len(s.order) {
 		for i := len(s.order) - 1; i > 0; i-- { // Fisher-Yates
 			j := s.rng.IntN(i + 1)
@@ -298,6 +303,9 @@ func (s *spray) Next(clock.Time) uint16 {
 	i := s.order[s.pos]
 	s.pos++
 	s.stats[i].Packets++
+	if s.len > 1 {
+		s.start(i)
+	}
 	return s.set[i]
 }
 

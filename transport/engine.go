@@ -98,8 +98,9 @@ type Engine struct {
 	pkt       wire.Packet
 	stats     EngineStats
 	have      int // transmit buffers at the front of tx, lent by the link
-	// stepBytes counts the bytes this Step transmitted (maxStepBytes).
-	stepBytes int
+	// stepBytes counts the bytes this Step transmitted, up to stepMax
+	// (maxStepBytes, segStepBytes on a link that segments).
+	stepBytes, stepMax int
 	// inflight is the QPs' data bytes in flight, hostHeld whether the
 	// last poll found no room for a new packet (hostwin.go).
 	inflight int
@@ -198,7 +199,10 @@ func newEngine(l link.Link, c Config, rng *rand.Rand, seeded bool, mrs *mrTable)
 		cfg: c, link: l, info: info, rng: rng, seeded: seeded, mrs: mrs,
 		qps: map[uint32]*QP{}, nextQPN: minQPN + rng.Uint32N(0x1000),
 		rx: make([]link.Frame, batch), tx: make([]link.Frame, batch),
-		expect: clock.Never,
+		expect: clock.Never, stepMax: maxStepBytes,
+	}
+	if info.Segments > 1 {
+		e.stepMax = segStepBytes
 	}
 	if c.Credits {
 		e.credit = newCreditPacer(&c)
@@ -289,6 +293,7 @@ func (e *Engine) createQP(ports []uint16) (*QP, error) {
 		return nil, err
 	}
 	q.mrs = e.mrs
+	q.setRuns(e.info.Segments)
 	e.qps[qpn] = q
 	e.addDense(q)
 	e.schedInit(q)
@@ -588,6 +593,13 @@ func (e *Engine) input(now, at clock.Time, frame []byte) {
 // while a Step reports work (TestStepBoundsOutput).
 const maxStepBytes = 64 << 10
 
+// segStepBytes is maxStepBytes on a link that segments (link.Info.Segments):
+// its cost is per message, not per frame, and a Step of four full runs
+// (runFrames) gives it four messages where 64 KiB would give one or two:
+// 1.5 s/GB at 64 KiB against 1.7 on the UDP link (docs/design.md, "The
+// bulk path's cost per byte"; TestRunsPerEntropy).
+const segStepBytes = 256 << 10
+
 // output transmits, round robin over the ready list, what is due at now,
 // up to maxStepBytes (the link batch that crosses it goes whole). A QP
 // sends up to burst packets before the next one's turn, counted across
@@ -615,7 +627,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 			return any, nil
 		}
 		filled, held := 0, false
-		for filled < e.have && e.readyLen() > 0 && e.stepBytes < maxStepBytes {
+		for filled < e.have && e.readyLen() > 0 && e.stepBytes < e.stepMax {
 			q := e.ready[e.readyHead]
 			if q.sch.eng != e { // destroyed
 				e.popReady()
@@ -658,7 +670,7 @@ func (e *Engine) output(now clock.Time) (bool, error) {
 				return any, err
 			}
 		}
-		if held || e.stepBytes >= maxStepBytes {
+		if held || e.stepBytes >= e.stepMax {
 			break
 		}
 	}
@@ -677,7 +689,7 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 			return any, nil
 		}
 		filled, i := 0, 0
-		for ; i < len(e.ctrl) && filled < e.have && e.stepBytes < maxStepBytes; i++ {
+		for ; i < len(e.ctrl) && filled < e.have && e.stepBytes < e.stepMax; i++ {
 			q := e.ctrl[i]
 			e.ctrl[i] = nil
 			q.sch.ctrl = false
@@ -710,7 +722,7 @@ func (e *Engine) outputCtrl(now clock.Time) (bool, error) {
 		if any = any || sent; err != nil {
 			return any, err
 		}
-		if e.stepBytes >= maxStepBytes {
+		if e.stepBytes >= e.stepMax {
 			break
 		}
 	}
@@ -732,7 +744,7 @@ func (e *Engine) outputRepair(now clock.Time) (bool, error) {
 			return any, nil
 		}
 		filled, i := 0, 0
-		for ; i < len(e.repair) && filled < e.have && e.stepBytes < maxStepBytes; i++ {
+		for ; i < len(e.repair) && filled < e.have && e.stepBytes < e.stepMax; i++ {
 			q := e.repair[i]
 			if q.sch.eng != e { // destroyed
 				e.repair[i], q.sch.repair = nil, false
@@ -763,7 +775,7 @@ func (e *Engine) outputRepair(now clock.Time) (bool, error) {
 		if any = any || sent; err != nil {
 			return any, err
 		}
-		if e.stepBytes >= maxStepBytes {
+		if e.stepBytes >= e.stepMax {
 			break
 		}
 	}

@@ -102,6 +102,9 @@ func (c *Conn) Steer(ctx context.Context, to Steering) error {
 // ackTurn is taken modulo the new set.
 func (q *QP) setPaths(set []uint16, rng *rand.Rand) {
 	q.paths = newPolicy(q.cfg, set, rng)
+	if q.sch.eng != nil {
+		q.setRuns(q.sch.eng.info.Segments)
+	}
 	q.pstats.init(q.paths.Paths())
 	q.ackTurn = 0
 }

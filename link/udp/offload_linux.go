@@ -83,6 +83,20 @@ func (l *Link) setupOffload() {
 	o.pending = make([]link.Frame, 0, l.cfg.Frames)
 }
 
+// segments is the most full frames one UDP_SEGMENT message carries (the
+// link.Info.Segments of the link), 0 without offload: maxSegments, or
+// fewer when their payloads pass maxCoalesced (18 frames of 3514 bytes).
+func (o *offload) segments(l *Link) int {
+	if !o.gso {
+		return 0
+	}
+	limit := maxCoalesced - udpLen - ipv4Len
+	if l.v6 {
+		limit = maxCoalesced - udpLen
+	}
+	return min(maxSegments, limit/max(l.cfg.FrameSize-l.hdr, 1))
+}
+
 // sendRun sends TxMsgs[from:to], the messages of one socket, as
 // UDP_SEGMENT messages: a run of frames to the same destination with the
 // same TOS, all of one payload length but the last, which may be shorter,

@@ -93,6 +93,7 @@ func Open(cfg Config) (*Link, error) {
 	}
 	l.setupMsgs()
 	l.setupOffload()
+	l.info.Segments = l.off.segments(l)
 	l.info.Ports = l.ports()
 	return l, nil
 }
