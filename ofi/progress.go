@@ -60,13 +60,11 @@ type poller struct {
 	last  atomic.Int64  // monoNow of the last fi_cq_read; 0: none pending
 	kick  chan struct{} // closed-and-replaced: wakes the paused goroutines
 	kmu   sync.Mutex
-	conns atomic.Pointer[[]*rxConn]
-	cmu   sync.Mutex
+	conns cowList[*rxConn]
 }
 
 func (p *poller) init() {
 	p.kick = make(chan struct{})
-	p.conns.Store(&[]*rxConn{})
 }
 
 // pause waits while the application polls: until pollGrace after its
@@ -107,25 +105,8 @@ func (p *poller) standDown() {
 	p.kmu.Unlock()
 }
 
-func (p *poller) addConn(rc *rxConn) {
-	p.cmu.Lock()
-	old := *p.conns.Load()
-	p.conns.Store(new(append(old[:len(old):len(old)], rc)))
-	p.cmu.Unlock()
-}
-
-func (p *poller) removeConn(rc *rxConn) {
-	p.cmu.Lock()
-	old := *p.conns.Load()
-	next := make([]*rxConn, 0, len(old))
-	for _, x := range old {
-		if x != rc {
-			next = append(next, x)
-		}
-	}
-	p.conns.Store(&next)
-	p.cmu.Unlock()
-}
+func (p *poller) addConn(rc *rxConn)    { p.conns.add(rc) }
+func (p *poller) removeConn(rc *rxConn) { p.conns.remove(rc) }
 
 // progress is an application read's share of the work: it takes the
 // transport's completions and the received messages of the connections
@@ -147,7 +128,7 @@ func (ep *endpoint) progress() bool {
 	if ep.reap() {
 		work = true
 	}
-	for _, rc := range *ep.poll.conns.Load() {
+	for _, rc := range ep.poll.conns.list() {
 		if !rc.clear || !rc.mu.TryLock() {
 			continue
 		}
@@ -214,44 +195,48 @@ func (ep *endpoint) ueFull() bool {
 	return len(ep.unexp[0])+len(ep.unexp[1])+len(ep.claimed) >= ep.set.maxUE || ep.ueBytes >= ep.set.maxUEB
 }
 
-// boundEPs are the endpoints bound to a CQ or a counter, whose progress
-// reads of it make. Its zero value is an empty list; safe for
-// concurrent use.
-type boundEPs struct {
-	eps atomic.Pointer[[]*endpoint]
-	mu  sync.Mutex // serialises changes of eps
+// cowList is a list that readers take without a lock: a change stores a
+// new copy. Its zero value is an empty list; safe for concurrent use.
+type cowList[T comparable] struct {
+	p  atomic.Pointer[[]T]
+	mu sync.Mutex // serialises changes
 }
 
-func (b *boundEPs) addEndpoint(ep *endpoint) {
-	b.mu.Lock()
-	var old []*endpoint
-	if p := b.eps.Load(); p != nil {
-		old = *p
-	}
-	b.eps.Store(new(append(old[:len(old):len(old)], ep)))
-	b.mu.Unlock()
-}
-
-func (b *boundEPs) removeEndpoint(ep *endpoint) {
-	b.mu.Lock()
-	var next []*endpoint
-	if p := b.eps.Load(); p != nil {
-		for _, x := range *p {
-			if x != ep {
-				next = append(next, x)
-			}
-		}
-	}
-	b.eps.Store(&next)
-	b.mu.Unlock()
-}
-
-func (b *boundEPs) list() []*endpoint {
-	if p := b.eps.Load(); p != nil {
+// list returns the current list; the caller must not change it.
+func (l *cowList[T]) list() []T {
+	if p := l.p.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+func (l *cowList[T]) add(x T) {
+	l.mu.Lock()
+	old := l.list()
+	l.p.Store(new(append(old[:len(old):len(old)], x)))
+	l.mu.Unlock()
+}
+
+func (l *cowList[T]) remove(x T) {
+	l.mu.Lock()
+	var next []T
+	for _, y := range l.list() {
+		if y != x {
+			next = append(next, y)
+		}
+	}
+	l.p.Store(&next)
+	l.mu.Unlock()
+}
+
+// boundEPs are the endpoints bound to a CQ or a counter, whose progress
+// reads of it make. Its zero value is an empty list; safe for
+// concurrent use.
+type boundEPs struct{ eps cowList[*endpoint] }
+
+func (b *boundEPs) addEndpoint(ep *endpoint)    { b.eps.add(ep) }
+func (b *boundEPs) removeEndpoint(ep *endpoint) { b.eps.remove(ep) }
+func (b *boundEPs) list() []*endpoint           { return b.eps.list() }
 
 // progress makes the progress of the bound endpoints on the reader's
 // thread (fi_cq_read, fi_cntr_read).

@@ -63,7 +63,7 @@ func TestPollerConns(t *testing.T) {
 	p.addConn(b)
 	p.addConn(c)
 	p.removeConn(b)
-	got := *p.conns.Load()
+	got := p.conns.list()
 	if len(got) != 2 || got[0] != a || got[1] != c {
 		t.Fatalf("conns after adding a, b, c and removing b: %v", got)
 	}
