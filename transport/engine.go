@@ -595,9 +595,8 @@ const maxStepBytes = 64 << 10
 
 // segStepBytes is maxStepBytes on a link that segments (link.Info.Segments):
 // its cost is per message, not per frame, and a Step of four full runs
-// (runFrames) gives it four messages where 64 KiB would give one or two:
-// 1.5 s/GB at 64 KiB against 1.7 on the UDP link (docs/design.md, "The
-// bulk path's cost per byte"; TestRunsPerEntropy).
+// (runFrames) gives it four messages where 64 KiB would give one or two
+// (docs/design.md, "Run length and Step budget"; TestRunsPerEntropy).
 const segStepBytes = 256 << 10
 
 // output transmits, round robin over the ready list, what is due at now,

@@ -564,9 +564,9 @@ func newQP(cfg *Config, qpn uint32, startPSN uint32, lmac [6]byte, lip netip.Add
 // runFrames is the most packets a QP sends in a row on one entropy on a
 // link that segments (link.Info.Segments): a run is one UDP_SEGMENT
 // message (18 frames of 3.5 KB fill its 64 KiB), and shorter runs cost
-// more per byte (8: 1.8 s/GB, 16: 1.5, one message: 1.5, at 64 KiB);
-// 32 keeps 1.5 KB frames' runs to 48 KB, so that a 1 MiB message still
-// crosses every one of 8 entropies (TestRunsPerEntropy).
+// more per byte (docs/design.md, "Run length and Step budget"); 32 keeps
+// 1.5 KB frames' runs to 48 KB, so that a 1 MiB message still crosses
+// every one of 8 entropies (TestRunsPerEntropy).
 const runFrames = 32
 
 // setRuns makes the QP send its packets in runs on one entropy of
